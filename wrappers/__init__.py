@@ -1,0 +1,1 @@
+"""wrappers package."""
