@@ -1,1 +1,3 @@
-"""supervisor package."""
+"""hermesd's supervisor: the daemon, its control socket and the command line."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,179 @@
+"""The files a Hermes gateway writes in its HERMES_HOME, read as upstream writes them.
+
+Every reader tolerates junk: a truncated, empty or hand-edited file yields ``None`` (or an
+empty mapping) and a reason, never an exception, because one profile's broken file must not
+stop anyone from looking at the others. Only ``/proc`` reads live here, never a signal: this
+package knows files, the supervisor owns processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+PID_FILE = "gateway.pid"
+LOCK_FILE = "gateway.lock"
+STATE_FILE = "gateway_state.json"
+HEARTBEAT_FILE = "state/gateway.heartbeat"
+PLANNED_STOP_MARKER = ".gateway-planned-stop.json"
+DRAIN_MARKER = ".drain_request.json"
+
+# Files no bigger than this are upstream's; anything larger is junk and is not parsed.
+_MAX_JSON_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class PidRecord:
+    """``gateway.pid``: who claims to be this profile's gateway."""
+
+    pid: int
+    start_time: int | None
+    argv: tuple[str, ...]
+
+
+def proc_start_time(pid: int) -> int | None:
+    """Field 22 of ``/proc/<pid>/stat`` (clock ticks since boot), as upstream records it.
+
+    ``None`` when the process does not exist or is a zombie.
+
+    The command name (field 2) may contain spaces and parentheses, so fields are counted
+    from the last ``)``.
+    """
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    try:
+        after = raw[raw.rindex(b")") + 2 :].split()
+        # after[0] is field 3 (state); field 22 is after[19].
+        if after[0] in (b"Z", b"X"):
+            return None  # dead, merely not reaped yet: no longer the process anyone meant
+        return int(after[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from ``path``, or ``None`` when missing, oversized, or not an object."""
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(_MAX_JSON_BYTES + 1)
+    except OSError:
+        return None
+    if len(data) > _MAX_JSON_BYTES:
+        return None
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _as_pid(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if 0 < value < 1 << 22 else None
+
+
+def read_pid_record(home: Path) -> PidRecord | None:
+    """Parse ``gateway.pid``: one JSON object, or a bare integer (older writers)."""
+    path = home / PID_FILE
+    try:
+        text = path.read_bytes()[:4096].decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    if text.isdigit():
+        pid = _as_pid(int(text))
+        return PidRecord(pid, None, ()) if pid else None
+    obj = read_json(path)
+    if obj is None:
+        return None
+    pid = _as_pid(obj.get("pid"))
+    if pid is None:
+        return None
+    start = obj.get("start_time")
+    argv = obj.get("argv")
+    return PidRecord(
+        pid,
+        start if isinstance(start, int) and not isinstance(start, bool) else None,
+        tuple(str(a) for a in argv) if isinstance(argv, list) else (),
+    )
+
+
+def read_gateway_state(home: Path) -> dict[str, Any]:
+    """``gateway_state.json`` as a mapping; empty when missing or unreadable."""
+    return read_json(home / STATE_FILE) or {}
+
+
+def read_heartbeat(home: Path) -> dict[str, Any]:
+    """``state/gateway.heartbeat`` as a mapping; empty when missing or unreadable."""
+    return read_json(home / HEARTBEAT_FILE) or {}
+
+
+def heartbeat_age(beat: dict[str, Any], now: datetime | None = None) -> float | None:
+    """Seconds since a heartbeat record (from :func:`read_heartbeat`) was written, if it says."""
+    stamp = beat.get("updated_at")
+    if not isinstance(stamp, str):
+        return None
+    try:
+        when = datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, ((now or datetime.now(UTC)) - when).total_seconds())
+
+
+def live_gateway(home: Path) -> PidRecord | None:
+    """The gateway recorded in ``gateway.pid`` if that exact process is still alive.
+
+    A recorded start time must match the live process's, so a recycled PID is never taken
+    for the gateway. Without a recorded start time, a live PID whose command line mentions
+    ``gateway`` is accepted (upstream's bare-integer format).
+    """
+    rec = read_pid_record(home)
+    if rec is None:
+        return None
+    live = proc_start_time(rec.pid)
+    if live is None:
+        return None
+    if rec.start_time is not None:
+        return rec if rec.start_time == live else None
+    try:
+        cmdline = Path(f"/proc/{rec.pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return rec if b"gateway" in cmdline else None
+
+
+def write_planned_stop_marker(home: Path, pid: int, start_time: int | None) -> None:
+    """Tell the gateway ``pid`` that the coming SIGTERM is a planned stop (so it exits 0).
+
+    Written atomically (temp file + rename) in upstream's format; the gateway consumes it.
+    """
+    record = {
+        "target_pid": pid,
+        "target_start_time": start_time,
+        "stopper_pid": os.getpid(),
+        "written_at": datetime.now(UTC).isoformat(),
+    }
+    write_json_atomic(home / PLANNED_STOP_MARKER, record)
+
+
+def write_json_atomic(path: Path, obj: object, mode: int = 0o600) -> None:
+    """Write JSON so that readers see the old or the new file, never a torn one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(obj, fh, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,100 @@
+"""Starting and ending one gateway process: the only place hermesd creates or kills processes.
+
+Children are started with ``posix_spawn`` (a fresh interpreter, never a fork of hermesd, so
+upstream binds its path constants to the child's own HERMES_HOME at import) in a new session,
+with stdout/stderr appended to a log file rather than a pipe: a child must outlive hermesd
+without a SIGPIPE. hermesd keeps no ``subprocess.Popen`` objects, so nothing but the daemon's
+own reaper ever calls ``waitpid``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+from collections.abc import Mapping
+from pathlib import Path
+
+from supervisor import identity
+from supervisor.contract import TAG_PROFILE
+from supervisor.identity import Ident
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+class SpawnError(OSError):
+    """The gateway command could not be executed at all."""
+
+
+def become_subreaper() -> bool:
+    """Adopt our descendants' orphans (Linux), so setsid'd grandchildren are reaped by us."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def spawn(argv: list[str], env: Mapping[str, str], log_path: Path, cwd: Path) -> Ident:
+    """Start ``argv`` in its own session, output appended to ``log_path``; return its identity."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        pid = os.posix_spawn(
+            argv[0],
+            argv,
+            dict(env),
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, fd, 1),
+                (os.POSIX_SPAWN_DUP2, fd, 2),
+            ],
+            setsid=True,
+            # Python ignores SIGPIPE and the child would inherit that; give it the defaults.
+            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+        )
+    except OSError as exc:
+        raise SpawnError(exc.errno, f"cannot execute {argv[0]}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    # The child cannot be reaped before the daemon's loop runs again, so /proc still has it.
+    start = identity.proc_start_time(pid)
+    return Ident(pid, start if start is not None else -1)
+
+
+def kill_group(ident: Ident, pidfd: int) -> None:
+    """SIGKILL the child's whole process group, then the child itself through its pidfd.
+
+    Called only while the child is known alive or unreaped (the pidfd pins it), so its PID,
+    which is also its process group id, cannot have been reused.
+    """
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(ident.pid, signal.SIGKILL)
+    identity.send_signal(pidfd, signal.SIGKILL)
+
+
+def kill_strays(root: Path, profile: str, keep: set[int]) -> list[int]:
+    """SIGKILL every process still tagged with this profile except ``keep``.
+
+    Finds descendants that escaped the process group (``setsid``) by the tag they inherited.
+    Each is pinned with a pidfd and re-checked before the signal.
+    """
+    killed = []
+    for pid, name, _env in identity.find_tagged(root):
+        if name != profile or pid in keep:
+            continue
+        start = identity.proc_start_time(pid)
+        if start is None:
+            continue
+        fd = identity.open_pidfd(Ident(pid, start))
+        if fd is None:
+            continue
+        try:
+            if identity.proc_environ(pid).get(TAG_PROFILE) == profile and identity.send_signal(
+                fd, signal.SIGKILL
+            ):
+                killed.append(pid)
+        finally:
+            os.close(fd)
+    return killed

@@ -1,0 +1,210 @@
+"""``<root>/hermesd.yaml``: hermesd's own settings, validated with file, line and key in errors.
+
+The file is optional. It is parsed into YAML nodes (not plain data) so that every complaint can
+point at the line a user has to fix. A running daemon that fails to load a new version keeps
+its last good one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from supervisor.contract import forbidden_extra_env
+from supervisor.policy import RestartPolicy
+
+
+class ConfigError(ValueError):
+    """hermesd.yaml is malformed; the message names file, line and key."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileSettings:
+    enabled: bool = True
+    environment: Mapping[str, str] = field(default_factory=dict)
+    stop_timeout: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    command: tuple[str, ...] | None = None
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
+    stop_timeout: float | None = None  # None: upstream's max(60, drain + 30) per profile
+    log_max_bytes: int = 10 * 1024 * 1024
+    log_backups: int = 5
+    environment: Mapping[str, str] = field(default_factory=dict)
+    profiles: Mapping[str, ProfileSettings] = field(default_factory=dict)
+
+    def for_profile(self, name: str) -> ProfileSettings:
+        return self.profiles.get(name, ProfileSettings())
+
+    def child_environment(self, name: str) -> dict[str, str]:
+        return {**self.environment, **self.for_profile(name).environment}
+
+
+def load(path: Path) -> Config:
+    """Parse ``path``; a missing file means all defaults."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Config()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    return parse(text, path)
+
+
+def parse(text: str, path: Path) -> Config:
+    import yaml
+
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from None
+    if node is None:
+        return Config()
+    return _Reader(path).config(node)
+
+
+class _Reader:
+    """Walks YAML nodes; each method validates one section and knows its line numbers."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, node: Any, key: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.path}:{node.start_mark.line + 1}: {key}: {message}")
+
+    def mapping(self, node: Any, key: str, allowed: set[str] | None) -> dict[str, Any]:
+        import yaml
+
+        if not isinstance(node, yaml.MappingNode):
+            raise self.fail(node, key, "expected a mapping")
+        out: dict[str, Any] = {}
+        for knode, vnode in node.value:
+            name = knode.value if isinstance(knode, yaml.ScalarNode) else None
+            full = f"{key}.{name}" if key else str(name)
+            if not isinstance(name, str) or (allowed is not None and name not in allowed):
+                hint = f" (known keys: {', '.join(sorted(allowed))})" if allowed else ""
+                raise self.fail(knode, full, f"unknown key{hint}")
+            if name in out:
+                raise self.fail(knode, full, "duplicate key")
+            out[name] = vnode
+        return out
+
+    def scalar(self, node: Any, key: str) -> Any:
+        import yaml
+
+        if not isinstance(node, yaml.ScalarNode):
+            raise self.fail(node, key, "expected a single value")
+        return _construct(node)
+
+    def number(self, node: Any, key: str, *, minimum: float = 0.0, nullable: bool = False) -> float | None:
+        value = self.scalar(node, key)
+        if value is None and nullable:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
+            raise self.fail(node, key, f"expected a number >= {minimum:g}, got {value!r}")
+        return float(value)
+
+    def integer(self, node: Any, key: str, *, minimum: int) -> int:
+        value = self.scalar(node, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(node, key, f"expected a whole number >= {minimum}, got {value!r}")
+        return value
+
+    def boolean(self, node: Any, key: str) -> bool:
+        value = self.scalar(node, key)
+        if not isinstance(value, bool):
+            raise self.fail(node, key, f"expected true or false, got {value!r}")
+        return value
+
+    def environment(self, node: Any, key: str) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for name, vnode in self.mapping(node, key, None).items():
+            why = forbidden_extra_env(name)
+            if why:
+                raise self.fail(vnode, f"{key}.{name}", f"not allowed: {why}")
+            value = self.scalar(vnode, f"{key}.{name}")
+            if value is None or isinstance(value, list | dict):
+                raise self.fail(vnode, f"{key}.{name}", "expected a string value")
+            env[name] = str(value).lower() if isinstance(value, bool) else str(value)
+        return env
+
+    def command(self, node: Any, key: str) -> tuple[str, ...]:
+        import shlex
+
+        import yaml
+
+        if isinstance(node, yaml.SequenceNode):
+            parts = [self.scalar(n, key) for n in node.value]
+        else:
+            value = self.scalar(node, key)
+            parts = shlex.split(value) if isinstance(value, str) else [value]
+        if not parts or not all(isinstance(p, str) and p for p in parts):
+            raise self.fail(node, key, "expected a command: a string or a list of strings")
+        return tuple(parts)
+
+    def config(self, node: Any) -> Config:
+        top = self.mapping(node, "", {"command", "restart", "stop_timeout", "logs", "environment", "profiles"})
+        kwargs: dict[str, Any] = {}
+        if "command" in top:
+            kwargs["command"] = self.command(top["command"], "command")
+        if "restart" in top:
+            kwargs["restart"] = self.restart(top["restart"])
+        if "stop_timeout" in top:
+            kwargs["stop_timeout"] = self.number(top["stop_timeout"], "stop_timeout", minimum=0.1, nullable=True)
+        if "logs" in top:
+            logs = self.mapping(top["logs"], "logs", {"max_bytes", "backups"})
+            if "max_bytes" in logs:
+                kwargs["log_max_bytes"] = self.integer(logs["max_bytes"], "logs.max_bytes", minimum=4096)
+            if "backups" in logs:
+                kwargs["log_backups"] = self.integer(logs["backups"], "logs.backups", minimum=0)
+        if "environment" in top:
+            kwargs["environment"] = self.environment(top["environment"], "environment")
+        if "profiles" in top:
+            kwargs["profiles"] = self.profiles(top["profiles"])
+        return Config(**kwargs)
+
+    def restart(self, node: Any) -> RestartPolicy:
+        fields: dict[str, Callable[[Any, str], float | None]] = {
+            "initial_delay": lambda n, k: self.number(n, k, minimum=0.0),
+            "max_delay": lambda n, k: self.number(n, k, minimum=0.0),
+            "factor": lambda n, k: self.number(n, k, minimum=1.0),
+            "jitter": lambda n, k: self.number(n, k, minimum=0.0),
+            "healthy_after": lambda n, k: self.number(n, k, minimum=0.0),
+        }
+        raw = self.mapping(node, "restart", set(fields))
+        values = {name: fields[name](vnode, f"restart.{name}") for name, vnode in raw.items()}
+        if values.get("jitter", 0.0) and values["jitter"] >= 1:  # type: ignore[operator]
+            raise self.fail(raw["jitter"], "restart.jitter", "expected a fraction below 1 (0.1 = ±10 %)")
+        return RestartPolicy(**values)  # type: ignore[arg-type]
+
+    def profiles(self, node: Any) -> dict[str, ProfileSettings]:
+        from profiles.names import normalize_name
+
+        out: dict[str, ProfileSettings] = {}
+        for raw_name, vnode in self.mapping(node, "profiles", None).items():
+            key = f"profiles.{raw_name}"
+            name = normalize_name(raw_name)
+            body = self.mapping(vnode, key, {"enabled", "environment", "stop_timeout"})
+            out[name] = ProfileSettings(
+                enabled=self.boolean(body["enabled"], f"{key}.enabled") if "enabled" in body else True,
+                environment=self.environment(body["environment"], f"{key}.environment")
+                if "environment" in body
+                else {},
+                stop_timeout=self.number(body["stop_timeout"], f"{key}.stop_timeout", minimum=0.1)
+                if "stop_timeout" in body
+                else None,
+            )
+        return out
+
+
+def _construct(node: Any) -> Any:
+    import yaml
+
+    return yaml.SafeLoader("").construct_object(node, deep=True)

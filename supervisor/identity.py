@@ -1,0 +1,147 @@
+"""Who a PID really is: the guard in front of every signal hermesd sends.
+
+A PID from a file is only a claim. Before hermesd signals anything it checks the live process's
+start time (field 22 of ``/proc/<pid>/stat``, as upstream records it), its command line and the
+``HERMES_HOME`` and hermesd tags in its environment. Once verified, the process is pinned with a
+pidfd, so a recycled PID can never receive a signal meant for the dead one.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from profiles.gateway_files import proc_start_time
+from supervisor.contract import GATEWAY_ARGS, TAG_PROFILE, TAG_ROOT
+
+__all__ = [
+    "Ident",
+    "boot_id",
+    "find_tagged",
+    "is_gateway_cmdline",
+    "open_pidfd",
+    "proc_cmdline",
+    "proc_environ",
+    "proc_start_time",
+    "send_signal",
+    "session_id",
+    "verify",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Ident:
+    """A process as hermesd knows it: the pair that survives PID reuse."""
+
+    pid: int
+    start_time: int
+
+
+def boot_id() -> str:
+    """Changes on every boot; start times from another boot mean nothing."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def proc_cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+
+
+def proc_environ(pid: int) -> dict[str, str]:
+    """The process's initial environment (empty when it belongs to another user or is gone)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return env
+
+
+def session_id(pid: int) -> int | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+        return int(raw[raw.rindex(b")") + 2 :].split()[3])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def is_gateway_cmdline(cmdline: list[str]) -> bool:
+    """The command line ends in ``gateway run --external-supervisor`` as hermesd starts it."""
+    n = len(GATEWAY_ARGS)
+    return len(cmdline) >= n and tuple(cmdline[-n:]) == GATEWAY_ARGS
+
+
+def verify(ident: Ident, *, home: Path, root: Path, profile: str) -> bool:
+    """True only if ``ident`` is still the gateway hermesd started for this profile."""
+    if proc_start_time(ident.pid) != ident.start_time:
+        return False
+    if not is_gateway_cmdline(proc_cmdline(ident.pid)):
+        return False
+    env = proc_environ(ident.pid)
+    return (
+        env.get("HERMES_HOME") == str(home)
+        and env.get(TAG_ROOT) == str(root)
+        and env.get(TAG_PROFILE) == profile
+    )
+
+
+def find_tagged(root: Path) -> Iterator[tuple[int, str, dict[str, str]]]:
+    """Every live process carrying this root's hermesd tag: (pid, profile, environment).
+
+    Reads ``/proc/*/environ``; processes of other users are unreadable and so never match.
+    """
+    want = str(root)
+    me = os.getpid()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        if pid == me:
+            continue
+        try:
+            raw = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if f"{TAG_ROOT}={want}\0".encode() not in raw + b"\0":
+            continue
+        env = proc_environ(pid)
+        if env.get(TAG_ROOT) == want and env.get(TAG_PROFILE):
+            yield pid, env[TAG_PROFILE], env
+
+
+def open_pidfd(ident: Ident) -> int | None:
+    """A pidfd for ``ident``, or ``None`` when that exact process is gone.
+
+    The start time is re-read after opening: the pidfd pins whatever process owned the PID at
+    that moment, so matching afterwards proves it pins the right one.
+    """
+    try:
+        fd = os.pidfd_open(ident.pid)
+    except (ProcessLookupError, OSError):
+        return None
+    if proc_start_time(ident.pid) != ident.start_time:
+        os.close(fd)
+        return None
+    return fd
+
+
+def send_signal(pidfd: int, sig: int) -> bool:
+    """Signal through a pidfd (never a bare PID); False when the process is already gone."""
+    try:
+        signal.pidfd_send_signal(pidfd, sig)
+    except ProcessLookupError:
+        return False
+    return True

@@ -1,0 +1,112 @@
+"""Per-profile child logs: size-based copy-truncate rotation and a reader that follows it.
+
+Children hold their log open with O_APPEND, so hermesd rotates by copying the file aside and
+truncating it in place: the child keeps writing to the same descriptor and its next write lands
+at the new end. A follower that sees the file shrink reads the rest of the rotated copy first,
+so nothing written before the rotation is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+
+def rotated(path: Path, n: int) -> Path:
+    return path.with_name(f"{path.name}.{n}")
+
+
+def rotate_if_needed(path: Path, max_bytes: int, backups: int) -> bool:
+    """Rotate ``path`` when it exceeds ``max_bytes``: .1 is the newest copy, .N the oldest."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return False
+    if size <= max_bytes:
+        return False
+    if backups <= 0:
+        os.truncate(path, 0)
+        return True
+    rotated(path, backups).unlink(missing_ok=True)
+    for n in range(backups - 1, 0, -1):
+        src = rotated(path, n)
+        if src.exists():
+            os.replace(src, rotated(path, n + 1))
+    tmp = path.with_name(f".{path.name}.rotating")
+    shutil.copyfile(path, tmp)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, rotated(path, 1))
+    os.truncate(path, 0)
+    return True
+
+
+def tail_lines(path: Path, n: int) -> list[bytes]:
+    """The last ``n`` lines of ``path`` (reading backwards, so huge logs cost little)."""
+    if n <= 0:
+        return []
+    try:
+        fh = path.open("rb")
+    except FileNotFoundError:
+        return []
+    with fh:
+        fh.seek(0, os.SEEK_END)
+        end = fh.tell()
+        block, data = 8192, b""
+        pos = end
+        while pos > 0 and data.count(b"\n") <= n:
+            step = min(block, pos)
+            pos -= step
+            fh.seek(pos)
+            data = fh.read(step) + data
+    lines = data.splitlines(keepends=True)
+    return lines[-n:]
+
+
+def follow(
+    path: Path,
+    out: TextIO = sys.stdout,
+    *,
+    interval: float = 0.2,
+    keep_going: Callable[[], bool] = lambda: True,
+    start_at_end: bool = True,
+) -> None:
+    """Print what is appended to ``path``, across copy-truncate rotations, until stopped."""
+    pos = path.stat().st_size if start_at_end and path.exists() else 0
+    ino = _inode(path)
+    while keep_going():
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        if _inode(path) != ino or size < pos:
+            # Rotated: the bytes between pos and the old end are now at the tail of .1.
+            _copy_range(rotated(path, 1), pos, out)
+            pos, ino = 0, _inode(path)
+        if size > pos:
+            pos = _copy_range(path, pos, out)
+        else:
+            time.sleep(interval)
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
+    except FileNotFoundError:
+        return None
+
+
+def _copy_range(path: Path, start: int, out: TextIO) -> int:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(start)
+            data = fh.read()
+    except FileNotFoundError:
+        return start
+    out.write(data.decode("utf-8", "replace"))
+    out.flush()
+    return start + len(data)

@@ -1,0 +1,51 @@
+"""hermesd's memory across its own restarts: ``<root>/.hermesd/state.json``.
+
+Processes are the truth about what runs; this file only carries what processes cannot tell:
+which identity hermesd started for each profile, restart counts, the last exit, and whether
+the operator asked for a profile to stay down. Written atomically, read defensively: a junk
+file is reported and ignored, never fatal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from profiles.gateway_files import read_json, write_json_atomic
+
+VERSION = 1
+
+
+@dataclass(slots=True)
+class Saved:
+    boot_id: str
+    profiles: dict[str, dict[str, Any]]
+    problem: str | None = None  # why the file was ignored, for the log and for status
+
+
+def load(path: Path, boot_id: str) -> Saved:
+    if not path.exists():
+        return Saved(boot_id, {})
+    data = read_json(path)
+    if data is None or data.get("version") != VERSION or not isinstance(data.get("profiles"), dict):
+        return Saved(boot_id, {}, f"{path}: unreadable or not hermesd state; starting with empty history")
+    profiles = {k: v for k, v in data["profiles"].items() if isinstance(k, str) and isinstance(v, dict)}
+    if data.get("boot_id") != boot_id:
+        # Process identities from another boot are meaningless; history still counts.
+        for rec in profiles.values():
+            rec.pop("pid", None)
+            rec.pop("start_time", None)
+    return Saved(boot_id, profiles)
+
+
+def save(path: Path, boot_id: str, daemon_pid: int, profiles: dict[str, dict[str, Any]], now: float) -> None:
+    write_json_atomic(
+        path,
+        {"version": VERSION, "boot_id": boot_id, "daemon_pid": daemon_pid, "saved_at": now, "profiles": profiles},
+    )
+
+
+def saved_int(rec: dict[str, Any], key: str) -> int:
+    value = rec.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

@@ -1,0 +1,189 @@
+"""``hermesd status``: collect one row per profile and render it for people or scripts.
+
+With the daemon up, rows come from it over the control socket. With the daemon down, they are
+rebuilt from the files on disk (hermesd's state file, each gateway's PID and state files) and the
+processes that exist, and the document says the supervisor is not running.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from profiles import gateway_files as gf
+
+HEALTHY = "running"
+
+
+def add_live_fields(row: dict[str, Any], home: Path, ps: Any) -> None:
+    """Fill the gateway's own view (state file, heartbeat) and the process's CPU and RSS."""
+    gstate = gf.read_gateway_state(home)
+    mine = row.get("pid") is not None and gstate.get("pid") == row.get("pid")
+    row["gateway_state"] = gstate.get("gateway_state") if mine else None
+    platforms = gstate.get("platforms") if mine else None
+    row["platforms"] = _platforms(platforms)
+    row["lock_conflicts"] = [
+        {"platform": p, "error_code": v.get("error_code"), "message": v.get("error_message")}
+        for p, v in row["platforms"].items()
+        if str(v.get("error_code") or "").endswith("_lock")
+    ]
+    beat = gf.read_heartbeat(home)
+    age = gf.heartbeat_age(beat) if row.get("pid") is not None and beat.get("pid") == row["pid"] else None
+    row["heartbeat_age_s"] = round(age, 1) if age is not None else None
+    row["rss_bytes"] = None
+    row["cpu_percent"] = None
+    if ps is not None:
+        import psutil
+
+        try:
+            with ps.oneshot():
+                row["rss_bytes"] = ps.memory_info().rss
+                row["cpu_percent"] = ps.cpu_percent(None)
+        except psutil.Error:
+            pass
+
+
+def _platforms(raw: Any) -> dict[str, dict[str, Any]]:
+    if not isinstance(raw, dict):
+        return {}
+    out = {}
+    for name, info in raw.items():
+        if isinstance(name, str) and isinstance(info, dict):
+            out[name] = {k: info.get(k) for k in ("state", "error_code", "error_message", "updated_at")}
+    return out
+
+
+def offline_document(root: Path) -> dict[str, Any]:
+    """Status without a daemon: what the files and /proc say."""
+    from profiles.discovery import profiles_to_serve
+    from supervisor import identity
+    from supervisor import state as state_mod
+    from supervisor.layout import Layout
+
+    layout = Layout(root)
+    saved = state_mod.load(layout.state, identity.boot_id())
+    rows = []
+    try:
+        served = profiles_to_serve(True, root=root)
+    except OSError:
+        served = []
+    for name, home in served:
+        home = Path(home)
+        rec = saved.profiles.get(name, {})
+        pid = None
+        live = gf.live_gateway(home)
+        if live is not None:
+            pid = live.pid
+        row: dict[str, Any] = {
+            "name": name,
+            "home": str(home),
+            "state": "running" if pid else "stopped",
+            "reason": "supervisor not running" + (" (gateway running unsupervised)" if pid else ""),
+            "pid": pid,
+            "adopted": False,
+            "started_at": None,
+            "uptime_s": None,
+            "restarts": state_mod.saved_int(rec, "restarts"),
+            "last_exit": rec.get("last_exit") if isinstance(rec.get("last_exit"), dict) else None,
+            "next_retry_at": None,
+            "should_run": True,
+            "hold": None,
+        }
+        ps = None
+        if pid:
+            import psutil
+
+            try:
+                ps = psutil.Process(pid)
+                row["started_at"] = ps.create_time()
+                row["uptime_s"] = round(time.time() - row["started_at"], 1)
+            except psutil.Error:
+                ps = None
+        add_live_fields(row, home, ps)
+        rows.append(row)
+    return {
+        "root": str(root),
+        "supervisor": {"pid": None, "running": False, "state_problem": saved.problem},
+        "profiles": rows,
+    }
+
+
+def exit_code(doc: dict[str, Any]) -> int:
+    """0 when every profile that should run is running and the supervisor is up; else 1 (3: down)."""
+    if not doc["supervisor"].get("running"):
+        return 3
+    bad = [r for r in doc["profiles"] if r.get("should_run") and r["state"] != HEALTHY]
+    bad += [r for r in doc["profiles"] if not r.get("should_run") and r["state"] in ("held", "backoff")]
+    return 1 if bad else 0
+
+
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    if s < 172800:
+        return f"{s // 3600}h"
+    return f"{s // 86400}d"
+
+
+def _when(epoch: float | None) -> str:
+    if not epoch:
+        return "-"
+    return datetime.fromtimestamp(epoch, UTC).astimezone().strftime("%H:%M:%S")
+
+
+def _mb(n: int | None) -> str:
+    return "-" if n is None else f"{n / 1048576:.0f}M"
+
+
+def render(doc: dict[str, Any], now: float | None = None) -> str:
+    """A table, then one line per problem (why a profile is down, lock conflicts)."""
+    now = time.time() if now is None else now
+    sup = doc["supervisor"]
+    head = (
+        f"hermesd for {doc['root']}: "
+        + (f"running (PID {sup['pid']})" if sup.get("running") else "NOT RUNNING (showing files on disk)")
+    )
+    lines = [head]
+    for key in ("config_problem", "command_error", "state_problem"):
+        if sup.get(key):
+            lines.append(f"  ! {sup[key]}")
+    cols = ["PROFILE", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT", "GATEWAY", "PLATFORMS", "BEAT", "CPU", "RSS"]
+    table = [cols]
+    notes = []
+    for r in doc["profiles"]:
+        last = r.get("last_exit") or {}
+        plats = r.get("platforms") or {}
+        ok = sum(1 for p in plats.values() if p.get("state") == "connected")
+        table.append([
+            r["name"],
+            r["state"],
+            str(r["pid"] or "-"),
+            _ago(r.get("uptime_s")),
+            str(r.get("restarts", 0)),
+            f"{last.get('description', '-')} {_ago(now - last['at']) + ' ago' if last.get('at') else ''}".strip(),
+            r.get("gateway_state") or "-",
+            f"{ok}/{len(plats)}" if plats else "-",
+            _ago(r.get("heartbeat_age_s")),
+            "-" if r.get("cpu_percent") is None else f"{r['cpu_percent']:.0f}%",
+            _mb(r.get("rss_bytes")),
+        ])
+        if r["state"] != HEALTHY and r.get("reason"):
+            retry = f"; retry at {_when(r['next_retry_at'])}" if r.get("next_retry_at") else ""
+            notes.append(f"  {r['name']}: {r['state']}: {r['reason']}{retry}")
+        for c in r.get("lock_conflicts") or []:
+            why = c["message"] or c["error_code"]
+            notes.append(f"  {r['name']}: {c['platform']} blocked by another gateway: {why}")
+    widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
+    for row in table:
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    if notes:
+        lines.append("")
+        lines.extend(notes)
+    return "\n".join(lines)
