@@ -76,6 +76,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         format="%(asctime)s hermesd[%(process)d] %(levelname)s %(message)s",
         stream=sys.stderr,
     )
+    logging.getLogger("watchfiles").setLevel(logging.WARNING)
     root = _root(args)
     if not root.is_dir():
         raise UserError(f"root {root} does not exist or is not a directory")

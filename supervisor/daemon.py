@@ -26,6 +26,7 @@ from typing import Any
 from profiles import gateway_files as gf
 from supervisor import child, contract, identity
 from supervisor import config as config_mod
+from supervisor import conflicts as conflicts_mod
 from supervisor import state as state_mod
 from supervisor.control import MAX_REQUEST, READ_TIMEOUT, decode_request, peer_uid
 from supervisor.identity import Ident
@@ -33,6 +34,11 @@ from supervisor.layout import Layout
 from supervisor.policy import Action, ExitFacts, ExitKind, classify_exit, decide, describe_exit
 
 log = logging.getLogger("hermesd")
+
+
+CONFLICT_HOLDS = ("credential_conflict", "port_conflict")
+# Holds that a change to the profile's files (or hermesd.yaml) may have cured.
+FILE_HOLDS = ("config_error", "spawn_error", *CONFLICT_HOLDS)
 
 
 class AlreadyRunning(RuntimeError):
@@ -58,6 +64,8 @@ class Running:
     then_restart: bool = False
     kill_timer: asyncio.TimerHandle | None = None
     ps: Any = None  # psutil.Process, kept for cpu_percent between status calls
+    spec: str = ""  # digest of what it was started with: files, argv, extra environment
+    claims: tuple[Any, ...] = ()  # the credentials and ports it was started with
 
 
 @dataclass(slots=True)
@@ -74,6 +82,9 @@ class Slot:
     retry_at: float | None = None  # wall clock, for status
     retry_timer: asyncio.TimerHandle | None = None
     foreign_fd: int | None = None  # pidfd of a gateway we did not start that holds the profile
+    claims: tuple[conflicts_mod.Claim, ...] = ()
+    files_digest: str = ""
+    file_error: str | None = None  # malformed .env / config.yaml, naming file and line
 
 
 @dataclass(slots=True)
@@ -100,6 +111,9 @@ class Daemon:
     _done: asyncio.Event | None = field(init=False, default=None)
     _save_pending: bool = field(init=False, default=False)
     _server: asyncio.AbstractServer | None = field(init=False, default=None)
+    _salt: bytes = field(init=False, default=b"")
+    _watcher: Any = field(init=False, default=None)
+    order: list[str] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         self.root = self.root.resolve()
@@ -140,6 +154,7 @@ class Daemon:
         os.chdir("/")  # never pin a mount point or a profile folder that may be deleted
         child.become_subreaper()
         self.boot = identity.boot_id()
+        self._salt = self.layout.salt()
         self.load_config(initial=True)
         loop = self._loop
         loop.add_signal_handler(signal.SIGCHLD, self.handle_sigchld)
@@ -149,11 +164,17 @@ class Daemon:
         self.adopt_existing()
         self.rescan()
         await self.start_control()
+        from supervisor.watch import Watcher
+
+        self._watcher = Watcher(self.root, self.handle_fs_events)
+        self._watcher.follow(s.home for s in self.slots.values())
         self.handle_sigchld()  # anything that died while we were starting
         self.ready = True
         log.info("ready: %s", self.summary())
         self._schedule_housekeeping()
         await self._done.wait()
+        if self._watcher is not None:
+            self._watcher.close()
         if self._server:
             self._server.close()
         self.save_now()
@@ -185,8 +206,12 @@ class Daemon:
 
     # ----------------------------------------------------------------- discovery
 
-    def rescan(self) -> None:
-        """Compare ``profiles_to_serve`` with the slots; add, mark gone, reconcile all."""
+    def rescan(self, *, full: bool = False) -> None:
+        """Compare ``profiles_to_serve`` with the slots; add, mark gone, reconcile all.
+
+        ``full`` re-reads every profile's files too (``hermesd reload``, for file systems where
+        change events never arrive).
+        """
         from profiles.discovery import profiles_to_serve
 
         try:
@@ -195,20 +220,29 @@ class Daemon:
             log.error("cannot list profiles under %s: %s", self.root, exc)
             return
         seen = set()
+        self.order = [name for name, _home in served]
         for name, home in served:
             seen.add(name)
             slot = self.slots.get(name)
-            if slot is None:
-                slot = self.slots[name] = Slot(name, Path(home))
+            if slot is None or not slot.present or slot.home != Path(home):
+                slot = self.slots.get(name) or Slot(name, Path(home))
+                self.slots[name] = slot
+                slot.home = Path(home)
                 log.info("profile %s: found at %s", name, home)
             slot.present = True
+            if full or not slot.files_digest:
+                self.refresh_files(slot)
         for name, slot in self.slots.items():
             if name not in seen and slot.present:
                 slot.present = False
+                slot.claims = ()
                 log.info("profile %s: folder gone", name)
+        self.recheck_holds()
         for slot in list(self.slots.values()):
             self.reconcile(slot)
         self._forget_finished()
+        if self._watcher is not None:
+            self._watcher.follow(s.home for s in self.slots.values() if s.present)
 
     def _forget_finished(self) -> None:
         for name in [n for n, s in self.slots.items() if not s.present and s.run is None]:
@@ -249,11 +283,100 @@ class Daemon:
         """Checks made before every spawn; a reason to hold the profile, or ``None``."""
         if self.command is None:
             return Hold("config_error", self.command_error or "no gateway command")
+        if slot.file_error is not None:
+            return Hold("config_error", slot.file_error)
+        conflict = self.conflict_for(slot)
+        if conflict is not None:
+            return Hold(conflict.reason, conflict.message)
         foreign = gf.live_gateway(slot.home)
         if foreign is not None and foreign.pid not in self.by_pid:
             self._watch_foreign(slot, foreign)
             return Hold("foreign_gateway", f"foreign gateway (PID {foreign.pid}) holds this profile")
         return None
+
+    def conflict_for(self, slot: Slot) -> conflicts_mod.Conflict | None:
+        """Would ``slot`` take a credential or port another active profile claims?
+
+        Profiles held for a conflict do not compete, so a holder that crashes and restarts
+        keeps its token instead of losing it to the profile it was blocking.
+        """
+        contenders = [
+            n for n in self.order
+            if (s := self.slots.get(n)) is not None
+            and (n == slot.name or s.run is not None or s.retry_timer is not None or self.should_run(s))
+        ]
+        running = {n for n in contenders if self.slots[n].run is not None or self.slots[n].retry_timer is not None}
+        claims = {n: self._claims_in_use(self.slots[n]) for n in contenders}
+        found = conflicts_mod.find_conflicts(contenders, claims, running)
+        return found.get(slot.name)
+
+    @staticmethod
+    def _claims_in_use(slot: Slot) -> tuple[conflicts_mod.Claim, ...]:
+        """A running child still uses what it was started with, whatever its files say now."""
+        return slot.run.claims + slot.claims if slot.run is not None else slot.claims
+
+    def recheck_holds(self) -> None:
+        """Release conflict holds whose conflict is gone (clone deleted, token changed)."""
+        for slot in list(self.slots.values()):
+            held = slot.hold is not None and slot.hold.kind in CONFLICT_HOLDS and slot.run is None
+            if held and self.conflict_for(slot) is None:
+                self.release_hold(slot, "conflict resolved")
+
+    def refresh_files(self, slot: Slot) -> bool:
+        """Re-read the profile's .env and config.yaml; True when their effective content changed."""
+        from profiles.credentials import load_config as load_profile_config
+        from profiles.credentials import profile_credentials, profile_ports, read_env_file
+        from profiles.errors import ProfileError
+
+        try:
+            env = read_env_file(slot.home / ".env") if (slot.home / ".env").exists() else {}
+            cfg = load_profile_config(slot.home)
+            claims = [conflicts_mod.Claim("credential", c.platform, c.kind, c.fingerprint)
+                      for c in profile_credentials(slot.home, self._salt)]
+            claims += [conflicts_mod.Claim("port", p.platform, "port", str(p.port)) for p in profile_ports(slot.home)]
+            digest = _digest({"env": env, "config": cfg})
+            error = None
+        except (ProfileError, ValueError, OSError) as exc:
+            claims, digest, error = [], f"error:{exc}", str(exc)
+        changed = digest != slot.files_digest
+        slot.claims, slot.files_digest, slot.file_error = tuple(claims), digest, error
+        if error and changed:
+            log.error("profile %s: %s", slot.name, error)
+        return changed
+
+    def spec_for(self, slot: Slot) -> str:
+        """Digest of everything a spawn of ``slot`` would use; a difference means restart."""
+        return _digest({
+            "files": slot.files_digest,
+            "argv": contract.child_argv(self.command or [], slot.name),
+            "env": self.config.child_environment(slot.name),
+        })
+
+    def handle_fs_events(self, ev: Any) -> None:
+        """Profiles added, removed or edited, or hermesd.yaml changed."""
+        if ev.config:
+            log.info("hermesd.yaml changed")
+            self.load_config()
+        if ev.rescan:
+            self.rescan()
+        for name in sorted(ev.profiles):
+            slot = self.slots.get(name)
+            if slot is not None and slot.present and self.refresh_files(slot):
+                log.info("profile %s: configuration changed", name)
+                if slot.hold is not None and slot.hold.kind in FILE_HOLDS:
+                    slot.hold = None
+        if ev.config or ev.profiles:
+            self.apply_changes()
+
+    def apply_changes(self) -> None:
+        """Restart exactly the running profiles whose spawn spec changed; recheck holds."""
+        for slot in list(self.slots.values()):
+            if slot.run is not None and not slot.run.stop_requested and slot.run.spec != self.spec_for(slot):
+                log.info("profile %s: effective configuration changed; restarting it", slot.name)
+                self.stop(slot, then_restart=True)
+        self.recheck_holds()
+        for slot in list(self.slots.values()):
+            self.reconcile(slot)
 
     def set_hold(self, slot: Slot, hold: Hold) -> None:
         if slot.hold != hold:
@@ -287,7 +410,7 @@ class Daemon:
             self.set_hold(slot, Hold("spawn_error", str(exc)))
             return
         fd = os.pidfd_open(ident.pid)
-        slot.run = Running(ident, fd, True, self.clock(), self.wall())
+        slot.run = Running(ident, fd, True, self.clock(), self.wall(), spec=self.spec_for(slot), claims=slot.claims)
         self.by_pid[ident.pid] = slot
         slot.retry_at = None
         _note(logfile, f"hermesd: started {' '.join(argv)} as PID {ident.pid}")
@@ -374,10 +497,7 @@ class Daemon:
             if run.then_restart:
                 slot.restarts += 1
                 slot.failures = 0
-            self.save_soon()
-            self.reconcile(slot)
-            self._forget_finished()
-            self._maybe_finish_shutdown()
+            self._after_exit(slot)
             return
         decision = decide(kind, failures=slot.failures, uptime=uptime, policy=self.config.restart, rng=self.rng)
         slot.failures = decision.failures
@@ -393,8 +513,12 @@ class Daemon:
             slot.hold = Hold("config_error", f"gateway {what}: {decision.reason}")
         else:
             slot.down = decision.reason
+        self._after_exit(slot)
+
+    def _after_exit(self, slot: Slot) -> None:
         self.save_soon()
         self.reconcile(slot)
+        self.recheck_holds()  # a token this profile held may now be free for a held one
         self._forget_finished()
         self._maybe_finish_shutdown()
 
@@ -427,12 +551,13 @@ class Daemon:
         self.shutdown(keep_children=False)
 
     def handle_reload(self) -> None:
-        log.info("reload: re-reading hermesd.yaml and rescanning profiles")
-        if self.load_config():
-            for slot in self.slots.values():
-                if slot.hold is not None and slot.hold.kind in ("config_error", "spawn_error"):
-                    slot.hold = None
-        self.rescan()
+        log.info("reload: re-reading hermesd.yaml and every profile's files")
+        self.load_config()
+        for slot in self.slots.values():
+            if slot.hold is not None and slot.hold.kind in FILE_HOLDS:
+                slot.hold = None
+        self.rescan(full=True)
+        self.apply_changes()
 
     def shutdown(self, *, keep_children: bool) -> None:
         self.shutting_down = True
@@ -543,6 +668,8 @@ class Daemon:
         slot.home = home
         started_wall = _process_start_wall(main.pid) or self.wall()
         slot.run = Running(main, fd, False, self.clock() - max(0.0, self.wall() - started_wall), started_wall)
+        self.refresh_files(slot)
+        slot.run.spec, slot.run.claims = self.spec_for(slot), slot.claims
         self.by_pid[main.pid] = slot
         assert self._loop is not None
         self._loop.add_reader(fd, self.handle_adopted_exit, name, main)
@@ -813,6 +940,13 @@ def _exit_record(code: int | None, sig: int | None, when: float, kind: ExitKind,
         "reason": reason,
         "description": describe_exit(code, sig),
     }
+
+
+def _digest(obj: object) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _signame(sig: int | None) -> str | int | None:
