@@ -1,0 +1,64 @@
+"""hermesd.yaml: defaults, every section, and errors that name file, line and key."""
+
+import pytest
+
+from supervisor.config import Config, ConfigError, load, parse
+
+
+def test_missing_file_is_defaults(tmp_path):
+    assert load(tmp_path / "hermesd.yaml") == Config()
+
+
+def test_full_file(tmp_path):
+    cfg = parse(
+        """
+command: [/usr/bin/env, hermes]
+restart: {initial_delay: 0.5, max_delay: 30, factor: 3, jitter: 0.2, healthy_after: 10}
+stop_timeout: 5
+logs: {max_bytes: 65536, backups: 2}
+environment: {FOO: bar, DEBUG: true}
+profiles:
+  Coder: {enabled: false, environment: {X: 1}, stop_timeout: 2}
+""",
+        tmp_path / "hermesd.yaml",
+    )
+    assert cfg.command == ("/usr/bin/env", "hermes")
+    assert cfg.restart.max_delay == 30 and cfg.restart.factor == 3
+    assert cfg.stop_timeout == 5 and cfg.log_max_bytes == 65536 and cfg.log_backups == 2
+    assert cfg.for_profile("coder").enabled is False
+    assert cfg.child_environment("coder") == {"FOO": "bar", "DEBUG": "true", "X": "1"}
+    assert cfg.for_profile("other").enabled is True
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "key"),
+    [
+        ("restart:\n  initial_delay: 1\n  bogus: 2\n", 3, "restart.bogus"),
+        ("logs:\n  max_bytes: -1\n", 2, "logs.max_bytes"),
+        ("unknown: 1\n", 1, "unknown"),
+        ("profiles:\n  coder:\n    enabled: maybe\n", 3, "profiles.coder.enabled"),
+        ("environment:\n  TELEGRAM_BOT_TOKEN: x\n", 2, "environment.TELEGRAM_BOT_TOKEN"),
+        ("environment:\n  HERMES_HOME: /x\n", 2, "environment.HERMES_HOME"),
+        ("restart:\n  jitter: 1.5\n", 2, "restart.jitter"),
+        ("command: []\n", 1, "command"),
+    ],
+)
+def test_errors_name_file_line_and_key(tmp_path, text, line, key):
+    path = tmp_path / "hermesd.yaml"
+    with pytest.raises(ConfigError) as err:
+        parse(text, path)
+    msg = str(err.value)
+    assert msg.startswith(f"{path}:{line}: {key}:"), msg
+
+
+def test_invalid_yaml_names_line(tmp_path):
+    path = tmp_path / "hermesd.yaml"
+    path.write_text("restart:\n  initial_delay: [1,\n")
+    with pytest.raises(ConfigError, match=rf"{path}:\d+: invalid YAML"):
+        load(path)
+
+
+def test_credential_value_not_echoed(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        parse("environment:\n  DISCORD_BOT_TOKEN: supersecretvalue\n", tmp_path / "h.yaml")
+    assert "supersecretvalue" not in str(err.value)

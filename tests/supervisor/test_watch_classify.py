@@ -1,0 +1,31 @@
+"""Which file events matter: pure classification of changed paths."""
+
+from pathlib import Path
+
+from supervisor.watch import classify, watched_dirs
+
+ROOT = Path("/r")
+
+
+def test_profile_files_and_folders():
+    ev = classify(ROOT, ["/r/profiles/coder/.env", "/r/config.yaml", "/r/profiles/x/profile.yaml"])
+    assert ev.profiles == {"coder", "default", "x"} and not ev.rescan and not ev.config
+    assert classify(ROOT, ["/r/profiles/new"]).rescan
+    assert classify(ROOT, ["/r/profiles"]).rescan
+    assert classify(ROOT, ["/r/hermesd.yaml"]).config
+
+
+def test_noise_is_ignored():
+    noise = [
+        "/r/gateway_state.json", "/r/gateway.pid", "/r/gateway.lock", "/r/state.db-wal", "/r/logs/gateway.log",
+        "/r/.hermesd/state.json", "/r/.hermesd/logs/coder.log", "/r/profiles/coder/gateway_state.json",
+        "/r/profiles/coder/state/gateway.heartbeat", "/r/profiles/coder/sessions/x.json",
+        "/r/profiles/coder/logs/config.yaml",  # a file named like a config, but not at a profile's top
+    ]
+    assert not classify(ROOT, noise)
+
+
+def test_watched_dirs(tmp_path):
+    (tmp_path / "profiles" / "a").mkdir(parents=True)
+    dirs = watched_dirs(tmp_path, [tmp_path, tmp_path / "profiles" / "a", tmp_path / "profiles" / "gone"])
+    assert dirs == sorted([tmp_path, tmp_path / "profiles", tmp_path / "profiles" / "a"])
