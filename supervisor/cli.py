@@ -152,13 +152,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    from profiles.gateway_files import proc_start_time
+
+    return proc_start_time(pid) is not None  # a zombie (exited, unreaped) counts as gone
 
 
 def cmd_restart(args: argparse.Namespace) -> int:

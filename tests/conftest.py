@@ -1,0 +1,31 @@
+"""Shared fixtures: a temporary root with a running hermesd that is always cleaned up."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness import Hermesd, make_root, write_config
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    r = make_root(tmp_path)
+    write_config(r)
+    return r
+
+
+@pytest.fixture
+def hermesd_factory(tmp_path: Path) -> Iterator:
+    made: list[Hermesd] = []
+
+    def make(root: Path, env: dict[str, str] | None = None, start: bool = True) -> Hermesd:
+        d = Hermesd(root, env)
+        made.append(d)
+        return d.start() if start else d
+
+    yield make
+    for d in reversed(made):
+        d.close()

@@ -1,0 +1,182 @@
+"""Running a real hermesd daemon against a temporary root, for integration tests.
+
+Everything is a real process: the daemon is ``python -m supervisor run``, its children are the
+fake gateway (or the real one), and every wait is a deadline with polling. ``close()`` stops the
+daemon, then SIGKILLs by PID anything still carrying the root's tag, so no test leaks a process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from supervisor import control, identity
+from supervisor.layout import Layout
+from tests.fakegw import fake_gateway_command
+
+T = TypeVar("T")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def wait_for(pred: Callable[[], T], timeout: float = 10.0, interval: float = 0.02, what: str = "condition") -> T:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = pred()
+        except (control.DaemonNotRunning, FileNotFoundError, ConnectionError):
+            last = None
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+        time.sleep(interval)
+
+
+def make_root(tmp: Path, names: tuple[str, ...] = ("coder", "writer")) -> Path:
+    root = tmp / "root"
+    (root / "profiles").mkdir(parents=True)
+    for name in names:
+        (root / "profiles" / name).mkdir()
+    return root
+
+
+def write_config(root: Path, *, command: list[str] | None = None, **extra: Any) -> None:
+    """hermesd.yaml for tests: the fake gateway, fast restarts, short stop timeout."""
+    import yaml
+
+    cfg: dict[str, Any] = {
+        "command": command or fake_gateway_command(),
+        "restart": {"initial_delay": 0.2, "max_delay": 2.0, "healthy_after": 3.0, "jitter": 0.0},
+        "stop_timeout": 5,
+    }
+    cfg.update(extra)
+    (root / "hermesd.yaml").write_text(yaml.safe_dump(cfg))
+
+
+class Hermesd:
+    """One daemon process for ``root``."""
+
+    def __init__(self, root: Path, env: dict[str, str] | None = None) -> None:
+        self.root = root.resolve()
+        self.layout = Layout(self.root)
+        home = self.root.parent / "home"
+        home.mkdir(exist_ok=True)
+        self.env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(home),
+            "LANG": "C.UTF-8",
+            "PYTHONPATH": str(REPO),
+            **(env or {}),
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = self.root.parent / "hermesd-test.log"
+
+    # -- process
+    def start(self, wait_ready: bool = True) -> Hermesd:
+        logf = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "supervisor", "run", "--root", str(self.root)],
+            stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, env=self.env, cwd=str(REPO),
+            start_new_session=True,
+        )
+        logf.close()
+        if wait_ready:
+            wait_for(lambda: self.ping().get("ready"), 15, what=f"hermesd ready; log:\n{self.log_text()}")
+        return self
+
+    def log_text(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-4000:]
+        except FileNotFoundError:
+            return ""
+
+    def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "supervisor", *args, "--root", str(self.root)] if args and args[0] != "profile"
+            else [sys.executable, "-m", "supervisor", *args],
+            capture_output=True, text=True, env=self.env, cwd=str(REPO), timeout=timeout,
+        )
+
+    def request(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return control.request(self.layout.socket, payload)
+
+    def ping(self) -> dict[str, Any]:
+        try:
+            return self.request({"cmd": "ping"})
+        except (control.DaemonNotRunning, OSError):
+            return {}
+
+    def status(self) -> dict[str, Any]:
+        return self.request({"cmd": "status"})["status"]
+
+    def row(self, name: str) -> dict[str, Any]:
+        for r in self.status()["profiles"]:
+            if r["name"] == name:
+                return r
+        raise KeyError(name)
+
+    def wait_state(self, name: str, state: str, timeout: float = 10.0) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            rows = {r["name"]: r for r in self.status()["profiles"]}
+            r = rows.get(name)  # a new profile may not be known yet
+            return r if r is not None and r["state"] == state else None
+
+        return wait_for(check, timeout, what=f"{name} {state}")
+
+    def wait_running(self, *names: str, timeout: float = 10.0) -> dict[str, int]:
+        pids = {}
+        for n in names:
+            r = self.wait_state(n, "running", timeout)
+            pids[n] = r["pid"]
+        return pids
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def shutdown(self, timeout: float = 30.0) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        with contextlib.suppress(control.DaemonNotRunning, control.ControlError, OSError):
+            self.request({"cmd": "shutdown"})
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            return None
+
+    def close(self) -> list[int]:
+        """Stop the daemon and kill every leftover tagged process; return the leftovers' PIDs."""
+        self.shutdown()
+        return kill_tagged(self.root)
+
+
+def tagged_pids(root: Path) -> list[int]:
+    return [pid for pid, _name, _env in identity.find_tagged(root.resolve())]
+
+
+def kill_tagged(root: Path) -> list[int]:
+    leftovers = tagged_pids(root)
+    for pid in leftovers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return leftovers
+
+
+def pid_alive(pid: int) -> bool:
+    return identity.proc_start_time(pid) is not None
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())

@@ -1,0 +1,267 @@
+"""The daemon against fake gateways: real processes, signals, files and sockets."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+
+import pytest
+
+from profiles import gateway_files as gf
+from supervisor import identity
+from tests.fakegw import fake_gateway_command, parse_env_report, read_spawned, write_behaviour
+from tests.harness import pid_alive, tagged_pids, wait_for, write_config
+
+
+def homes(root):
+    return {"default": root, "coder": root / "profiles" / "coder", "writer": root / "profiles" / "writer"}
+
+
+def test_one_child_per_profile_with_contract_env(root, hermesd_factory):
+    h = homes(root)
+    for home in h.values():
+        write_behaviour(home, print_env=["HERMES_HOME", "HERMES_S6_SUPERVISED_CHILD", "HERMES_GATEWAY_MAX_STARTS",
+                                         "GATEWAY_MULTIPLEX_PROFILES", "TELEGRAM_BOT_TOKEN", "HOME"])
+    d = hermesd_factory(root, env={"TELEGRAM_BOT_TOKEN": "111:inherited-secret"})
+    pids = d.wait_running("default", "coder", "writer")
+    assert len(set(pids.values())) == 3
+    for name, home in h.items():
+        rec = gf.read_pid_record(home)
+        assert rec is not None and rec.pid == pids[name], name
+        argv = identity.proc_cmdline(rec.pid)  # upstream strips -p from its own sys.argv, not /proc
+        assert argv[-3:] == ["gateway", "run", "--external-supervisor"]
+        assert (argv[-5:-3] == ["-p", name]) == (name != "default")
+        assert "--replace" not in argv
+        report = parse_env_report(d.layout.child_log(name).read_text())
+        assert report["HERMES_HOME"] == str(home)
+        assert report["HERMES_S6_SUPERVISED_CHILD"] == "1"
+        assert report["HERMES_GATEWAY_MAX_STARTS"] == "0"
+        assert report["GATEWAY_MULTIPLEX_PROFILES"] == "false"
+        assert report["TELEGRAM_BOT_TOKEN"] is None  # scrubbed from hermesd's environment
+        assert report["HOME"] == d.env["HOME"]
+        # own session: pid == sid
+        assert os.getsid(pids[name]) == pids[name]
+    assert "inherited-secret" not in d.log_text()
+
+
+def test_kill_one_child_restarts_it_alone(root, hermesd_factory):
+    d = hermesd_factory(root)
+    before = d.wait_running("default", "coder", "writer")
+    os.kill(before["coder"], signal.SIGKILL)
+    row = wait_for(lambda: (r := d.row("coder"))["pid"] not in (None, before["coder"]) and r, what="coder respawn")
+    assert row["restarts"] == 1
+    assert row["last_exit"]["signal"] == "SIGKILL"
+    after = d.wait_running("default", "coder", "writer")
+    assert after["default"] == before["default"] and after["writer"] == before["writer"]
+    assert not pid_alive(before["coder"])
+
+
+def test_restart_and_stop_one_profile(root, hermesd_factory):
+    d = hermesd_factory(root)
+    before = d.wait_running("default", "coder", "writer")
+    out = d.cli("restart", "coder")
+    assert out.returncode == 0, out.stderr
+    after = wait_for(lambda: (r := d.row("coder"))["state"] == "running" and r["pid"] != before["coder"] and r)
+    assert d.row("writer")["pid"] == before["writer"] and d.row("default")["pid"] == before["default"]
+    assert after["last_exit"]["kind"] == "planned"
+    assert d.cli("stop", "coder").returncode == 0
+    row = d.wait_state("coder", "stopped")
+    assert row["reason"] == "stopped by operator"
+    assert not pid_alive(after["pid"])
+    # status exit code says "not everything that should run is running"? coder should not run now.
+    assert d.cli("status").returncode == 0
+    assert d.cli("start", "coder").returncode == 0
+    d.wait_running("coder")
+
+
+def test_exit_codes_75_and_78(root, hermesd_factory):
+    h = homes(root)
+    write_behaviour(h["writer"], exit_at_start=78)
+    d = hermesd_factory(root)
+    row = d.wait_state("writer", "held")
+    assert row["hold"]["kind"] == "config_error"
+    assert "78" in row["reason"]
+    assert d.cli("status").returncode == 1
+    pid = d.wait_running("coder")["coder"]
+    os.kill(pid, signal.SIGUSR1)  # drain, then exit 75: restart at once, no penalty
+    row = wait_for(lambda: (r := d.row("coder"))["state"] == "running" and r["pid"] != pid and r)
+    assert row["last_exit"]["code"] == 75 and row["last_exit"]["kind"] == "restart_requested"
+    # fixing the held profile's files releases it (live reconfiguration)
+    write_behaviour(h["writer"])
+    (h["writer"] / "config.yaml").write_text("model: {}\n")
+    d.wait_running("writer", timeout=10)
+
+
+def test_outside_planned_stop_is_not_restarted(root, hermesd_factory):
+    d = hermesd_factory(root)
+    pid = d.wait_running("coder")["coder"]
+    # what `hermes gateway stop` does: marker + SIGTERM
+    gf.write_planned_stop_marker(homes(root)["coder"], pid, gf.proc_start_time(pid))
+    os.kill(pid, signal.SIGTERM)
+    row = d.wait_state("coder", "stopped")
+    assert "outside hermesd" in row["reason"]
+    assert row["last_exit"]["code"] == 0
+
+
+def test_crash_loop_backs_off_and_says_when(root, hermesd_factory):
+    write_behaviour(homes(root)["coder"], exit_at_start=1, write_counter=True)
+    d = hermesd_factory(root)
+    row = wait_for(lambda: (r := d.row("coder"))["state"] == "backoff" and r["restarts"] >= 3 and r, timeout=15)
+    assert row["next_retry_at"] and row["next_retry_at"] > time.time() - 1
+    assert row["reason"]
+    text = d.cli("status").stdout
+    assert "retry at" in text
+
+
+def test_stubborn_child_and_escaped_grandchildren_are_killed(root, hermesd_factory):
+    write_config(root, stop_timeout=1)
+    coder = homes(root)["coder"]
+    write_behaviour(coder, ignore_sigterm=True, grandchildren=3, grandchildren_setsid=True)
+    d = hermesd_factory(root)
+    d.wait_running("coder")
+    spawned = wait_for(lambda: len(read_spawned(coder)) >= 3 and read_spawned(coder))
+    assert d.cli("stop", "coder").returncode == 0
+    d.wait_state("coder", "stopped", timeout=10)
+    for g in spawned:
+        wait_for(lambda g=g: not pid_alive(g["pid"]) or gf.proc_start_time(g["pid"]) != g["start_time"],
+                 what=f"grandchild {g['pid']} gone")
+    assert d.row("coder")["last_exit"]["signal"] == "SIGKILL"
+
+
+def test_full_stop_leaves_nothing_running(root, hermesd_factory):
+    d = hermesd_factory(root)
+    d.wait_running("default", "coder", "writer")
+    assert d.cli("stop").returncode == 0
+    assert d.proc.wait(10) == 0
+    assert tagged_pids(root) == []
+    for home in homes(root).values():
+        assert gf.read_gateway_state(home)["gateway_state"] == "stopped"
+    assert not d.layout.socket.exists() and not d.layout.pidfile.exists()
+
+
+def test_adoption_after_sigkill(root, hermesd_factory):
+    d = hermesd_factory(root)
+    before = d.wait_running("default", "coder", "writer")
+    os.kill(before["writer"], signal.SIGKILL)
+    wait_for(lambda: d.row("writer")["restarts"] == 1 and d.row("writer")["state"] == "running")
+    before = d.wait_running("default", "coder", "writer")
+    d.kill9()
+    assert all(pid_alive(p) for p in before.values())  # children survive hermesd's death
+    d2 = hermesd_factory(root)
+    after = d2.wait_running("default", "coder", "writer")
+    assert after == before
+    assert all(d2.row(n)["adopted"] for n in before)
+    assert d2.row("writer")["restarts"] == 1  # history carried over
+    assert sorted(tagged_pids(root)) == sorted(before.values())  # no duplicate
+    # an adopted child's death is still noticed and classified
+    os.kill(before["coder"], signal.SIGKILL)
+    row = wait_for(lambda: (r := d2.row("coder"))["state"] == "running" and r["pid"] != before["coder"] and r)
+    assert row["restarts"] == 1
+
+
+def test_second_daemon_refuses(root, hermesd_factory):
+    d = hermesd_factory(root)
+    out = d.cli("run")
+    assert out.returncode != 0
+    assert f"PID {d.proc.pid}" in out.stderr
+    assert d.ping()["pid"] == d.proc.pid
+
+
+def test_foreign_gateway_is_held_then_taken_over(root, hermesd_factory):
+    import subprocess
+    import sys
+
+    coder = homes(root)["coder"]
+    env = {**os.environ, "HERMES_HOME": str(coder)}
+    env.pop("HERMESD_ROOT", None)
+    foreign = subprocess.Popen([*fake_gateway_command(), "-p", "coder", "gateway", "run"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: gf.live_gateway(coder))
+        d = hermesd_factory(root)
+        row = d.wait_state("coder", "held")
+        assert row["hold"]["kind"] == "foreign_gateway" and str(foreign.pid) in row["reason"]
+        foreign.send_signal(signal.SIGINT)
+        foreign.wait(10)
+        d.wait_running("coder")
+    finally:
+        if foreign.poll() is None:
+            foreign.kill()
+            foreign.wait()
+    assert sys.executable
+
+
+def test_control_socket_rejects_junk_and_survives(root, hermesd_factory):
+    d = hermesd_factory(root)
+    path = str(d.layout.socket)
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+
+    def raw(data: bytes, shut: bool = True) -> dict:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.connect(path)
+        s.sendall(data)
+        if shut:
+            s.shutdown(socket.SHUT_WR)
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+        s.close()
+        return json.loads(reply)
+
+    assert "malformed" in raw(b"\x00\xff garbage\n")["error"]
+    assert "malformed" in raw(b"[1,2]\n")["error"]
+    assert "unknown request" in raw(b'{"cmd": "exec", "argv": ["rm"]}\n')["error"]
+    assert "too large" in raw(b'{"cmd": "' + b"x" * (200 * 1024) + b'"}\n')["error"]
+    assert "profile" in raw(b'{"cmd": "stop"}\n')["error"]
+    assert "no such profile" in raw(b'{"cmd": "stop", "profile": "nope"}\n')["error"]
+    assert "newline" in raw(b'{"cmd": "ping"}')["error"]
+    assert d.ping()["ready"]
+    assert len(d.status()["profiles"]) == 3
+
+
+def test_status_offline_and_exit_codes(root, hermesd_factory):
+    d = hermesd_factory(root)
+    d.wait_running("default", "coder", "writer")
+    out = d.cli("status", "--json")
+    doc = json.loads(out.stdout)
+    assert out.returncode == 0
+    assert doc["supervisor"]["running"] is True
+    keys = {"name", "home", "state", "reason", "pid", "uptime_s", "restarts", "last_exit", "next_retry_at",
+            "gateway_state", "platforms", "heartbeat_age_s", "rss_bytes", "cpu_percent"}
+    for row in doc["profiles"]:
+        assert keys <= set(row)
+        assert row["gateway_state"] == "running" and row["rss_bytes"] > 0
+    d.shutdown()
+    out = d.cli("status", "--json")
+    doc = json.loads(out.stdout)
+    assert out.returncode == 3
+    assert doc["supervisor"]["running"] is False
+    assert {r["state"] for r in doc["profiles"]} == {"stopped"}
+    assert "NOT RUNNING" in d.cli("status").stdout
+
+
+def test_status_shows_lock_conflict_from_gateway_state(root, hermesd_factory):
+    write_behaviour(homes(root)["coder"], platforms={
+        "telegram": {"state": "retrying", "error_code": "telegram-bot-token_lock",
+                     "error_message": "token already in use by PID 4242"}})
+    d = hermesd_factory(root)
+    d.wait_running("coder")
+    row = wait_for(lambda: d.row("coder")["lock_conflicts"] and d.row("coder"))
+    assert row["lock_conflicts"][0]["platform"] == "telegram"
+    assert "already in use" in d.cli("status").stdout
+
+
+@pytest.mark.parametrize("junk", [b"", b"garbage", b'{"pid": "x"}', b"99999999", b'{"pid": 1, "start_time": 5}'])
+def test_junk_pid_files_do_not_disturb(root, hermesd_factory, junk):
+    (homes(root)["coder"] / "gateway.pid").write_bytes(junk)
+    (homes(root)["writer"] / "gateway_state.json").write_bytes(junk)
+    (root / ".hermesd").mkdir(exist_ok=True)
+    (root / ".hermesd" / "state.json").write_bytes(junk)
+    d = hermesd_factory(root)
+    d.wait_running("default", "coder", "writer")
+    if junk == b'{"pid": 1, "start_time": 5}':
+        assert pid_alive(1)  # PID 1 named with a wrong start time was never signalled

@@ -1,0 +1,125 @@
+"""Live reconfiguration and conflicts, end to end with fake gateways and watchfiles."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from tests.fakegw import write_behaviour
+from tests.harness import wait_for, write_config
+
+TOKEN_A = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
+TOKEN_B = "987654321:BBHdqTcvCH1vGWJxfSeofSAs0K5PALDsbx"
+
+
+def test_clone_with_same_token_is_held_and_released_by_fixing_env(root, hermesd_factory):
+    coder = root / "profiles" / "coder"
+    writer = root / "profiles" / "writer"
+    (coder / ".env").write_text(f"TELEGRAM_BOT_TOKEN={TOKEN_A}\n")
+    (writer / ".env").write_text(f"TELEGRAM_BOT_TOKEN={TOKEN_A}\n")
+    d = hermesd_factory(root)
+    d.wait_running("coder")
+    row = d.wait_state("writer", "held")
+    assert row["hold"]["kind"] == "credential_conflict"
+    for word in ("telegram", "telegram-bot-token", "coder", "fingerprint"):
+        assert word in row["reason"]
+    status_text = d.cli("status").stdout + d.cli("status", "--json").stdout + d.log_text()
+    assert TOKEN_A not in status_text and TOKEN_A.split(":")[1] not in status_text
+    coder_pid = d.row("coder")["pid"]
+    (writer / ".env").write_text(f"TELEGRAM_BOT_TOKEN={TOKEN_B}\n")
+    d.wait_running("writer", timeout=5)
+    assert d.row("coder")["pid"] == coder_pid
+
+
+def test_running_holder_keeps_token_when_a_clone_appears(root, hermesd_factory):
+    (root / "profiles" / "coder" / ".env").write_text(f"TELEGRAM_BOT_TOKEN={TOKEN_A}\n")
+    d = hermesd_factory(root)
+    coder_pid = d.wait_running("coder")["coder"]
+    clone = root / "profiles" / "alpha"  # sorts before coder, but coder is already running
+    clone.mkdir()
+    (clone / ".env").write_text(f"TELEGRAM_BOT_TOKEN={TOKEN_A}\n")
+    row = d.wait_state("alpha", "held", timeout=5)
+    assert "'coder'" in row["reason"] and "running" in row["reason"]
+    assert d.row("coder")["pid"] == coder_pid
+    # deleting the clone's folder releases nothing wrongly and leaves coder alone
+    (clone / ".env").unlink()
+    clone.rmdir()
+    wait_for(lambda: "alpha" not in {r["name"] for r in d.status()["profiles"]}, 5)
+    assert d.row("coder")["pid"] == coder_pid
+
+
+def test_port_conflict(root, hermesd_factory):
+    for name in ("coder", "writer"):
+        (root / "profiles" / name / ".env").write_text("API_SERVER_ENABLED=true\nAPI_SERVER_KEY=k\n")
+    d = hermesd_factory(root)
+    d.wait_running("coder")
+    row = d.wait_state("writer", "held")
+    assert row["hold"]["kind"] == "port_conflict" and "8642" in row["reason"]
+
+
+def test_new_folder_starts_within_two_seconds_and_removal_stops(root, hermesd_factory):
+    d = hermesd_factory(root)
+    d.wait_running("default", "coder", "writer")
+    t0 = time.monotonic()
+    (root / "profiles" / "fresh").mkdir()
+    d.wait_running("fresh", timeout=5)
+    assert time.monotonic() - t0 < 2.0
+    pid = d.row("fresh")["pid"]
+    import shutil
+
+    shutil.rmtree(root / "profiles" / "fresh")
+    wait_for(lambda: "fresh" not in {r["name"] for r in d.status()["profiles"]}, 10)
+    wait_for(lambda: not __import__("tests.harness").harness.pid_alive(pid), 10)
+
+
+def test_edit_env_restarts_that_profile_only_and_noise_restarts_nothing(root, hermesd_factory):
+    d = hermesd_factory(root)
+    before = d.wait_running("default", "coder", "writer")
+    coder = root / "profiles" / "coder"
+    # noise: logs, state, pid-like files, databases, hermesd's own files
+    (coder / "logs").mkdir(exist_ok=True)
+    (coder / "logs" / "gateway.log").write_text("x\n")
+    (coder / "gateway_state.json").write_text(json.dumps({"noise": True}))
+    (coder / "state.db").write_bytes(b"x")
+    (root / ".hermesd" / "noise").write_text("x")
+    (coder / "config.yaml").write_text("# a comment only\n")  # no effective change: empty config
+    (coder / ".env").write_text("# nothing\n")  # parsed .env is still empty
+    time.sleep(1.0)  # let the debounced watcher see the burst; nothing may restart
+    assert {n: d.row(n)["pid"] for n in before} == before
+    (coder / ".env").write_text("SOME_SETTING=1\n")
+    wait_for(lambda: d.row("coder")["pid"] not in (None, before["coder"]), 5, what="coder restarted")
+    d.wait_running("coder")
+    assert d.row("writer")["pid"] == before["writer"] and d.row("default")["pid"] == before["default"]
+
+
+def test_hermesd_yaml_change_restarts_only_affected(root, hermesd_factory):
+    d = hermesd_factory(root)
+    before = d.wait_running("default", "coder", "writer")
+    write_config(root, profiles={"writer": {"environment": {"FOO": "1"}}, "coder": {"enabled": False}})
+    d.wait_state("coder", "stopped")
+    assert d.row("coder")["reason"] == "disabled in hermesd.yaml"
+    wait_for(lambda: d.row("writer")["pid"] not in (None, before["writer"]), 5)
+    assert d.row("default")["pid"] == before["default"]
+    # a broken hermesd.yaml keeps the last good config and says so
+    (root / "hermesd.yaml").write_text("restart: [\n")
+    wait_for(lambda: d.status()["supervisor"]["config_problem"], 5)
+    assert "hermesd.yaml" in d.status()["supervisor"]["config_problem"]
+    assert d.row("coder")["state"] == "stopped"
+
+
+def test_malformed_profile_yaml_holds_only_that_profile(root, hermesd_factory):
+    (root / "profiles" / "coder" / "config.yaml").write_text("platforms: [unclosed\n")
+    d = hermesd_factory(root)
+    d.wait_running("default", "writer")
+    row = d.wait_state("coder", "held")
+    assert row["hold"]["kind"] == "config_error" and "config.yaml" in row["reason"]
+    (root / "profiles" / "coder" / "config.yaml").write_text("platforms: {}\n")
+    d.wait_running("coder", timeout=5)
+
+
+def test_reload_rescans(root, hermesd_factory):
+    d = hermesd_factory(root)
+    d.wait_running("coder")
+    write_behaviour(root / "profiles" / "writer")
+    assert d.cli("reload").returncode == 0
+    assert d.ping()["ready"]

@@ -1,0 +1,71 @@
+"""hermesd supervising the real ``hermes gateway run`` from hermes-agent (offline, no platform).
+
+Slow (each gateway takes about a second to start and 84 MiB of memory), but this is the proof
+that the contract hermesd follows is the one upstream implements.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from profiles import gateway_files as gf
+from tests.harness import pid_alive, tagged_pids, wait_for, write_config
+
+pytestmark = [pytest.mark.slow, pytest.mark.real_gateway]
+
+HERMES = Path(sys.executable).parent / "hermes"
+
+
+@pytest.fixture
+def real_root(root: Path) -> Path:
+    if not HERMES.exists():
+        pytest.fail(f"hermes-agent is a test dependency but {HERMES} is missing: install '.[test]'")
+    write_config(root, command=[str(HERMES)], stop_timeout=60)
+    return root
+
+
+def test_real_gateways_end_to_end(real_root, hermesd_factory):
+    root = real_root
+    homes = {"default": root, "coder": root / "profiles" / "coder", "writer": root / "profiles" / "writer"}
+    d = hermesd_factory(root)
+    pids = d.wait_running(*homes, timeout=60)
+    assert len(set(pids.values())) == 3
+    for name, home in homes.items():
+        rec = wait_for(lambda home=home: gf.read_pid_record(home), 30)
+        assert rec.pid == pids[name] and rec.start_time == gf.proc_start_time(rec.pid)
+        assert gf.read_gateway_state(home)["gateway_state"] == "running"
+    # the sticky active profile must not turn the default child into another profile
+    (root / "active_profile").write_text("coder\n")
+
+    # SIGKILL one child: it alone comes back
+    os.kill(pids["coder"], signal.SIGKILL)
+    row = wait_for(lambda: (r := d.row("coder"))["state"] == "running" and r["pid"] != pids["coder"] and r, 60)
+    assert d.row("writer")["pid"] == pids["writer"] and d.row("default")["pid"] == pids["default"]
+    pids["coder"] = row["pid"]
+
+    # hermesd restart writer: only writer's PID changes
+    assert d.cli("restart", "writer").returncode == 0
+    row = wait_for(lambda: (r := d.row("writer"))["state"] == "running" and r["pid"] != pids["writer"] and r, 60)
+    assert row["last_exit"]["code"] == 0  # planned stop: marker + SIGTERM → clean exit
+    assert d.row("coder")["pid"] == pids["coder"] and d.row("default")["pid"] == pids["default"]
+    pids["writer"] = row["pid"]
+    assert gf.read_pid_record(homes["default"]).argv[-3:] == ("gateway", "run", "--external-supervisor")
+
+    # SIGKILL hermesd, start a new one: every child adopted, none duplicated
+    d.kill9()
+    assert all(pid_alive(p) for p in pids.values())
+    d2 = hermesd_factory(root)
+    assert d2.wait_running(*homes, timeout=30) == pids
+    assert sorted(p for p in tagged_pids(root) if p in pids.values()) == sorted(pids.values())
+
+    # hermesd stop: no gateway left, every state file "stopped"
+    assert d2.cli("stop", timeout=180).returncode == 0
+    assert d2.proc.wait(30) == 0
+    wait_for(lambda: not tagged_pids(root), 10, what="no tagged process left")
+    for home in homes.values():
+        assert gf.read_gateway_state(home)["gateway_state"] == "stopped"
