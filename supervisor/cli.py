@@ -164,7 +164,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def _status_document(args: argparse.Namespace) -> dict[str, Any]:
     from supervisor import status
 
     up = _daemon_up(args)
@@ -177,11 +177,43 @@ def cmd_status(args: argparse.Namespace) -> int:
         if unknown:
             raise UserError(f"no such profile: {', '.join(sorted(unknown))}")
         doc["profiles"] = [r for r in doc["profiles"] if r["name"] in wanted]
+    return doc
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from supervisor import status
+
+    if args.watch:
+        return _watch_status(args)
+    doc = _status_document(args)
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True))
     else:
-        print(status.render(doc))
+        print(status.render(doc, color=_use_color(sys.stdout)))
     return status.exit_code(doc)
+
+
+def _use_color(stream: Any) -> bool:
+    return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+def _watch_status(args: argparse.Namespace) -> int:
+    """Redraw the table in place until interrupted; on a pipe, print one snapshot per interval."""
+    from supervisor import status
+
+    tty = sys.stdout.isatty()
+    try:
+        while True:
+            doc = _status_document(args)
+            text = json.dumps(doc, sort_keys=True) if args.json else status.render(doc, color=_use_color(sys.stdout))
+            if tty:
+                sys.stdout.write("\x1b[H\x1b[2J" + text + f"\n\n(every {args.interval:g}s; Ctrl-C to quit)\n")
+            else:
+                sys.stdout.write(text + "\n\n")
+            sys.stdout.flush()
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
@@ -267,6 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
             "hermesd status --json")
     p.add_argument("profiles", nargs="*", metavar="PROFILE")
     p.add_argument("--json", action="store_true", help="one JSON document")
+    p.add_argument("--watch", action="store_true", help="redraw live until interrupted (plain when piped)")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between redraws with --watch")
 
     p = add("logs", cmd_logs, "show a profile's gateway output (no profile: the daemon's own log)",
             "hermesd logs coder -f -n 100")

@@ -142,8 +142,14 @@ def _mb(n: int | None) -> str:
     return "-" if n is None else f"{n / 1048576:.0f}M"
 
 
-def render(doc: dict[str, Any], now: float | None = None) -> str:
-    """A table, then one line per problem (why a profile is down, lock conflicts)."""
+_COLORS = {"running": "32", "starting": "36", "stopping": "36", "backoff": "33", "held": "31", "stopped": "90"}
+
+
+def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False) -> str:
+    """A table, then one line per problem (why a profile is down, lock conflicts).
+
+    ``color`` adds ANSI colours to the state column only (callers honour NO_COLOR and pipes).
+    """
     now = time.time() if now is None else now
     sup = doc["supervisor"]
     head = (
@@ -181,8 +187,11 @@ def render(doc: dict[str, Any], now: float | None = None) -> str:
             why = c["message"] or c["error_code"]
             notes.append(f"  {r['name']}: {c['platform']} blocked by another gateway: {why}")
     widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
-    for row in table:
-        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    for n, row in enumerate(table):
+        cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=True)]
+        if color and n > 0 and row[1] in _COLORS:
+            cells[1] = f"\x1b[{_COLORS[row[1]]}m{cells[1]}\x1b[0m"
+        lines.append("  ".join(cells).rstrip())
     if notes:
         lines.append("")
         lines.extend(notes)

@@ -1,0 +1,154 @@
+"""The command line as a user drives it: background start, logs, watch, keep-children upgrades."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+
+from supervisor import logs
+from tests.harness import REPO, Hermesd, kill_tagged, pid_alive, tagged_pids, wait_for
+
+
+def test_background_start_status_logs_stop(root):
+    d = Hermesd(root)
+    try:
+        out = d.cli("start")
+        assert out.returncode == 0, out.stderr
+        assert "started" in out.stdout
+        up = d.ping()
+        assert up["ready"]
+        d.wait_running("default", "coder", "writer")
+        again = d.cli("start")
+        assert again.returncode == 0 and "already running" in again.stdout
+        log = d.cli("logs", "coder", "-n", "5")
+        assert log.returncode == 0 and "hermesd: started" in log.stdout
+        assert d.cli("logs").returncode == 0  # the daemon's own log
+        assert d.cli("stop").returncode == 0
+        wait_for(lambda: not pid_alive(up["pid"]), 10)
+        assert tagged_pids(root) == []
+    finally:
+        d.cli("stop")
+        kill_tagged(root)
+
+
+def test_keep_children_then_adopt(root, hermesd_factory):
+    d = hermesd_factory(root)
+    before = d.wait_running("default", "coder", "writer")
+    out = d.cli("stop", "--keep-children")
+    assert out.returncode == 0 and "left running" in out.stdout
+    assert d.proc.wait(10) == 0
+    assert all(pid_alive(p) for p in before.values())
+    d2 = hermesd_factory(root)
+    assert d2.wait_running("default", "coder", "writer") == before
+
+
+def test_status_watch_plain_when_piped(root, hermesd_factory):
+    d = hermesd_factory(root)
+    d.wait_running("coder")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "supervisor", "status", "--watch", "--interval", "0.1", "--root", str(root)],
+        stdout=subprocess.PIPE, env=d.env, cwd=str(REPO),
+    )
+    chunks: list[bytes] = []
+
+    def two_snapshots() -> bool:
+        if select.select([proc.stdout], [], [], 0.1)[0]:
+            chunks.append(os.read(proc.stdout.fileno(), 65536))
+        return b"".join(chunks).count(b"PROFILE") >= 2
+
+    try:
+        wait_for(two_snapshots, 10)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=10)
+    assert proc.returncode == 0
+    assert b"\x1b[" not in b"".join(chunks) + rest
+
+
+def _pty_output(args: list[str], env: dict[str, str], until: bytes) -> bytes:
+    pid, fd = pty.fork()
+    if pid == 0:  # child: exec the CLI on the pty
+        os.chdir(REPO)
+        os.execve(sys.executable, [sys.executable, "-m", "supervisor", *args], env)
+    out = b""
+    try:
+        def more() -> bool:
+            nonlocal out
+            if select.select([fd], [], [], 0.1)[0]:
+                try:
+                    out += os.read(fd, 65536)
+                except OSError:
+                    return True
+            return out.count(until) >= 2
+        wait_for(more, 10)
+    finally:
+        os.kill(pid, signal.SIGINT)
+        os.waitpid(pid, 0)
+        os.close(fd)
+    return out
+
+
+def test_status_watch_redraws_on_a_terminal_and_honours_no_color(root, hermesd_factory):
+    d = hermesd_factory(root)
+    d.wait_running("default", "coder", "writer")
+    args = ["status", "--watch", "--interval", "0.1", "--root", str(root)]
+    colored = _pty_output(args, {**d.env, "TERM": "xterm"}, b"PROFILE")
+    assert b"\x1b[H\x1b[2J" in colored and b"\x1b[32m" in colored
+    plain = _pty_output(args, {**d.env, "TERM": "xterm", "NO_COLOR": "1"}, b"PROFILE")
+    assert b"\x1b[H\x1b[2J" in plain and b"\x1b[32m" not in plain
+
+
+def test_logs_follow_across_rotation(tmp_path):
+    path = tmp_path / "p.log"
+    path.write_text("old-1\n")
+    out_file = tmp_path / "out.txt"
+    code = (
+        "import sys, pathlib; from supervisor import logs\n"
+        f"logs.follow(pathlib.Path({str(path)!r}), open({str(out_file)!r}, 'w'), interval=0.02)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=str(REPO))
+    try:
+        wait_for(lambda: out_file.exists(), 5)
+        with path.open("a") as fh:
+            fh.write("before-rotation\n")
+        wait_for(lambda: "before-rotation" in out_file.read_text(), 5)
+        with path.open("a") as fh:
+            fh.write("x" * 5000 + "\nlast-before\n")
+        assert logs.rotate_if_needed(path, 4096, 2)
+        with path.open("a") as fh:
+            fh.write("after-rotation\n")
+        wait_for(lambda: "after-rotation" in out_file.read_text(), 5)
+        text = out_file.read_text()
+        assert "last-before" in text and "old-1" not in text
+        assert text.index("last-before") < text.index("after-rotation")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_rotation_keeps_n_backups(tmp_path):
+    path = tmp_path / "c.log"
+    for i in range(5):
+        path.write_text(f"gen{i}\n" + "y" * 5000)
+        assert logs.rotate_if_needed(path, 4096, 3)
+        assert path.stat().st_size == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.log", "c.log.1", "c.log.2", "c.log.3"]
+    assert (tmp_path / "c.log.1").read_text().startswith("gen4")
+    assert (tmp_path / "c.log.3").read_text().startswith("gen2")
+    assert oct((tmp_path / "c.log.1").stat().st_mode & 0o777) == "0o600"
+    assert logs.tail_lines(tmp_path / "c.log.1", 1) == [b"y" * 5000]
+
+
+def test_errors_are_one_line(tmp_path):
+    d = Hermesd(tmp_path)
+    for args in (["restart", "coder"], ["logs", "nope"]):
+        out = d.cli(*args)
+        assert out.returncode == 2
+        assert out.stderr.startswith("hermesd: error: ") and out.stderr.count("\n") == 1, out.stderr
+        assert "Traceback" not in out.stderr
+    out = d.cli("status")
+    assert out.returncode == 3 and "NOT RUNNING" in out.stdout
