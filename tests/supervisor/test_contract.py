@@ -1,0 +1,97 @@
+"""The child contract and process identity, checked against real files and processes."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from supervisor import contract, identity
+from supervisor.identity import Ident
+
+
+def test_argv_named_and_default():
+    assert contract.child_argv(["hermes"], "coder") == ["hermes", "-p", "coder", "gateway", "run",
+                                                         "--external-supervisor"]
+    assert contract.child_argv(["/x/python", "-m", "hermes_cli.main"], "default") == [
+        "/x/python", "-m", "hermes_cli.main", "gateway", "run", "--external-supervisor"]
+
+
+def test_env_scrubs_credentials_and_sets_contract(tmp_path):
+    base = {"PATH": "/bin", "HOME": "/h", "XDG_STATE_HOME": "/s", "HERMES_GATEWAY_LOCK_DIR": "/l",
+            "TELEGRAM_BOT_TOKEN": "secret", "DISCORD_BOT_TOKEN": "secret", "SLACK_APP_TOKEN": "x",
+            "HERMES_HOME": "/wrong", "GATEWAY_MULTIPLEX_PROFILES": "true", "OPENAI_API_KEY": "model-key"}
+    env = contract.child_env(base, root=tmp_path, profile="coder", home=tmp_path / "profiles" / "coder",
+                             extra={"FOO": "1"})
+    assert env["HERMES_HOME"] == str(tmp_path / "profiles" / "coder")
+    assert env["HERMES_S6_SUPERVISED_CHILD"] == "1" and env["HERMES_GATEWAY_MAX_STARTS"] == "0"
+    assert env["GATEWAY_MULTIPLEX_PROFILES"] == "false" and env["HERMES_DISABLE_LAZY_INSTALLS"] == "1"
+    assert env["HOME"] == "/h" and env["XDG_STATE_HOME"] == "/s" and env["HERMES_GATEWAY_LOCK_DIR"] == "/l"
+    assert "TELEGRAM_BOT_TOKEN" not in env and "DISCORD_BOT_TOKEN" not in env and "SLACK_APP_TOKEN" not in env
+    assert env["FOO"] == "1" and env["OPENAI_API_KEY"] == "model-key"
+    assert env[contract.TAG_ROOT] == str(tmp_path) and env[contract.TAG_PROFILE] == "coder"
+
+
+def test_stop_timeout_follows_drain(tmp_path):
+    assert contract.stop_timeout(0) == 60 and contract.stop_timeout(100) == 130
+    assert contract.profile_drain_seconds(tmp_path) == 0
+    (tmp_path / "config.yaml").write_text("agent:\n  restart_drain_timeout: 45\n")
+    assert contract.profile_drain_seconds(tmp_path) == 45
+    (tmp_path / "config.yaml").write_text("agent: [broken\n")
+    assert contract.profile_drain_seconds(tmp_path) == 0
+
+
+def _exe(path: Path) -> Path:
+    path.write_text("#!/bin/sh\nexit 0\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+def test_gateway_command_resolution(tmp_path, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    hermes = _exe(bindir / "hermes")
+    assert contract.resolve_gateway_command(None, str(bindir)) == [str(hermes)]
+    assert contract.resolve_gateway_command(["hermes", "--x"], str(bindir)) == [str(hermes), "--x"]
+    with pytest.raises(contract.GatewayCommandError, match="'nothere'"):
+        contract.resolve_gateway_command(["nothere"], str(bindir))
+    # not on PATH: this interpreter's hermes_cli (hermes-agent is a test dependency)
+    assert contract.resolve_gateway_command(None, str(tmp_path / "empty")) == [sys.executable, "-m", "hermes_cli.main"]
+    monkeypatch.setattr(contract.importlib.util, "find_spec", lambda name: None)  # hermes-agent absent
+    with pytest.raises(contract.GatewayCommandError, match="cannot find the hermes command"):
+        contract.resolve_gateway_command(None, str(tmp_path / "empty"))
+
+
+def test_identity_verification_rejects_impostors(tmp_path):
+    home = tmp_path / "profiles" / "p"
+    env = {**os.environ, "HERMES_HOME": str(home), contract.TAG_ROOT: str(tmp_path), contract.TAG_PROFILE: "p"}
+    code = "import time; time.sleep(60)"
+    good = subprocess.Popen([sys.executable, "-c", code, "gateway", "run", "--external-supervisor"], env=env)
+    plain = subprocess.Popen([sys.executable, "-c", code], env=env)
+    try:
+        start = identity.proc_start_time(good.pid)
+        assert start is not None
+        me = Ident(good.pid, start)
+        assert identity.verify(me, home=home, root=tmp_path, profile="p")
+        assert not identity.verify(Ident(good.pid, start + 1), home=home, root=tmp_path, profile="p")  # recycled PID
+        assert not identity.verify(me, home=tmp_path, root=tmp_path, profile="p")  # other HERMES_HOME
+        assert not identity.verify(me, home=home, root=tmp_path, profile="q")
+        plain_ident = Ident(plain.pid, identity.proc_start_time(plain.pid))
+        assert not identity.verify(plain_ident, home=home, root=tmp_path, profile="p")  # not a gateway cmdline
+        assert {p for p, _n, _e in identity.find_tagged(tmp_path)} == {good.pid, plain.pid}
+        fd = identity.open_pidfd(me)
+        assert fd is not None
+        assert identity.open_pidfd(Ident(good.pid, start + 1)) is None
+        good.kill()
+        good.wait()
+        assert identity.send_signal(fd, 9) is False  # gone: nothing else can receive it
+        os.close(fd)
+        assert identity.proc_start_time(good.pid) is None
+    finally:
+        for p in (good, plain):
+            p.kill()
+            p.wait()
