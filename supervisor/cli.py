@@ -312,7 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("reload", cmd_reload, "re-read hermesd.yaml and rescan the profiles folder", "hermesd reload")
 
     from profiles.cli import register as register_profile
+    from supervisor.doctor import register as register_doctor
 
+    register_doctor(sub)
     register_profile(sub, stop_gateway=_stop_gateway_for_profile_cli)
     return parser
 

@@ -67,7 +67,15 @@ def parse(text: str, path: Path) -> Config:
         raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from None
     if node is None:
         return Config()
-    return _Reader(path).config(node)
+    try:
+        return _Reader(path).config(node)
+    except ConfigError:
+        raise
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
+        # A tag PyYAML refuses, an impossible date: still the user's file, so still a ConfigError.
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}{where}: invalid value: {getattr(exc, 'problem', None) or exc}") from None
 
 
 class _Reader:
@@ -188,9 +196,15 @@ class _Reader:
         from profiles.names import normalize_name
 
         out: dict[str, ProfileSettings] = {}
+        from profiles.errors import ProfileError
+        from profiles.names import validate_profile_name
+
         for raw_name, vnode in self.mapping(node, "profiles", None).items():
             key = f"profiles.{raw_name}"
-            name = normalize_name(raw_name)
+            try:
+                name = validate_profile_name(normalize_name(raw_name))
+            except ProfileError as exc:
+                raise self.fail(vnode, key, f"not a valid profile name: {exc}") from None
             body = self.mapping(vnode, key, {"enabled", "environment", "stop_timeout"})
             out[name] = ProfileSettings(
                 enabled=self.boolean(body["enabled"], f"{key}.enabled") if "enabled" in body else True,

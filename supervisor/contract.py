@@ -91,6 +91,26 @@ def forbidden_extra_env(name: str) -> str | None:
     return None
 
 
+_TRUTHY = {"1", "true", "yes", "on"}
+_FALSY = {"0", "false", "no", "off", ""}
+
+
+def _canon(value: str) -> str:
+    v = value.strip().lower()
+    return "true" if v in _TRUTHY else "false" if v in _FALSY else v
+
+
+def env_file_overrides(profile_env: Mapping[str, str]) -> list[str]:
+    """Contract variables a profile's ``.env`` would override in the child.
+
+    Upstream loads ``.env`` with override, so ``GATEWAY_MULTIPLEX_PROFILES=true`` there beats
+    hermesd's ``false`` and that child would serve every profile, polling their tokens twice.
+    """
+    return sorted(
+        k for k, v in FIXED_ENV.items() if k in profile_env and _canon(profile_env[k]) != _canon(v)
+    )
+
+
 def stop_timeout(drain_seconds: float) -> float:
     """Upstream's own service stop timeout: ``max(60, drain + 30)`` seconds."""
     return max(60.0, drain_seconds + 30.0)

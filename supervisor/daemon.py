@@ -38,7 +38,7 @@ log = logging.getLogger("hermesd")
 
 CONFLICT_HOLDS = ("credential_conflict", "port_conflict")
 # Holds that a change to the profile's files (or hermesd.yaml) may have cured.
-FILE_HOLDS = ("config_error", "spawn_error", *CONFLICT_HOLDS)
+FILE_HOLDS = ("config_error", "command_error", "spawn_error", *CONFLICT_HOLDS)
 
 
 class AlreadyRunning(RuntimeError):
@@ -189,8 +189,9 @@ class Daemon:
         except config_mod.ConfigError as exc:
             self.config_problem = str(exc)
             log.error("%s%s", exc, "" if initial else " (keeping the previous configuration)")
-            if initial:
+            if initial:  # no good configuration yet: start nothing rather than guess
                 self.config = config_mod.Config()
+                self.command, self.command_error = None, f"no valid hermesd.yaml yet: {exc}"
             return False
         self.config = cfg
         self.config_problem = None
@@ -282,7 +283,7 @@ class Daemon:
     def admission(self, slot: Slot) -> Hold | None:
         """Checks made before every spawn; a reason to hold the profile, or ``None``."""
         if self.command is None:
-            return Hold("config_error", self.command_error or "no gateway command")
+            return Hold("command_error", self.command_error or "no gateway command")
         if slot.file_error is not None:
             return Hold("config_error", slot.file_error)
         conflict = self.conflict_for(slot)
@@ -324,22 +325,22 @@ class Daemon:
 
     def refresh_files(self, slot: Slot) -> bool:
         """Re-read the profile's .env and config.yaml; True when their effective content changed."""
-        from profiles.credentials import load_config as load_profile_config
-        from profiles.credentials import profile_credentials, profile_ports, read_env_file
         from profiles.errors import ProfileError
+        from supervisor.claims import read_profile_files
 
         try:
-            env = read_env_file(slot.home / ".env") if (slot.home / ".env").exists() else {}
-            cfg = load_profile_config(slot.home)
-            claims = [conflicts_mod.Claim("credential", c.platform, c.kind, c.fingerprint)
-                      for c in profile_credentials(slot.home, self._salt)]
-            claims += [conflicts_mod.Claim("port", p.platform, "port", str(p.port)) for p in profile_ports(slot.home)]
-            digest = _digest({"env": env, "config": cfg})
-            error = None
+            files = read_profile_files(slot.home, self._salt)
+            claims, digest, error = files.claims, _digest({"env": files.env, "config": files.config}), None
+            overrides = contract.env_file_overrides(files.env)
+            if overrides:
+                error = (
+                    f"{slot.home / '.env'} sets {', '.join(overrides)}, overriding what hermesd gives every "
+                    "child (Hermes loads .env with override); remove it from the profile's .env"
+                )
         except (ProfileError, ValueError, OSError) as exc:
-            claims, digest, error = [], f"error:{exc}", str(exc)
+            claims, digest, error = (), f"error:{exc}", str(exc)
         changed = digest != slot.files_digest
-        slot.claims, slot.files_digest, slot.file_error = tuple(claims), digest, error
+        slot.claims, slot.files_digest, slot.file_error = claims, digest, error
         if error and changed:
             log.error("profile %s: %s", slot.name, error)
         return changed
@@ -356,7 +357,10 @@ class Daemon:
         """Profiles added, removed or edited, or hermesd.yaml changed."""
         if ev.config:
             log.info("hermesd.yaml changed")
-            self.load_config()
+            if self.load_config():
+                for slot in self.slots.values():  # admission re-derives whatever still applies
+                    if slot.hold is not None and slot.hold.kind in FILE_HOLDS:
+                        slot.hold = None
         if ev.rescan:
             self.rescan()
         for name in sorted(ev.profiles):

@@ -62,3 +62,18 @@ def test_credential_value_not_echoed(tmp_path):
     with pytest.raises(ConfigError) as err:
         parse("environment:\n  DISCORD_BOT_TOKEN: supersecretvalue\n", tmp_path / "h.yaml")
     assert "supersecretvalue" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'profiles:\n  "": {enabled: false}\n',
+        "profiles:\n  Bad Name: {enabled: false}\n",
+        "stop_timeout: !!python/name:os.system\n",
+        "stop_timeout: 2001-13-45\n",
+    ],
+)
+def test_hostile_values_are_config_errors(tmp_path, text):
+    path = tmp_path / "hermesd.yaml"
+    with pytest.raises(ConfigError, match=str(path)):
+        parse(text, path)

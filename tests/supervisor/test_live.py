@@ -123,3 +123,25 @@ def test_reload_rescans(root, hermesd_factory):
     write_behaviour(root / "profiles" / "writer")
     assert d.cli("reload").returncode == 0
     assert d.ping()["ready"]
+
+
+def test_env_overriding_the_contract_is_held(root, hermesd_factory):
+    (root / ".env").write_text("GATEWAY_MULTIPLEX_PROFILES=true\n")
+    d = hermesd_factory(root)
+    d.wait_running("coder", "writer")
+    row = d.wait_state("default", "held")
+    assert "GATEWAY_MULTIPLEX_PROFILES" in row["reason"]
+    (root / ".env").write_text("GATEWAY_MULTIPLEX_PROFILES=false\n")  # same as hermesd's: fine
+    d.wait_running("default", timeout=5)
+
+
+def test_invalid_hermesd_yaml_at_start_holds_everything_until_fixed(root, hermesd_factory):
+    good = (root / "hermesd.yaml").read_text()
+    (root / "hermesd.yaml").write_text(good + "bogus_key: 1\n")
+    d = hermesd_factory(root)
+    row = d.wait_state("coder", "held")
+    assert row["hold"]["kind"] == "command_error" and "bogus_key" in row["reason"]
+    assert "bogus_key" in d.status()["supervisor"]["config_problem"]
+    (root / "hermesd.yaml").write_text(good)
+    d.wait_running("default", "coder", "writer", timeout=5)
+    assert d.status()["supervisor"]["config_problem"] is None

@@ -1,5 +1,6 @@
 """Exit classification and backoff: pure functions, no sleeping, seeded randomness."""
 
+import itertools
 import random
 import signal
 
@@ -69,7 +70,7 @@ def test_crash_loop_backs_off_to_cap_and_healthy_run_resets():
     assert 0.9 <= delays[1] <= 1.1
     assert 1.8 <= delays[2] <= 2.2
     assert 3.6 <= delays[3] <= 4.4
-    assert all(b >= a * 0.8 for a, b in zip(delays[1:], delays[2:], strict=False))
+    assert all(b >= a * 0.8 for a, b in itertools.pairwise(delays[1:]))
     assert max(delays) <= P.max_delay
     assert delays[-1] >= P.max_delay * 0.9  # reached the cap
     healthy = decide(ExitKind.CRASH, failures=failures, uptime=P.healthy_after, policy=P, rng=rng)
