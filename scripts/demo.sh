@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip >/dev/null
-.venv/bin/pip install -q -e '.[hermes]'
+.venv/bin/pip install -q '.[hermes]'
 hermesd=(.venv/bin/hermesd)
 
 rm -rf sandbox
