@@ -50,10 +50,9 @@ def classify_exit(f: ExitFacts) -> ExitKind:
         return ExitKind.CONFIG_ERROR
     if f.signal is not None:
         return ExitKind.CRASH
-    if f.code == 0:
-        return ExitKind.EXTERNAL_STOP
-    if f.code is None and f.gateway_state == "stopped":
-        # Adopted child that wrote "stopped" on its way out without a restart request.
+    if f.code in (0, None) and f.gateway_state == "stopped":
+        # A clean, planned stop by someone else (``hermes gateway stop``). Exit 0 alone is not
+        # enough: upstream also exits 0, leaving "running", on a bare SIGTERM during start-up.
         return ExitKind.EXTERNAL_STOP
     return ExitKind.CRASH
 

@@ -29,6 +29,9 @@ P = RestartPolicy()
         (ExitFacts(78, None, False), ExitKind.CONFIG_ERROR),
         (ExitFacts(1, None, False, gateway_state="startup_failed"), ExitKind.CONFIG_ERROR),
         (ExitFacts(0, None, False, gateway_state="stopped"), ExitKind.EXTERNAL_STOP),
+        # upstream exits 0 on a bare SIGTERM during start-up, leaving "running": not a planned stop
+        (ExitFacts(0, None, False, gateway_state="running"), ExitKind.CRASH),
+        (ExitFacts(0, None, False), ExitKind.CRASH),
         (ExitFacts(0, None, True), ExitKind.PLANNED),
         (ExitFacts(1, None, True), ExitKind.PLANNED),
         (ExitFacts(None, signal.SIGKILL, True), ExitKind.PLANNED),
