@@ -312,9 +312,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("reload", cmd_reload, "re-read hermesd.yaml and rescan the profiles folder", "hermesd reload")
 
     from profiles.cli import register as register_profile
-    from supervisor.doctor import register as register_doctor
+    from supervisor import completion, doctor, export, probe, service
 
-    register_doctor(sub)
+    doctor.register(sub)
+    probe.register(sub)
+    export.register(sub)  # also the hidden `_planned-stop` helper (systemd ExecStop, Kubernetes preStop)
+    service.register(sub)
+    completion.register(sub)
     register_profile(sub, stop_gateway=_stop_gateway_for_profile_cli)
     return parser
 

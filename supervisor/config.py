@@ -43,6 +43,17 @@ class Config:
     def child_environment(self, name: str) -> dict[str, str]:
         return {**self.environment, **self.for_profile(name).environment}
 
+    def stop_timeout_for(self, name: str, home: Path) -> float:
+        """Seconds from SIGTERM to SIGKILL: the profile's setting, the global one, or upstream's rule."""
+        from supervisor import contract
+
+        own = self.for_profile(name).stop_timeout
+        if own is not None:
+            return own
+        if self.stop_timeout is not None:
+            return self.stop_timeout
+        return contract.stop_timeout(contract.profile_drain_seconds(home))
+
 
 def load(path: Path) -> Config:
     """Parse ``path``; a missing file means all defaults."""

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from supervisor.notify import SERVICE_MANAGER_VARIABLES
+
 # Tags hermesd puts in every child's environment. They are inherited by anything the gateway
 # spawns (even a setsid'd restarter), which is how hermesd finds its processes again after its
 # own crash and how it finds descendants that escaped the process group.
@@ -37,7 +39,8 @@ PLATFORM_PREFIXES = (
     "BLUEBUBBLES_", "WECOM_", "DINGTALK_", "MSGRAPH_", "HASS_", "API_SERVER_", "WEBHOOK_",
 )
 # Process-identity variables that must come from hermesd, never from its own environment.
-_DROPPED = {"HERMES_HOME", "HERMES_PROFILE", TAG_ROOT, TAG_PROFILE}
+# Also hermesd's own service-manager channel: a child must not notify (or feed the watchdog) for it.
+_DROPPED = {"HERMES_HOME", "HERMES_PROFILE", TAG_ROOT, TAG_PROFILE, *SERVICE_MANAGER_VARIABLES}
 
 
 class GatewayCommandError(RuntimeError):

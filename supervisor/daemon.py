@@ -114,10 +114,14 @@ class Daemon:
     _salt: bytes = field(init=False, default=b"")
     _watcher: Any = field(init=False, default=None)
     order: list[str] = field(init=False, default_factory=list)
+    notifier: Any = field(init=False, default=None)
 
     def __post_init__(self) -> None:
+        from supervisor.notify import Notifier
+
         self.root = self.root.resolve()
         self.layout = Layout(self.root)
+        self.notifier = Notifier.from_env(self.env)  # a no-op without NOTIFY_SOCKET
 
     # ----------------------------------------------------------------- lifetime
 
@@ -171,8 +175,11 @@ class Daemon:
         self.handle_sigchld()  # anything that died while we were starting
         self.ready = True
         log.info("ready: %s", self.summary())
+        self.notifier.ready(self.summary())
+        cancel_watchdog = self.notifier.schedule_watchdog(loop)
         self._schedule_housekeeping()
         await self._done.wait()
+        cancel_watchdog()
         if self._watcher is not None:
             self._watcher.close()
         if self._server:
@@ -435,19 +442,11 @@ class Daemon:
             with contextlib.suppress(OSError):
                 gf.write_planned_stop_marker(slot.home, run.ident.pid, run.ident.start_time)
             identity.send_signal(run.pidfd, signal.SIGTERM)
-        timeout = self.stop_timeout(slot)
+        timeout = self.config.stop_timeout_for(slot.name, slot.home)
         log.info("profile %s: stopping PID %d (timeout %.0fs)", slot.name, run.ident.pid, timeout)
         assert self._loop is not None
         run.kill_timer = self._loop.call_later(timeout, self.handle_stop_timeout, slot.name, run.ident)
         self.save_soon()
-
-    def stop_timeout(self, slot: Slot) -> float:
-        own = self.config.for_profile(slot.name).stop_timeout
-        if own is not None:
-            return own
-        if self.config.stop_timeout is not None:
-            return self.config.stop_timeout
-        return contract.stop_timeout(contract.profile_drain_seconds(slot.home))
 
     # ----------------------------------------------------------------- events
 
@@ -564,6 +563,7 @@ class Daemon:
         self.apply_changes()
 
     def shutdown(self, *, keep_children: bool) -> None:
+        self.notifier.stopping("leaving the gateways running" if keep_children else "stopping every gateway")
         self.shutting_down = True
         self.keep_children = keep_children
         if keep_children:
@@ -743,6 +743,8 @@ class Daemon:
                 )
             except OSError as exc:
                 log.error("profile %s: log rotation failed: %s", slot.name, exc)
+        if self.ready:
+            self.notifier.status(self.summary())  # starting → running changes no saved state
         if not self.shutting_down:
             self._schedule_housekeeping()
 
@@ -756,6 +758,8 @@ class Daemon:
 
     def save_now(self) -> None:
         self._save_pending = False
+        if self.ready:
+            self.notifier.status(self.summary())  # repeats are dropped by the notifier
         records = {}
         for name, slot in self.slots.items():
             rec: dict[str, Any] = {

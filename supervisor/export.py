@@ -1,0 +1,446 @@
+"""``hermesd export systemd|compose|kubernetes``: the profile tree as another engine's native objects.
+
+For people who would rather let systemd, Docker Compose or Kubernetes supervise the gateways:
+one object per profile of ``profiles_to_serve(True, root)`` (minus profiles disabled in
+hermesd.yaml), each carrying exactly the contract hermesd gives its own children, taken from
+``supervisor.contract`` and never restated here:
+
+* argv from ``contract.child_argv`` (``hermes [-p NAME] gateway run --external-supervisor``);
+* environment ``contract.FIXED_ENV`` + ``HERMES_HOME`` + hermesd.yaml's ``environment`` (the
+  same extra variables hermesd gives that child). Not the ``HERMESD_*`` tags: a hermesd started
+  later on the same root must see these gateways as foreign, not adopt and kill them;
+* SIGTERM preceded by upstream's planned-stop marker (``hermesd _planned-stop``, a hidden helper
+  defined here, run as systemd's ``ExecStop`` and Kubernetes' ``preStop``), and a SIGKILL deadline
+  of the same stop timeout hermesd would use (hermesd.yaml ``stop_timeout``, else
+  ``contract.stop_timeout(contract.profile_drain_seconds(home))``);
+* restart on 75 and never on 78 where the engine can say so (systemd can; Compose and a
+  Deployment restart on any exit).
+
+The export never reads a credential value into its output: ``.env`` files are only parsed, by
+the daemon's own reader (``supervisor.claims.read_profile_files``), to refuse what the daemon
+would hold: a malformed file, a ``.env`` that overrides the contract variables, or two profiles
+sharing a bot token or a TCP port (``conflicts.all_conflicts``; the refusal names platform,
+credential kind, salted fingerprint and profiles). Kubernetes gets credentials from a
+Secret per profile (``envFrom``) that the operator creates from the ``.env`` file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMATS = ("systemd", "compose", "kubernetes")
+DEFAULT_IMAGE = "hermes-agent:latest"
+CONTAINER_ROOT = "/opt/hermes"  # where a profile tree lives inside a container
+UNIT_PREFIX = "hermes-gw-"
+RESTART_EXIT = 75  # upstream: "restart me now"
+FATAL_CONFIG_EXIT = 78  # upstream: "do not restart until the configuration changes"
+
+
+class ExportError(ValueError):
+    """The tree cannot be exported as it is (conflict, malformed file); the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Gateway:
+    """One profile's gateway, as every engine needs it."""
+
+    name: str
+    home: Path
+    stop_timeout: float
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    has_env_file: bool = False
+
+    @property
+    def stop_seconds(self) -> int:
+        return math.ceil(self.stop_timeout)
+
+
+# --------------------------------------------------------------------------- shared with the daemon
+
+
+def collect(root: Path) -> list[Gateway]:
+    """Every gateway to export, after the daemon's own admission checks (files parse, no conflict)."""
+    from profiles.discovery import profiles_to_serve
+    from profiles.errors import ProfileError
+    from supervisor import config as config_mod
+    from supervisor import contract
+    from supervisor.claims import read_profile_files
+    from supervisor.conflicts import all_conflicts
+    from supervisor.layout import Layout
+
+    layout = Layout(root)
+    try:
+        cfg = config_mod.load(layout.config)
+    except config_mod.ConfigError as exc:
+        raise ExportError(str(exc)) from None
+    # The root's salt when hermesd has made one, so fingerprints match what hermesd reports; an
+    # export never writes into the tree it reads, so otherwise a throwaway salt.
+    salt = layout.salt() if layout.salt_file.exists() else os.urandom(16)
+    gateways: list[Gateway] = []
+    claims: dict[str, tuple[Any, ...]] = {}
+    problems: list[str] = []
+    for name, home in profiles_to_serve(True, root=root):
+        home = Path(home)
+        if not cfg.for_profile(name).enabled:
+            print(f"hermesd export: profile {name!r} skipped: disabled in {layout.config}", file=sys.stderr)
+            continue
+        try:
+            files = read_profile_files(home, salt)
+        except (ProfileError, ValueError, OSError) as exc:
+            problems.append(f"profile {name!r}: {exc}")
+            continue
+        overrides = contract.env_file_overrides(files.env)
+        if overrides:  # the daemon holds such a profile: its .env would undo the child contract
+            problems.append(f"profile {name!r}: {home / '.env'} sets {', '.join(overrides)}, overriding the "
+                            "child contract (Hermes loads .env with override); remove it from the .env")
+            continue
+        claims[name] = files.claims
+        gateways.append(Gateway(name, home, cfg.stop_timeout_for(name, home), cfg.child_environment(name),
+                                (home / ".env").is_file()))
+    for claim, names in all_conflicts([g.name for g in gateways], claims):
+        kind = "credential" if claim.kind == "credential" else "port"
+        problems.append(f"{kind} conflict: {claim.describe()} is configured in profiles "
+                        + ", ".join(repr(n) for n in names))
+    if problems:
+        raise ExportError("cannot export; hermesd itself would hold these profiles:\n  " + "\n  ".join(problems))
+    return gateways
+
+
+def _environment(gw: Gateway, home: str) -> dict[str, str]:
+    from supervisor import contract
+
+    return {"HERMES_HOME": home, **contract.FIXED_ENV, **gw.extra_env}
+
+
+def _container_home(gw: Gateway) -> str:
+    return CONTAINER_ROOT if gw.name == "default" else f"{CONTAINER_ROOT}/profiles/{gw.name}"
+
+
+def _argv(command: Sequence[str], gw: Gateway) -> list[str]:
+    from supervisor import contract
+
+    return contract.child_argv(list(command), gw.name)
+
+
+# --------------------------------------------------------------------------- systemd
+
+
+def render_systemd(gateways: Sequence[Gateway], *, root: Path, gateway_command: Sequence[str],
+                   hermesd: Sequence[str]) -> dict[str, str]:
+    """``{unit file name: text}``: one ``hermes-gw-<profile>.service`` user unit per profile."""
+    from supervisor.service import _env_line, systemd_quote
+
+    out = {}
+    for gw in gateways:
+        unit = f"{UNIT_PREFIX}{gw.name}.service"
+        exec_start = " ".join(systemd_quote(a) for a in _argv(gateway_command, gw))
+        exec_stop = " ".join(systemd_quote(a) for a in [*hermesd, "_planned-stop", str(gw.home)])
+        env = _environment(gw, str(gw.home))
+        lines = [
+            f"# Exported by 'hermesd export systemd' from {root}: the gateway of profile {gw.name!r}, with the",
+            "# same argv, environment and stop sequence hermesd gives its own child. Do not also run hermesd",
+            "# on this root: it would find this gateway running and hold the profile as foreign.",
+            f"# Install: cp {unit} ~/.config/systemd/user/ && systemctl --user daemon-reload &&"
+            f" systemctl --user enable --now {unit}",
+            "",
+            "[Unit]",
+            f"Description=Hermes Agent gateway, profile {gw.name}",
+            "After=network-online.target",
+            "Wants=network-online.target",
+            "",
+            "[Service]",
+            "Type=simple",
+            f"WorkingDirectory={systemd_quote(str(gw.home))}",
+            *(_env_line(k, v) for k, v in env.items()),
+            f"ExecStart={exec_start}",
+            "# Upstream's planned-stop marker first, so the SIGTERM that follows is a planned stop (exit 0,",
+            "# state 'stopped') rather than an unexpected one (exit 1). '-': a gateway already gone is fine.",
+            f"ExecStop=-{exec_stop}",
+            "# SIGTERM to the gateway, SIGKILL to whatever is left of its cgroup after the stop timeout:",
+            "# max(60, agent.restart_drain_timeout + 30) s, or stop_timeout from hermesd.yaml.",
+            "KillMode=mixed",
+            "KillSignal=SIGTERM",
+            f"TimeoutStopSec={gw.stop_seconds}",
+            "# 75: restart requested (/restart, hermes update, SIGUSR1); 78: fatal configuration, wait for a fix.",
+            "Restart=on-failure",
+            "RestartSec=5",
+            f"RestartForceExitStatus={RESTART_EXIT}",
+            f"RestartPreventExitStatus={FATAL_CONFIG_EXIT}",
+            "",
+            "[Install]",
+            "WantedBy=default.target",
+        ]
+        out[unit] = "\n".join(lines) + "\n"
+    return out
+
+
+# --------------------------------------------------------------------------- compose
+
+
+def render_compose(gateways: Sequence[Gateway], *, root: Path, image: str) -> str:
+    """One Compose file, one service per profile, each profile folder bind-mounted as its HERMES_HOME."""
+    import yaml
+
+    services: dict[str, Any] = {}
+    for gw in gateways:
+        home = _container_home(gw)
+        svc: dict[str, Any] = {
+            "image": image,
+            "command": _argv(["hermes"], gw),
+            "environment": _environment(gw, home),
+            "volumes": [{"type": "bind", "source": str(gw.home), "target": home}],
+        }
+        hidden = [f"{home}/{d}" for d in ("profiles", ".hermesd") if gw.name == "default" and (gw.home / d).is_dir()]
+        if hidden:
+            svc["tmpfs"] = hidden
+        svc.update({
+            "init": True,
+            "restart": "unless-stopped",
+            "stop_signal": "SIGTERM",
+            "stop_grace_period": f"{gw.stop_seconds}s",
+            "healthcheck": {
+                "test": ["CMD", "hermesd", "probe", gw.name, "--live", "--root", CONTAINER_ROOT],
+                "interval": "30s",
+                "timeout": "10s",
+                "retries": 3,
+                "start_period": "300s",
+            },
+        })
+        services[f"{UNIT_PREFIX}{gw.name}"] = svc
+    header = [
+        f"# Exported by 'hermesd export compose' from {root}: one service per profile, with the argv and",
+        "# environment hermesd gives its own children. Do not also run hermesd on this root.",
+        f"# The image ({image}) must provide 'hermes' (hermes-agent) and 'hermesd' (hermesd-supervisor, for",
+        "# the health check) on PATH; pass --image to name yours. Each profile folder is bind-mounted as",
+        "# that gateway's HERMES_HOME, so the image's user needs read-write access to it; the default",
+        "# profile's container gets empty tmpfs over profiles/ and .hermesd/, so it cannot read the other",
+        "# profiles' .env files. The gateway loads its own .env from there: no credential is in this file.",
+        "# Compose cannot stop a container with a planned-stop marker: 'docker compose stop' sends a plain",
+        "# SIGTERM, which upstream drains like any stop but reports as exit 1 with state 'running'.",
+        f"# Compose restarts on any exit, including {FATAL_CONFIG_EXIT} (fatal configuration): watch"
+        " 'docker compose ps'.",
+    ]
+    body = yaml.safe_dump({"services": services}, sort_keys=False, default_flow_style=False, width=1000)
+    return "\n".join(header) + "\n" + body
+
+
+# --------------------------------------------------------------------------- kubernetes
+
+
+def k8s_name(profile: str) -> str:
+    """A DNS-1123 name for the profile's objects, unique per profile.
+
+    Profile names may contain ``_`` or end in ``-``, which Kubernetes names may not; such names
+    (and long ones) get a short hash so ``a_b`` and ``a-b`` never collide.
+    """
+    clean = profile.replace("_", "-")
+    name = f"{UNIT_PREFIX}{clean}"
+    if clean == profile and not clean.endswith("-") and len(name) <= 52:
+        return name
+    digest = hashlib.sha256(profile.encode()).hexdigest()[:6]
+    return f"{UNIT_PREFIX}{clean[:35].rstrip('-')}-{digest}"
+
+
+def render_kubernetes(gateways: Sequence[Gateway], *, image: str, storage: str) -> dict[str, list[dict[str, Any]]]:
+    """``{profile: [PersistentVolumeClaim, Deployment]}``."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for gw in gateways:
+        name = k8s_name(gw.name)
+        home = _container_home(gw)
+        labels = {"app.kubernetes.io/name": "hermes-gateway", "app.kubernetes.io/instance": name,
+                  "app.kubernetes.io/part-of": "hermes"}
+        meta = {"name": name, "labels": labels, "annotations": {"hermesd/profile": gw.name}}
+
+        def probe(mode: str, profile: str = gw.name) -> dict[str, Any]:
+            return {"exec": {"command": ["hermesd", "probe", profile, f"--{mode}", "--root", CONTAINER_ROOT]}}
+
+        pvc = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {**meta, "name": f"{name}-home"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage}}},
+        }
+        container = {
+            "name": "gateway",
+            "image": image,
+            "command": _argv(["hermes"], gw),
+            "env": [{"name": k, "value": v} for k, v in _environment(gw, home).items()],
+            # Required when the profile has a .env (a forgotten Secret fails loudly), optional otherwise.
+            "envFrom": [{"secretRef": {"name": f"{name}-env", "optional": not gw.has_env_file}}],
+            "volumeMounts": [{"name": "home", "mountPath": home}],
+            "lifecycle": {"preStop": {"exec": {"command": ["hermesd", "_planned-stop", home]}}},
+            # Platform connects may take 30 s each: liveness waits until the gateway first says running.
+            "startupProbe": {**probe("live"), "periodSeconds": 5, "timeoutSeconds": 5, "failureThreshold": 60},
+            "readinessProbe": {**probe("ready"), "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3},
+            "livenessProbe": {**probe("live"), "periodSeconds": 30, "timeoutSeconds": 10, "failureThreshold": 3},
+        }
+        deployment = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta,
+            "spec": {
+                "replicas": 1,
+                # Recreate: the old pod is gone before the new one starts; two pods must never poll one token.
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": {k: labels[k] for k in ("app.kubernetes.io/name",
+                                                                    "app.kubernetes.io/instance")}},
+                "template": {
+                    "metadata": {"labels": labels, "annotations": {"hermesd/profile": gw.name}},
+                    "spec": {
+                        "terminationGracePeriodSeconds": gw.stop_seconds,
+                        "automountServiceAccountToken": False,
+                        # The pause container becomes PID 1 and reaps what the agent's tools orphan.
+                        "shareProcessNamespace": True,
+                        "containers": [container],
+                        "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": f"{name}-home"}}],
+                    },
+                },
+            },
+        }
+        out[gw.name] = [pvc, deployment]
+    return out
+
+
+def kubernetes_header(gateways: Sequence[Gateway], root: Path, image: str) -> str:
+    lines = [
+        f"# Exported by 'hermesd export kubernetes' from {root}: per profile a Deployment (1 replica,",
+        "# Recreate) and a PersistentVolumeClaim mounted as its HERMES_HOME. Credentials come from a Secret",
+        "# per profile, never from this file; create each one from the profile's .env, and copy the",
+        "# profile's other files (config.yaml, SOUL.md, memories, skills; not .env, which would override",
+        "# the Secret) into its volume:",
+    ]
+    for gw in gateways:
+        if gw.has_env_file:
+            env_file = gw.home / ".env"
+            lines.append(f"#   kubectl create secret generic {k8s_name(gw.name)}-env --from-env-file={env_file}")
+    lines += [
+        f"# The image ({image}) must provide 'hermes' and 'hermesd' on PATH (probes and the preStop hook).",
+        "# A Deployment restarts its pod on every exit, so exit 78 (fatal configuration) loops in CrashLoopBackOff.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- planned stop helper
+
+
+def cmd_planned_stop(args: argparse.Namespace) -> int:
+    """Write upstream's planned-stop marker for the live gateway of HOME (no gateway: nothing to do)."""
+    from profiles.gateway_files import live_gateway, write_planned_stop_marker
+    from supervisor.cli import UserError
+
+    raw = args.home or os.environ.get("HERMES_HOME", "")
+    if not raw:
+        raise UserError("give the gateway's HERMES_HOME (or set HERMES_HOME)")
+    home = Path(raw).expanduser()
+    rec = live_gateway(home)
+    if rec is None:
+        print(f"no live gateway in {home}: nothing to mark", file=sys.stderr)
+        return 0
+    write_planned_stop_marker(home, rec.pid, rec.start_time)
+    print(f"planned-stop marker written for gateway PID {rec.pid} in {home}")
+    return 0
+
+
+# --------------------------------------------------------------------------- command
+
+
+def _write(directory: Path, files: Mapping[str, str]) -> None:
+    from profiles.fileio import atomic_write_text
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for fname, text in files.items():
+        atomic_write_text(directory / fname, text, mode=0o644)
+        print(f"wrote {directory / fname}", file=sys.stderr)
+
+
+def export_files(fmt: str, root: Path, *, image: str = DEFAULT_IMAGE, storage: str = "1Gi",
+                 gateway_command: Sequence[str] | None = None, hermesd: Sequence[str] | None = None) -> dict[str, str]:
+    """``{file name: text}`` for ``fmt``; raises :class:`ExportError`."""
+    gateways = collect(root)
+    if not gateways:
+        raise ExportError(f"no profile to export under {root}")
+    if fmt == "systemd":
+        from supervisor import config as config_mod
+        from supervisor import contract
+        from supervisor.layout import Layout
+        from supervisor.service import hermesd_command
+
+        if gateway_command is None:
+            configured = config_mod.load(Layout(root).config).command
+            try:
+                gateway_command = contract.resolve_gateway_command(list(configured) if configured else None)
+            except contract.GatewayCommandError as exc:
+                raise ExportError(str(exc)) from None
+        return render_systemd(gateways, root=root, gateway_command=gateway_command,
+                              hermesd=hermesd or hermesd_command())
+    if fmt == "compose":
+        return {"compose.yaml": render_compose(gateways, root=root, image=image)}
+    import yaml
+
+    docs = render_kubernetes(gateways, image=image, storage=storage)
+    header = kubernetes_header(gateways, root, image)
+    return {f"{k8s_name(name)}.yaml": header + yaml.safe_dump_all(objs, sort_keys=False, width=1000)
+            for name, objs in docs.items()}
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from supervisor.cli import UserError, _root
+
+    root = _root(args)
+    if not root.is_dir():
+        raise UserError(f"root {root} does not exist or is not a directory")
+    if args.format == "systemd" and not args.out:
+        raise UserError("systemd export writes one unit per profile: give --out DIR")
+    try:
+        files = export_files(args.format, root, image=args.image, storage=args.storage)
+    except ExportError as exc:
+        raise UserError(str(exc)) from None
+    if args.out:
+        _write(Path(args.out).expanduser(), files)
+        return 0
+    if args.format == "kubernetes":
+        sys.stdout.write("---\n".join(files.values()))
+    else:
+        sys.stdout.write(next(iter(files.values())))
+    return 0
+
+
+HELP = "turn the profile tree into systemd units, a Compose file or Kubernetes manifests, one gateway per profile"
+EXAMPLES = """\
+examples:
+  hermesd export kubernetes --image registry.example/hermes:1 > hermes.yaml
+  hermesd export systemd --out ~/.config/systemd/user
+  hermesd export compose --out deploy/
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``hermesd export`` and its hidden ``_planned-stop`` helper to the CLI."""
+    p = subparsers.add_parser(
+        "export", help=HELP,
+        description=HELP + ".\nEach carries hermesd's child contract (argv, environment, planned stop, stop timeout)."
+        "\nRefuses a tree where two profiles share a credential or a port. Never writes a credential.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("format", choices=FORMATS)
+    p.add_argument("--root", help="Hermes root (default: resolved from HERMES_HOME as upstream does)")
+    p.add_argument("--out", metavar="DIR", help="write files into DIR (default: stdout; required for systemd)")
+    p.add_argument("--image", default=DEFAULT_IMAGE,
+                   help=f"container image with hermes and hermesd on PATH (default: {DEFAULT_IMAGE}, a placeholder)")
+    p.add_argument("--storage", default="1Gi", help="Kubernetes: size of each profile's volume (default: 1Gi)")
+    p.set_defaults(func=cmd_export)
+
+    helper = "write the planned-stop marker for the live gateway of HOME (systemd ExecStop, Kubernetes preStop)"
+    h = subparsers.add_parser("_planned-stop", description=helper + ".", epilog="example:\n  hermesd _planned-stop "
+                              "/opt/hermes/profiles/coder", formatter_class=argparse.RawDescriptionHelpFormatter)
+    h.add_argument("home", nargs="?", metavar="HOME", help="the gateway's HERMES_HOME (default: $HERMES_HOME)")
+    h.set_defaults(func=cmd_planned_stop)
+    return p

@@ -1,0 +1,394 @@
+"""``hermesd install-service``: run hermesd under the machine's service manager.
+
+One renderer per manager produces both the unit that ``install-service`` writes for this
+machine (absolute ``hermesd`` path, ``--root``, ``PATH``, a stop timeout computed from the
+profiles) and the generic examples in ``contrib/`` (a test keeps those in sync), so the
+reasoning in the unit's comments is written once.
+
+The decisive setting is systemd's ``KillMode=process``. hermesd's promise is that gateways
+survive a hermesd crash and are adopted by the next hermesd: each child runs in its own session
+and carries ``HERMESD_ROOT``/``HERMESD_PROFILE`` in its environment. With the default
+``KillMode=control-group`` (or ``mixed``) systemd would kill every gateway of the cgroup
+whenever hermesd crashed or was restarted, and adoption would never get a chance. With
+``process`` systemd signals hermesd alone; on ``systemctl stop`` hermesd's own SIGTERM handler
+stops every gateway cleanly, which is the only stop they should ever get.
+
+Safety: a file this command writes carries :data:`MARK`; an existing file without it was
+written by someone else and is never overwritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+MARK = "written by hermesd install-service"
+UNIT_NAME = "hermesd.service"
+TEMPLATE_UNIT_NAME = "hermesd@.service"
+LAUNCHD_LABEL = "ai.hermesd"
+PLIST_NAME = f"{LAUNCHD_LABEL}.plist"
+WATCHDOG_SEC = 60
+STOP_MARGIN = 30  # seconds on top of the slowest gateway's own stop timeout
+DEFAULT_STOP_TIMEOUT = 300  # for the generic contrib units, which cannot see the profiles
+USAGE_EXIT = 2  # hermesd's exit status for a usage or configuration error (supervisor.cli.main)
+
+
+# --------------------------------------------------------------------------- what to run
+
+
+def hermesd_command() -> list[str]:
+    """An absolute command that runs this very hermesd, for a unit or a hook to call.
+
+    The ``hermesd`` script being run, else the one installed beside this interpreter (a venv's
+    ``bin/``), else one on ``PATH``, else this interpreter with ``-m supervisor``. Symlinks are not
+    resolved: a venv's ``python`` is a symlink whose target has no hermesd installed.
+    """
+    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if argv0 is not None and argv0.name == "hermesd" and argv0.is_file():
+        return [str(argv0.absolute())]
+    sibling = Path(sys.executable).parent / "hermesd"
+    if sibling.is_file() and os.access(sibling, os.X_OK):
+        return [str(sibling)]
+    found = shutil.which("hermesd")
+    if found:
+        return [os.path.abspath(found)]
+    return [sys.executable, "-m", "supervisor"]
+
+
+def stop_budget(root: Path) -> int:
+    """Seconds hermesd may need to stop: the slowest profile's stop timeout plus a margin.
+
+    hermesd stops its children in parallel, so the budget is the maximum, not the sum. A broken
+    hermesd.yaml or profile file only falls back to upstream's default for that profile.
+    """
+    from profiles.discovery import profiles_to_serve
+    from supervisor import config as config_mod
+    from supervisor.layout import Layout
+
+    try:
+        cfg = config_mod.load(Layout(root).config)
+    except config_mod.ConfigError:
+        cfg = config_mod.Config()
+    try:
+        served = profiles_to_serve(True, root=root)
+    except OSError:
+        served = []
+    slowest = max((cfg.stop_timeout_for(name, Path(home)) for name, home in served), default=60.0)
+    return int(max(90.0, slowest + STOP_MARGIN) + 0.999)
+
+
+# --------------------------------------------------------------------------- systemd
+
+
+def systemd_quote(arg: str) -> str:
+    """One ExecStart= word: ``%`` and ``$`` are specifier/variable syntax there, spaces split words."""
+    text = arg.replace("%", "%%").replace("$", "$$")
+    if text and not any(c in text for c in ' \t"\'\\;'):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _env_line(name: str, value: str) -> str:
+    body = f"{name}={value}".replace("%", "%%").replace("\\", "\\\\").replace('"', '\\"')
+    return f'Environment="{body}"'
+
+
+def render_systemd_unit(
+    command: Sequence[str],
+    *,
+    root: Path | None,
+    system: bool,
+    user: str | None = None,
+    stop_timeout: int = DEFAULT_STOP_TIMEOUT,
+    path_env: str | None = None,
+    marker: bool = True,
+) -> str:
+    """hermesd's unit. ``user`` (system units only) may be a specifier such as ``%i``."""
+    exec_start = " ".join(systemd_quote(a) for a in [*command, "run", *(["--root", str(root)] if root else [])])
+    if marker:
+        head = [f"# {MARK}: edit freely, then remove this line so it is never overwritten", "#"]
+    elif system:
+        head = ["# Generic system unit, one instance per account: systemctl enable --now hermesd@alice",
+                "# serves /home/alice/.hermes (hermesd resolves the root from the account's HOME).",
+                "# 'hermesd install-service --system' writes one for this machine with absolute paths.", "#"]
+    else:
+        head = ["# Generic user unit: ~/.config/systemd/user/hermesd.service, then",
+                "# 'systemctl --user enable --now hermesd' and 'loginctl enable-linger' to outlive logins.",
+                "# 'hermesd install-service' writes one for this machine with absolute paths.", "#"]
+    lines = [
+        *head,
+        "# hermesd: one Hermes Agent gateway process per profile, supervised.",
+        "#",
+        "# What happens to the gateways:",
+        "#  * hermesd crashes, or the watchdog finds it frozen: KillMode=process makes systemd kill",
+        "#    hermesd's own process only. The gateways run in their own sessions and keep serving;",
+        "#    Restart=on-failure starts a new hermesd, which finds them by their HERMESD_ROOT and",
+        "#    HERMESD_PROFILE environment tags and adopts them: no gateway is restarted.",
+        "#  * systemctl stop: SIGTERM to hermesd alone; hermesd stops every gateway cleanly (planned-stop",
+        "#    marker, SIGTERM, SIGKILL after that profile's stop timeout) and exits 0.",
+        "#  * systemctl restart: a stop, then a start: every gateway is stopped cleanly and started again.",
+        "#    To replace hermesd without touching the gateways (an upgrade), run",
+        "#    'hermesd stop --keep-children' and then 'systemctl start' this unit: the new hermesd adopts them.",
+        "# KillMode=control-group (the default) or mixed would instead kill every gateway whenever",
+        "# hermesd died or restarted, and nothing would be left to adopt.",
+        "",
+        "[Unit]",
+        "Description=hermesd: Hermes Agent gateways, one process per profile",
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "",
+        "[Service]",
+        "# hermesd sends READY=1 once its control socket is up and its first gateways are spawned,",
+        "# STATUS= with a per-state summary, and WATCHDOG=1 from its event loop.",
+        "Type=notify",
+        "NotifyAccess=main",
+        f"WatchdogSec={WATCHDOG_SEC}",
+    ]
+    if system and user:
+        lines.append(f"User={user}")
+    if path_env:
+        lines += ["# The PATH install-service ran with, so 'hermes' resolves as it did then.",
+                  _env_line("PATH", path_env)]
+    lines += [
+        f"ExecStart={exec_start}",
+        "ExecReload=/bin/kill -HUP $MAINPID",
+        "KillMode=process",
+        "KillSignal=SIGTERM",
+        "Restart=on-failure",
+        "RestartSec=5",
+        f"# Exit {USAGE_EXIT} is a usage or configuration error (or another hermesd already holds the root):",
+        "# restarting cannot fix it.",
+        f"RestartPreventExitStatus={USAGE_EXIT}",
+        "# At least the slowest gateway's stop timeout (max(60, agent.restart_drain_timeout + 30) s, or",
+        "# stop_timeout in hermesd.yaml) plus a margin: hermesd stops its gateways in parallel. If it",
+        "# runs out, systemd SIGKILLs hermesd only and the gateways still stopping finish on their own.",
+        f"TimeoutStopSec={stop_timeout}",
+        "",
+        "[Install]",
+        f"WantedBy={'multi-user.target' if system else 'default.target'}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- launchd
+
+
+def render_launchd_plist(
+    command: Sequence[str],
+    *,
+    root: Path | None,
+    log_path: Path,
+    stop_timeout: int = DEFAULT_STOP_TIMEOUT,
+    path_env: str | None = None,
+    marker: bool = True,
+) -> str:
+    """hermesd's LaunchAgent.
+
+    ``AbandonProcessGroup``: launchd kills the job's process group when hermesd exits; the
+    gateways have their own sessions anyway, and this says explicitly that they must survive a
+    hermesd crash to be adopted. ``KeepAlive.SuccessfulExit=false`` restarts hermesd after a
+    failure but not after a clean stop. launchd cannot exempt exit 2 (configuration error)
+    from restarts; ``ThrottleInterval`` keeps such a loop slow.
+    """
+    import plistlib
+
+    doc: dict[str, object] = {
+        "Label": LAUNCHD_LABEL,
+        "ProgramArguments": [*command, "run", *(["--root", str(root)] if root else [])],
+        "RunAtLoad": True,
+        "KeepAlive": {"SuccessfulExit": False},
+        "ThrottleInterval": 10,
+        "AbandonProcessGroup": True,
+        "ExitTimeOut": stop_timeout,
+        "WorkingDirectory": "/",
+        "StandardOutPath": str(log_path),
+        "StandardErrorPath": str(log_path),
+    }
+    if path_env:
+        doc["EnvironmentVariables"] = {"PATH": path_env}
+    text = plistlib.dumps(doc, sort_keys=False).decode("utf-8")
+    notes = [
+        "hermesd: one Hermes Agent gateway process per profile, supervised.",
+        "If hermesd crashes, launchd restarts it and the new hermesd adopts the running gateways;",
+        "'launchctl bootout' (a stop) sends SIGTERM and hermesd stops every gateway cleanly within",
+        "ExitTimeOut seconds (the slowest gateway's stop timeout plus a margin).",
+    ]
+    if marker:
+        notes.insert(0, MARK)
+    comment = "<!--\n" + "\n".join(f"  {n}" for n in notes) + "\n-->\n"
+    head, _, rest = text.partition("<plist")
+    return head + comment + "<plist" + rest
+
+
+# --------------------------------------------------------------------------- contrib/
+
+
+def contrib_files() -> dict[str, str]:
+    """The generic examples shipped in ``contrib/`` (relative path -> text), from the same renderers."""
+    return {
+        f"systemd/{UNIT_NAME}": render_systemd_unit(["hermesd"], root=None, system=False, marker=False),
+        f"systemd/{TEMPLATE_UNIT_NAME}": render_systemd_unit(["hermesd"], root=None, system=True, user="%i",
+                                                             marker=False),
+        f"launchd/{PLIST_NAME}": render_launchd_plist(["/usr/local/bin/hermesd"], root=None,
+                                                      log_path=Path("/tmp/hermesd.log"), marker=False),
+    }
+
+
+def write_contrib(directory: Path) -> None:
+    """Regenerate ``contrib/`` (``python -c 'from supervisor.service import write_contrib as w; w("contrib")'``)."""
+    for rel, text in contrib_files().items():
+        path = Path(directory) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- upstream units
+
+
+def upstream_unit_warnings(root: Path, service_dirs: Sequence[Path] | None = None) -> list[str]:
+    """Upstream ``hermes-gateway*.service`` / ``ai.hermes.gateway*.plist`` units that would run a
+    gateway of this root beside hermesd, each with its fix (the doctor's own check, reused)."""
+    from supervisor import doctor
+
+    return [f"{f.message}; fix: {f.fix}" for f in doctor.diagnose(root, service_dirs=service_dirs)
+            if f.code == "upstream_service_installed"]
+
+
+# --------------------------------------------------------------------------- command
+
+
+def _default_target(manager: str, system: bool) -> Path:
+    if manager == "launchd":
+        return Path("/Library/LaunchDaemons") if system else Path.home() / "Library/LaunchAgents"
+    return Path("/etc/systemd/system") if system else Path.home() / ".config/systemd/user"
+
+
+def _owner(path: Path) -> str | None:
+    import pwd
+
+    try:
+        return pwd.getpwuid(path.stat().st_uid).pw_name
+    except (KeyError, OSError):
+        return None
+
+
+def _under_service(pid: int) -> bool:
+    """Whether ``pid`` already runs inside hermesd's own unit (a re-install, not a second hermesd)."""
+    try:
+        return UNIT_NAME in Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return False
+
+
+def _written_by_us(path: Path) -> bool:
+    try:
+        return MARK in path.read_text(encoding="utf-8", errors="replace")[:4096]
+    except OSError:
+        return False
+
+
+def cmd_install_service(args: argparse.Namespace) -> int:
+    from supervisor import control
+    from supervisor.cli import UserError, _root
+    from supervisor.layout import Layout
+
+    root = _root(args)
+    if not root.is_dir():
+        raise UserError(f"root {root} does not exist or is not a directory")
+    manager = args.manager or ("launchd" if sys.platform == "darwin" else "systemd")
+    system = bool(args.system)
+    if args.run_as and not system:
+        raise UserError("--run-as names the account of a --system unit; a user unit runs as you")
+    target_dir = Path(args.dest).expanduser() if args.dest else _default_target(manager, system)
+    command = hermesd_command()
+    budget = stop_budget(root)
+    path_env = os.environ.get("PATH")
+    if manager == "systemd":
+        user = args.run_as or (_owner(root) if system else None)
+        text = render_systemd_unit(command, root=root, system=system, user=None if user == "root" else user,
+                                   stop_timeout=budget, path_env=path_env)
+        path = target_dir / UNIT_NAME
+        ctl = ["systemctl"] if system else ["systemctl", "--user"]
+        steps = [[*ctl, "daemon-reload"], [*ctl, "enable", "--now", UNIT_NAME]]
+    else:
+        if system:
+            raise UserError("--system is for systemd; on macOS hermesd runs as a LaunchAgent of its user")
+        log_path = Path.home() / "Library/Logs/hermesd.log"
+        text = render_launchd_plist(command, root=root, log_path=log_path, stop_timeout=budget, path_env=path_env)
+        path = target_dir / PLIST_NAME
+        domain = f"gui/{os.getuid()}"
+        steps = [["launchctl", "bootout", domain, str(path)], ["launchctl", "bootstrap", domain, str(path)]]
+    if path.exists() and not _written_by_us(path):
+        raise UserError(f"refusing to overwrite {path}: it was not written by hermesd install-service "
+                        "(move it away, or choose another place with --dest)")
+
+    warnings = upstream_unit_warnings(root)
+    try:
+        up = control.request(Layout(root).socket, {"cmd": "ping"}, timeout=2.0)
+    except (control.DaemonNotRunning, control.ControlError, OSError, ValueError):
+        up = None
+    if up and not _under_service(int(up["pid"])):
+        warnings.append(f"hermesd is already running for {root} (PID {up['pid']}) outside the service manager; "
+                        "run 'hermesd stop --keep-children' first, so the service's hermesd adopts the gateways")
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    account = os.environ.get("USER") or _owner(Path.home()) or "$USER"
+    if manager == "systemd" and not system and not Path(f"/var/lib/systemd/linger/{account}").exists():
+        print(f"note: a user service stops when you log out unless lingering is on: loginctl enable-linger {account}",
+              file=sys.stderr)
+
+    run_steps = not args.dry_run and not args.dest and shutil.which(steps[0][0]) is not None
+    if args.dry_run:
+        print(f"# would write {path}")
+        sys.stdout.write(text)
+        for step in steps:
+            print(f"# would run: {' '.join(step)}")
+        return 0
+    from profiles.fileio import atomic_write_text
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text, mode=0o644)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc}" + (" (a --system unit needs root)" if system else "")) from None
+    print(f"wrote {path}")
+    if not run_steps:
+        print("to start it: " + " && ".join(" ".join(s) for s in steps[1 if manager == "launchd" else 0:]))
+        return 0
+    import subprocess
+
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, check=False)
+        if done.returncode != 0 and not (manager == "launchd" and step[1] == "bootout"):  # bootout: not loaded yet
+            why = done.stderr.strip() or done.stdout.strip()
+            raise UserError(f"{' '.join(step)} failed ({done.returncode}): {why}")
+    print(f"hermesd service enabled and started ({' '.join(steps[-1])})")
+    return 0
+
+
+HELP = "install hermesd as a systemd (user or system) service, or a launchd agent on macOS"
+EXAMPLE = "hermesd install-service --dry-run"
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``hermesd install-service`` to the CLI."""
+    p = subparsers.add_parser(
+        "install-service", help=HELP,
+        description=HELP + ".\nThe unit runs this hermesd with --root; gateways survive a hermesd crash "
+        "(KillMode=process) and are adopted by the restarted hermesd.",
+        epilog=f"example:\n  {EXAMPLE}\n  sudo hermesd install-service --system --run-as alice --root ~alice/.hermes",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--root", help="Hermes root (default: resolved from HERMES_HOME as upstream does)")
+    p.add_argument("--system", action="store_true", help="a system unit in /etc/systemd/system (run as root)")
+    p.add_argument("--run-as", metavar="USER",
+                   help="with --system: the account hermesd runs as (default: the root folder's owner)")
+    p.add_argument("--dry-run", action="store_true", help="print the unit and the commands; change nothing")
+    p.add_argument("--dest", metavar="DIR", help="write the unit into DIR instead, and do not enable it")
+    p.add_argument("--manager", choices=("systemd", "launchd"), help="default: launchd on macOS, else systemd")
+    p.set_defaults(func=cmd_install_service)
+    return p

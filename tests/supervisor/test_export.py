@@ -1,0 +1,273 @@
+"""hermesd export: the profile tree as systemd units, a Compose file and Kubernetes manifests.
+
+Validated with the engines' own tools where this machine has them (systemd-analyze verify,
+docker-compose/docker compose config, the kubernetes-validate schemas), structurally always.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from profiles import gateway_files as gf
+from supervisor import contract, export
+from supervisor.cli import UserError
+from tests.supervisor.test_contrib import systemd_verify
+
+SECRETS = {
+    "default": "123456:AAdefault-telegram-secret",
+    "coder": "discord-coder-secret-value",
+    "writer": "sk-writer-openai-secret",
+}
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """default + coder + writer, each with a secret in .env; writer drains for 100 s and serves an API port."""
+    r = tmp_path / "hroot"
+    (r / "profiles" / "coder").mkdir(parents=True)
+    (r / "profiles" / "writer").mkdir()
+    (r / ".env").write_text(f"TELEGRAM_BOT_TOKEN={SECRETS['default']}\n")
+    (r / "profiles" / "coder" / ".env").write_text(f"DISCORD_BOT_TOKEN={SECRETS['coder']}\n")
+    (r / "profiles" / "writer" / ".env").write_text(f"OPENAI_API_KEY={SECRETS['writer']}\nAPI_SERVER_ENABLED=true\n")
+    (r / "profiles" / "writer" / "config.yaml").write_text("agent:\n  restart_drain_timeout: 100\n")
+    return r
+
+
+def files_for(fmt: str, root: Path, **kw) -> dict[str, str]:
+    if fmt == "systemd":
+        kw.setdefault("gateway_command", [sys.executable, "-m", "hermes_cli.main"])
+        kw.setdefault("hermesd", [sys.executable, "-m", "supervisor"])
+    return export.export_files(fmt, root, **kw)
+
+
+def home_of(root: Path, name: str) -> Path:
+    return root if name == "default" else root / "profiles" / name
+
+
+@pytest.mark.parametrize("fmt", export.FORMATS)
+def test_no_secret_reaches_the_output(root, fmt):
+    text = "".join(files_for(fmt, root).values())
+    for secret in SECRETS.values():
+        assert secret not in text
+    assert not (root / ".hermesd").exists()  # an export never writes into the tree it reads
+
+
+# --------------------------------------------------------------------------- systemd
+
+
+def test_systemd_units_carry_the_child_contract(root):
+    files = files_for("systemd", root)
+    assert sorted(files) == ["hermes-gw-coder.service", "hermes-gw-default.service", "hermes-gw-writer.service"]
+    for name in ("default", "coder", "writer"):
+        text = files[f"hermes-gw-{name}.service"]
+        lines = [ln for ln in text.splitlines() if "=" in ln and not ln.startswith("#")]
+        unit = dict(ln.split("=", 1) for ln in lines)
+        assert shlex.split(unit["ExecStart"]) == contract.child_argv([sys.executable, "-m", "hermes_cli.main"], name)
+        env = dict(shlex.split(ln.split("=", 1)[1])[0].split("=", 1) for ln in lines if ln.startswith("Environment="))
+        assert env == {"HERMES_HOME": str(home_of(root, name)), **contract.FIXED_ENV}
+        assert contract.TAG_ROOT not in text  # a later hermesd must not adopt (and kill) these
+        assert unit["ExecStop"] == f"-{sys.executable} -m supervisor _planned-stop {home_of(root, name)}"
+        assert unit["KillMode"] == "mixed" and unit["KillSignal"] == "SIGTERM"
+        assert unit["Restart"] == "on-failure"
+        assert unit["RestartForceExitStatus"] == "75" and unit["RestartPreventExitStatus"] == "78"
+        drain = 100 if name == "writer" else 0
+        assert unit["TimeoutStopSec"] == str(int(contract.stop_timeout(drain)))
+
+
+def test_systemd_units_verify(root, tmp_path):
+    out = tmp_path / "units"
+    export._write(out, files_for("systemd", root))
+    systemd_verify(sorted(out.iterdir()))
+
+
+def test_hermesd_yaml_settings_are_honoured(root):
+    (root / "hermesd.yaml").write_text(
+        "stop_timeout: 45\nenvironment: {OPENAI_BASE_URL: 'http://127.0.0.1:8000/v1'}\n"
+        "profiles:\n  coder: {enabled: false}\n  writer: {stop_timeout: 500}\n"
+    )
+    files = files_for("systemd", root)
+    assert "hermes-gw-coder.service" not in files  # disabled: hermesd would not run it either
+    assert "TimeoutStopSec=45" in files["hermes-gw-default.service"]
+    assert "TimeoutStopSec=500" in files["hermes-gw-writer.service"]
+    assert 'Environment="OPENAI_BASE_URL=http://127.0.0.1:8000/v1"' in files["hermes-gw-writer.service"]
+
+
+# --------------------------------------------------------------------------- compose
+
+
+def compose_tool() -> list[str] | None:
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
+        return [docker, "compose"]
+    legacy = shutil.which("docker-compose")
+    return [legacy] if legacy else None
+
+
+def test_compose_services(root, tmp_path):
+    text = files_for("compose", root, image="registry.example/hermes:1")["compose.yaml"]
+    doc = yaml.safe_load(text)
+    services = doc["services"]
+    assert list(services) == ["hermes-gw-default", "hermes-gw-coder", "hermes-gw-writer"]
+    for name in ("default", "coder", "writer"):
+        svc = services[f"hermes-gw-{name}"]
+        home = "/opt/hermes" if name == "default" else f"/opt/hermes/profiles/{name}"
+        assert svc["image"] == "registry.example/hermes:1"
+        assert svc["command"] == contract.child_argv(["hermes"], name)
+        assert svc["environment"] == {"HERMES_HOME": home, **contract.FIXED_ENV}
+        assert svc["volumes"] == [{"type": "bind", "source": str(home_of(root, name)), "target": home}]
+        assert svc["restart"] == "unless-stopped" and svc["stop_signal"] == "SIGTERM"
+        assert svc["stop_grace_period"] == f"{int(contract.stop_timeout(100 if name == 'writer' else 0))}s"
+        assert svc["healthcheck"]["test"] == ["CMD", "hermesd", "probe", name, "--live", "--root", "/opt/hermes"]
+        assert "env_file" not in svc
+    assert services["hermes-gw-default"]["tmpfs"] == ["/opt/hermes/profiles"]  # other profiles' .env stay hidden
+
+
+def test_compose_file_validates_with_compose(root, tmp_path):
+    tool = compose_tool()
+    if tool is None:
+        pytest.skip("neither 'docker compose' nor docker-compose is installed (Debian package: docker-compose)")
+    out = tmp_path / "deploy"
+    export._write(out, files_for("compose", root))
+    done = subprocess.run([*tool, "-f", str(out / "compose.yaml"), "config"], capture_output=True, text=True,
+                          cwd=out, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "hermes-gw-writer" in done.stdout
+
+
+# --------------------------------------------------------------------------- kubernetes
+
+
+def test_kubernetes_manifests(root):
+    files = files_for("kubernetes", root, image="registry.example/hermes:1", storage="5Gi")
+    assert sorted(files) == ["hermes-gw-coder.yaml", "hermes-gw-default.yaml", "hermes-gw-writer.yaml"]
+    for name in ("default", "coder", "writer"):
+        text = files[f"hermes-gw-{name}.yaml"]
+        assert f"kubectl create secret generic hermes-gw-{name}-env --from-env-file={home_of(root, name) / '.env'}" \
+            in text
+        pvc, dep = yaml.safe_load_all(text)
+        assert pvc["kind"] == "PersistentVolumeClaim" and pvc["spec"]["resources"]["requests"]["storage"] == "5Gi"
+        assert dep["kind"] == "Deployment"
+        spec = dep["spec"]
+        assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+        pod = spec["template"]["spec"]
+        assert pod["terminationGracePeriodSeconds"] == int(contract.stop_timeout(100 if name == "writer" else 0))
+        assert pod["volumes"] == [{"name": "home", "persistentVolumeClaim": {"claimName": pvc["metadata"]["name"]}}]
+        (c,) = pod["containers"]
+        home = "/opt/hermes" if name == "default" else f"/opt/hermes/profiles/{name}"
+        assert c["command"] == contract.child_argv(["hermes"], name)
+        assert {e["name"]: e["value"] for e in c["env"]} == {"HERMES_HOME": home, **contract.FIXED_ENV}
+        assert c["envFrom"] == [{"secretRef": {"name": f"hermes-gw-{name}-env", "optional": False}}]
+        assert c["volumeMounts"] == [{"name": "home", "mountPath": home}]
+        assert c["lifecycle"]["preStop"]["exec"]["command"] == ["hermesd", "_planned-stop", home]
+        assert c["readinessProbe"]["exec"]["command"] == ["hermesd", "probe", name, "--ready", "--root", "/opt/hermes"]
+        assert c["livenessProbe"]["exec"]["command"] == ["hermesd", "probe", name, "--live", "--root", "/opt/hermes"]
+        assert c["startupProbe"]["exec"]["command"][3] == "--live"
+
+
+def test_kubernetes_manifests_validate_against_the_schemas(root):
+    kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is not installed (pip)")
+    version = kv.latest_version()
+    for text in files_for("kubernetes", root).values():
+        for doc in yaml.safe_load_all(text):
+            kv.validate(json.loads(json.dumps(doc)), version, strict=True)
+
+
+def test_kubernetes_names_are_dns_labels_and_unique():
+    names = {p: export.k8s_name(p) for p in ("coder", "a_b", "a-b", "x-", "z" * 64, "default")}
+    assert names["coder"] == "hermes-gw-coder"
+    assert len(set(names.values())) == len(names)
+    for n in names.values():
+        assert re.fullmatch(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?", n) and len(n) <= 52
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def test_refuses_duplicate_tokens_naming_them(root):
+    (root / "profiles" / "coder" / ".env").write_text(f"TELEGRAM_BOT_TOKEN={SECRETS['default']}\n")
+    with pytest.raises(export.ExportError) as info:
+        export.export_files("compose", root)
+    msg = str(info.value)
+    assert "credential conflict: telegram telegram-bot-token (fingerprint " in msg
+    assert "'default', 'coder'" in msg
+    assert SECRETS["default"] not in msg
+
+
+def test_refuses_duplicate_ports_naming_them(root):
+    (root / "profiles" / "coder" / "config.yaml").write_text("platforms:\n  api_server:\n    enabled: true\n")
+    with pytest.raises(export.ExportError, match=r"port conflict: api_server port 8642 .* 'coder', 'writer'"):
+        export.export_files("kubernetes", root)
+
+
+def test_refuses_a_malformed_profile_and_a_contract_override(root):
+    (root / "profiles" / "coder" / "config.yaml").write_text("platforms: [\n")
+    (root / "profiles" / "writer" / ".env").write_text("GATEWAY_MULTIPLEX_PROFILES=true\n")
+    with pytest.raises(export.ExportError) as info:
+        export.export_files("compose", root)
+    msg = str(info.value)
+    assert "profile 'coder'" in msg and "config.yaml" in msg
+    assert "profile 'writer'" in msg and "GATEWAY_MULTIPLEX_PROFILES" in msg
+
+
+# --------------------------------------------------------------------------- the commands
+
+
+def cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="hermesd")
+    export.register(parser.add_subparsers())
+    args = parser.parse_args(list(argv))
+    return args.func(args)
+
+
+def test_command_writes_files_or_stdout(root, tmp_path, capsys):
+    out = tmp_path / "k8s"
+    assert cli("export", "kubernetes", "--root", str(root), "--out", str(out)) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["hermes-gw-coder.yaml", "hermes-gw-default.yaml",
+                                                     "hermes-gw-writer.yaml"]
+    capsys.readouterr()
+    assert cli("export", "kubernetes", "--root", str(root)) == 0
+    docs = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+    assert [d["kind"] for d in docs] == ["PersistentVolumeClaim", "Deployment"] * 3
+    assert cli("export", "compose", "--root", str(root)) == 0
+    assert "hermes-gw-writer" in yaml.safe_load(capsys.readouterr().out)["services"]
+    with pytest.raises(UserError, match="--out DIR"):
+        cli("export", "systemd", "--root", str(root))
+    (root / "profiles" / "writer" / ".env").write_text(f"DISCORD_BOT_TOKEN={SECRETS['coder']}\n")
+    with pytest.raises(UserError, match="credential conflict: discord"):
+        cli("export", "compose", "--root", str(root))
+
+
+def test_planned_stop_helper_marks_the_live_gateway(tmp_path, capsys):
+    home = tmp_path / "gw"
+    home.mkdir()
+    assert cli("_planned-stop", str(home)) == 0  # nothing runs: nothing to do
+    assert not (home / gf.PLANNED_STOP_MARKER).exists()
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "gateway"])
+    try:
+        start = gf.proc_start_time(proc.pid)
+        (home / gf.PID_FILE).write_text(json.dumps({"pid": proc.pid, "kind": "hermes-gateway", "argv": [],
+                                                    "start_time": start}))
+        assert cli("_planned-stop", str(home)) == 0
+        marker = json.loads((home / gf.PLANNED_STOP_MARKER).read_text())
+        assert marker["target_pid"] == proc.pid and marker["target_start_time"] == start
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_help_has_examples():
+    parser = argparse.ArgumentParser(prog="hermesd")
+    sub = parser.add_subparsers()
+    export.register(sub)
+    assert "examples:\n  hermesd export kubernetes" in sub.choices["export"].format_help()
+    assert "example:\n  hermesd _planned-stop" in sub.choices["_planned-stop"].format_help()
