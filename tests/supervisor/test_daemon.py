@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -265,3 +266,29 @@ def test_junk_pid_files_do_not_disturb(root, hermesd_factory, junk):
     d.wait_running("default", "coder", "writer")
     if junk == b'{"pid": 1, "start_time": 5}':
         assert pid_alive(1)  # PID 1 named with a wrong start time was never signalled
+
+
+def test_systemd_notification_protocol(root, hermesd_factory, tmp_path):
+    sock_path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(sock_path))
+    sock.settimeout(0.2)
+    got: list[str] = []
+
+    def received(prefix: str) -> bool:
+        with contextlib.suppress(TimeoutError):
+            got.extend(sock.recv(4096).decode().splitlines())
+        return any(m.startswith(prefix) for m in got)
+
+    try:
+        write_behaviour(homes(root)["coder"], print_env=["NOTIFY_SOCKET", "WATCHDOG_USEC"])
+        d = hermesd_factory(root, env={"NOTIFY_SOCKET": str(sock_path), "WATCHDOG_USEC": "400000"})
+        wait_for(lambda: received("READY=1"), 10)
+        wait_for(lambda: received("WATCHDOG=1") and sum(m == "WATCHDOG=1" for m in got) >= 3, 10)
+        wait_for(lambda: received("STATUS=") and any("running" in m for m in got if m.startswith("STATUS=")), 10)
+        report = parse_env_report(d.layout.child_log("coder").read_text())
+        assert report["NOTIFY_SOCKET"] is None and report["WATCHDOG_USEC"] is None
+        d.shutdown()
+        wait_for(lambda: received("STOPPING=1"), 5)
+    finally:
+        sock.close()
