@@ -132,21 +132,20 @@ def live_gateway(home: Path) -> PidRecord | None:
     """The gateway recorded in ``gateway.pid`` if that exact process is still alive.
 
     A recorded start time must match the live process's, so a recycled PID is never taken
-    for the gateway. Without a recorded start time, a live PID whose command line mentions
-    ``gateway`` is accepted (upstream's bare-integer format).
+    for the gateway, and the live command line must mention ``gateway`` (a bare-integer file
+    from older writers has no start time, so this is then the only check).
     """
     rec = read_pid_record(home)
     if rec is None:
         return None
     live = proc_start_time(rec.pid)
-    if live is None:
+    if live is None or (rec.start_time is not None and rec.start_time != live):
         return None
-    if rec.start_time is not None:
-        return rec if rec.start_time == live else None
     try:
         cmdline = Path(f"/proc/{rec.pid}/cmdline").read_bytes()
     except OSError:
         return None
+    # Even a matching start time can be a hand-written or copied file naming some other process.
     return rec if b"gateway" in cmdline else None
 
 

@@ -1,0 +1,131 @@
+"""A profile's ``.env``, parsed with the grammar Hermes' loader (python-dotenv) accepts.
+
+Supported, as upstream: ``KEY=value``, ``export KEY=value``, ``'single'`` (no escapes but
+``\\'`` and ``\\\\``) and ``"double"`` quoted values (with backslash escapes) that may span
+lines, unquoted values with a trailing `` # comment`` stripped, ``'quoted keys'``, comment
+and blank lines, a ``KEY`` with no ``=`` (it sets nothing, and cancels an earlier ``KEY=``), and ``${VAR}`` /
+``${VAR:-default}`` expansion.
+
+Two deliberate differences, both because hermesd judges a profile from its files alone:
+
+* ``${VAR}`` expands only from keys defined *earlier in the same file*; the process
+  environment is never consulted (it is the supervisor's, not the profile's).
+* A line upstream would skip with a warning ("could not parse statement") is an error
+  here, :class:`ProfileConfigError` with the line number: the skipped line is often the
+  token line, and silently running a profile without its token is worse than holding it.
+
+Parsed files are cached by ``(inode, size, mtime)`` so a rescan of 1,000 unchanged
+profiles costs one ``stat`` each.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import re
+from pathlib import Path
+
+from profiles.errors import ProfileConfigError
+
+_WS = re.compile(r"[^\S\r\n]*")
+_BLANK = re.compile(r"\s*")
+_EXPORT = re.compile(r"export[^\S\r\n]+")
+_QUOTED_KEY = re.compile(r"'([^']+)'")
+_BARE_KEY = re.compile(r"([^=#\s]+)")
+_SINGLE = re.compile(r"'((?:\\'|[^'])*)'")
+_DOUBLE = re.compile(r'"((?:\\"|[^"])*)"')
+_BARE_VALUE = re.compile(r"[^\r\n]*")
+_TRAILER = re.compile(r"[^\S\r\n]*(?:#[^\r\n]*)?(?:\r\n|\n|\r|$)")
+_DOUBLE_ESC = re.compile(r"\\[\\'\"abfnrtv]")
+_SINGLE_ESC = re.compile(r"\\[\\']")
+_INLINE_COMMENT = re.compile(r"\s+#.*")
+_VARIABLE = re.compile(r"\$\{(?P<name>[^}:]*)(?::-(?P<default>[^}]*))?\}")
+
+_cache: dict[str, tuple[tuple[int, int, int], dict[str, str]]] = {}
+
+
+def _unescape(pattern: re.Pattern[str], text: str) -> str:
+    return pattern.sub(lambda m: codecs.decode(m.group(0), "unicode-escape"), text)
+
+
+def _expand(value: str, known: dict[str, str]) -> str:
+    if "${" not in value:
+        return value
+    return _VARIABLE.sub(lambda m: known.get(m.group("name")) or (m.group("default") or ""), value)
+
+
+def _skip(pattern: re.Pattern[str], text: str, pos: int) -> int:
+    """End of ``pattern`` at ``pos``, for patterns that always match (possibly empty)."""
+    m = pattern.match(text, pos)
+    return m.end() if m else pos
+
+
+def parse_env_text(text: str, path: Path) -> dict[str, str]:
+    """Parse ``.env`` text; ``path`` only labels errors."""
+    values: dict[str, str] = {}
+    pos = 0
+    end = len(text)
+    while True:
+        pos = _skip(_BLANK, text, pos)
+        if pos >= end:
+            return values
+        line = text.count("\n", 0, pos) + 1
+        if text.startswith("#", pos):
+            pos = _skip(_BARE_VALUE, text, pos)
+            continue
+        m = _EXPORT.match(text, pos)
+        if m:
+            pos = m.end()
+        m = (_QUOTED_KEY if text.startswith("'", pos) else _BARE_KEY).match(text, pos)
+        if m is None:
+            raise ProfileConfigError(path, "cannot parse this line (expected KEY=value)", line=line)
+        key = m.group(1)
+        pos = _skip(_WS, text, m.end())
+        value: str | None = None
+        if text.startswith("=", pos):
+            pos = _skip(_WS, text, pos + 1)
+            ch = text[pos : pos + 1]
+            if ch == "'" or ch == '"':
+                m = (_SINGLE if ch == "'" else _DOUBLE).match(text, pos)
+                if m is None:
+                    raise ProfileConfigError(path, f"unterminated {ch} quote in the value of {key}", line=line)
+                value = _unescape(_SINGLE_ESC if ch == "'" else _DOUBLE_ESC, m.group(1))
+                pos = m.end()
+            else:
+                stop = _skip(_BARE_VALUE, text, pos)
+                value = _INLINE_COMMENT.sub("", text[pos:stop]).rstrip()
+                pos = stop
+        m = _TRAILER.match(text, pos)
+        if m is None:
+            raise ProfileConfigError(path, f"unexpected text after the value of {key}", line=line)
+        pos = m.end()
+        if value is None:
+            values.pop(key, None)  # a bare KEY unsets an earlier KEY=... (python-dotenv yields None)
+        else:
+            values[key] = _expand(value, values)
+
+
+def read_env_file(path: Path | str) -> dict[str, str]:
+    """The variables a ``.env`` file sets; ``{}`` when it does not exist.
+
+    UTF-8 with an optional BOM, falling back to Latin-1 like upstream's loader.
+    Malformed content raises :class:`ProfileConfigError` naming the file and line.
+    """
+    key = os.fspath(path)
+    try:
+        st = os.stat(key)
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+    hit = _cache.get(key)
+    if hit is not None and hit[0] == stamp:
+        return dict(hit[1])
+    p = Path(key)
+    raw = p.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        text = raw.decode("latin-1")
+    values = parse_env_text(text.replace("\x00", ""), p)
+    _cache[key] = (stamp, values)
+    return dict(values)

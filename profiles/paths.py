@@ -1,0 +1,106 @@
+"""Where profiles live, resolved the way upstream Hermes resolves them.
+
+Nothing here is computed at import time: ``HERMES_HOME`` is read on every call, because
+the supervisor, the CLI and the tests each run under a different environment and a value
+captured at import would silently point all of them at the first one. Every function
+also accepts an explicit ``env`` mapping (and the callers above accept an explicit
+``root``) so no caller has to mutate ``os.environ`` to ask a question.
+
+Root resolution (upstream ``get_default_hermes_root``):
+
+* ``HERMES_HOME`` unset, or inside ``~/.hermes`` -> ``~/.hermes``;
+* ``HERMES_HOME``'s parent is named ``profiles`` -> its grandparent (a profile of a custom root);
+* otherwise ``HERMES_HOME`` itself (a custom root, e.g. ``/opt/data`` in Docker).
+
+The profiles folder is always ``<root>/profiles``, anchored at the root and never at the
+current profile, so a command run from inside a profile still sees every profile.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from profiles.names import DEFAULT_PROFILE, parse_profile_name
+
+PROFILES_DIRNAME = "profiles"
+ACTIVE_PROFILE_FILE = "active_profile"
+HERMESD_DIRNAME = ".hermesd"
+
+
+def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
+    return os.environ if env is None else env
+
+
+def _user_home(env: Mapping[str, str]) -> Path:
+    """The user's home, taken from ``env['HOME']`` when given so tests can fake it."""
+    home = env.get("HOME", "").strip()
+    return Path(home) if home else Path.home()
+
+
+def native_default_home(env: Mapping[str, str] | None = None) -> Path:
+    """``~/.hermes`` (``%LOCALAPPDATA%\\hermes`` on Windows), as upstream defaults it."""
+    e = _env(env)
+    if sys.platform == "win32":
+        local = e.get("LOCALAPPDATA", "").strip()
+        base = Path(local) if local else _user_home(e) / "AppData" / "Local"
+        return base / "hermes"
+    return _user_home(e) / ".hermes"
+
+
+def hermes_home(env: Mapping[str, str] | None = None) -> Path:
+    """The current ``HERMES_HOME`` (a profile home or the root), defaulting to ``~/.hermes``."""
+    e = _env(env)
+    raw = e.get("HERMES_HOME", "").strip()
+    return Path(raw) if raw else native_default_home(e)
+
+
+def resolve_root(env: Mapping[str, str] | None = None) -> Path:
+    """The Hermes root for ``env`` (see the module docstring for the three cases)."""
+    e = _env(env)
+    native = native_default_home(e)
+    raw = e.get("HERMES_HOME", "").strip()
+    if not raw:
+        return native
+    env_path = Path(raw)
+    try:
+        env_path.resolve().relative_to(native.resolve())
+        return native
+    except ValueError:
+        pass
+    if env_path.parent.name == PROFILES_DIRNAME:
+        return env_path.parent.parent
+    return env_path
+
+
+def root_or_env(root: Path | str | None, env: Mapping[str, str] | None = None) -> Path:
+    """An explicit root wins; otherwise the root resolved from ``env``."""
+    return Path(root) if root is not None else resolve_root(env)
+
+
+def profiles_dir(root: Path | str | None = None, env: Mapping[str, str] | None = None) -> Path:
+    """``<root>/profiles``: the one folder that holds every named profile."""
+    return root_or_env(root, env) / PROFILES_DIRNAME
+
+
+def get_profile_dir(
+    name: str, root: Path | str | None = None, env: Mapping[str, str] | None = None
+) -> Path:
+    """The home of profile ``name``; ``default`` is the root itself."""
+    canon = parse_profile_name(name)
+    base = root_or_env(root, env)
+    if canon == DEFAULT_PROFILE:
+        return base
+    return base / PROFILES_DIRNAME / canon
+
+
+def active_profile_path(root: Path | str | None = None, env: Mapping[str, str] | None = None) -> Path:
+    """``<root>/active_profile``: the sticky default written by ``profile use``."""
+    return root_or_env(root, env) / ACTIVE_PROFILE_FILE
+
+
+def hermesd_dir(root: Path | str | None = None, env: Mapping[str, str] | None = None) -> Path:
+    """``<root>/.hermesd``: hermesd's own state, never cloned, exported or served."""
+    return root_or_env(root, env) / HERMESD_DIRNAME

@@ -1,0 +1,156 @@
+"""Which profiles are served, which are skipped and why, and which one is active."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from profile_helpers import env_for
+
+from profiles.discovery import (
+    active_profile,
+    clear_active_profile,
+    existing_profile_home,
+    profile_exists,
+    profiles_to_serve,
+    read_active_profile,
+    set_active_profile,
+    unserved_profile_dirs,
+)
+from profiles.errors import InvalidNameError, ProfileConfigError, ProfileNotFoundError, UnsafePathError
+
+
+def test_multiplex_serves_default_first_then_sorted_valid(root: Path) -> None:
+    for name in ("writer", "coder", "a1", "z_z-9"):
+        (root / "profiles" / name).mkdir()
+    served = profiles_to_serve(True, root=root)
+    assert served == [
+        ("default", root),
+        ("a1", root / "profiles" / "a1"),
+        ("coder", root / "profiles" / "coder"),
+        ("writer", root / "profiles" / "writer"),
+        ("z_z-9", root / "profiles" / "z_z-9"),
+    ]
+
+
+def test_no_profiles_folder_serves_default_only(tmp_path: Path) -> None:
+    assert profiles_to_serve(True, root=tmp_path) == [("default", tmp_path)]
+
+
+def test_skipped_entries_are_reported_with_reasons(root: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (root / "profiles" / "coder").mkdir()
+    (root / "profiles" / "Upper").mkdir()
+    (root / "profiles" / "test").mkdir()
+    (root / "profiles" / "default").mkdir()
+    (root / "profiles" / "notes.txt").write_text("x")
+    (root / "profiles" / "linked").symlink_to(outside, target_is_directory=True)
+    (root / "profiles" / "dangling").symlink_to(tmp_path / "missing")
+    (root / "profiles" / ".importing-x-123").mkdir()
+    (root / "profiles" / ".hidden-file").write_text("x")
+
+    assert profiles_to_serve(True, root=root) == [("default", root), ("coder", root / "profiles" / "coder")]
+    reasons = {name: reason for name, _path, reason in unserved_profile_dirs(root)}
+    assert reasons == {
+        "Upper": "invalid name",
+        "dangling": "symlink",
+        "default": "reserved name",
+        "linked": "symlink",
+        "notes.txt": "not a directory",
+        "test": "reserved name",
+    }
+    paths = {name: path for name, path, _reason in unserved_profile_dirs(root)}
+    assert paths["linked"] == root / "profiles" / "linked"
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sets(st.from_regex(r"[a-z0-9][a-z0-9_-]{0,8}", fullmatch=True), max_size=8))
+def test_served_plus_unserved_covers_every_entry(tmp_path_factory: pytest.TempPathFactory, names: set[str]) -> None:
+    base = tmp_path_factory.mktemp("root")
+    (base / "profiles").mkdir()
+    for name in names:
+        (base / "profiles" / name).mkdir()
+    served = [n for n, _ in profiles_to_serve(True, root=base)][1:]
+    unserved = [n for n, _, _ in unserved_profile_dirs(base)]
+    assert served == sorted(served)
+    assert sorted(served + unserved) == sorted(names)
+    assert all(n not in {"hermes", "test", "tmp", "root", "sudo", "default"} for n in served)
+
+
+def test_single_mode_serves_the_active_profile(root: Path) -> None:
+    (root / "profiles" / "coder").mkdir()
+    env = env_for(root)
+    assert profiles_to_serve(False, root=root, env=env) == [("default", root)]
+    set_active_profile("coder", root)
+    assert profiles_to_serve(False, root=root, env=env) == [("coder", root / "profiles" / "coder")]
+
+
+def test_hermes_home_pointing_at_a_profile_wins_over_sticky(root: Path) -> None:
+    for name in ("coder", "writer"):
+        (root / "profiles" / name).mkdir()
+    set_active_profile("writer", root)
+    env = env_for(root, HERMES_HOME=str(root / "profiles" / "coder"))
+    assert active_profile(root, env) == "coder"
+    assert active_profile(env=env) == "coder"
+
+
+def test_supervised_child_ignores_sticky_profile(root: Path) -> None:
+    (root / "profiles" / "coder").mkdir()
+    set_active_profile("coder", root)
+    assert active_profile(root, env_for(root)) == "coder"
+    assert active_profile(root, env_for(root, HERMES_S6_SUPERVISED_CHILD="1")) == "default"
+
+
+def test_single_mode_with_missing_active_profile_is_an_error(root: Path) -> None:
+    (root / "active_profile").write_text("ghost\n")
+    with pytest.raises(ProfileNotFoundError, match="ghost"):
+        profiles_to_serve(False, root=root, env=env_for(root))
+
+
+def test_sticky_profile_read_set_clear(root: Path) -> None:
+    (root / "profiles" / "coder").mkdir()
+    assert read_active_profile(root) == "default"
+    assert set_active_profile(" Coder ", root) == "coder"
+    assert (root / "active_profile").read_text() == "coder\n"
+    assert read_active_profile(root) == "coder"
+    assert set_active_profile("default", root) == "default"
+    assert not (root / "active_profile").exists()
+    set_active_profile("coder", root)
+    clear_active_profile(root)
+    clear_active_profile(root)
+    assert read_active_profile(root) == "default"
+    assert not [p for p in root.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_sticky_profile_must_exist_and_be_valid(root: Path) -> None:
+    with pytest.raises(ProfileNotFoundError, match="'ghost'"):
+        set_active_profile("ghost", root)
+    with pytest.raises(InvalidNameError):
+        set_active_profile("../x", root)
+    (root / "active_profile").write_text("Not Valid!\n")
+    with pytest.raises(ProfileConfigError) as exc:
+        read_active_profile(root)
+    assert exc.value.path == root / "active_profile"
+    (root / "active_profile").write_text("  \n")
+    assert read_active_profile(root) == "default"
+
+
+def test_existing_profile_home_refuses_symlinks(root: Path, tmp_path: Path) -> None:
+    target = tmp_path / "outside"
+    target.mkdir()
+    (root / "profiles" / "linked").symlink_to(target, target_is_directory=True)
+    with pytest.raises(UnsafePathError, match="symlink"):
+        existing_profile_home("linked", root)
+    assert not profile_exists("linked", root)
+    assert profile_exists("default", root)
+    (root / "profiles" / "afile").write_text("")
+    with pytest.raises(ProfileNotFoundError, match="not a directory"):
+        existing_profile_home("afile", root)
+    with pytest.raises(ProfileNotFoundError):
+        existing_profile_home("nobody", root)
+    assert existing_profile_home("default", root) == root
+    assert os.path.samefile(existing_profile_home("default", root), root)

@@ -1,0 +1,272 @@
+"""Create (blank, clone, clone-all), delete and rename, on real folders."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from profile_helpers import FakeLiveGateway, env_for, make_profile, scratch_left
+
+from profiles.discovery import read_active_profile, set_active_profile
+from profiles.errors import (
+    GatewayRunningError,
+    InvalidNameError,
+    ProfileExistsError,
+    ProfileNotFoundError,
+    UnsafePathError,
+)
+from profiles.lifecycle import PROFILE_SUBDIRS, create_profile, delete_profile, rename_profile
+from profiles.meta import read_profile_meta
+from wrappers.scripts import create_wrapper, list_wrappers
+
+TOKEN = "123456:telegram-secret-token"
+
+
+def tree(home: Path) -> set[str]:
+    return {str(p.relative_to(home)) for p in home.rglob("*")}
+
+
+# --------------------------------------------------------------------------- create
+
+
+def test_blank_create(root: Path) -> None:
+    result = create_profile("Coder", root, description="  Writes code.  ")
+    home = root / "profiles" / "coder"
+    assert result.path == home and result.mode == "blank" and result.source is None
+    assert all((home / sub).is_dir() for sub in PROFILE_SUBDIRS)
+    assert stat.S_IMODE((home / ".env").stat().st_mode) == 0o600
+    assert (home / ".env").read_text().startswith("#")
+    assert read_profile_meta(home)["description"] == "Writes code."
+    assert result.credential_kinds == [] and result.warnings == []
+    assert scratch_left(root) == []
+
+
+@pytest.mark.parametrize("name", ["default", "Default", "test", "../evil", "sudo", ""])
+def test_create_refuses_bad_names(root: Path, name: str) -> None:
+    with pytest.raises(InvalidNameError):
+        create_profile(name, root)
+    assert list((root / "profiles").iterdir()) == []
+
+
+def test_create_refuses_existing(root: Path, tmp_path: Path) -> None:
+    make_profile(root, "coder")
+    with pytest.raises(ProfileExistsError, match="coder"):
+        create_profile("coder", root)
+    (root / "profiles" / "linked").symlink_to(tmp_path)
+    with pytest.raises(ProfileExistsError):
+        create_profile("linked", root)
+
+
+def test_clone_copies_config_and_memories_only(root: Path) -> None:
+    src = make_profile(
+        root,
+        "src",
+        {
+            "config.yaml": "model: gpt\n",
+            ".env": f"TELEGRAM_BOT_TOKEN={TOKEN}\n",
+            "SOUL.md": "soul",
+            "skills/coding/SKILL.md": "skill",
+            "memories/MEMORY.md": "mem",
+            "memories/USER.md": "user",
+            "memories/other.md": "not copied",
+            "sessions/s1.json": "{}",
+            "state.db": "db",
+            "logs/gateway.log": "log",
+        },
+    )
+    os.chmod(src / ".env", 0o644)
+    result = create_profile("dst", root, clone_from="src")
+    home = result.path
+    assert result.mode == "clone" and result.source == "src"
+    for rel in ("config.yaml", ".env", "SOUL.md", "skills/coding/SKILL.md", "memories/MEMORY.md", "memories/USER.md"):
+        assert (home / rel).read_text() == (src / rel).read_text()
+    for rel in ("memories/other.md", "sessions/s1.json", "state.db", "logs/gateway.log"):
+        assert not (home / rel).exists()
+    assert stat.S_IMODE((home / ".env").stat().st_mode) == 0o600
+    assert result.credential_kinds == ["telegram-bot-token"]
+    assert len(result.warnings) == 1
+    assert "telegram-bot-token" in result.warnings[0] and TOKEN not in result.warnings[0]
+
+
+def test_clone_source_defaults_to_active_profile(root: Path) -> None:
+    (root / "config.yaml").write_text("model: root-model\n")
+    make_profile(root, "writer", {"config.yaml": "model: writer-model\n"})
+    env = env_for(root)
+    assert create_profile("a", root, clone=True, env=env).source == "default"
+    assert (root / "profiles" / "a" / "config.yaml").read_text() == "model: root-model\n"
+    set_active_profile("writer", root)
+    assert create_profile("b", root, clone=True, env=env).source == "writer"
+    assert (root / "profiles" / "b" / "config.yaml").read_text() == "model: writer-model\n"
+
+
+def test_clone_from_missing_source(root: Path) -> None:
+    with pytest.raises(ProfileNotFoundError, match="ghost"):
+        create_profile("dst", root, clone_from="ghost")
+    assert scratch_left(root) == [] and not (root / "profiles" / "dst").exists()
+
+
+def test_clone_all_from_default_excludes_infrastructure_history_and_runtime(root: Path) -> None:
+    files = {
+        "config.yaml": "a: 1\n",
+        ".env": "DISCORD_BOT_TOKEN=discord-token-value\n",
+        "SOUL.md": "soul",
+        "skills/x/SKILL.md": "s",
+        "cron/jobs.json": "[]",
+        "state.db": "", "state.db-wal": "", "state.db-shm": "",
+        "sessions/a.json": "", "backups/b.tar": "", "state-snapshots/s": "", "checkpoints/c": "",
+        "hermes-agent/setup.py": "", ".worktrees/w": "", "bin/tirith": "", "node_modules/m/i.js": "",
+        "active_profile": "coder\n",
+        ".hermesd/state.json": "{}",
+        "gateway.pid": "{}", "gateway.lock": "", "gateway_state.json": "{}",
+        ".gateway-planned-stop.json": "{}", ".drain_request.json": "{}", "processes.json": "[]",
+        "state/gateway.heartbeat": "{}", "state/keep.json": "{}",
+        "plugins/__pycache__/m.pyc": "", "plugins/p.py": "", "plugins/x.pyc": "", "run.sock": "", "w.tmp": "",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    make_profile(root, "coder", {"config.yaml": "sibling"})
+    os.mkfifo(root / "a.fifo")
+
+    result = create_profile("full", root, clone_all=True, clone_from="default")
+    assert result.mode == "clone-all"
+    assert tree(result.path) == {
+        "config.yaml", ".env", "SOUL.md", "skills", "skills/x", "skills/x/SKILL.md", "cron", "cron/jobs.json",
+        "state", "state/keep.json", "plugins", "plugins/p.py",
+    }
+    assert stat.S_IMODE((result.path / ".env").stat().st_mode) == 0o600
+    assert result.credential_kinds == ["discord-bot-token"]
+
+
+def test_clone_all_from_named_profile_keeps_its_bin_and_profiles_folders(root: Path) -> None:
+    make_profile(root, "src", {"bin/tool": "x", "profiles/note": "y", "sessions/s": "", "gateway.pid": "1"})
+    result = create_profile("dst", root, clone_all=True, clone_from="src")
+    assert tree(result.path) == {"bin", "bin/tool", "profiles", "profiles/note", ".env"}
+    assert result.credential_kinds == [] and result.warnings == []
+
+
+def test_clone_reports_malformed_copied_config_as_warning(root: Path) -> None:
+    make_profile(root, "src", {"config.yaml": "platforms: [unclosed\n"})
+    result = create_profile("dst", root, clone_from="src")
+    assert result.path.is_dir()
+    assert "config.yaml" in result.warnings[0]
+
+
+# --------------------------------------------------------------------------- delete
+
+
+def test_delete_removes_folder_sticky_and_own_aliases(root: Path, alias_dir: Path) -> None:
+    make_profile(root, "coder", {"memories/MEMORY.md": "m"})
+    set_active_profile("coder", root)
+    create_wrapper("coder", "coder", root, alias_dir, hermes="/bin/true", hermesd="/bin/true")
+    create_wrapper("cdr", "coder", root, alias_dir, hermes="/bin/true", hermesd="/bin/true")
+    (alias_dir / "other").write_text("#!/bin/sh\necho not ours\n")
+    result = delete_profile("Coder", root, wrapper_dir=alias_dir)
+    assert not (root / "profiles" / "coder").exists()
+    assert sorted(result.aliases_removed) == ["cdr", "coder"]
+    assert result.active_changed and read_active_profile(root) == "default"
+    assert sorted(p.name for p in alias_dir.iterdir()) == ["other"]
+    assert scratch_left(root) == []
+
+
+def test_delete_refuses_default_missing_and_symlink(root: Path, tmp_path: Path) -> None:
+    with pytest.raises(InvalidNameError, match="default"):
+        delete_profile("default", root)
+    with pytest.raises(ProfileNotFoundError):
+        delete_profile("ghost", root)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("keep")
+    (root / "profiles" / "linked").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(UnsafePathError):
+        delete_profile("linked", root)
+    assert (outside / "precious").read_text() == "keep"
+    assert (root / "profiles" / "linked").is_symlink()
+
+
+def test_delete_removes_read_only_content(root: Path) -> None:
+    home = make_profile(root, "coder", {"ro/file": "x"})
+    os.chmod(home / "ro" / "file", 0o400)
+    os.chmod(home / "ro", 0o500)
+    delete_profile("coder", root)
+    assert not home.exists() and scratch_left(root) == []
+
+
+def test_delete_refuses_while_gateway_runs(root: Path, live_gateway_for) -> None:
+    home = make_profile(root, "coder")
+    gw: FakeLiveGateway = live_gateway_for(home)
+    with pytest.raises(GatewayRunningError, match=str(gw.proc.pid)):
+        delete_profile("coder", root)
+    assert home.is_dir()
+
+    calls: list[tuple[str, Path]] = []
+
+    def stop(name: str, where: Path) -> None:
+        calls.append((name, where))
+        gw.stop()
+
+    delete_profile("coder", root, stop_gateway=stop)
+    assert calls == [("coder", home)] and not home.exists()
+
+
+def test_delete_refuses_when_stop_does_not_stop(root: Path, live_gateway_for) -> None:
+    home = make_profile(root, "coder")
+    live_gateway_for(home)
+    with pytest.raises(GatewayRunningError, match="still running"):
+        delete_profile("coder", root, stop_gateway=lambda name, where: None)
+    assert home.is_dir()
+
+
+def test_stale_pid_file_does_not_block(root: Path) -> None:
+    home = make_profile(root, "coder", {"gateway.pid": '{"pid": 999999, "start_time": 1}'})
+    delete_profile("coder", root)
+    assert not home.exists()
+
+
+# --------------------------------------------------------------------------- rename
+
+
+def test_rename_moves_folder_sticky_and_aliases(root: Path, alias_dir: Path) -> None:
+    make_profile(root, "coder", {"SOUL.md": "s"})
+    set_active_profile("coder", root)
+    create_wrapper("coder", "coder", root, alias_dir, hermes="/bin/true", hermesd="/bin/true")
+    create_wrapper("c", "coder", root, alias_dir, hermes="/bin/true", hermesd="/bin/true")
+    result = rename_profile("coder", "Builder", root, wrapper_dir=alias_dir, hermes="/bin/true", hermesd="/bin/true")
+    assert result.path == root / "profiles" / "builder"
+    assert (result.path / "SOUL.md").read_text() == "s"
+    assert not (root / "profiles" / "coder").exists()
+    assert result.active_changed and read_active_profile(root) == "builder"
+    wrappers = {w.alias: w.profile for w in list_wrappers(alias_dir, root)}
+    assert wrappers == {"builder": "builder", "c": "builder"}
+    assert result.aliases_removed == ["coder"] and sorted(result.aliases_created) == ["builder", "c"]
+
+
+def test_rename_warns_when_new_alias_collides(root: Path, alias_dir: Path) -> None:
+    make_profile(root, "coder")
+    create_wrapper("coder", "coder", root, alias_dir, hermes="/bin/true", hermesd="/bin/true")
+    (alias_dir / "builder").write_text("#!/bin/sh\n")
+    result = rename_profile("coder", "builder", root, wrapper_dir=alias_dir, hermes="/bin/true", hermesd="/bin/true")
+    assert result.path.is_dir()
+    assert any("builder" in w and "not written by hermesd" in w for w in result.warnings)
+    assert (alias_dir / "builder").read_text() == "#!/bin/sh\n"
+
+
+def test_rename_refusals(root: Path, live_gateway_for) -> None:
+    make_profile(root, "coder")
+    make_profile(root, "writer")
+    with pytest.raises(InvalidNameError):
+        rename_profile("default", "x", root)
+    with pytest.raises(InvalidNameError):
+        rename_profile("coder", "default", root)
+    with pytest.raises(InvalidNameError):
+        rename_profile("coder", "tmp", root)
+    with pytest.raises(ProfileExistsError):
+        rename_profile("coder", "writer", root)
+    with pytest.raises(ProfileNotFoundError):
+        rename_profile("ghost", "x", root)
+    live_gateway_for(root / "profiles" / "coder")
+    with pytest.raises(GatewayRunningError):
+        rename_profile("coder", "builder", root)
+    assert (root / "profiles" / "coder").is_dir() and not (root / "profiles" / "builder").exists()

@@ -1,0 +1,340 @@
+"""Wrapper aliases: a command named ``coder`` that runs ``hermes -p coder "$@"``.
+
+Upstream Hermes writes the same kind of script to ``~/.local/bin``. Ours differ in three
+ways, each for a reason:
+
+* **Gateway verbs go to hermesd while it runs.** Once hermesd supervises a root,
+  ``coder gateway start`` from upstream's script would start a second gateway behind the
+  supervisor's back (and ``restart`` would run one inside the CLI process). Our script
+  asks ``hermesd ping --root R``; if the daemon is up, ``gateway start|stop|restart|status``
+  become ``hermesd <verb> --root R coder`` (any further arguments are passed along, so
+  hermesd rejects a flag it does not support instead of the flag being dropped silently;
+  the Windows script passes none). Otherwise, and for every other command, it execs
+  ``hermes -p coder``.
+* **It is pinned to its root.** The script exports ``HERMES_HOME`` as the profile's home,
+  so ``-p coder`` resolves under the root the wrapper was made for even when the user's
+  shell points ``HERMES_HOME`` somewhere else (custom roots, Docker volumes).
+* **It is marked.** The second line is ``# hermesd-wrapper profile=<name> root=<root>``
+  (``REM ...`` in ``.bat``). Listing and removal only ever touch files carrying that mark,
+  and a file at the target path without it is never overwritten.
+
+Executables are resolved to absolute paths when the script is written, so the wrapper does
+not depend on the ``PATH`` of whoever runs it. The wrapper directory is
+``$HERMESD_WRAPPER_DIR`` when set, else ``~/.local/bin``; every function also takes it
+explicitly so tests never write into the real one.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import stat
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from profiles.errors import InvalidNameError, WrapperError
+from profiles.names import DEFAULT_PROFILE, parse_profile_name, validate_alias_name
+
+WRAPPER_DIR_ENV = "HERMESD_WRAPPER_DIR"
+MARKER = "hermesd-wrapper"
+GATEWAY_VERBS = ("start", "stop", "restart", "status")
+_READ_LIMIT = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class WrapperInfo:
+    """A wrapper hermesd wrote: its alias, file, target profile and root."""
+
+    alias: str
+    path: Path
+    profile: str
+    root: Path
+
+
+def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
+    return os.environ if env is None else env
+
+
+def is_windows() -> bool:
+    """Whether wrappers should be ``.bat`` files (the default for ``windows=None``)."""
+    return sys.platform == "win32"
+
+
+def wrapper_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``$HERMESD_WRAPPER_DIR`` if set, else ``~/.local/bin`` (upstream's directory)."""
+    e = _env(env)
+    override = e.get(WRAPPER_DIR_ENV, "").strip()
+    if override:
+        return Path(override)
+    home = e.get("HOME", "").strip()
+    return (Path(home) if home else Path.home()) / ".local" / "bin"
+
+
+def wrapper_path(alias: str, directory: Path, windows: bool | None = None) -> Path:
+    """Where the wrapper for ``alias`` lives (``<alias>.bat`` on Windows)."""
+    win = is_windows() if windows is None else windows
+    return Path(directory) / (f"{alias}.bat" if win else alias)
+
+
+def _search_path(env: Mapping[str, str]) -> str:
+    return env.get("PATH", os.defpath)
+
+
+def find_hermes(env: Mapping[str, str] | None = None) -> str:
+    """Absolute path of ``hermes`` on ``PATH``, or the bare name when it is not installed yet."""
+    return shutil.which("hermes", path=_search_path(_env(env))) or "hermes"
+
+
+def find_hermesd(env: Mapping[str, str] | None = None) -> str:
+    """Absolute path of ``hermesd``: on ``PATH``, else next to this interpreter, else the bare name."""
+    found = shutil.which("hermesd", path=_search_path(_env(env)))
+    if found:
+        return found
+    sibling = Path(sys.executable).parent / ("hermesd.exe" if is_windows() else "hermesd")
+    return str(sibling) if sibling.is_file() else "hermesd"
+
+
+def _marker_line(profile: str, root: Path) -> str:
+    return f"{MARKER} profile={profile} root={root}"
+
+
+def _check_root(root: Path) -> Path:
+    text = str(root)
+    if "\n" in text or "\r" in text:
+        raise WrapperError(f"root {text!r} contains a line break and cannot be recorded in a wrapper")
+    return root
+
+
+def _home_of(profile: str, root: Path) -> Path:
+    return root if profile == DEFAULT_PROFILE else root / "profiles" / profile
+
+
+def render_posix_wrapper(profile: str, root: Path, hermes: str, hermesd: str) -> str:
+    """The POSIX ``sh`` script for ``profile`` under ``root`` (see the module docstring)."""
+    q = shlex.quote
+    root = _check_root(Path(root))
+    verbs = "|".join(GATEWAY_VERBS)
+    return (
+        "#!/bin/sh\n"
+        f"# {_marker_line(profile, root)}\n"
+        f"# Runs Hermes profile {profile!r}; gateway {verbs} go to hermesd while it supervises this root.\n"
+        f"HERMES_HOME={q(str(_home_of(profile, root)))}\n"
+        "export HERMES_HOME\n"
+        'case "$1" in\n'
+        "  gateway)\n"
+        '    case "$2" in\n'
+        f"      {verbs})\n"
+        f"        if {q(hermesd)} ping --root {q(str(root))} >/dev/null 2>&1; then\n"
+        '          hermesd_verb=$2\n'
+        "          shift 2\n"
+        f'          exec {q(hermesd)} "$hermesd_verb" --root {q(str(root))} {q(profile)} "$@"\n'
+        "        fi\n"
+        "        ;;\n"
+        "    esac\n"
+        "    ;;\n"
+        "esac\n"
+        f'exec {q(hermes)} -p {q(profile)} "$@"\n'
+    )
+
+
+def _bat_quote(text: str) -> str:
+    """A double-quoted ``cmd.exe`` word; ``%`` is doubled so it is not expanded as a variable."""
+    if '"' in text:
+        raise WrapperError(f"{text!r} contains a double quote and cannot be written into a .bat wrapper")
+    return '"' + text.replace("%", "%%") + '"'
+
+
+def render_bat_wrapper(profile: str, root: Path, hermes: str, hermesd: str) -> str:
+    """The Windows ``.bat`` script for ``profile`` under ``root`` (CRLF line endings)."""
+    root = _check_root(Path(root))
+    home = str(_home_of(profile, root)).replace("%", "%%")
+    verb_lines = [f'if /I "%~2"=="{verb}" set "HERMESD_VERB={verb}"' for verb in GATEWAY_VERBS]
+    lines = [
+        "@echo off",
+        f"REM {_marker_line(profile, root)}",
+        "setlocal",
+        f'set "HERMES_HOME={home}"',
+        'set "HERMESD_VERB="',
+        'if /I not "%~1"=="gateway" goto run_hermes',
+        *verb_lines,
+        "if not defined HERMESD_VERB goto run_hermes",
+        f"{_bat_quote(hermesd)} ping --root {_bat_quote(str(root))} >nul 2>&1",
+        "if errorlevel 1 goto run_hermes",
+        f"{_bat_quote(hermesd)} %HERMESD_VERB% --root {_bat_quote(str(root))} {profile}",
+        "exit /b %ERRORLEVEL%",
+        ":run_hermes",
+        f"{_bat_quote(hermes)} -p {profile} %*",
+        "exit /b %ERRORLEVEL%",
+    ]
+    return "\r\n".join(lines) + "\r\n"
+
+
+def read_wrapper(path: Path) -> WrapperInfo | None:
+    """The wrapper info if ``path`` is a wrapper hermesd wrote, else ``None`` (binaries included)."""
+    path = Path(path)
+    try:
+        if not path.is_file() or path.is_symlink():
+            return None
+        with path.open("rb") as fh:
+            head = fh.read(_READ_LIMIT)
+    except OSError:
+        return None
+    if b"\0" in head:
+        return None
+    text = head.decode("utf-8", "replace")
+    for line in text.splitlines()[:4]:
+        body = line.strip()
+        for prefix in ("# ", "REM "):
+            if body.startswith(prefix + MARKER + " "):
+                fields = body[len(prefix) + len(MARKER) + 1 :]
+                if not fields.startswith("profile=") or " root=" not in fields:
+                    return None
+                profile, _, root = fields[len("profile=") :].partition(" root=")
+                alias = path.stem if path.suffix.lower() == ".bat" else path.name
+                return WrapperInfo(alias, path, profile, Path(root))
+    return None
+
+
+def _same_root(a: Path, b: Path) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return Path(a) == Path(b)
+
+
+def list_wrappers(
+    directory: Path | None = None, root: Path | None = None, env: Mapping[str, str] | None = None
+) -> list[WrapperInfo]:
+    """Every wrapper hermesd wrote in ``directory``, optionally only those for ``root``, sorted by alias."""
+    folder = Path(directory) if directory is not None else wrapper_dir(env)
+    try:
+        entries = sorted(folder.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    found = [info for entry in entries if (info := read_wrapper(entry)) is not None]
+    if root is not None:
+        found = [info for info in found if _same_root(info.root, root)]
+    return found
+
+
+def aliases_for_profile(
+    profile: str, root: Path, directory: Path | None = None, env: Mapping[str, str] | None = None
+) -> list[WrapperInfo]:
+    """The wrappers that run ``profile`` of ``root``."""
+    return [w for w in list_wrappers(directory, root, env) if w.profile == profile]
+
+
+def alias_collision(
+    alias: str,
+    profile: str,
+    root: Path,
+    directory: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    windows: bool | None = None,
+    replace_own: bool = False,
+) -> str | None:
+    """Why ``alias`` cannot be (re)written for ``profile``, or ``None`` when it is safe.
+
+    Refused: invalid, reserved or subcommand names; a file at the target that hermesd did
+    not write (or wrote for another profile/root, unless ``replace_own``); a command of the
+    same name anywhere else on ``PATH``.
+    """
+    e = _env(env)
+    try:
+        validate_alias_name(alias)
+    except InvalidNameError as exc:
+        return str(exc)
+    folder = Path(directory) if directory is not None else wrapper_dir(e)
+    target = wrapper_path(alias, folder, windows)
+    if target.exists() or target.is_symlink():
+        info = read_wrapper(target)
+        if info is None:
+            return f"{target} already exists and was not written by hermesd"
+        if not replace_own and (info.profile != profile or not _same_root(info.root, root)):
+            return f"{target} is already the alias of profile {info.profile!r} (root {info.root})"
+    found = shutil.which(alias, path=_search_path(e))
+    if found and not _same_file(Path(found), target):
+        return f"{alias!r} conflicts with an existing command ({found})"
+    return None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def create_wrapper(
+    alias: str,
+    profile: str,
+    root: Path,
+    directory: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    hermes: str | None = None,
+    hermesd: str | None = None,
+    windows: bool | None = None,
+    replace_own: bool = False,
+) -> Path:
+    """Write the wrapper ``alias`` running ``profile`` of ``root``; raise :class:`WrapperError` on a collision.
+
+    Re-creating an alias hermesd already wrote for the same profile and root is allowed
+    (it refreshes the executable paths). The file is written atomically.
+    """
+    alias = validate_alias_name(alias.strip().lower())
+    profile = parse_profile_name(profile)
+    root = _check_root(Path(root).absolute())
+    e = _env(env)
+    folder = Path(directory) if directory is not None else wrapper_dir(e)
+    problem = alias_collision(alias, profile, root, folder, env=e, windows=windows, replace_own=replace_own)
+    if problem:
+        raise WrapperError(f"cannot create alias {alias!r}: {problem}")
+    win = is_windows() if windows is None else windows
+    render = render_bat_wrapper if win else render_posix_wrapper
+    text = render(profile, root, hermes or find_hermes(e), hermesd or find_hermesd(e))
+    folder.mkdir(parents=True, exist_ok=True)
+    target = wrapper_path(alias, folder, win)
+    tmp = folder / f".{target.name}.hermesd.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        mode = stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return target
+
+
+def remove_wrapper(
+    alias: str,
+    directory: Path | None = None,
+    root: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> Path | None:
+    """Remove the wrapper ``alias`` if hermesd wrote it (and, given ``root``, for that root).
+
+    Returns the removed path, or ``None`` when there was nothing of ours to remove; a
+    file of the same name that is not ours is never touched.
+    """
+    alias = alias.strip().lower()
+    try:
+        validate_alias_name(alias)
+    except InvalidNameError:
+        return None
+    folder = Path(directory) if directory is not None else wrapper_dir(env)
+    for candidate in (folder / f"{alias}.bat", folder / alias):
+        info = read_wrapper(candidate)
+        if info is None or (root is not None and not _same_root(info.root, root)):
+            continue
+        candidate.unlink()
+        return candidate
+    return None
+
