@@ -112,16 +112,16 @@ def test_logs_follow_across_rotation(tmp_path):
     )
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=str(REPO))
     try:
-        wait_for(lambda: out_file.exists(), 5)
+        wait_for(lambda: out_file.exists(), 20)
         with path.open("a") as fh:
             fh.write("before-rotation\n")
-        wait_for(lambda: "before-rotation" in out_file.read_text(), 5)
+        wait_for(lambda: "before-rotation" in out_file.read_text(), 20)
         with path.open("a") as fh:
             fh.write("x" * 5000 + "\nlast-before\n")
         assert logs.rotate_if_needed(path, 4096, 2)
         with path.open("a") as fh:
             fh.write("after-rotation\n")
-        wait_for(lambda: "after-rotation" in out_file.read_text(), 5)
+        wait_for(lambda: "after-rotation" in out_file.read_text(), 20)
         text = out_file.read_text()
         assert "last-before" in text and "old-1" not in text
         assert text.index("last-before") < text.index("after-rotation")

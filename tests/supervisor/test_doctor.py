@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -82,7 +83,20 @@ def pid_record(pid: int, start_time: int | None) -> str:
 # --------------------------------------------------------------------------- one root, every mistake
 
 
-def seed_every_mistake(tmp_path: Path) -> tuple[Path, list[Path]]:
+@pytest.fixture
+def gateway_like() -> Iterator[int]:
+    """A live process whose command line looks like a gateway's (``... gateway run``)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "gateway", "run"],
+                            stdin=subprocess.PIPE)
+    try:
+        yield proc.pid
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()  # it exits on EOF: no signal needed
+        proc.wait(timeout=10)
+
+
+def seed_every_mistake(tmp_path: Path, live_pid: int) -> tuple[Path, list[Path]]:
     root = make_root(tmp_path, "coder", "helper", "broken", "live", "test", "Bad Name")
     # hermesd.yaml: valid YAML, an unknown key (invalid) and a command that does not exist.
     (root / "hermesd.yaml").write_text("command: /nonexistent/hermes\nbogus: 1\n")
@@ -116,8 +130,8 @@ profile_routes:
     )
     # broken: a .env line that does not parse.
     write_env(root, "broken", "TELEGRAM_BOT_TOKEN=fine\nthis is not valid\n")
-    # live: a gateway.pid naming this test process (alive, not started by hermesd).
-    (root / "profiles/live/gateway.pid").write_text(pid_record(os.getpid(), proc_start_time(os.getpid())))
+    # live: a gateway.pid naming a live gateway-like process not started by hermesd.
+    (root / "profiles/live/gateway.pid").write_text(pid_record(live_pid, proc_start_time(live_pid)))
     # Installed upstream services for coder (systemd) and the root (launchd).
     systemd = tmp_path / "systemd-user"
     launchd = tmp_path / "LaunchAgents"
@@ -160,8 +174,8 @@ EXPECTED_EVERY_MISTAKE = {
 }
 
 
-def test_every_mistake_at_once(tmp_path):
-    root, services = seed_every_mistake(tmp_path)
+def test_every_mistake_at_once(tmp_path, gateway_like):
+    root, services = seed_every_mistake(tmp_path, gateway_like)
     findings = diagnose(root, env=fake_env(tmp_path), service_dirs=services)
     missing = EXPECTED_EVERY_MISTAKE - codes(findings)
     assert not missing, render(findings)
@@ -174,8 +188,8 @@ def test_every_mistake_at_once(tmp_path):
     assert len(only(findings, "route_invalid_name")) == 2
 
 
-def test_no_credential_value_in_any_output(tmp_path):
-    root, services = seed_every_mistake(tmp_path)
+def test_no_credential_value_in_any_output(tmp_path, gateway_like):
+    root, services = seed_every_mistake(tmp_path, gateway_like)
     findings = diagnose(root, env=fake_env(tmp_path), service_dirs=services)
     human = render(findings)
     machine = json.dumps(to_json(root, findings))
@@ -520,7 +534,8 @@ def test_stale_lock_file_is_read_not_locked(tmp_path):
 def test_gateway_started_by_hermesd_is_not_foreign(tmp_path):
     root = make_root(tmp_path, "ours")
     env = {**os.environ, "HERMESD_ROOT": str(root.resolve())}
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, env=env)
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "gateway", "run"],
+                             stdin=subprocess.PIPE, env=env)
     try:
         (root / "profiles/ours/gateway.pid").write_text(pid_record(child.pid, proc_start_time(child.pid)))
         findings = run(root, tmp_path)
