@@ -477,9 +477,9 @@ class Daemon:
         run = slot.run
         assert run is not None
         self._drop_run(slot)
-        strays = child.kill_strays(self.root, slot.name, keep=set())
-        if strays:
-            log.info("profile %s: killed %d leftover process(es) %s", slot.name, len(strays), strays)
+        assert self._loop is not None
+        # After the respawn decision, not before it: the /proc scan stays off the restart path.
+        self._loop.call_soon(self.handle_strays, slot.name)
         gstate = gf.read_gateway_state(slot.home)
         ours = gstate.get("pid") == run.ident.pid
         facts = ExitFacts(
@@ -532,6 +532,14 @@ class Daemon:
         log.warning("profile %s: PID %d did not stop in time; SIGKILL to its group", name, ident.pid)
         child.kill_group(ident, slot.run.pidfd)
         child.kill_strays(self.root, name, keep={ident.pid})
+
+    def handle_strays(self, name: str) -> None:
+        """Kill what is left of a profile's previous gateway (escaped descendants, diagnostics)."""
+        slot = self.slots.get(name)
+        keep = {slot.run.ident.pid} if slot is not None and slot.run is not None else set()
+        strays = child.kill_strays(self.root, name, keep=keep)
+        if strays:
+            log.info("profile %s: killed %d leftover process(es) %s", name, len(strays), strays)
 
     def handle_retry(self, name: str) -> None:
         slot = self.slots.get(name)
