@@ -1,0 +1,146 @@
+"""Observation helpers for fault scenarios: who runs for which profile, and what the daemon costs.
+
+Everything here reads ``/proc`` (or psutil) and signals only processes the tests started
+themselves, by PID.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from profiles import gateway_files as gf
+from supervisor import identity
+from tests.harness import wait_for
+
+
+def gateway_leaders(root: Path) -> dict[str, list[int]]:
+    """Per profile, the tagged processes that are gateways as hermesd starts them (session leaders)."""
+    out: dict[str, list[int]] = {}
+    for pid, name, env in identity.find_tagged(root.resolve()):
+        if (
+            identity.session_id(pid) == pid
+            and env.get("HERMES_HOME")
+            and identity.is_gateway_cmdline(identity.proc_cmdline(pid))
+        ):
+            out.setdefault(name, []).append(pid)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def tagged_by_profile(root: Path) -> dict[str, list[int]]:
+    """Every live process carrying the root's tag (gateways and all their descendants), per profile."""
+    out: dict[str, list[int]] = {}
+    for pid, name, _env in identity.find_tagged(root.resolve()):
+        out.setdefault(name, []).append(pid)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def eventually(pred, timeout: float, interval: float = 0.05):
+    """Like ``wait_for`` but returns ``None`` on timeout, so a scenario can record what it saw first."""
+    try:
+        return wait_for(pred, timeout, interval)
+    except AssertionError:
+        return None
+
+
+def alive_exact(pid: int, start_time: int | None) -> bool:
+    """The process that had ``start_time`` still exists (a recycled PID does not count)."""
+    return start_time is not None and gf.proc_start_time(pid) == start_time
+
+
+def daemon_cpu_seconds(pid: int) -> float:
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+def fd_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def rss_bytes(pid: int) -> int:
+    return psutil.Process(pid).memory_info().rss
+
+
+def retry_delays(log_text: str, profile: str) -> list[float]:
+    """The backoff delays hermesd announced for ``profile`` ("profile p: retry in 0.4s"), in order."""
+    marker = f"profile {profile}: retry in "
+    out = []
+    for line in log_text.splitlines():
+        i = line.find(marker)
+        if i >= 0:
+            out.append(float(line[i + len(marker):].rstrip().rstrip("s")))
+    return out
+
+
+def sample_max_leaders(root: Path, profile: str, seconds: float, interval: float = 0.05) -> tuple[int, int]:
+    """Watch ``profile`` for ``seconds``: (most gateways seen at once, number of samples)."""
+    most, n = 0, 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        most = max(most, len(gateway_leaders(root).get(profile, [])))
+        n += 1
+        time.sleep(interval)
+    return most, n
+
+
+def converged(d, root, running: set[str], faults=None, timeout: float = 30.0) -> dict[str, int]:
+    """Exactly one gateway per profile in ``running``, none for the others, no stray process, and
+    the daemon's rows name exactly those gateways."""
+    def check():
+        leaders = gateway_leaders(root)
+        rows = {r["name"]: r for r in d.status()["profiles"]}
+        ok = (
+            set(leaders) == running
+            and all(len(p) == 1 for p in leaders.values())
+            and all(rows[n]["state"] == "running" and rows[n]["pid"] == leaders[n][0] for n in running)
+            and all(rows[n]["pid"] is None for n in rows if n not in running)
+        )
+        return {n: p[0] for n, p in leaders.items()} if ok else None
+
+    pids = wait_for(check, timeout, what=f"exactly one gateway for each of {sorted(running)}")
+    strays = {n: [p for p in ps if p != pids.get(n)] for n, ps in tagged_by_profile(root).items()}
+    strays = {n: p for n, p in strays.items() if p}
+    if faults is not None:
+        faults.lose(sum(map(len, strays.values())), f"unsupervised processes: {strays}")
+    assert strays == {}
+    return pids
+
+
+@dataclass
+class Sleeper:
+    """An unrelated python process that just sleeps: the victim of PID-reuse scenarios."""
+
+    proc: subprocess.Popen[bytes]
+    start_time: int
+
+    @classmethod
+    def start(cls, seconds: int = 600) -> Sleeper:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HERMESD_")}
+        proc = subprocess.Popen(
+            [sys.executable, "-c", f"import time; time.sleep({seconds})"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, env=env,
+        )
+        start = wait_for(lambda: gf.proc_start_time(proc.pid), 10, what="sleeper started")
+        return cls(proc, start)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None and alive_exact(self.pid, self.start_time)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            self.proc.wait(10)
