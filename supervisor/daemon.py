@@ -106,6 +106,8 @@ class Daemon:
     ready: bool = field(init=False, default=False)
     shutting_down: bool = field(init=False, default=False)
     config_problem: str | None = field(init=False, default=None)
+    state_problem: str | None = field(init=False, default=None)
+    _scanned: bool = field(init=False, default=False)
     _lock_fd: int | None = field(init=False, default=None)
     _loop: asyncio.AbstractEventLoop | None = field(init=False, default=None)
     _done: asyncio.Event | None = field(init=False, default=None)
@@ -133,10 +135,12 @@ class Daemon:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            other = _read_pid(self.layout.pidfile)
+            other = _flock_holder(self.layout.lock) or _read_pid(self.layout.pidfile)
             who = f" (PID {other})" if other else ""
             raise AlreadyRunning(f"hermesd is already running for {self.root}{who}") from None
         self._lock_fd = fd
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         tmp = self.layout.pidfile.with_suffix(".tmp")
         tmp.write_text(f"{os.getpid()}\n")
         os.replace(tmp, self.layout.pidfile)
@@ -245,6 +249,7 @@ class Daemon:
                 slot.present = False
                 slot.claims = ()
                 log.info("profile %s: folder gone", name)
+        self._scanned = True
         self.recheck_holds()
         for slot in list(self.slots.values()):
             self.reconcile(slot)
@@ -480,6 +485,10 @@ class Daemon:
         assert self._loop is not None
         # After the respawn decision, not before it: the /proc scan stays off the restart path.
         self._loop.call_soon(self.handle_strays, slot.name)
+        self.conclude_exit(slot, run, code, sig)
+
+    def conclude_exit(self, slot: Slot, run: Running, code: int | None, sig: int | None) -> None:
+        """Classify the end of ``run`` and decide: restart now or later, hold, or stay down."""
         gstate = gf.read_gateway_state(slot.home)
         ours = gstate.get("pid") == run.ident.pid
         facts = ExitFacts(
@@ -520,6 +529,8 @@ class Daemon:
 
     def _after_exit(self, slot: Slot) -> None:
         self.save_soon()
+        if not self._scanned:
+            return  # start-up: the first rescan reconciles everything once every file is read
         self.reconcile(slot)
         self.recheck_holds()  # a token this profile held may now be free for a held one
         self._forget_finished()
@@ -630,12 +641,23 @@ class Daemon:
     # ----------------------------------------------------------------- adoption
 
     def adopt_existing(self) -> None:
-        """Take over every gateway a previous hermesd of this root left running."""
+        """Take over every gateway a previous hermesd of this root left running.
+
+        Also finishes what that hermesd left half done: a stop or restart it had begun is issued
+        again, a gateway that ended while nobody watched is accounted for like any exit, and
+        leftover processes of dead gateways are killed.
+        """
+        from profiles.discovery import profiles_to_serve
+
         saved = state_mod.load(self.layout.state, self.boot)
+        self.state_problem = saved.problem
         if saved.problem:
             log.error("%s", saved.problem)
+        homes = {name: Path(home) for name, home in profiles_to_serve(True, root=self.root)}
         candidates: dict[str, list[int]] = {}
+        tagged: dict[str, list[int]] = {}
         for pid, name, env in identity.find_tagged(self.root):
+            tagged.setdefault(name, []).append(pid)
             if (
                 identity.session_id(pid) == pid
                 and env.get("HERMES_HOME")
@@ -643,20 +665,32 @@ class Daemon:
             ):
                 candidates.setdefault(name, []).append(pid)
         for name, rec in saved.profiles.items():
-            slot = self.slots.setdefault(name, Slot(name, Path(str(rec.get("home") or self.root))))
+            # A saved name whose folder is gone is not present: it never starts anything.
+            slot = self.slots.setdefault(name, Slot(name, homes.get(name, self.root), present=name in homes))
             slot.restarts = state_mod.saved_int(rec, "restarts")
             slot.failures = state_mod.saved_int(rec, "failures")
-            slot.last_exit = rec.get("last_exit") if isinstance(rec.get("last_exit"), dict) else None
+            slot.last_exit = state_mod.exit_record(rec.get("last_exit"))
             down = rec.get("down")
             slot.down = down if isinstance(down, str) else None
         for name, pids in candidates.items():
-            self._adopt_profile(name, pids, saved.profiles.get(name, {}))
+            self._adopt_profile(name, pids, saved.profiles.get(name, {}), homes)
+        for name, rec in saved.profiles.items():
+            slot = self.slots[name]
+            if slot.run is None and isinstance(rec.get("pid"), int) and isinstance(rec.get("start_time"), int):
+                self._ended_while_down(slot, rec)
+        keep: set[int] = set()
+        for slot in self.slots.values():
+            if slot.run is not None:
+                keep |= {slot.run.ident.pid, *_descendants(slot.run.ident.pid)}
+        for name in tagged:
+            strays = child.kill_strays(self.root, name, keep=keep)
+            if strays:
+                log.warning("profile %s: killed leftovers of a dead gateway: %s", name, strays)
 
-    def _adopt_profile(self, name: str, pids: list[int], rec: dict[str, Any]) -> None:
-        from profiles.discovery import profiles_to_serve
-
-        homes = dict(profiles_to_serve(True, root=self.root))
-        home = Path(homes.get(name) or rec.get("home") or "")
+    def _adopt_profile(
+        self, name: str, pids: list[int], rec: dict[str, Any], homes: dict[str, Path]
+    ) -> None:
+        home = homes.get(name) or Path(str(rec.get("home") or ""))
         idents = [Ident(p, s) for p in pids if (s := identity.proc_start_time(p)) is not None]
         verified = [i for i in idents if home and identity.verify(i, home=home, root=self.root, profile=name)]
         if not verified:
@@ -677,7 +711,7 @@ class Daemon:
         if fd is None:
             return
         slot = self.slots.setdefault(name, Slot(name, home))
-        slot.home = home
+        slot.home, slot.present = home, name in homes
         started_wall = _process_start_wall(main.pid) or self.wall()
         slot.run = Running(main, fd, False, self.clock() - max(0.0, self.wall() - started_wall), started_wall)
         self.refresh_files(slot)
@@ -686,12 +720,28 @@ class Daemon:
         assert self._loop is not None
         self._loop.add_reader(fd, self.handle_adopted_exit, name, main)
         log.info("profile %s: adopted running gateway PID %d", name, main.pid)
+        if (main.pid, main.start_time) == saved_ident and rec.get("stopping") is True:
+            log.info("profile %s: finishing the %s the previous hermesd began", name,
+                     "restart" if rec.get("then_restart") else "stop")
+            self.stop(slot, then_restart=rec.get("then_restart") is True)
         for extra in extras:
             xfd = identity.open_pidfd(extra)
             if xfd is not None:
                 log.warning("profile %s: duplicate gateway PID %d; killing it", name, extra.pid)
                 child.kill_group(extra, xfd)
                 os.close(xfd)
+
+    def _ended_while_down(self, slot: Slot, rec: dict[str, Any]) -> None:
+        """The gateway recorded in ``rec`` is gone: decide about its end as if we had seen it."""
+        started = rec.get("started_at")
+        started_wall = float(started) if isinstance(started, int | float) else self.wall()
+        ghost = Running(
+            Ident(rec["pid"], rec["start_time"]), -1, False,
+            self.clock() - max(0.0, self.wall() - started_wall), started_wall,
+            stop_requested=rec.get("stopping") is True, then_restart=rec.get("then_restart") is True,
+        )
+        log.info("profile %s: gateway PID %d ended while hermesd was not running", slot.name, ghost.ident.pid)
+        self.conclude_exit(slot, ghost, None, None)
 
     # ----------------------------------------------------------------- helpers
 
@@ -781,7 +831,11 @@ class Daemon:
             }
             if slot.run is not None:
                 rec.update(
-                    pid=slot.run.ident.pid, start_time=slot.run.ident.start_time, started_at=slot.run.started_wall
+                    pid=slot.run.ident.pid,
+                    start_time=slot.run.ident.start_time,
+                    started_at=slot.run.started_wall,
+                    stopping=slot.run.stop_requested,
+                    then_restart=slot.run.then_restart,
                 )
             records[name] = rec
         try:
@@ -845,6 +899,7 @@ class Daemon:
                 "running": True,
                 "ready": self.ready,
                 "config_problem": self.config_problem,
+                "state_problem": self.state_problem,
                 "command": self.command,
                 "command_error": self.command_error,
             },
@@ -984,12 +1039,40 @@ def _note(path: Path, line: str) -> None:
             os.close(fd)
 
 
+def _flock_holder(path: Path) -> int | None:
+    """The PID holding an flock on ``path``, from ``/proc/locks`` (the kernel's own answer).
+
+    Asking the kernel avoids the window in which the winner holds the lock but has not yet
+    written its PID anywhere.
+    """
+    try:
+        st = path.stat()
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in table.splitlines():
+        parts = line.split()
+        if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == want and parts[4].isdigit():
+            return int(parts[4])
+    return None
+
+
 def _read_pid(path: Path) -> int | None:
     try:
         text = path.read_text()[:32].strip()
     except OSError:
         return None
     return int(text) if text.isdigit() else None
+
+
+def _descendants(pid: int) -> list[int]:
+    import psutil
+
+    try:
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
 
 
 def _process_start_wall(pid: int) -> float | None:

@@ -46,6 +46,24 @@ def save(path: Path, boot_id: str, daemon_pid: int, profiles: dict[str, dict[str
     )
 
 
+def exit_record(raw: Any) -> dict[str, Any] | None:
+    """A saved ``last_exit`` with every field of the right type, or ``None``: never trust the file."""
+    if not isinstance(raw, dict):
+        return None
+    out: dict[str, Any] = {}
+    for key, kinds in (
+        ("code", int),
+        ("signal", (str, int)),
+        ("at", (int, float)),
+        ("kind", str),
+        ("reason", str),
+        ("description", str),
+    ):
+        value = raw.get(key)
+        out[key] = value if isinstance(value, kinds) and not isinstance(value, bool) else None
+    return out
+
+
 def saved_int(rec: dict[str, Any], key: str) -> int:
     value = rec.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

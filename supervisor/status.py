@@ -21,7 +21,8 @@ def add_live_fields(row: dict[str, Any], home: Path, ps: Any) -> None:
     """Fill the gateway's own view (state file, heartbeat) and the process's CPU and RSS."""
     gstate = gf.read_gateway_state(home)
     mine = row.get("pid") is not None and gstate.get("pid") == row.get("pid")
-    row["gateway_state"] = gstate.get("gateway_state") if mine else None
+    gstate_value = gstate.get("gateway_state") if mine else None
+    row["gateway_state"] = gstate_value if isinstance(gstate_value, str) else None
     platforms = gstate.get("platforms") if mine else None
     row["platforms"] = _platforms(platforms)
     row["lock_conflicts"] = [
@@ -51,7 +52,10 @@ def _platforms(raw: Any) -> dict[str, dict[str, Any]]:
     out = {}
     for name, info in raw.items():
         if isinstance(name, str) and isinstance(info, dict):
-            out[name] = {k: info.get(k) for k in ("state", "error_code", "error_message", "updated_at")}
+            out[name] = {
+                k: (v if isinstance(v := info.get(k), str) else None)
+                for k in ("state", "error_code", "error_message", "updated_at")
+            }
     return out
 
 
@@ -86,7 +90,7 @@ def offline_document(root: Path) -> dict[str, Any]:
             "started_at": None,
             "uptime_s": None,
             "restarts": state_mod.saved_int(rec, "restarts"),
-            "last_exit": rec.get("last_exit") if isinstance(rec.get("last_exit"), dict) else None,
+            "last_exit": state_mod.exit_record(rec.get("last_exit")),
             "next_retry_at": None,
             "should_run": True,
             "hold": None,
@@ -138,6 +142,12 @@ def _when(epoch: float | None) -> str:
     return datetime.fromtimestamp(epoch, UTC).astimezone().strftime("%H:%M:%S")
 
 
+def _last_exit_cell(last: dict[str, Any], now: float) -> str:
+    at = last.get("at")
+    when = f" {_ago(now - at)} ago" if isinstance(at, int | float) and not isinstance(at, bool) else ""
+    return f"{last.get('description') or '-'}{when}"
+
+
 def _mb(n: int | None) -> str:
     return "-" if n is None else f"{n / 1048576:.0f}M"
 
@@ -173,7 +183,7 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
             str(r["pid"] or "-"),
             _ago(r.get("uptime_s")),
             str(r.get("restarts", 0)),
-            f"{last.get('description', '-')} {_ago(now - last['at']) + ' ago' if last.get('at') else ''}".strip(),
+            _last_exit_cell(last, now),
             r.get("gateway_state") or "-",
             f"{ok}/{len(plats)}" if plats else "-",
             _ago(r.get("heartbeat_age_s")),

@@ -88,9 +88,6 @@ def test_sigkill_during_stop(root, hermesd_factory, faults, stubborn):
     assert ok
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a restart in progress when hermesd is SIGKILLed is lost: the next "
-                                       "daemon adopts the old gateway as running, or marks its clean exit 'stopped "
-                                       "outside hermesd' (then_restart is never persisted: supervisor/daemon.py)")
 @pytest.mark.parametrize("stubborn", [{"ignore_sigterm": True}, {"hang_on_exit": 5.0}],
                          ids=["ignores_sigterm", "slow_drain"])
 def test_sigkill_during_restart(root, hermesd_factory, faults, stubborn):
@@ -156,10 +153,6 @@ def test_sigkill_at_random_moments_of_start_up(root, hermesd_factory, faults):
     assert all(d.row(n)["restarts"] == 0 for n in h)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: descendants of a gateway that died while hermesd was down stay "
-                                       "running, unsupervised, next to the new gateway (supervisor/daemon.py "
-                                       "adopt_existing only looks at gateway session leaders; strays are killed "
-                                       "only on a later exit)")
 def test_orphans_of_a_gateway_that_died_while_hermesd_was_down(root, hermesd_factory, faults):
     coder = homes(root)["coder"]
     write_behaviour(coder, grandchildren=3, grandchildren_setsid=2, write_counter=True)

@@ -104,7 +104,8 @@ def test_junk_written_under_running_gateways(root, hermesd_factory, faults):
     assert {n: r["pid"] for n, r in rows.items()} == before
     assert rows["coder"]["gateway_state"] is None and rows["writer"]["gateway_state"] is None
     assert rows["coder"]["heartbeat_age_s"] is None and rows["default"]["heartbeat_age_s"] is None
-    assert rows["default"]["platforms"] == {"7": {"state": 5, "error_code": None, "error_message": None,
+    # a non-string platform state is dropped, not passed on to renderers
+    assert rows["default"]["platforms"] == {"7": {"state": None, "error_code": None, "error_message": None,
                                                   "updated_at": None}}
     for out in _status_both_ways(d, faults):
         assert "Traceback" not in out.stderr and out.returncode in (0, 1), out.stderr
@@ -115,8 +116,6 @@ def test_junk_written_under_running_gateways(root, hermesd_factory, faults):
     assert d.close() == []
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a non-string gateway_state in gateway_state.json naming the live PID "
-                                       "crashes 'hermesd status' (status.py render: cell.ljust on a list)")
 def test_wrongly_typed_gateway_state_keeps_status_readable(root, hermesd_factory, faults):
     d = hermesd_factory(root)
     pid = d.wait_running("coder")["coder"]
@@ -131,8 +130,6 @@ def test_wrongly_typed_gateway_state_keeps_status_readable(root, hermesd_factory
         assert "Traceback" not in out.stderr and out.returncode in (0, 1), out.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: hermesd's own state.json with a wrongly typed last_exit.at crashes "
-                                       "'hermesd status' (status.py render: now - last['at'])")
 def test_state_file_with_wrongly_typed_fields(root, hermesd_factory, faults):
     """A valid state.json envelope whose fields are junk: history ignored field by field, status readable."""
     (root / ".hermesd").mkdir()

@@ -101,8 +101,6 @@ def _flock_holder(lock: Path) -> int | None:
     return None
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a daemon that loses the race reads hermesd.pid before the winner "
-                                       "has written it and names no PID or a dead one (supervisor/daemon.py acquire)")
 def test_loser_names_the_winner_even_mid_start(root, hermesd_factory, faults):
     """Deterministic version of the race: the winner is held between taking the lock and writing
     its PID file (its temporary PID file is a FIFO nobody reads yet), and the PID file still names the
@@ -168,7 +166,8 @@ def test_files_naming_a_live_unrelated_process(root, hermesd_factory, faults, sl
     assert everyone, rows
     running = converged(d, root, set(h), faults)
     ok = sleeper.pid not in running.values() and sleeper.alive()
-    ok = ok and all(d.row(n)["restarts"] == 2 for n in h)  # history kept, identities ignored
+    # history kept; the recorded gateway is not alive as ours, so its end counts as one restart
+    ok = ok and all(d.row(n)["restarts"] == 3 for n in h)
     for verb in (("restart", "coder"), ("stop", "writer"), ("stop",)):
         ok = ok and d.cli(*verb).returncode == 0
     ok = ok and d.proc.wait(20) == 0 and sleeper.alive() and not any(pid_alive(p) for p in running.values())
