@@ -46,7 +46,7 @@ def _request(args: argparse.Namespace, payload: dict[str, Any], timeout: float =
     from supervisor import control
 
     try:
-        return control.request(_layout(args).socket, payload, timeout=timeout)
+        return control.request(_layout(args).socket_checked(), payload, timeout=timeout)
     except control.DaemonNotRunning:
         raise UserError(f"hermesd is not running for {_root(args)} (start it with 'hermesd start')") from None
     except control.ControlError as exc:
@@ -57,7 +57,11 @@ def _daemon_up(args: argparse.Namespace) -> dict[str, Any] | None:
     from supervisor import control
 
     try:
-        return control.request(_layout(args).socket, {"cmd": "ping"}, timeout=2.0)
+        sock = _layout(args).socket_checked()
+    except FileNotFoundError:
+        return None
+    try:
+        return control.request(sock, {"cmd": "ping"}, timeout=2.0)
     except (control.DaemonNotRunning, control.ControlError, OSError, ValueError):
         return None
 
@@ -351,10 +355,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     from profiles.errors import ProfileError
+    from supervisor.layout import UnsafeFolderError
 
     try:
         return int(args.func(args) or 0)
-    except (UserError, ProfileError) as exc:
+    except (UserError, ProfileError, UnsafeFolderError) as exc:
         print(f"hermesd: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from profiles import gateway_files as gf
-from supervisor import child, contract, identity
+from supervisor import child, contract, identity, logs
 from supervisor import config as config_mod
 from supervisor import conflicts as conflicts_mod
 from supervisor import state as state_mod
@@ -37,6 +37,7 @@ log = logging.getLogger("hermesd")
 
 
 CONFLICT_HOLDS = ("credential_conflict", "port_conflict")
+LOG_SPACE_MIN = 64 * 1024  # below this, a child's log counts as full
 # Holds that a change to the profile's files (or hermesd.yaml) may have cured.
 FILE_HOLDS = ("config_error", "command_error", "spawn_error", *CONFLICT_HOLDS)
 
@@ -66,6 +67,7 @@ class Running:
     ps: Any = None  # psutil.Process, kept for cpu_percent between status calls
     spec: str = ""  # digest of what it was started with: files, argv, extra environment
     claims: tuple[Any, ...] = ()  # the credentials and ports it was started with
+    output_discarded: bool = False  # started while the log file system was full
 
 
 @dataclass(slots=True)
@@ -85,6 +87,7 @@ class Slot:
     claims: tuple[conflicts_mod.Claim, ...] = ()
     files_digest: str = ""
     file_error: str | None = None  # malformed .env / config.yaml, naming file and line
+    log_problem: str | None = None  # the child's log cannot be written or rotated
 
 
 @dataclass(slots=True)
@@ -169,6 +172,9 @@ class Daemon:
         loop.add_signal_handler(signal.SIGTERM, self.handle_shutdown_signal, "SIGTERM")
         loop.add_signal_handler(signal.SIGINT, self.handle_shutdown_signal, "SIGINT")
         loop.add_signal_handler(signal.SIGHUP, self.handle_reload)
+        # A burst of SIGCHLDs can fill asyncio's wakeup pipe; one pending byte is enough to wake
+        # the loop, so a full pipe is not worth a warning per signal.
+        signal.set_wakeup_fd(signal.set_wakeup_fd(-1), warn_on_full_buffer=False)
         self.adopt_existing()
         self.rescan()
         await self.start_control()
@@ -387,9 +393,15 @@ class Daemon:
     def apply_changes(self) -> None:
         """Restart exactly the running profiles whose spawn spec changed; recheck holds."""
         for slot in list(self.slots.values()):
-            if slot.run is not None and not slot.run.stop_requested and slot.run.spec != self.spec_for(slot):
-                log.info("profile %s: effective configuration changed; restarting it", slot.name)
-                self.stop(slot, then_restart=True)
+            if slot.run is None or slot.run.stop_requested or slot.run.spec == self.spec_for(slot):
+                continue
+            if slot.file_error is not None:
+                # A typo must not take down a working bot: it keeps its last good configuration.
+                log.warning("profile %s: %s; the running gateway keeps its last good configuration",
+                            slot.name, slot.file_error)
+                continue
+            log.info("profile %s: effective configuration changed; restarting it", slot.name)
+            self.stop(slot, then_restart=True)
         self.recheck_holds()
         for slot in list(self.slots.values()):
             self.reconcile(slot)
@@ -420,6 +432,11 @@ class Daemon:
             extra=self.config.child_environment(slot.name),
         )
         logfile = self.layout.child_log(slot.name)
+        free = logs.free_bytes(self.layout.logs)
+        if free is not None and free < LOG_SPACE_MIN:
+            # A gateway dies at its first write to a full log; discarding its output keeps it up.
+            log.error("profile %s: log file system full (%d bytes free): discarding this run's output", slot.name, free)
+            logfile = Path(os.devnull)
         try:
             ident = child.spawn(argv, env, logfile, slot.home)
         except child.SpawnError as exc:
@@ -427,6 +444,7 @@ class Daemon:
             return
         fd = os.pidfd_open(ident.pid)
         slot.run = Running(ident, fd, True, self.clock(), self.wall(), spec=self.spec_for(slot), claims=slot.claims)
+        slot.run.output_discarded = logfile == Path(os.devnull)
         self.by_pid[ident.pid] = slot
         slot.retry_at = None
         _note(logfile, f"hermesd: started {' '.join(argv)} as PID {ident.pid}")
@@ -792,15 +810,23 @@ class Daemon:
         self._loop.call_later(5.0, self._housekeeping)
 
     def _housekeeping(self) -> None:
-        from supervisor import logs
-
+        free = logs.free_bytes(self.layout.logs)
+        full = (
+            f"log file system full ({free} bytes free in {self.layout.logs})"
+            if free is not None and free < LOG_SPACE_MIN
+            else None
+        )
         for slot in self.slots.values():
+            problem = full
             try:
                 logs.rotate_if_needed(
                     self.layout.child_log(slot.name), self.config.log_max_bytes, self.config.log_backups
                 )
             except OSError as exc:
-                log.error("profile %s: log rotation failed: %s", slot.name, exc)
+                problem = f"log rotation failed: {exc}"
+            if problem and problem != slot.log_problem:
+                log.error("profile %s: %s", slot.name, problem)
+            slot.log_problem = problem
         if self.ready:
             self.notifier.status(self.summary())  # starting → running changes no saved state
         if not self.shutting_down:
@@ -882,6 +908,10 @@ class Daemon:
             "next_retry_at": slot.retry_at,
             "should_run": self.should_run(slot),
             "hold": {"kind": slot.hold.kind, "message": slot.hold.message} if slot.hold else None,
+            "file_error": slot.file_error,
+            "log_problem": slot.log_problem
+            or ("this run's output is discarded: the log file system was full when it started"
+                if run is not None and run.output_discarded else None),
         }
 
     def status_document(self) -> dict[str, Any]:
@@ -964,8 +994,8 @@ class Daemon:
                     reply = {"ok": False, "error": str(exc)}
             writer.write(json.dumps(reply).encode() + b"\n")
             await asyncio.wait_for(writer.drain(), READ_TIMEOUT)
-        except (ConnectionError, TimeoutError, OSError):
-            pass
+        except (ConnectionError, TimeoutError, OSError, asyncio.CancelledError):
+            pass  # the client went away, or the daemon is shutting down mid-request
         except Exception:  # a bug in one request must not take down the daemon
             log.exception("control request failed")
         finally:

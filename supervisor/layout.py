@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,9 +70,24 @@ class Layout:
         return Path(f"/tmp/hermesd-{os.getuid()}") / f"{digest}.sock"
 
     def ensure(self) -> None:
-        """Create hermesd's folders, private to the user."""
+        """Create hermesd's folders, private to the user, and refuse ones someone else controls.
+
+        The socket may live in a shared ``/tmp`` folder (long roots); another user who created
+        that folder first could otherwise stand in for the daemon.
+        """
         for d in (self.dir, self.logs, self.socket.parent):
             d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = self.dir.lstat()
+        if st.st_uid == os.getuid() and st.st_mode & 0o077:
+            self.dir.chmod(0o700)  # our own folder, created loosely by hand: tighten it
+        check_private(self.socket.parent)
+
+    def socket_checked(self) -> Path:
+        """The socket path, after checking its folder is ours (clients call this before connecting)."""
+        if self.socket.parent != self.dir:
+            check_private(self.socket.parent)
+        return self.socket
+
 
     def salt(self) -> bytes:
         """The per-root salt for credential fingerprints, created on first use.
@@ -98,3 +114,17 @@ class Layout:
         finally:
             tmp.unlink(missing_ok=True)
         return data
+
+
+class UnsafeFolderError(PermissionError):
+    """A folder hermesd relies on is not a private directory of this user."""
+
+
+def check_private(folder: Path) -> None:
+    st = folder.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        kind = "" if stat.S_ISDIR(st.st_mode) else ", not a directory"
+        raise UnsafeFolderError(
+            f"{folder} must be a directory owned by uid {os.getuid()} with mode 0700 "
+            f"(found uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}{kind})"
+        )

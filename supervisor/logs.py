@@ -38,11 +38,30 @@ def rotate_if_needed(path: Path, max_bytes: int, backups: int) -> bool:
         if src.exists():
             os.replace(src, rotated(path, n + 1))
     tmp = path.with_name(f".{path.name}.rotating")
-    shutil.copyfile(path, tmp)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, rotated(path, 1))
+    try:
+        shutil.copyfile(path, tmp)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, rotated(path, 1))
+    except OSError as exc:
+        # No room for the copy (a full disk): keep the children able to write rather than
+        # keep their old output. The partial copy goes, the log is emptied in place.
+        tmp.unlink(missing_ok=True)
+        os.truncate(path, 0)
+        raise RotationError(f"no room for a rotated copy ({exc.strerror}); {path.name} truncated in place") from exc
     os.truncate(path, 0)
     return True
+
+
+class RotationError(OSError):
+    """Rotation could not keep a copy; the log was truncated anyway."""
+
+
+def free_bytes(folder: Path) -> int | None:
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def tail_lines(path: Path, n: int) -> list[bytes]:

@@ -193,6 +193,9 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
         if r["state"] != HEALTHY and r.get("reason"):
             retry = f"; retry at {_when(r['next_retry_at'])}" if r.get("next_retry_at") else ""
             notes.append(f"  {r['name']}: {r['state']}: {r['reason']}{retry}")
+        for key in ("file_error", "log_problem"):
+            if r.get(key) and not (r["state"] == "held" and key == "file_error"):
+                notes.append(f"  {r['name']}: {r[key]}")
         for c in r.get("lock_conflicts") or []:
             why = c["message"] or c["error_code"]
             notes.append(f"  {r['name']}: {c['platform']} blocked by another gateway: {why}")

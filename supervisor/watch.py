@@ -20,6 +20,7 @@ log = logging.getLogger("hermesd")
 
 PROFILE_FILES = frozenset({".env", "config.yaml", "profile.yaml"})
 DEBOUNCE_MS = 300
+RETRY_S = 0.5
 
 
 @dataclass(slots=True)
@@ -71,7 +72,7 @@ class Watcher:
         self._stop: asyncio.Event | None = None
 
     def follow(self, homes: Iterable[Path]) -> None:
-        """(Re)start watching when the set of folders changed."""
+        """(Re)start watching when the set of folders changed, or when the watcher ended."""
         dirs = watched_dirs(self.root, homes)
         if dirs == self.dirs and self._task is not None and not self._task.done():
             return
@@ -97,5 +98,10 @@ class Watcher:
                     self.on_events(events)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a vanished folder or an inotify limit: keep supervising
-            log.error("file watcher stopped (%s); 'hermesd reload' still rescans", exc)
+        except Exception as exc:
+            # Typically a folder deleted between listing and watching it. Rescan (which re-follows
+            # the folders that still exist) shortly, rather than lose every later event.
+            if stop.is_set():
+                return
+            log.warning("file watcher restarting after: %s", exc)
+            asyncio.get_running_loop().call_later(RETRY_S, self.on_events, FsEvents(rescan=True))

@@ -186,15 +186,17 @@ def test_broken_profile_files_hold_only_their_profile(root, hermesd_factory, fau
     d.wait_running("coder", "writer", timeout=10)
     assert d.row("default")["pid"] == default_pid
 
-    # Broken again under a running gateway: the error names the file and line, nobody else moves.
-    # (Today hermesd also stops the healthy gateway and holds it; recorded, not required here.)
+    # Broken again under a running gateway: the error names the file and line, nobody moves, and
+    # the healthy gateway keeps running on its last good configuration.
     pids = d.wait_running("coder", "writer")
     (h["writer"] / ".env").write_text("GOOD=1\nBAD='unterminated\n")
     faults.inject()
-    writer = wait_for(lambda: f"{h['writer'] / '.env'}:2" in str((r := d.row("writer"))["reason"]) and r, 10,
+    writer = wait_for(lambda: f"{h['writer'] / '.env'}:2" in str((r := d.row("writer"))["file_error"]) and r, 10,
                       what="writer's .env error in status")
+    assert f"writer: {h['writer'] / '.env'}:2" in d.cli("status").stdout
     ok = (
-        "unterminated ' quote in the value of BAD" in writer["reason"]
+        "unterminated ' quote in the value of BAD" in writer["file_error"]
+        and writer["pid"] == pids["writer"] and writer["state"] == "running"
         and d.row("coder")["pid"] == pids["coder"]
         and d.row("default")["pid"] == default_pid
         and len(gateway_leaders(root).get("writer", [])) <= 1

@@ -148,8 +148,6 @@ def test_200_profiles_in_bursts(tmp_path, hermesd_factory, faults):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="BUG: a profile folder deleted while the watcher restarts kills the watcher "
-                                       "for good (supervisor/watch.py Watcher._run); later folders are never served")
 def test_folders_vanishing_while_the_watcher_follows_them(tmp_path, hermesd_factory, faults):
     """Folders that live for a fraction of a second, for seconds, race hermesd's watcher
     restarts; afterwards a new folder must still be served and none of the short-lived ones."""

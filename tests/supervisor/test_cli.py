@@ -152,3 +152,23 @@ def test_errors_are_one_line(tmp_path):
         assert "Traceback" not in out.stderr
     out = d.cli("status")
     assert out.returncode == 3 and "NOT RUNNING" in out.stdout
+
+
+def test_socket_folder_owned_by_someone_else_is_refused(tmp_path):
+    """A long root moves the socket to /tmp/hermesd-<uid>/; a folder there we do not control is refused."""
+    from supervisor.layout import Layout, UnsafeFolderError, check_private
+
+    deep = tmp_path / ("x" * 60) / ("y" * 60)
+    deep.mkdir(parents=True)
+    layout = Layout(deep)
+    assert layout.socket.parent != layout.dir  # the fallback path
+    folder = tmp_path / "shared"
+    folder.mkdir(mode=0o777)
+    folder.chmod(0o777)
+    try:
+        check_private(folder)
+        raise AssertionError("a world-writable folder was accepted")
+    except UnsafeFolderError as exc:
+        assert "0777" in str(exc)
+    folder.chmod(0o700)
+    check_private(folder)
