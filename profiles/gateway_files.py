@@ -61,7 +61,9 @@ def read_json(path: Path) -> dict[str, Any] | None:
     """A JSON object from ``path``, or ``None`` when missing, oversized, or not an object."""
     try:
         with path.open("rb") as fh:
-            data = fh.read(_MAX_JSON_BYTES + 1)
+            if os.fstat(fh.fileno()).st_size > _MAX_JSON_BYTES:
+                return None
+            data = fh.read()  # sized from the file: read(n) would allocate all n bytes up front
     except OSError:
         return None
     if len(data) > _MAX_JSON_BYTES:
@@ -160,18 +162,22 @@ def write_planned_stop_marker(home: Path, pid: int, start_time: int | None) -> N
         "stopper_pid": os.getpid(),
         "written_at": datetime.now(UTC).isoformat(),
     }
-    write_json_atomic(home / PLANNED_STOP_MARKER, record)
+    write_json_atomic(home / PLANNED_STOP_MARKER, record, durable=False)  # lives seconds, 60 s TTL
 
 
-def write_json_atomic(path: Path, obj: object, mode: int = 0o600) -> None:
-    """Write JSON so that readers see the old or the new file, never a torn one."""
+def write_json_atomic(path: Path, obj: object, mode: int = 0o600, *, durable: bool = True) -> None:
+    """Write JSON so that readers see the old or the new file, never a torn one.
+
+    ``durable=False`` skips the fsync, for short-lived files that need not survive a power cut.
+    """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(obj, fh, sort_keys=True)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

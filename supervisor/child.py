@@ -81,8 +81,8 @@ def kill_strays(root: Path, profile: str, keep: set[int]) -> list[int]:
     Each is pinned with a pidfd and re-checked before the signal.
     """
     killed = []
-    for pid, name, _env in identity.find_tagged(root):
-        if name != profile or pid in keep:
+    for pid, _name, _env in identity.find_tagged(root, profile):
+        if pid in keep:
             continue
         start = identity.proc_start_time(pid)
         if start is None:

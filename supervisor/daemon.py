@@ -111,6 +111,8 @@ class Daemon:
     config_problem: str | None = field(init=False, default=None)
     state_problem: str | None = field(init=False, default=None)
     _scanned: bool = field(init=False, default=False)
+    # (held, contenders), cached during one rescan pass
+    _conflicts: tuple[dict[str, Any], set[str]] | None = field(init=False, default=None)
     _lock_fd: int | None = field(init=False, default=None)
     _loop: asyncio.AbstractEventLoop | None = field(init=False, default=None)
     _done: asyncio.Event | None = field(init=False, default=None)
@@ -178,9 +180,9 @@ class Daemon:
         self.adopt_existing()
         self.rescan()
         await self.start_control()
-        from supervisor.watch import Watcher
+        from supervisor.watch import make_watcher
 
-        self._watcher = Watcher(self.root, self.handle_fs_events)
+        self._watcher = make_watcher(self.root, self.handle_fs_events)
         self._watcher.follow(s.home for s in self.slots.values())
         self.handle_sigchld()  # anything that died while we were starting
         self.ready = True
@@ -257,8 +259,14 @@ class Daemon:
                 log.info("profile %s: folder gone", name)
         self._scanned = True
         self.recheck_holds()
-        for slot in list(self.slots.values()):
-            self.reconcile(slot)
+        # One conflict map for the whole pass (O(N), not O(N²)): spawning the winners in serving
+        # order cannot change who wins, since a running holder and the first in order coincide.
+        self._conflicts = self.conflict_map()
+        try:
+            for slot in list(self.slots.values()):
+                self.reconcile(slot)
+        finally:
+            self._conflicts = None
         self._forget_finished()
         if self._watcher is not None:
             self._watcher.follow(s.home for s in self.slots.values() if s.present)
@@ -314,20 +322,28 @@ class Daemon:
         return None
 
     def conflict_for(self, slot: Slot) -> conflicts_mod.Conflict | None:
-        """Would ``slot`` take a credential or port another active profile claims?
+        """Would ``slot`` take a credential or port another active profile claims?"""
+        if self._conflicts is not None and slot.name in self._conflicts[1]:
+            return self._conflicts[0].get(slot.name)
+        return self.conflict_map(include=slot.name)[0].get(slot.name)
 
-        Profiles held for a conflict do not compete, so a holder that crashes and restarts
-        keeps its token instead of losing it to the profile it was blocking.
+    def conflict_map(
+        self, include: str | None = None
+    ) -> tuple[dict[str, conflicts_mod.Conflict], set[str]]:
+        """Every profile that must be held for a conflict among the active ones, and those ones.
+
+        Profiles held for a conflict do not compete (unless ``include`` names one being
+        re-evaluated), so a holder that crashes and restarts keeps its token instead of losing it
+        to the profile it was blocking.
         """
         contenders = [
             n for n in self.order
             if (s := self.slots.get(n)) is not None
-            and (n == slot.name or s.run is not None or s.retry_timer is not None or self.should_run(s))
+            and (n == include or s.run is not None or s.retry_timer is not None or self.should_run(s))
         ]
         running = {n for n in contenders if self.slots[n].run is not None or self.slots[n].retry_timer is not None}
         claims = {n: self._claims_in_use(self.slots[n]) for n in contenders}
-        found = conflicts_mod.find_conflicts(contenders, claims, running)
-        return found.get(slot.name)
+        return conflicts_mod.find_conflicts(contenders, claims, running), set(contenders)
 
     @staticmethod
     def _claims_in_use(slot: Slot) -> tuple[conflicts_mod.Claim, ...]:
@@ -827,7 +843,7 @@ class Daemon:
             if problem and problem != slot.log_problem:
                 log.error("profile %s: %s", slot.name, problem)
             slot.log_problem = problem
-        if self.ready:
+        if self.ready and self.notifier.enabled:
             self.notifier.status(self.summary())  # starting → running changes no saved state
         if not self.shutting_down:
             self._schedule_housekeeping()
@@ -842,7 +858,7 @@ class Daemon:
 
     def save_now(self) -> None:
         self._save_pending = False
-        if self.ready:
+        if self.ready and self.notifier.enabled:
             self.notifier.status(self.summary())  # repeats are dropped by the notifier
         records = {}
         for name, slot in self.slots.items():

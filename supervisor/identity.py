@@ -59,9 +59,12 @@ def proc_cmdline(pid: int) -> list[str]:
 def proc_environ(pid: int) -> dict[str, str]:
     """The process's initial environment (empty when it belongs to another user or is gone)."""
     try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
+        return _parse_environ(Path(f"/proc/{pid}/environ").read_bytes())
     except OSError:
         return {}
+
+
+def _parse_environ(raw: bytes) -> dict[str, str]:
     env: dict[str, str] = {}
     for item in raw.split(b"\0"):
         key, sep, value = item.partition(b"=")
@@ -98,12 +101,17 @@ def verify(ident: Ident, *, home: Path, root: Path, profile: str) -> bool:
     )
 
 
-def find_tagged(root: Path) -> Iterator[tuple[int, str, dict[str, str]]]:
-    """Every live process carrying this root's hermesd tag: (pid, profile, environment).
+def find_tagged(root: Path, profile: str | None = None) -> Iterator[tuple[int, str, dict[str, str]]]:
+    """Every live process carrying this root's hermesd tag (and ``profile``'s, if given).
 
-    Reads ``/proc/*/environ``; processes of other users are unreadable and so never match.
+    Yields (pid, profile, environment). Reads ``/proc/*/environ``, cheaply: a byte search rules
+    out nearly every process before anything is parsed. Processes of other users are unreadable
+    and so never match.
     """
     want = str(root)
+    needles = [f"{TAG_ROOT}={want}\0".encode()]
+    if profile is not None:
+        needles.append(f"{TAG_PROFILE}={profile}\0".encode())
     me = os.getpid()
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -115,11 +123,12 @@ def find_tagged(root: Path) -> Iterator[tuple[int, str, dict[str, str]]]:
             raw = Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:
             continue
-        if f"{TAG_ROOT}={want}\0".encode() not in raw + b"\0":
+        if not all(n in raw or raw.endswith(n[:-1]) for n in needles):
             continue
-        env = proc_environ(pid)
-        if env.get(TAG_ROOT) == want and env.get(TAG_PROFILE):
-            yield pid, env[TAG_PROFILE], env
+        env = _parse_environ(raw)
+        name = env.get(TAG_PROFILE)
+        if env.get(TAG_ROOT) == want and name and (profile is None or name == profile):
+            yield pid, name, env
 
 
 def open_pidfd(ident: Ident) -> int | None:

@@ -1,26 +1,26 @@
-"""Live reaction to the profile tree: which file events matter, and the watcher task.
+"""Live reaction to the profile tree: which file events matter, and which watcher to use.
 
 Only the root, ``profiles/`` and each profile folder are watched, each non-recursively: a
 default root may hold a multi-gigabyte ``hermes-agent`` checkout and a venv, which a recursive
-watch would spend inotify watches on. The set of watched folders follows the profiles, so the
-task restarts whenever a profile appears or disappears.
+watch would spend inotify watches on. The set of watched folders follows the profiles.
+
+Two strategies, one small module each: ``watch_inotify`` (Linux: inotify read on the event loop
+itself, so an idle hermesd never wakes up) and ``watch_watchfiles`` (everywhere else: watchfiles'
+native backends, at the price of a polling thread).
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from supervisor.layout import CONFIG_NAME
 
-log = logging.getLogger("hermesd")
-
 PROFILE_FILES = frozenset({".env", "config.yaml", "profile.yaml"})
-DEBOUNCE_MS = 300
-RETRY_S = 0.5
+DEBOUNCE_S = 0.3  # a burst of writes (an editor's save) becomes one batch
+RETRY_S = 0.5  # after a watcher error (a folder vanished mid-update), rescan this soon
 
 
 @dataclass(slots=True)
@@ -61,47 +61,19 @@ def watched_dirs(root: Path, homes: Iterable[Path]) -> list[Path]:
     return sorted(dirs)
 
 
-class Watcher:
-    """Runs ``watchfiles.awatch`` over ``dirs`` and hands classified batches to ``on_events``."""
+class Watcher(Protocol):
+    """What the daemon needs from a watcher: follow a set of folders, report batches, close."""
 
-    def __init__(self, root: Path, on_events: Callable[[FsEvents], None]) -> None:
-        self.root = root
-        self.on_events = on_events
-        self.dirs: list[Path] = []
-        self._task: asyncio.Task[None] | None = None
-        self._stop: asyncio.Event | None = None
+    def follow(self, homes: Iterable[Path]) -> None: ...
 
-    def follow(self, homes: Iterable[Path]) -> None:
-        """(Re)start watching when the set of folders changed, or when the watcher ended."""
-        dirs = watched_dirs(self.root, homes)
-        if dirs == self.dirs and self._task is not None and not self._task.done():
-            return
-        self.close()
-        self.dirs = dirs
-        self._stop = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._run(dirs, self._stop))
+    def close(self) -> None: ...
 
-    def close(self) -> None:
-        if self._stop is not None:
-            self._stop.set()
-        self._task = None
 
-    async def _run(self, dirs: list[Path], stop: asyncio.Event) -> None:
-        from watchfiles import awatch
+def make_watcher(root: Path, on_events: Callable[[FsEvents], None]) -> Watcher:
+    from supervisor import watch_inotify
 
-        try:
-            async for changes in awatch(
-                *dirs, watch_filter=None, debounce=DEBOUNCE_MS, step=50, stop_event=stop, recursive=False
-            ):
-                events = classify(self.root, (path for _change, path in changes))
-                if events:
-                    self.on_events(events)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            # Typically a folder deleted between listing and watching it. Rescan (which re-follows
-            # the folders that still exist) shortly, rather than lose every later event.
-            if stop.is_set():
-                return
-            log.warning("file watcher restarting after: %s", exc)
-            asyncio.get_running_loop().call_later(RETRY_S, self.on_events, FsEvents(rescan=True))
+    if watch_inotify.available():
+        return watch_inotify.InotifyWatcher(root, on_events)
+    from supervisor.watch_watchfiles import WatchfilesWatcher
+
+    return WatchfilesWatcher(root, on_events)
