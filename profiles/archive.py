@@ -31,7 +31,7 @@ import stat
 import tarfile
 import tempfile
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
@@ -156,6 +156,7 @@ def export_profile(
     output: Path | str | None = None,
     root: Path | str | None = None,
     env: Mapping[str, str] | None = None,
+    progress: Callable[[int, int | None], None] | None = None,
 ) -> ExportResult:
     """Write profile ``name`` to ``output`` (default ``./<name>.tar.gz``), rooted at ``<name>/``."""
     canon = parse_profile_name(name)
@@ -179,6 +180,8 @@ def export_profile(
                 else:
                     tar.addfile(info)
                 count += 1
+                if progress is not None:
+                    progress(count, None)
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -276,10 +279,14 @@ def _plan(tar: tarfile.TarFile, max_bytes: int, max_members: int) -> _Plan:
     return _Plan(top, planned)
 
 
-def _extract(tar: tarfile.TarFile, plan: _Plan, dest: Path) -> None:
+def _extract(
+    tar: tarfile.TarFile, plan: _Plan, dest: Path, progress: Callable[[int, int | None], None] | None = None
+) -> None:
     dir_modes: list[tuple[Path, int]] = []
     dest.mkdir()
-    for member, parts in plan.members:
+    for n, (member, parts) in enumerate(plan.members, 1):
+        if progress is not None:
+            progress(n, len(plan.members))
         rel = parts[1:]
         target = dest.joinpath(*rel) if rel else dest
         if member.isdir():
@@ -315,6 +322,7 @@ def import_profile(
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_members: int = DEFAULT_MAX_MEMBERS,
     env: Mapping[str, str] | None = None,
+    progress: Callable[[int, int | None], None] | None = None,
 ) -> ImportResult:
     """Import ``archive`` as profile ``name`` (default: the archive's top-level folder name)."""
     source = Path(archive)
@@ -333,7 +341,7 @@ def import_profile(
             scratch = Path(tempfile.mkdtemp(prefix=f".importing-{canon}-", dir=folder))
             try:
                 staged = scratch / canon
-                _extract(tar, plan, staged)
+                _extract(tar, plan, staged, progress)
                 if os.path.lexists(target):
                     raise ProfileExistsError(f"profile {canon!r} already exists at {target}")
                 os.rename(staged, target)

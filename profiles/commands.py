@@ -21,6 +21,7 @@ from profiles.info import ProfileSummary, list_profiles, show_profile
 from profiles.lifecycle import create_profile, delete_profile, rename_profile
 from profiles.names import DEFAULT_PROFILE, parse_profile_name
 from profiles.paths import resolve_root
+from profiles.progress import Progress
 from wrappers.scripts import (
     alias_collision,
     aliases_for_profile,
@@ -228,7 +229,11 @@ def _cmd_use(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    result = export_profile(args.profile_name, args.output, _root(args))
+    shown = Progress("exporting entries")
+    try:
+        result = export_profile(args.profile_name, args.output, _root(args), progress=shown.update)
+    finally:
+        shown.done()
     print(f"Exported {parse_profile_name(args.profile_name)!r} to {result.path} ({result.members} entries)")
     for skipped in result.skipped:
         _warn(f"not exported: {skipped}")
@@ -237,7 +242,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 def _cmd_import(args: argparse.Namespace) -> int:
     root = _root(args)
-    result = import_profile(args.archive, args.import_name, root)
+    shown = Progress("importing entries")
+    try:
+        result = import_profile(args.archive, args.import_name, root, progress=shown.update)
+    finally:
+        shown.done()
     print(f"Imported profile {result.name!r} at {result.path}")
     if not args.no_alias:
         _make_alias(result.name, root, _alias_dir(args))

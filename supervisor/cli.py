@@ -1,6 +1,6 @@
 """``hermesd``: the command line. Thin: parse, call one function, print, return an exit code.
 
-Imports stay lazy so that ``hermesd status`` starts fast: the daemon, asyncio and psutil are
+Imports stay lazy so that ``hermesd status`` starts fast: the daemon, asyncio and yaml are
 loaded only by the commands that need them.
 """
 
@@ -145,14 +145,35 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if not up:
         print(f"hermesd is not running for {_root(args)}")
         return 0
+    from profiles.progress import Progress
+
+    shown = Progress("stopping gateways")
+    total = len(_running_pids(args)) if shown.enabled else 0
     _request(args, {"cmd": "shutdown", "keep_children": args.keep_children})
     deadline = time.monotonic() + args.timeout
-    while time.monotonic() < deadline:
-        if _daemon_up(args) is None and not _pid_alive(up["pid"]):
-            print("hermesd stopped" + (" (gateways left running)" if args.keep_children else ""))
-            return 0
-        time.sleep(0.05)
+    try:
+        while time.monotonic() < deadline:
+            if _daemon_up(args) is None and not _pid_alive(up["pid"]):
+                shown.done()
+                print("hermesd stopped" + (" (gateways left running)" if args.keep_children else ""))
+                return 0
+            if shown.enabled and total and not args.keep_children:
+                shown.update(total - len(_running_pids(args)), total, "stopped")
+            time.sleep(0.05)
+    finally:
+        shown.done()
     raise UserError(f"hermesd (PID {up['pid']}) still running after {args.timeout:.0f}s")
+
+
+def _running_pids(args: argparse.Namespace) -> list[int]:
+    """PIDs of the gateways the daemon still has (empty when it no longer answers)."""
+    from supervisor import control
+
+    try:
+        doc = control.request(_layout(args).socket, {"cmd": "status"}, timeout=2.0)["status"]
+    except (control.DaemonNotRunning, control.ControlError, OSError, ValueError):
+        return []
+    return [r["pid"] for r in doc["profiles"] if r.get("pid")]
 
 
 def _pid_alive(pid: int) -> bool:

@@ -64,7 +64,7 @@ class Running:
     stop_requested: bool = False
     then_restart: bool = False
     kill_timer: asyncio.TimerHandle | None = None
-    ps: Any = None  # psutil.Process, kept for cpu_percent between status calls
+    cpu_sample: tuple[float, float] | None = None  # (monotonic, CPU seconds) at the last status
     spec: str = ""  # digest of what it was started with: files, argv, extra environment
     claims: tuple[Any, ...] = ()  # the credentials and ports it was started with
     output_discarded: bool = False  # started while the log file system was full
@@ -715,7 +715,7 @@ class Daemon:
         keep: set[int] = set()
         for slot in self.slots.values():
             if slot.run is not None:
-                keep |= {slot.run.ident.pid, *_descendants(slot.run.ident.pid)}
+                keep |= {slot.run.ident.pid, *identity.descendants(slot.run.ident.pid)}
         for name in tagged:
             strays = child.kill_strays(self.root, name, keep=keep)
             if strays:
@@ -746,7 +746,7 @@ class Daemon:
             return
         slot = self.slots.setdefault(name, Slot(name, home))
         slot.home, slot.present = home, name in homes
-        started_wall = _process_start_wall(main.pid) or self.wall()
+        started_wall = identity.proc_start_wall(main.pid) or self.wall()
         slot.run = Running(main, fd, False, self.clock() - max(0.0, self.wall() - started_wall), started_wall)
         self.refresh_files(slot)
         slot.run.spec, slot.run.claims = self.spec_for(slot), slot.claims
@@ -936,7 +936,7 @@ class Daemon:
         rows = []
         for slot in sorted(self.slots.values(), key=lambda s: (s.name != "default", s.name)):
             row = self.describe(slot)
-            status.add_live_fields(row, slot.home, self._ps_for(slot))
+            status.add_live_fields(row, slot.home, self._cpu_percent(slot))
             rows.append(row)
         return {
             "root": str(self.root),
@@ -952,18 +952,17 @@ class Daemon:
             "profiles": rows,
         }
 
-    def _ps_for(self, slot: Slot) -> Any:
+    def _cpu_percent(self, slot: Slot) -> float | None:
+        """CPU use since the previous status request (None on the first one)."""
         run = slot.run
-        if run is None:
+        usage = identity.proc_usage(run.ident.pid) if run is not None else None
+        if run is None or usage is None:
             return None
-        if run.ps is None:
-            import psutil
-
-            try:
-                run.ps = psutil.Process(run.ident.pid)
-            except psutil.Error:
-                return None
-        return run.ps
+        now, before = self.clock(), run.cpu_sample
+        run.cpu_sample = (now, usage[0])
+        if before is None or now <= before[0]:
+            return None
+        return 100.0 * (usage[0] - before[1]) / (now - before[0])
 
     def summary(self) -> str:
         counts: dict[str, int] = {}
@@ -1112,19 +1111,3 @@ def _read_pid(path: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def _descendants(pid: int) -> list[int]:
-    import psutil
-
-    try:
-        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        return []
-
-
-def _process_start_wall(pid: int) -> float | None:
-    import psutil
-
-    try:
-        return float(psutil.Process(pid).create_time())
-    except psutil.Error:
-        return None

@@ -73,11 +73,64 @@ def _parse_environ(raw: bytes) -> dict[str, str]:
     return env
 
 
-def session_id(pid: int) -> int | None:
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """Fields 3.. of ``/proc/<pid>/stat`` (after the parenthesised command name)."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_bytes()
-        return int(raw[raw.rindex(b")") + 2 :].split()[3])
-    except (OSError, ValueError, IndexError):
+        return raw[raw.rindex(b")") + 2 :].split()
+    except (OSError, ValueError):
+        return None
+
+
+def proc_usage(pid: int) -> tuple[float, int] | None:
+    """(CPU seconds used, resident bytes) of a live process, straight from /proc (no psutil:
+    the daemon would carry its memory for two numbers)."""
+    f = _stat_fields(pid)
+    try:
+        return (int(f[11]) + int(f[12])) / _CLK_TCK, int(f[21]) * _PAGE  # type: ignore[index]
+    except (TypeError, IndexError, ValueError):
+        return None
+
+
+def proc_start_wall(pid: int) -> float | None:
+    """When the process started, as a Unix time (boot time + its start in clock ticks)."""
+    start = proc_start_time(pid)
+    if start is None:
+        return None
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return int(line.split()[1]) + start / _CLK_TCK
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (children, their children, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            f = _stat_fields(int(entry.name))
+            if f is not None and len(f) > 1 and f[1].isdigit():
+                children.setdefault(int(f[1]), []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for kid in children.get(todo.pop(), []):
+            out.append(kid)
+            todo.append(kid)
+    return out
+
+
+def session_id(pid: int) -> int | None:
+    f = _stat_fields(pid)
+    try:
+        return int(f[3])  # type: ignore[index]
+    except (TypeError, IndexError, ValueError):
         return None
 
 

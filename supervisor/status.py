@@ -17,8 +17,14 @@ from profiles import gateway_files as gf
 HEALTHY = "running"
 
 
-def add_live_fields(row: dict[str, Any], home: Path, ps: Any) -> None:
-    """Fill the gateway's own view (state file, heartbeat) and the process's CPU and RSS."""
+def add_live_fields(row: dict[str, Any], home: Path, cpu_percent: float | None = None) -> None:
+    """Fill the gateway's own view (state file, heartbeat) and the process's CPU and RSS.
+
+    ``cpu_percent`` is the daemon's figure since its previous status request; without one, the
+    average over the process's life is shown.
+    """
+    from supervisor import identity
+
     gstate = gf.read_gateway_state(home)
     mine = row.get("pid") is not None and gstate.get("pid") == row.get("pid")
     gstate_value = gstate.get("gateway_state") if mine else None
@@ -35,15 +41,12 @@ def add_live_fields(row: dict[str, Any], home: Path, ps: Any) -> None:
     row["heartbeat_age_s"] = round(age, 1) if age is not None else None
     row["rss_bytes"] = None
     row["cpu_percent"] = None
-    if ps is not None:
-        import psutil
-
-        try:
-            with ps.oneshot():
-                row["rss_bytes"] = ps.memory_info().rss
-                row["cpu_percent"] = ps.cpu_percent(None)
-        except psutil.Error:
-            pass
+    usage = identity.proc_usage(row["pid"]) if row.get("pid") else None
+    if usage is not None:
+        cpu_s, row["rss_bytes"] = usage
+        if cpu_percent is None and row.get("uptime_s"):
+            cpu_percent = 100.0 * cpu_s / max(row["uptime_s"], 0.1)
+        row["cpu_percent"] = round(cpu_percent, 1) if cpu_percent is not None else None
 
 
 def _platforms(raw: Any) -> dict[str, dict[str, Any]]:
@@ -95,17 +98,11 @@ def offline_document(root: Path) -> dict[str, Any]:
             "should_run": True,
             "hold": None,
         }
-        ps = None
-        if pid:
-            import psutil
-
-            try:
-                ps = psutil.Process(pid)
-                row["started_at"] = ps.create_time()
-                row["uptime_s"] = round(time.time() - row["started_at"], 1)
-            except psutil.Error:
-                ps = None
-        add_live_fields(row, home, ps)
+        started = identity.proc_start_wall(pid) if pid else None
+        if started is not None:
+            row["started_at"] = started
+            row["uptime_s"] = round(max(0.0, time.time() - started), 1)
+        add_live_fields(row, home)
         rows.append(row)
     return {
         "root": str(root),

@@ -19,4 +19,5 @@ if [ ! -x "$sv_venv/bin/supervisord" ]; then
     python3 -m venv "$sv_venv"
     "$sv_venv/bin/pip" install -q 'supervisor>=4,<5'
 fi
+sv_venv=$(realpath "$sv_venv")  # the benchmark runs commands from other working directories
 exec "$venv/bin/python" tests/benchmarks/bench.py --sv-venv "$sv_venv" "$@"

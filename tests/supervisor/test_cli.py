@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import pty
 import select
@@ -69,7 +70,7 @@ def test_status_watch_plain_when_piped(root, hermesd_factory):
     assert b"\x1b[" not in b"".join(chunks) + rest
 
 
-def _pty_output(args: list[str], env: dict[str, str], until: bytes) -> bytes:
+def _pty_output(args: list[str], env: dict[str, str], until: bytes, times: int = 2) -> bytes:
     pid, fd = pty.fork()
     if pid == 0:  # child: exec the CLI on the pty
         os.chdir(REPO)
@@ -83,7 +84,7 @@ def _pty_output(args: list[str], env: dict[str, str], until: bytes) -> bytes:
                     out += os.read(fd, 65536)
                 except OSError:
                     return True
-            return out.count(until) >= 2
+            return out.count(until) >= times
         wait_for(more, 10)
     finally:
         os.kill(pid, signal.SIGINT)
@@ -172,3 +173,31 @@ def test_socket_folder_owned_by_someone_else_is_refused(tmp_path):
         assert "0777" in str(exc)
     folder.chmod(0o700)
     check_private(folder)
+
+
+def test_stop_shows_progress_on_a_terminal_only(root, hermesd_factory):
+    from tests.fakegw import write_behaviour
+
+    for home in (root, root / "profiles" / "coder", root / "profiles" / "writer"):
+        write_behaviour(home, hang_on_exit=0.6)  # a drain that takes a moment
+    d = hermesd_factory(root)
+    d.wait_running("default", "coder", "writer")
+    out = _pty_output(["stop", "--root", str(root)], {**d.env, "TERM": "xterm"}, b"hermesd stopped", times=1)
+    assert b"stopping gateways: " in out and b"/3 stopped" in out and b"hermesd stopped" in out
+    assert d.proc.wait(10) == 0
+
+
+def test_profile_export_progress_only_on_a_terminal(root, tmp_path):
+    from profiles.progress import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    tty, pipe = Tty(), io.StringIO()
+    for stream in (tty, pipe):
+        shown = Progress("exporting entries", stream, every=0)
+        for n in range(1, 4):
+            shown.update(n, 3)
+        shown.done()
+    assert "exporting entries: 3/3" in tty.getvalue() and pipe.getvalue() == ""

@@ -95,3 +95,26 @@ def test_identity_verification_rejects_impostors(tmp_path):
         for p in (good, plain):
             p.kill()
             p.wait()
+
+
+def test_proc_readers_agree_with_the_kernel():
+    """CPU, memory, start time and descendants read from /proc for a real process tree."""
+    import time
+
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen(['sleep', '30']); time.sleep(30)"]
+    )
+    try:
+        from tests.harness import wait_for
+
+        kids = wait_for(lambda: identity.descendants(parent.pid), 10)
+        assert len(kids) == 1 and identity.proc_cmdline(kids[0])[0] == "sleep"
+        cpu, rss = identity.proc_usage(parent.pid)
+        assert cpu >= 0 and rss > 1024 * 1024
+        assert abs(identity.proc_start_wall(parent.pid) - time.time()) < 30
+        assert identity.proc_usage(2**22 + 1) is None
+    finally:
+        for pid in identity.descendants(parent.pid):
+            os.kill(pid, 9)
+        parent.kill()
+        parent.wait()
