@@ -70,6 +70,12 @@ def _daemon_up(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from supervisor import watch_inotify
+
+    if watch_inotify.available() and "ssl" not in sys.modules:
+        # The daemon never speaks TLS, yet asyncio imports ssl eagerly: 0.9 MiB resident for
+        # nothing. Only the watchfiles watcher (used where inotify is missing) needs it.
+        sys.modules["ssl"] = None  # type: ignore[assignment]
     import asyncio
     import logging
 

@@ -8,7 +8,6 @@ does not wake its own watcher.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ctypes
 import ctypes.util
@@ -18,8 +17,12 @@ import os
 import struct
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from supervisor.watch import DEBOUNCE_S, PROFILE_FILES, RETRY_S, FsEvents, classify, watched_dirs
+
+if TYPE_CHECKING:  # asyncio is imported by the methods, so that available() stays import-cheap
+    import asyncio
 
 log = logging.getLogger("hermesd")
 
@@ -89,6 +92,8 @@ class InotifyWatcher:
 
     def follow(self, homes: Iterable[Path]) -> None:
         """Watch exactly the folders that matter now: add new ones, drop vanished ones."""
+        import asyncio
+
         lib = _lib()
         assert lib is not None
         loop = asyncio.get_running_loop()
@@ -119,6 +124,8 @@ class InotifyWatcher:
             loop.call_later(RETRY_S, self.on_events, FsEvents(rescan=True))
 
     def close(self) -> None:
+        import asyncio
+
         if self._flush is not None:
             self._flush.cancel()
             self._flush = None
@@ -154,6 +161,8 @@ class InotifyWatcher:
             self._pending.add(str(self.root / "profiles"))
             self._pending.update(str(d / f) for d in self._dir_wd for f in PROFILE_FILES)
         if self._pending and self._flush is None:
+            import asyncio
+
             self._flush = asyncio.get_running_loop().call_later(DEBOUNCE_S, self._deliver)
 
     def _deliver(self) -> None:

@@ -69,3 +69,42 @@ def test_real_gateways_end_to_end(real_root, hermesd_factory):
     wait_for(lambda: not tagged_pids(root), 10, what="no tagged process left")
     for home in homes.values():
         assert gf.read_gateway_state(home)["gateway_state"] == "stopped"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_real_gateways_port_conflict_and_live_fix(real_root, hermesd_factory):
+    """Two profiles enable the API server on one port (127.0.0.1 only): the second is held before it
+    starts; giving it its own port in .env starts it, with no restart of hermesd or of the holder."""
+    import socket
+
+    root = real_root
+    port, other = _free_port(), _free_port()
+    for name in ("coder", "writer"):
+        env = root / "profiles" / name / ".env"
+        env.write_text(f"API_SERVER_ENABLED=true\nAPI_SERVER_HOST=127.0.0.1\nAPI_SERVER_PORT={port}\n"
+                       f"API_SERVER_KEY=test-key-{name}\n")
+        env.chmod(0o600)
+    d = hermesd_factory(root)
+    coder_pid = d.wait_running("coder", timeout=60)["coder"]
+    row = d.wait_state("writer", "held", timeout=30)
+    assert row["hold"]["kind"] == "port_conflict" and str(port) in row["reason"] and "'coder'" in row["reason"]
+    text = d.cli("status").stdout
+    assert "writer" in text and "coder" in text and "port_conflict" in text
+    # the holder really serves on that port
+    wait_for(lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close() or True, 60,
+             what="coder's API server listening")
+    env = root / "profiles" / "writer" / ".env"
+    env.write_text(env.read_text().replace(f"API_SERVER_PORT={port}", f"API_SERVER_PORT={other}"))
+    d.wait_running("writer", timeout=60)
+    wait_for(lambda: socket.create_connection(("127.0.0.1", other), timeout=1).close() or True, 60,
+             what="writer's API server listening")
+    assert d.row("coder")["pid"] == coder_pid
+    for key in ("test-key-coder", "test-key-writer"):
+        assert key not in d.cli("status", "--json").stdout and key not in d.log_text()
