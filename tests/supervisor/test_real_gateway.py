@@ -82,14 +82,16 @@ def _free_port() -> int:
 def test_real_gateways_port_conflict_and_live_fix(real_root, hermesd_factory):
     """Two profiles enable the API server on one port (127.0.0.1 only): the second is held before it
     starts; giving it its own port in .env starts it, with no restart of hermesd or of the holder."""
+    import secrets
     import socket
 
     root = real_root
     port, other = _free_port(), _free_port()
-    for name in ("coder", "writer"):
+    keys = {name: secrets.token_hex(24) for name in ("coder", "writer")}  # upstream refuses short keys
+    for name, key in keys.items():
         env = root / "profiles" / name / ".env"
         env.write_text(f"API_SERVER_ENABLED=true\nAPI_SERVER_HOST=127.0.0.1\nAPI_SERVER_PORT={port}\n"
-                       f"API_SERVER_KEY=test-key-{name}\n")
+                       f"API_SERVER_KEY={key}\n")
         env.chmod(0o600)
     d = hermesd_factory(root)
     coder_pid = d.wait_running("coder", timeout=60)["coder"]
@@ -106,5 +108,5 @@ def test_real_gateways_port_conflict_and_live_fix(real_root, hermesd_factory):
     wait_for(lambda: socket.create_connection(("127.0.0.1", other), timeout=1).close() or True, 60,
              what="writer's API server listening")
     assert d.row("coder")["pid"] == coder_pid
-    for key in ("test-key-coder", "test-key-writer"):
+    for key in keys.values():
         assert key not in d.cli("status", "--json").stdout and key not in d.log_text()
