@@ -73,6 +73,10 @@ def test_identity_verification_rejects_impostors(tmp_path):
     good = subprocess.Popen([sys.executable, "-c", code, "gateway", "run", "--external-supervisor"], env=env)
     plain = subprocess.Popen([sys.executable, "-c", code], env=env)
     try:
+        from tests.harness import wait_for
+
+        for proc in (good, plain):  # until exec'd: before that /proc shows the parent's cmdline and env
+            wait_for(lambda proc=proc: identity.proc_environ(proc.pid).get(contract.TAG_PROFILE) == "p", 10)
         start = identity.proc_start_time(good.pid)
         assert start is not None
         me = Ident(good.pid, start)

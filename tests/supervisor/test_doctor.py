@@ -83,12 +83,20 @@ def pid_record(pid: int, start_time: int | None) -> str:
 # --------------------------------------------------------------------------- one root, every mistake
 
 
+def _wait_exec(pid: int) -> None:
+    """Until the forked child has exec'd: before that, /proc shows the parent's command line."""
+    from tests.harness import wait_for
+
+    wait_for(lambda: b"gateway" in Path(f"/proc/{pid}/cmdline").read_bytes(), 10, what="the child's exec")
+
+
 @pytest.fixture
 def gateway_like() -> Iterator[int]:
     """A live process whose command line looks like a gateway's (``... gateway run``)."""
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "gateway", "run"],
                             stdin=subprocess.PIPE)
     try:
+        _wait_exec(proc.pid)
         yield proc.pid
     finally:
         assert proc.stdin is not None
@@ -537,6 +545,7 @@ def test_gateway_started_by_hermesd_is_not_foreign(tmp_path):
     child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "gateway", "run"],
                              stdin=subprocess.PIPE, env=env)
     try:
+        _wait_exec(child.pid)
         (root / "profiles/ours/gateway.pid").write_text(pid_record(child.pid, proc_start_time(child.pid)))
         findings = run(root, tmp_path)
     finally:
