@@ -191,6 +191,8 @@ class Daemon:
         cancel_watchdog = self.notifier.schedule_watchdog(loop)
         self._schedule_housekeeping()
         await self._done.wait()
+        if not self.keep_children:
+            self._final_sweep()
         cancel_watchdog()
         if self._watcher is not None:
             self._watcher.close()
@@ -627,6 +629,24 @@ class Daemon:
             self._cancel_retry(slot)
             self.reconcile(slot)
         self._maybe_finish_shutdown()
+
+    def _final_sweep(self, budget: float = 2.0) -> None:
+        """Before exiting, kill every process still tagged with this root.
+
+        A gateway's last act may be a detached helper (upstream's diagnostic shell) that forks
+        after the per-exit sweep looked; repeat until a pass finds nothing, within ``budget``.
+        """
+        deadline = time.monotonic() + budget
+        while True:
+            names = {name for _pid, name, _env in identity.find_tagged(self.root)}
+            killed = [pid for name in names for pid in child.kill_strays(self.root, name, keep=set())]
+            self.handle_sigchld()  # reap what we just killed (we are their subreaper)
+            if not killed or time.monotonic() > deadline:
+                if killed:
+                    log.warning("processes still appearing at exit: %s", killed)
+                return
+            log.info("killed %d leftover process(es) at exit: %s", len(killed), killed)
+            time.sleep(0.02)
 
     def _maybe_finish_shutdown(self) -> None:
         if self.shutting_down and all(s.run is None for s in self.slots.values()):
