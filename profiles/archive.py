@@ -37,14 +37,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from profiles.discovery import existing_profile_home
 from profiles.errors import InvalidNameError, ProfileExistsError, ProfileNotFoundError, UnsafeArchiveError
-from profiles.gateway_files import (
-    DRAIN_MARKER,
-    HEARTBEAT_FILE,
-    LOCK_FILE,
-    PID_FILE,
-    PLANNED_STOP_MARKER,
-    STATE_FILE,
-)
+from profiles.gateway_files import HEARTBEAT_FILE, RUNTIME_TOP_FILES
 from profiles.names import DEFAULT_PROFILE, parse_profile_name
 from profiles.paths import HERMESD_DIRNAME, PROFILES_DIRNAME, root_or_env
 
@@ -58,7 +51,7 @@ EXPORT_EXCLUDE_TOP: frozenset[str] = frozenset(
     {
         "state.db", "state.db-shm", "state.db-wal", "hermes_state.db",
         "response_store.db", "response_store.db-shm", "response_store.db-wal",
-        PID_FILE, LOCK_FILE, STATE_FILE, PLANNED_STOP_MARKER, DRAIN_MARKER, "processes.json",
+        *RUNTIME_TOP_FILES,
         "auth.json", ".env", "auth.lock", "active_profile", ".update_check", "errors.log", ".hermes_history",
         "image_cache", "audio_cache", "document_cache", "browser_screenshots", "checkpoints", "sandboxes",
         "cache", "logs", HERMESD_DIRNAME,

@@ -21,6 +21,8 @@ STATE_FILE = "gateway_state.json"
 HEARTBEAT_FILE = "state/gateway.heartbeat"
 PLANNED_STOP_MARKER = ".gateway-planned-stop.json"
 DRAIN_MARKER = ".drain_request.json"
+# A gateway's top-level runtime files: meaningless in a copy, an export or a clone.
+RUNTIME_TOP_FILES = frozenset({PID_FILE, LOCK_FILE, STATE_FILE, PLANNED_STOP_MARKER, DRAIN_MARKER, "processes.json"})
 
 # Files no bigger than this are upstream's; anything larger is junk and is not parsed.
 _MAX_JSON_BYTES = 1 << 20

@@ -57,15 +57,7 @@ from profiles.errors import (
     ProfileError,
     ProfileExistsError,
 )
-from profiles.gateway_files import (
-    DRAIN_MARKER,
-    HEARTBEAT_FILE,
-    LOCK_FILE,
-    PID_FILE,
-    PLANNED_STOP_MARKER,
-    STATE_FILE,
-    live_gateway,
-)
+from profiles.gateway_files import HEARTBEAT_FILE, RUNTIME_TOP_FILES, live_gateway
 from profiles.meta import write_profile_meta
 from profiles.names import DEFAULT_PROFILE, parse_profile_name
 from profiles.paths import ACTIVE_PROFILE_FILE, HERMESD_DIRNAME, PROFILES_DIRNAME, root_or_env
@@ -85,7 +77,7 @@ ROOT_INFRASTRUCTURE: frozenset[str] = frozenset(
     {"hermes-agent", ".worktrees", PROFILES_DIRNAME, "bin", "node_modules", ACTIVE_PROFILE_FILE}
 )
 GATEWAY_RUNTIME_FILES: frozenset[str] = frozenset(
-    {PID_FILE, LOCK_FILE, STATE_FILE, PLANNED_STOP_MARKER, DRAIN_MARKER, "processes.json", HERMESD_DIRNAME}
+    {*RUNTIME_TOP_FILES, HERMESD_DIRNAME}
 )
 _HEARTBEAT_DIR, _HEARTBEAT_NAME = HEARTBEAT_FILE.split("/", 1)
 # Runtime files that live below the top level, as (parent folder, name).
