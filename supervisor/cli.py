@@ -103,9 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_start(args: argparse.Namespace) -> int:
     if args.profiles:
-        for name in args.profiles:
-            print(f"{name}: {_request(args, {'cmd': 'start', 'profile': name})['result']}")
-        return 0
+        return _per_profile(args, "start")
     import subprocess
 
     root = _root(args)
@@ -144,9 +142,7 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 def cmd_stop(args: argparse.Namespace) -> int:
     if args.profiles:
-        for name in args.profiles:
-            print(f"{name}: {_request(args, {'cmd': 'stop', 'profile': name})['result']}")
-        return 0
+        return _per_profile(args, "stop")
     up = _daemon_up(args)
     if not up:
         print(f"hermesd is not running for {_root(args)}")
@@ -176,7 +172,7 @@ def _running_pids(args: argparse.Namespace) -> list[int]:
     from supervisor import control
 
     try:
-        doc = control.request(_layout(args).socket, {"cmd": "status"}, timeout=2.0)["status"]
+        doc = control.request(_layout(args).socket_checked(), {"cmd": "status"}, timeout=2.0)["status"]
     except (control.DaemonNotRunning, control.ControlError, OSError, ValueError):
         return []
     return [r["pid"] for r in doc["profiles"] if r.get("pid")]
@@ -189,9 +185,13 @@ def _pid_alive(pid: int) -> bool:
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
+    return _per_profile(args, "restart", graceful=args.graceful)
+
+
+def _per_profile(args: argparse.Namespace, cmd: str, **extra: Any) -> int:
+    """Send ``cmd`` for each named profile, printing the daemon's one-word answer."""
     for name in args.profiles:
-        reply = _request(args, {"cmd": "restart", "profile": name, "graceful": args.graceful})
-        print(f"{name}: {reply['result']}")
+        print(f"{name}: {_request(args, {'cmd': cmd, 'profile': name, **extra})['result']}")
     return 0
 
 

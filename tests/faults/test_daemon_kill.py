@@ -56,19 +56,24 @@ def test_sigkill_during_spawn(root, hermesd_factory, faults):
     assert ok
 
 
-@pytest.mark.parametrize("stubborn", [{"ignore_sigterm": True}, {"hang_on_exit": 2.5}],
-                         ids=["ignores_sigterm", "slow_drain"])
-def test_sigkill_during_stop(root, hermesd_factory, faults, stubborn):
-    """hermesd dies while an operator stop waits for a gateway that ignores SIGTERM or drains slowly."""
-    write_config(root, stop_timeout=3)
+def start_with_stubborn_coder(root, hermesd_factory, stubborn, stop_timeout):
+    """A running daemon whose coder gateway is hard to stop and whose writer has one restart."""
+    write_config(root, stop_timeout=stop_timeout)
     h = homes(root)
     for home in h.values():
         write_behaviour(home, write_counter=True)
     write_behaviour(h["coder"], write_counter=True, **stubborn)
     d = hermesd_factory(root)
-    before = d.wait_running("default", "coder", "writer")
+    d.wait_running("default", "coder", "writer")
     give_writer_a_restart(d)
-    before = d.wait_running("default", "coder", "writer")
+    return d, h, d.wait_running("default", "coder", "writer")
+
+
+@pytest.mark.parametrize("stubborn", [{"ignore_sigterm": True}, {"hang_on_exit": 2.5}],
+                         ids=["ignores_sigterm", "slow_drain"])
+def test_sigkill_during_stop(root, hermesd_factory, faults, stubborn):
+    """hermesd dies while an operator stop waits for a gateway that ignores SIGTERM or drains slowly."""
+    d, h, before = start_with_stubborn_coder(root, hermesd_factory, stubborn, stop_timeout=3)
     assert d.cli("stop", "coder").returncode == 0
     d.wait_state("coder", "stopping")
     faults.inject()
@@ -92,15 +97,7 @@ def test_sigkill_during_stop(root, hermesd_factory, faults, stubborn):
                          ids=["ignores_sigterm", "slow_drain"])
 def test_sigkill_during_restart(root, hermesd_factory, faults, stubborn):
     """hermesd dies while an operator restart waits for the old gateway to go."""
-    write_config(root, stop_timeout=6)
-    h = homes(root)
-    for home in h.values():
-        write_behaviour(home, write_counter=True)
-    write_behaviour(h["coder"], write_counter=True, **stubborn)
-    d = hermesd_factory(root)
-    before = d.wait_running("default", "coder", "writer")
-    give_writer_a_restart(d)
-    before = d.wait_running("default", "coder", "writer")
+    d, _h, before = start_with_stubborn_coder(root, hermesd_factory, stubborn, stop_timeout=6)
     assert d.cli("restart", "coder").returncode == 0
     d.wait_state("coder", "stopping")
     faults.inject()
