@@ -1,41 +1,15 @@
 """The exclusive platform credentials and TCP ports a profile's gateway would claim.
 
-Two gateways polling one bot token do not fail: upstream's per-user credential lock makes
-them trade the token back and forth, each reporting ``running``. Two gateways binding one
-port do fail, but only after start-up. hermesd catches both *before* spawning by reading
-each profile's ``.env`` and ``config.yaml`` the way the gateway would, and comparing.
-
-What "the way the gateway would" means, per platform, was read from hermes-agent 0.19.0
-(``gateway/config.py`` ``load_gateway_config`` / ``_apply_env_overrides`` and each adapter's
-``connect``):
-
-* Values: the profile's ``.env`` wins over ``config.yaml`` (the gateway loads ``.env`` into
-  its environment with override, and environment variables override the YAML), except
-  where an adapter reads ``extra`` first (Feishu webhook port/host, BlueBubbles webhook
-  port/host when not enabled from ``.env``): those follow the adapter. The process
-  environment is never consulted — it is the supervisor's, and hermesd scrubs credential
-  variables from its children.
-* ``config.yaml`` platform blocks are merged as upstream merges them: ``gateway.platforms.<p>``
-  then ``platforms.<p>`` (``extra`` merged one level deep), then a top-level ``<p>:`` block's
-  ``enabled``. An explicit ``enabled: false`` keeps a platform off even when ``.env`` has its
-  token, except for the platforms upstream force-enables from ``.env`` (API server, webhook,
-  SMS, BlueBubbles, WhatsApp Cloud, WeCom callback, Feishu, Weixin, QQ, Yuanbao).
-* A credential counts only when its platform would be enabled and its adapter would get
-  as far as taking the lock (e.g. Slack needs a bot token before it locks the app token).
-* Credential-looking ``.env`` keys (``*_TOKEN``, ``*_KEY``, ``*_SECRET``, ``*_API_KEY``) have
-  non-ASCII characters stripped, as upstream's loader does, so the fingerprint is of the
-  value the gateway really uses.
-
-Not modelled (documented so nobody relies on it): the legacy ``gateway.json``, tokens a
-platform persists in its own state files (Slack workspaces, Weixin accounts), plugin
-platforms not shipped with hermes-agent, and whether a platform's Python SDK is installed
-(a platform is assumed installable, which can only over-report a conflict).
+Two gateways polling one bot token do not fail: upstream's per-user credential lock makes them
+trade the token back and forth, each reporting ``running``. Two gateways binding one port do fail,
+but only after start-up. hermesd catches both *before* spawning by reading each profile's ``.env``
+and ``config.yaml`` the way the gateway would (the rules live with each platform in
+:mod:`profiles.upstream.platforms`), and comparing.
 
 Lock scopes (``Credential.kind``): ``telegram-bot-token``, ``discord-bot-token``,
-``slack-app-token``, ``signal-phone``, ``weixin-bot-token``, ``qqbot-appid``,
-``yuanbao-app-key``, ``feishu-app-id``, ``whatsapp-session``, ``irc`` (``server:nickname``),
-``line`` (channel access token). Values never leave this module: callers get a salted
-fingerprint only.
+``slack-app-token``, ``signal-phone``, ``weixin-bot-token``, ``qqbot-appid``, ``yuanbao-app-key``,
+``feishu-app-id``, ``whatsapp-session``, ``irc`` (``server:nickname``), ``line`` (channel access
+token). Values never leave this module: callers get a salted fingerprint only.
 """
 
 from __future__ import annotations
@@ -43,7 +17,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +24,7 @@ from typing import Any
 from profiles.envfile import read_env_file
 from profiles.errors import ProfileConfigError
 from profiles.fileio import parse_yaml, read_text
+from profiles.upstream.platforms import PortBinding, View, credentials_of, ports_of
 
 __all__ = [
     "Credential",
@@ -62,26 +36,11 @@ __all__ = [
     "profile_credentials",
     "profile_ports",
     "read_env_file",
+    "view_of",
 ]
 
 ENV_FILE = ".env"
 CONFIG_FILE = "config.yaml"
-SRC_ENV = ".env"
-SRC_CONFIG = "config.yaml"
-
-_TRUTHY = frozenset({"1", "true", "yes", "on"})
-# Keys upstream copies from a platform's YAML block into ``PlatformConfig.extra``.
-_BRIDGED_KEYS = frozenset(
-    {
-        "unauthorized_dm_behavior", "notice_delivery", "reply_prefix", "reply_in_thread",
-        "cron_continuable_surface", "require_mention", "free_response_channels", "mention_patterns",
-        "exclusive_bot_mentions", "dm_policy", "allow_from", "allow_admin_from", "user_allowed_commands",
-        "group_policy", "group_allow_from", "group_allow_admin_from", "group_user_allowed_commands",
-        "channel_prompts", "gateway_restart_notification", "typing_indicator", "typing_status_text",
-    }
-)
-_FALSY = frozenset({"0", "false", "no", "off"})
-_CREDENTIAL_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_KEY")
 
 
 @dataclass(frozen=True)
@@ -92,15 +51,6 @@ class Credential:
     kind: str
     fingerprint: str
     source: str
-
-
-@dataclass(frozen=True)
-class PortBinding:
-    """A TCP listener an enabled platform would open; ``host`` ``None`` means all interfaces."""
-
-    platform: str
-    port: int
-    host: str | None
 
 
 def fingerprint(value: str, salt: bytes) -> str:
@@ -125,12 +75,18 @@ def _config(home: Path | str) -> dict[str, Any]:
         st = os.stat(key)
     except (FileNotFoundError, NotADirectoryError):
         return {}
+    except OSError as exc:
+        raise ProfileConfigError(Path(key), f"cannot read: {exc.strerror}") from None
     stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
     hit = _config_cache.get(key)
     if hit is not None and hit[0] == stamp:
         return hit[1]
     path = Path(key)
-    data = parse_yaml(read_text(path), path)
+    try:
+        text = read_text(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    data = parse_yaml(text, path)
     if data is None:
         data = {}
     elif not isinstance(data, dict):
@@ -144,445 +100,29 @@ def load_config(home: Path) -> dict[str, Any]:
     return copy.deepcopy(_config(Path(home)))
 
 
-def _strip_non_ascii(env: dict[str, str]) -> dict[str, str]:
-    for k, v in env.items():
-        if k.endswith(_CREDENTIAL_SUFFIXES) and not v.isascii():
-            env[k] = v.encode("ascii", "ignore").decode("ascii")
-    return env
-
-
-# --------------------------------------------------------------------------- one profile's view
-
-
-def _coerce_bool(value: object, default: bool) -> bool:
-    """Upstream's ``_coerce_bool``: bool-ish strings, otherwise Python truthiness."""
-    if value is None:
-        return default
-    if isinstance(value, str):
-        low = value.strip().lower()
-        if low in _TRUTHY:
-            return True
-        if low in _FALSY:
-            return False
-        return default
-    return bool(value)
-
-
-def _text(value: object) -> str:
-    return "" if value is None else str(value).strip()
-
-
-def _int_or(value: object, default: int) -> int:
-    try:
-        return int(str(value).strip(), 10)
-    except (TypeError, ValueError):
-        return default
-
-
-_PLACEHOLDERS = frozenset(
-    {"*", "**", "***", "changeme", "your_api_key", "your_api_key_here", "your-api-key",
-     "placeholder", "example", "dummy", "null", "none"}
-)
-
-
-def _usable_secret(value: str) -> bool:
-    """Upstream's ``has_usable_secret``: a placeholder token disables its platform at start-up."""
-    cleaned = value.strip()
-    return len(cleaned) >= 4 and cleaned.lower() not in _PLACEHOLDERS
-
-
-def _is_int(value: str) -> bool:
-    try:
-        int(value.strip(), 10)
-    except ValueError:
-        return False
-    return True
-
-
-class _View:
-    """A profile's ``.env`` and ``config.yaml`` with upstream's merge rules applied lazily."""
-
-    def __init__(self, home: Path) -> None:
-        self.home = Path(home)
-        self.env = _strip_non_ascii(read_env_file(os.path.join(home, ENV_FILE)))
-        self.cfg = _config(home)
-        self._platforms: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {}
-
-    def e(self, name: str) -> str:
-        """A ``.env`` value, ``""`` when unset."""
-        return self.env.get(name, "")
-
-    def e_true(self, name: str) -> bool:
-        return self.e(name).strip().lower() in _TRUTHY
-
-    def _platform(self, name: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
-        cached = self._platforms.get(name)
-        if cached is not None:
-            return cached
-        merged: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
-        explicit = False
-        gateway = self.cfg.get("gateway")
-        sources = [
-            gateway.get("platforms") if isinstance(gateway, dict) else None,
-            self.cfg.get("platforms"),
-        ]
-        for src in sources:
-            block = src.get(name) if isinstance(src, dict) else None
-            if not isinstance(block, dict):
-                continue
-            merged.update(block)
-            if isinstance(block.get("extra"), dict):
-                extra.update(block["extra"])
-            explicit = explicit or "enabled" in block
-        top = self.cfg.get(name)
-        if isinstance(top, dict) and "enabled" in top:
-            merged["enabled"] = top["enabled"]
-            explicit = True
-        result = (merged, extra, explicit)
-        self._platforms[name] = result
-        return result
-
-    def has_extra(self, name: str) -> bool:
-        """Whether upstream's ``PlatformConfig.extra`` would be non-empty (WhatsApp's enable probe).
-
-        ``extra`` gets the merged ``extra`` blocks plus the shared keys upstream bridges from
-        the platform's top-level block (or, without one, from its first ``platforms`` block).
-        """
-        if self.extra(name):
-            return True
-        gateway = self.cfg.get("gateway")
-        candidates = [self.cfg.get(name)]
-        for src in (gateway.get("platforms") if isinstance(gateway, dict) else None, self.cfg.get("platforms")):
-            candidates.append(src.get(name) if isinstance(src, dict) else None)
-        shared = next((c for c in candidates if isinstance(c, dict)), None)
-        return shared is not None and not _BRIDGED_KEYS.isdisjoint(shared)
-
-    def block(self, name: str) -> dict[str, Any]:
-        return self._platform(name)[0]
-
-    def extra(self, name: str) -> dict[str, Any]:
-        return self._platform(name)[1]
-
-    def explicit(self, name: str) -> bool:
-        return self._platform(name)[2]
-
-    def cfg_enabled(self, name: str) -> bool:
-        return _coerce_bool(self.block(name).get("enabled"), False)
-
-    def explicitly_off(self, name: str) -> bool:
-        return self.explicit(name) and not self.cfg_enabled(name)
-
-    def plugin_enabled(self, name: str, configured: bool) -> bool:
-        """Upstream's plugin pass: on if YAML enables it, or if configured and not explicitly off."""
-        return self.cfg_enabled(name) or (configured and not self.explicit(name))
-
-
-_Found = tuple[str, str, str, str]  # platform, kind, value, source
-_CredentialRule = Callable[[_View], list[_Found]]
-
-
-def _one(platform: str, kind: str, value: str, source: str) -> list[_Found]:
-    return [(platform, kind, value, source)] if value else []
-
-
-def _bot_token(v: _View, platform: str, env_name: str) -> tuple[str, str] | None:
-    """The bot token a token-authenticated platform would start with, and its source.
-
-    Follows upstream: the ``.env`` token enables the platform unless YAML explicitly
-    disables it; a YAML-only token needs ``enabled: true`` (the plugin pass probes without
-    it); a placeholder token (shorter than 4, or ``changeme``-like) keeps it off.
-    """
-    if v.e(env_name):
-        if v.explicitly_off(platform):
-            return None
-        token, source = v.e(env_name), SRC_ENV
-    elif v.cfg_enabled(platform):
-        token, source = _text(v.block(platform).get("token")), SRC_CONFIG
-    else:
-        return None
-    if token.strip() and not _usable_secret(token):
-        return None
-    return token, source
-
-
-def _telegram(v: _View) -> list[_Found]:
-    found = _bot_token(v, "telegram", "TELEGRAM_BOT_TOKEN")
-    return _one("telegram", "telegram-bot-token", *found) if found else []
-
-
-def _discord(v: _View) -> list[_Found]:
-    found = _bot_token(v, "discord", "DISCORD_BOT_TOKEN")
-    return _one("discord", "discord-bot-token", *found) if found else []
-
-
-def _slack(v: _View) -> list[_Found]:
-    if v.e("SLACK_BOT_TOKEN"):
-        enabled = not v.explicitly_off("slack")
-        bot = v.e("SLACK_BOT_TOKEN")
-    else:
-        enabled = v.cfg_enabled("slack")
-        bot = _text(v.block("slack").get("token"))
-    if not (enabled and bot and _usable_secret(bot)):
-        return []
-    return _one("slack", "slack-app-token", v.e("SLACK_APP_TOKEN"), SRC_ENV)
-
-
-def _signal(v: _View) -> list[_Found]:
-    if v.e("SIGNAL_HTTP_URL") and v.e("SIGNAL_ACCOUNT"):
-        if v.explicitly_off("signal"):
-            return []
-        return _one("signal", "signal-phone", v.e("SIGNAL_ACCOUNT"), SRC_ENV)
-    extra = v.extra("signal")
-    if not (v.cfg_enabled("signal") and _text(extra.get("http_url"))):
-        return []
-    return _one("signal", "signal-phone", _text(extra.get("account")), SRC_CONFIG)
-
-
-def _weixin(v: _View) -> list[_Found]:
-    if not (v.e("WEIXIN_TOKEN") or v.e("WEIXIN_ACCOUNT_ID") or v.cfg_enabled("weixin")):
-        return []
-    config_token = v.e("WEIXIN_TOKEN") or _text(v.block("weixin").get("token"))
-    if config_token.strip() and not _usable_secret(config_token):
-        return []
-    if v.e("WEIXIN_TOKEN"):
-        return _one("weixin", "weixin-bot-token", v.e("WEIXIN_TOKEN").strip(), SRC_ENV)
-    token = config_token or _text(v.extra("weixin").get("token"))
-    return _one("weixin", "weixin-bot-token", token.strip(), SRC_CONFIG)
-
-
-def _qqbot(v: _View) -> list[_Found]:
-    if not (v.e("QQ_APP_ID") or v.e("QQ_CLIENT_SECRET") or v.cfg_enabled("qqbot")):
-        return []
-    if v.e("QQ_APP_ID"):
-        return _one("qqbot", "qqbot-appid", v.e("QQ_APP_ID").strip(), SRC_ENV)
-    return _one("qqbot", "qqbot-appid", _text(v.extra("qqbot").get("app_id")), SRC_CONFIG)
-
-
-def _yuanbao(v: _View) -> list[_Found]:
-    app_id = v.e("YUANBAO_APP_ID") or v.e("YUANBAO_APP_KEY")
-    if app_id and v.e("YUANBAO_APP_SECRET"):
-        return _one("yuanbao", "yuanbao-app-key", app_id.strip(), SRC_ENV)
-    extra = v.extra("yuanbao")
-    if not (v.cfg_enabled("yuanbao") and _text(extra.get("app_secret"))):
-        return []
-    return _one("yuanbao", "yuanbao-app-key", _text(extra.get("app_id")), SRC_CONFIG)
-
-
-def _feishu(v: _View) -> list[_Found]:
-    if v.e("FEISHU_APP_ID") and v.e("FEISHU_APP_SECRET"):
-        return _one("feishu", "feishu-app-id", v.e("FEISHU_APP_ID").strip(), SRC_ENV)
-    cfg_id = _text(v.extra("feishu").get("app_id"))
-    if not v.plugin_enabled("feishu", bool(cfg_id)):
-        return []
-    if cfg_id:
-        return _one("feishu", "feishu-app-id", cfg_id, SRC_CONFIG)
-    return _one("feishu", "feishu-app-id", v.e("FEISHU_APP_ID").strip(), SRC_ENV)
-
-
-def _whatsapp(v: _View) -> list[_Found]:
-    flag = v.e("WHATSAPP_ENABLED").strip().lower()
-    if flag in _TRUTHY:
-        enabled, source = True, SRC_ENV
-    elif flag in {"false", "0", "no"}:
-        # Upstream turns the platform off, then its plugin pass turns it back on when the
-        # YAML block carries settings and never said ``enabled`` itself.
-        enabled, source = not v.explicit("whatsapp") and v.has_extra("whatsapp"), SRC_CONFIG
-    else:
-        enabled, source = v.plugin_enabled("whatsapp", v.has_extra("whatsapp")), SRC_CONFIG
-    if not enabled:
-        return []
-    configured = _text(v.extra("whatsapp").get("session_path"))
-    if configured:
-        return _one("whatsapp", "whatsapp-session", configured, SRC_CONFIG)
-    legacy = v.home / "whatsapp" / "session"
-    try:
-        use_legacy = legacy.is_dir() and any(legacy.iterdir())
-    except OSError:
-        use_legacy = False
-    path = legacy if use_legacy else v.home / "platforms" / "whatsapp" / "session"
-    return _one("whatsapp", "whatsapp-session", str(path), source)
-
-
-def _irc(v: _View) -> list[_Found]:
-    extra = v.extra("irc")
-    server = v.e("IRC_SERVER") or _text(extra.get("server"))
-    channel = v.e("IRC_CHANNEL") or _text(extra.get("channel"))
-    nick = v.e("IRC_NICKNAME") or _text(extra.get("nickname")) or "hermes-bot"
-    # The plugin's requirement check wants IRC_SERVER and IRC_CHANNEL in the environment,
-    # so a config.yaml-only IRC setup needs an explicit ``enabled: true``.
-    env_ready = bool(v.e("IRC_SERVER") and v.e("IRC_CHANNEL"))
-    if not (server and channel) or not v.plugin_enabled("irc", env_ready):
-        return []
-    source = SRC_ENV if (v.e("IRC_SERVER") or v.e("IRC_NICKNAME")) else SRC_CONFIG
-    return _one("irc", "irc", f"{server}:{nick}", source)
-
-
-def _line(v: _View) -> list[_Found]:
-    extra = v.extra("line")
-    token = v.e("LINE_CHANNEL_ACCESS_TOKEN") or _text(extra.get("channel_access_token"))
-    secret = v.e("LINE_CHANNEL_SECRET") or _text(extra.get("channel_secret"))
-    env_ready = bool(v.e("LINE_CHANNEL_ACCESS_TOKEN") and v.e("LINE_CHANNEL_SECRET"))
-    if not (token and secret) or not v.plugin_enabled("line", env_ready):
-        return []
-    source = SRC_ENV if v.e("LINE_CHANNEL_ACCESS_TOKEN") else SRC_CONFIG
-    return _one("line", "line", token, source)
-
-
-_CREDENTIAL_RULES: tuple[_CredentialRule, ...] = (
-    _telegram, _discord, _slack, _signal, _weixin, _qqbot, _yuanbao, _feishu, _whatsapp, _irc, _line,
-)
-
-
-def _found(home: Path) -> list[_Found]:
-    view = _View(home)
-    out: list[_Found] = []
-    for rule in _CREDENTIAL_RULES:
-        out.extend(rule(view))
-    return out
-
-
-def profile_credentials(home: Path, salt: bytes) -> list[Credential]:
-    """The exclusive credentials ``home``'s gateway would lock, fingerprinted with ``salt``.
+def view_of(home: Path, env: dict[str, str] | None = None, cfg: dict[str, Any] | None = None) -> View:
+    """The profile's files as its gateway would merge them; reads whichever of the two is not given.
 
     Raises :class:`ProfileConfigError` when ``.env`` or ``config.yaml`` is malformed.
     """
-    return [Credential(p, kind, fingerprint(value, salt), src) for p, kind, value, src in _found(home)]
+    if env is None:
+        env = read_env_file(os.path.join(home, ENV_FILE))
+    if cfg is None:
+        cfg = _config(home)
+    return View(Path(home), env, cfg)
+
+
+def profile_credentials(home: Path, salt: bytes, *, view: View | None = None) -> list[Credential]:
+    """The exclusive credentials ``home``'s gateway would lock, fingerprinted with ``salt``."""
+    found = credentials_of(view or view_of(home))
+    return [Credential(p, kind, fingerprint(value, salt), src) for p, kind, value, src in found]
 
 
 def credential_kinds(home: Path) -> list[str]:
     """The lock scopes ``home`` configures, sorted: what a clone warning names (never values)."""
-    return sorted({kind for _, kind, _, _ in _found(home)})
+    return sorted({kind for _, kind, _, _ in credentials_of(view_of(home))})
 
 
-# --------------------------------------------------------------------------- ports
-
-
-def _api_server(v: _View) -> PortBinding | None:
-    by_env = v.e_true("API_SERVER_ENABLED") or bool(v.e("API_SERVER_KEY"))
-    if not (by_env or v.cfg_enabled("api_server")):
-        return None
-    extra = v.extra("api_server")
-    port: object = extra.get("port")
-    host: object = extra.get("host")
-    if by_env and _is_int(v.e("API_SERVER_PORT")):
-        port = v.e("API_SERVER_PORT")
-    if by_env and v.e("API_SERVER_HOST"):
-        host = v.e("API_SERVER_HOST")
-    if port is None:
-        port = v.e("API_SERVER_PORT") or 8642
-    if host is None:
-        host = v.e("API_SERVER_HOST") or "127.0.0.1"
-    return PortBinding("api_server", _int_or(port, 8642), _text(host) or None)
-
-
-def _webhook(v: _View) -> PortBinding | None:
-    by_env = v.e_true("WEBHOOK_ENABLED")
-    if not (by_env or v.cfg_enabled("webhook")):
-        return None
-    extra = v.extra("webhook")
-    port: object = extra.get("port")
-    if by_env and _is_int(v.e("WEBHOOK_PORT")):
-        port = v.e("WEBHOOK_PORT")
-    return PortBinding("webhook", _int_or(port, 8644), _text(extra.get("host")) or None)
-
-
-def _msgraph_webhook(v: _View) -> PortBinding | None:
-    if not (v.e_true("MSGRAPH_WEBHOOK_ENABLED") or v.cfg_enabled("msgraph_webhook")):
-        return None
-    extra = v.extra("msgraph_webhook")
-    port: object = extra.get("port")
-    if _is_int(v.e("MSGRAPH_WEBHOOK_PORT")):
-        port = v.e("MSGRAPH_WEBHOOK_PORT")
-    return PortBinding("msgraph_webhook", _int_or(port, 8646), _text(extra.get("host", "0.0.0.0")) or None)
-
-
-def _sms(v: _View) -> PortBinding | None:
-    # The adapter reads TWILIO_* from the environment only and cannot start without both.
-    if not (v.e("TWILIO_ACCOUNT_SID") and "TWILIO_AUTH_TOKEN" in v.env):
-        return None
-    return PortBinding(
-        "sms", _int_or(v.e("SMS_WEBHOOK_PORT") or 8080, 8080), v.e("SMS_WEBHOOK_HOST") or "127.0.0.1"
-    )
-
-
-def _bluebubbles(v: _View) -> PortBinding | None:
-    by_env = bool(v.e("BLUEBUBBLES_SERVER_URL") and v.e("BLUEBUBBLES_PASSWORD"))
-    if not (by_env or v.cfg_enabled("bluebubbles")):
-        return None
-    if by_env:
-        port: object = _int_or(v.e("BLUEBUBBLES_WEBHOOK_PORT") or 8645, 8645)
-        host: object = v.e("BLUEBUBBLES_WEBHOOK_HOST") or "127.0.0.1"
-    else:
-        extra = v.extra("bluebubbles")
-        port = extra.get("webhook_port") or v.e("BLUEBUBBLES_WEBHOOK_PORT") or 8645
-        host = extra.get("webhook_host") or v.e("BLUEBUBBLES_WEBHOOK_HOST") or "127.0.0.1"
-    return PortBinding("bluebubbles", _int_or(port, 8645), _text(host) or None)
-
-
-def _whatsapp_cloud(v: _View) -> PortBinding | None:
-    by_env = bool(v.e("WHATSAPP_CLOUD_PHONE_NUMBER_ID") and v.e("WHATSAPP_CLOUD_ACCESS_TOKEN"))
-    if not (by_env or v.cfg_enabled("whatsapp_cloud")):
-        return None
-    extra = v.extra("whatsapp_cloud")
-    port: object = extra.get("webhook_port", 8090)
-    host: object = extra.get("webhook_host", "0.0.0.0")
-    if by_env and _is_int(v.e("WHATSAPP_CLOUD_WEBHOOK_PORT")):
-        port = v.e("WHATSAPP_CLOUD_WEBHOOK_PORT")
-    if by_env and v.e("WHATSAPP_CLOUD_WEBHOOK_HOST"):
-        host = v.e("WHATSAPP_CLOUD_WEBHOOK_HOST")
-    return PortBinding("whatsapp_cloud", _int_or(port, 8090), _text(host) or None)
-
-
-def _wecom_callback(v: _View) -> PortBinding | None:
-    by_env = bool(v.e("WECOM_CALLBACK_CORP_ID") and v.e("WECOM_CALLBACK_CORP_SECRET"))
-    extra = v.extra("wecom_callback")
-    configured = bool(extra.get("corp_id") or extra.get("apps"))
-    if not (by_env or v.plugin_enabled("wecom_callback", configured)):
-        return None
-    if by_env:
-        port: object = _int_or(v.e("WECOM_CALLBACK_PORT") or 8645, 8645)
-        host: object = v.e("WECOM_CALLBACK_HOST") or "0.0.0.0"
-    else:
-        port = extra.get("port") or 8645
-        host = extra.get("host") or "0.0.0.0"
-    return PortBinding("wecom_callback", _int_or(port, 8645), _text(host) or None)
-
-
-def _line_port(v: _View) -> PortBinding | None:
-    if not _line(v):
-        return None
-    extra = v.extra("line")
-    port = v.e("LINE_PORT") or extra.get("port", 8646)
-    host = v.e("LINE_HOST") or extra.get("host", "0.0.0.0")
-    return PortBinding("line", _int_or(port, 8646), _text(host) or None)
-
-
-def _feishu_port(v: _View) -> PortBinding | None:
-    if not _feishu(v):
-        return None
-    extra = v.extra("feishu")
-    if v.e("FEISHU_APP_ID") and v.e("FEISHU_APP_SECRET"):
-        mode = v.e("FEISHU_CONNECTION_MODE") or "websocket"
-    else:
-        mode = _text(extra.get("connection_mode")) or v.e("FEISHU_CONNECTION_MODE") or "websocket"
-    if mode.strip().lower() != "webhook":
-        return None
-    port = extra.get("webhook_port") or v.e("FEISHU_WEBHOOK_PORT") or 8765
-    host = extra.get("webhook_host") or v.e("FEISHU_WEBHOOK_HOST") or "127.0.0.1"
-    return PortBinding("feishu", _int_or(port, 8765), _text(host) or None)
-
-
-_PORT_RULES: tuple[Callable[[_View], PortBinding | None], ...] = (
-    _api_server, _webhook, _msgraph_webhook, _sms, _bluebubbles, _whatsapp_cloud, _wecom_callback,
-    _line_port, _feishu_port,
-)
-
-
-def profile_ports(home: Path) -> list[PortBinding]:
-    """The TCP listeners ``home``'s gateway would open, in a stable platform order.
-
-    Raises :class:`ProfileConfigError` when ``.env`` or ``config.yaml`` is malformed.
-    """
-    view = _View(home)
-    return [b for rule in _PORT_RULES if (b := rule(view)) is not None]
+def profile_ports(home: Path, *, view: View | None = None) -> list[PortBinding]:
+    """The TCP listeners ``home``'s gateway would open, in a stable platform order."""
+    return ports_of(view or view_of(home))

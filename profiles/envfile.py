@@ -26,6 +26,7 @@ import re
 from pathlib import Path
 
 from profiles.errors import ProfileConfigError
+from profiles.fileio import read_capped
 
 _WS = re.compile(r"[^\S\r\n]*")
 _BLANK = re.compile(r"\s*")
@@ -41,6 +42,8 @@ _SINGLE_ESC = re.compile(r"\\[\\']")
 _INLINE_COMMENT = re.compile(r"\s+#.*")
 _VARIABLE = re.compile(r"\$\{(?P<name>[^}:]*)(?::-(?P<default>[^}]*))?\}")
 
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
 _cache: dict[str, tuple[tuple[int, int, int], dict[str, str]]] = {}
 
 
@@ -54,6 +57,15 @@ def _expand(value: str, known: dict[str, str]) -> str:
     return _VARIABLE.sub(lambda m: known.get(m.group("name")) or (m.group("default") or ""), value)
 
 
+def _name(key: str) -> str:
+    """How an error names the entry: by its key only when it looks like a variable name.
+
+    A line such as ``123456789:AAH… (from BotFather)`` parses as a "key" that is really a token;
+    no message may quote it, so anything but a plain identifier is left unnamed.
+    """
+    return f"the value of {key}" if _IDENTIFIER.fullmatch(key) and len(key) <= 64 else "the value on this line"
+
+
 def _skip(pattern: re.Pattern[str], text: str, pos: int) -> int:
     """End of ``pattern`` at ``pos``, for patterns that always match (possibly empty)."""
     m = pattern.match(text, pos)
@@ -65,11 +77,13 @@ def parse_env_text(text: str, path: Path) -> dict[str, str]:
     values: dict[str, str] = {}
     pos = 0
     end = len(text)
+    line, counted = 1, 0  # line number of ``counted``; newlines are counted once each (linear time)
     while True:
         pos = _skip(_BLANK, text, pos)
         if pos >= end:
             return values
-        line = text.count("\n", 0, pos) + 1
+        line += text.count("\n", counted, pos)
+        counted = pos
         if text.startswith("#", pos):
             pos = _skip(_BARE_VALUE, text, pos)
             continue
@@ -88,7 +102,7 @@ def parse_env_text(text: str, path: Path) -> dict[str, str]:
             if ch == "'" or ch == '"':
                 m = (_SINGLE if ch == "'" else _DOUBLE).match(text, pos)
                 if m is None:
-                    raise ProfileConfigError(path, f"unterminated {ch} quote in the value of {key}", line=line)
+                    raise ProfileConfigError(path, f"unterminated {ch} quote in {_name(key)}", line=line)
                 value = _unescape(_SINGLE_ESC if ch == "'" else _DOUBLE_ESC, m.group(1))
                 pos = m.end()
             else:
@@ -97,7 +111,7 @@ def parse_env_text(text: str, path: Path) -> dict[str, str]:
                 pos = stop
         m = _TRAILER.match(text, pos)
         if m is None:
-            raise ProfileConfigError(path, f"unexpected text after the value of {key}", line=line)
+            raise ProfileConfigError(path, f"unexpected text after {_name(key)}", line=line)
         pos = m.end()
         if value is None:
             values.pop(key, None)  # a bare KEY unsets an earlier KEY=... (python-dotenv yields None)
@@ -116,12 +130,14 @@ def read_env_file(path: Path | str) -> dict[str, str]:
         st = os.stat(key)
     except (FileNotFoundError, NotADirectoryError):
         return {}
+    except OSError as exc:
+        raise ProfileConfigError(Path(key), f"cannot read: {exc.strerror}") from None
     stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
     hit = _cache.get(key)
     if hit is not None and hit[0] == stamp:
         return dict(hit[1])
     p = Path(key)
-    raw = p.read_bytes()
+    raw = read_capped(p)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:

@@ -1,9 +1,15 @@
-"""Small file primitives every module needs the same way: YAML in, atomic text out.
+"""Small file primitives every module needs the same way: bounded YAML in, atomic text out.
 
-YAML errors become :class:`ProfileConfigError` with the file and 1-based line, because a
-person fixing a broken ``config.yaml`` needs the line more than the parser's internals.
-Writes go through a temp file in the same directory and ``os.replace`` so a crash or a
-concurrent reader never sees half a file.
+Profile files belong to whoever can write the profile, and the supervisor reads them on the loop
+that serves every profile, so reading is bounded three ways: only regular files of a capped size
+(:mod:`profiles.safeio`), YAML whose aliases cannot expand past a node budget (a 612-byte
+"billion laughs" document is a tree of 10⁹ nodes to anything that walks it, such as a digest or a
+deep copy), and no nesting deeper than Python's stack can walk. Every refusal is a
+:class:`ProfileConfigError` naming the file (and the line, when YAML knows it), because a person
+fixing a broken ``config.yaml`` needs the line more than the parser's internals.
+
+Writes go through a temp file in the same directory and ``os.replace`` so a crash or a concurrent
+reader never sees half a file.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 import yaml
 
 from profiles.errors import ProfileConfigError
+from profiles.safeio import UnsafeFileError, read_regular
 
 try:  # libyaml is an order of magnitude faster; scanning 1,000 profiles depends on it.
     _Loader: type = yaml.CSafeLoader
@@ -23,23 +30,21 @@ except AttributeError:  # pragma: no cover - PyYAML built without libyaml
     _Loader = yaml.SafeLoader
     _Dumper = yaml.SafeDumper
 
+# Upstream's own files are a few KiB; these leave room for every real one and nothing absurd.
+MAX_PROFILE_FILE = 1 << 20  # .env, config.yaml, hermesd.yaml
+MAX_YAML_NODES = 100_000  # nodes after alias expansion
+MAX_YAML_DEPTH = 200
 
-def parse_yaml(text: str, path: Path) -> Any:
-    """Parse YAML ``text`` read from ``path``; a syntax error names the file and line."""
+
+def read_capped(path: Path, limit: int = MAX_PROFILE_FILE) -> bytes:
+    """A profile file's bytes; a FIFO, device or oversized file is a :class:`ProfileConfigError`."""
     try:
-        return yaml.load(text, Loader=_Loader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        problem = exc.problem or exc.context or "invalid YAML"
-        raise ProfileConfigError(path, f"invalid YAML: {problem}", line=line) from exc
-    except yaml.YAMLError as exc:
-        raise ProfileConfigError(path, f"invalid YAML: {exc}") from exc
+        return read_regular(path, limit)
+    except UnsafeFileError as exc:
+        raise ProfileConfigError(path, exc.problem) from None
 
 
-def read_text(path: Path) -> str:
-    """File text as UTF-8 (a leading BOM dropped); undecodable bytes are a config error."""
-    data = path.read_bytes()
+def _decode(data: bytes, path: Path) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -47,10 +52,101 @@ def read_text(path: Path) -> str:
         raise ProfileConfigError(path, "not valid UTF-8", line=line) from exc
 
 
-def load_yaml_mapping(path: Path) -> dict[str, Any]:
+def read_text(path: Path, limit: int = MAX_PROFILE_FILE) -> str:
+    """File text as UTF-8 (a leading BOM dropped); undecodable, unsafe or oversized is a config error."""
+    return _decode(read_capped(path, limit), path)
+
+
+def _check_size(node: yaml.Node, path: Path) -> None:
+    """Refuse a document whose alias-expanded tree exceeds the node budget, or that refers to itself.
+
+    Counts every node as often as aliases make it appear, in time linear in the distinct nodes
+    (sizes are memoised per node object), so the check itself cannot be the bomb.
+    """
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+    stack: list[tuple[yaml.Node, int, bool]] = [(node, 1, False)]
+    while stack:
+        current, depth, done = stack.pop()
+        key = id(current)
+        if done:
+            active.discard(key)
+            sizes[key] = 1 + sum(sizes[id(c)] for c in _children(current))
+            if sizes[key] > MAX_YAML_NODES:
+                raise _refusal(current, path, f"expands to more than {MAX_YAML_NODES:,} nodes (alias bomb?)")
+            continue
+        if key in sizes:
+            continue
+        if key in active:
+            raise _refusal(current, path, "an alias refers to the node that contains it")
+        if depth > MAX_YAML_DEPTH:
+            raise _refusal(current, path, f"nested more than {MAX_YAML_DEPTH} levels deep")
+        active.add(key)
+        stack.append((current, depth, True))
+        stack.extend((c, depth + 1, False) for c in _children(current) if id(c) not in sizes)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _refusal(node: yaml.Node, path: Path, problem: str) -> ProfileConfigError:
+    mark = getattr(node, "start_mark", None)
+    return ProfileConfigError(path, f"refused YAML: {problem}", line=mark.line + 1 if mark is not None else None)
+
+
+def compose_yaml(text: str, path: Path, loader: type = _Loader) -> tuple[Any, yaml.Node | None]:
+    """The bounded node tree of ``text`` and a loader positioned to construct it; errors name file and line."""
+    ldr = loader(text)
+    try:
+        node = ldr.get_single_node()
+    except yaml.MarkedYAMLError as exc:
+        ldr.dispose()
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise ProfileConfigError(path, f"invalid YAML: {problem}", line=line) from None
+    except yaml.YAMLError as exc:
+        ldr.dispose()
+        raise ProfileConfigError(path, f"invalid YAML: {exc}") from None
+    except RecursionError:
+        ldr.dispose()
+        raise ProfileConfigError(path, "refused YAML: nested too deeply") from None
+    if node is not None:
+        try:
+            _check_size(node, path)
+        except ProfileConfigError:
+            ldr.dispose()
+            raise
+    return ldr, node
+
+
+def parse_yaml(text: str, path: Path) -> Any:
+    """Parse YAML ``text`` read from ``path``, bounded; a syntax error names the file and line."""
+    ldr, node = compose_yaml(text, path)
+    try:
+        if node is None:
+            return None
+        return ldr.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        raise ProfileConfigError(path, f"invalid YAML: {exc.problem or exc.context}", line=line) from None
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
+        # An impossible date or a tag PyYAML refuses is still the user's file: a config error.
+        raise ProfileConfigError(path, f"invalid YAML value: {exc}") from None
+    finally:
+        ldr.dispose()
+
+
+def load_yaml_mapping(path: Path, limit: int = MAX_PROFILE_FILE) -> dict[str, Any]:
     """A YAML file that must hold a mapping; missing or empty means ``{}``."""
     try:
-        text = read_text(path)
+        text = read_text(path, limit)
     except (FileNotFoundError, NotADirectoryError):
         return {}
     data = parse_yaml(text, path)
@@ -69,7 +165,7 @@ def dump_yaml(data: object) -> str:
 def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
     """Replace ``path`` with ``text`` so readers see the old file or the new one, never a torn one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)

@@ -33,6 +33,18 @@ class Progress:
         self.stream.flush()
         self._shown = True
 
+    def note(self, text: str) -> None:
+        """Redraw a free-form line (waiting for something that has no count)."""
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self._last < self.every:
+            return
+        self._last = now
+        self.stream.write(f"\r\x1b[K{self.label}: {text}")
+        self.stream.flush()
+        self._shown = True
+
     def done(self) -> None:
         if self._shown:
             self.stream.write("\r\x1b[K")

@@ -17,10 +17,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from supervisor import identity
-from supervisor.contract import TAG_PROFILE
-from supervisor.identity import Ident
+from supervisor.childspec import TAG_PROFILE
+from supervisor.plan.model import Ident
 
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_NAME = 15
 
 
 class SpawnError(OSError):
@@ -36,10 +37,26 @@ def become_subreaper() -> bool:
         return False
 
 
-def spawn(argv: list[str], env: Mapping[str, str], log_path: Path, cwd: Path) -> Ident:
-    """Start ``argv`` in its own session, output appended to ``log_path``; return its identity."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+def set_process_name(name: str) -> None:
+    """Name this process in ``ps``/``pgrep`` (the kernel's ``comm``), whatever interpreter runs it."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+
+
+def spawn(argv: list[str], env: Mapping[str, str], log_path: Path) -> Ident:
+    """Start ``argv`` in its own session, output appended to ``log_path``; return its identity.
+
+    Every way a start can fail (the log cannot be opened: read-only, full or out of descriptors;
+    exec fails; the kernel refuses a process for now) is one :class:`SpawnError` with the reason,
+    so the planner backs off and retries instead of the profile silently staying down.
+    """
+    try:
+        if log_path != Path(os.devnull):
+            log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise SpawnError(exc.errno, f"cannot open its log {log_path}: {exc.strerror or exc}") from None
     try:
         pid = os.posix_spawn(
             argv[0],
@@ -55,12 +72,23 @@ def spawn(argv: list[str], env: Mapping[str, str], log_path: Path, cwd: Path) ->
             setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
         )
     except OSError as exc:
-        raise SpawnError(exc.errno, f"cannot execute {argv[0]}: {exc.strerror}") from None
+        raise SpawnError(exc.errno, f"cannot execute {argv[0]}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
     # The child cannot be reaped before the daemon's loop runs again, so /proc still has it.
     start = identity.proc_start_time(pid)
     return Ident(pid, start if start is not None else -1)
+
+
+def reap_now(pid: int) -> None:
+    """Kill and reap a child of ours at once (one we could not pin: it must not run unsupervised).
+
+    Safe by PID: an unreaped child's PID cannot be reused.
+    """
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
 
 
 def kill_group(ident: Ident, pidfd: int) -> None:

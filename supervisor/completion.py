@@ -1,6 +1,6 @@
 """``hermesd completion bash|zsh|fish``: shell completion generated from hermesd's own parser.
 
-The scripts are built by walking the real argparse tree (``supervisor.cli.build_parser()``):
+The scripts are built by walking the real argparse tree (``supervisor.cli.main.build_parser()``):
 every subcommand, nested verb (``profile …``), option and positional argument comes from
 there, so a command added to the CLI is completable without touching this module. Only the
 *kind* of value an argument takes is inferred:
@@ -563,12 +563,8 @@ def _fish_test(cond: str) -> str:
 RENDERERS = {"bash": render_bash, "zsh": render_zsh, "fish": render_fish}
 
 
-def generate(shell: str, parser: argparse.ArgumentParser | None = None) -> str:
-    """The completion script for ``shell``, from ``parser`` (default: hermesd's own)."""
-    if parser is None:
-        from supervisor.cli import build_parser
-
-        parser = build_parser()
+def generate(shell: str, parser: argparse.ArgumentParser) -> str:
+    """The completion script for ``shell``, from ``parser`` (hermesd's own, handed down by ``main``)."""
     return RENDERERS[shell](build_model(parser))
 
 
@@ -578,7 +574,7 @@ def generate(shell: str, parser: argparse.ArgumentParser | None = None) -> str:
 def cmd_completion(args: argparse.Namespace) -> int:
     import sys
 
-    sys.stdout.write(generate(args.shell))
+    sys.stdout.write(generate(args.shell, args.parser))
     return 0
 
 

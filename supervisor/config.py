@@ -7,13 +7,18 @@ its last good one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from supervisor.contract import forbidden_extra_env
-from supervisor.policy import RestartPolicy
+from profiles.upstream.process import stop_timeout as upstream_stop_timeout
+from supervisor.childspec import forbidden_extra_env
+from supervisor.plan.policy import RestartPolicy
+
+if TYPE_CHECKING:
+    from supervisor.plan.planner import Settings
 
 
 class ConfigError(ValueError):
@@ -36,6 +41,8 @@ class Config:
     log_backups: int = 5
     environment: Mapping[str, str] = field(default_factory=dict)
     profiles: Mapping[str, ProfileSettings] = field(default_factory=dict)
+    max_starting: int | None = None  # None: one per CPU core
+    present: bool = False  # the file exists (doctor and status say where settings came from)
 
     def for_profile(self, name: str) -> ProfileSettings:
         return self.profiles.get(name, ProfileSettings())
@@ -43,46 +50,77 @@ class Config:
     def child_environment(self, name: str) -> dict[str, str]:
         return {**self.environment, **self.for_profile(name).environment}
 
-    def stop_timeout_for(self, name: str, home: Path) -> float:
+    def stop_timeout_for(self, name: str, drain_s: float) -> float:
         """Seconds from SIGTERM to SIGKILL: the profile's setting, the global one, or upstream's rule."""
-        from supervisor import contract
-
         own = self.for_profile(name).stop_timeout
         if own is not None:
             return own
         if self.stop_timeout is not None:
             return self.stop_timeout
-        return contract.stop_timeout(contract.profile_drain_seconds(home))
+        return upstream_stop_timeout(drain_s)
+
+    def spec_of(self, name: str) -> str:
+        """Digest of this file's settings that shape ``name``'s child (a change restarts it)."""
+        from profiles.snapshot import digest_of
+
+        return digest_of({"command": self.command, "env": self.child_environment(name)})
+
+    def planner_settings(self) -> Settings:
+        """What the planner needs from this file."""
+        import os
+
+        from supervisor.plan.planner import Settings
+
+        return Settings(
+            policy=self.restart,
+            disabled=frozenset(n for n, s in self.profiles.items() if not s.enabled),
+            stop_timeout=self.stop_timeout,
+            stop_timeouts={n: s.stop_timeout for n, s in self.profiles.items() if s.stop_timeout is not None},
+            specs={n: self.spec_of(n) for n in self.profiles},
+            default_spec=self.spec_of(""),
+            max_starting=self.max_starting or max(1, os.cpu_count() or 1),
+        )
 
 
 def load(path: Path) -> Config:
-    """Parse ``path``; a missing file means all defaults."""
+    """Parse ``path``; a missing file means all defaults. Read bounded: a FIFO or a huge file is an error."""
+    from profiles.fileio import MAX_PROFILE_FILE
+    from profiles.safeio import UnsafeFileError, read_regular
+
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = read_regular(path, MAX_PROFILE_FILE)
     except FileNotFoundError:
         return Config()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from None
-    return parse(text, path)
+    except UnsafeFileError as exc:
+        raise ConfigError(str(exc)) from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not valid UTF-8") from None
+    return replace(parse(text, path), present=True)
 
 
 def parse(text: str, path: Path) -> Config:
     import yaml
 
+    from profiles.errors import ProfileConfigError
+    from profiles.fileio import compose_yaml
+
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from None
+        ldr, node = compose_yaml(text, path, loader=yaml.SafeLoader)
+    except ProfileConfigError as exc:
+        raise ConfigError(str(exc)) from None
+    ldr.dispose()
     if node is None:
         return Config()
     try:
         return _Reader(path).config(node)
     except ConfigError:
         raise
-    except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as exc:
         # A tag PyYAML refuses, an impossible date: still the user's file, so still a ConfigError.
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""
@@ -126,8 +164,9 @@ class _Reader:
         value = self.scalar(node, key)
         if value is None and nullable:
             return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
-            raise self.fail(node, key, f"expected a number >= {minimum:g}, got {value!r}")
+        if (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+                or value < minimum):
+            raise self.fail(node, key, f"expected a finite number >= {minimum:g}, got {value!r}")
         return float(value)
 
     def integer(self, node: Any, key: str, *, minimum: int) -> int:
@@ -169,7 +208,8 @@ class _Reader:
         return tuple(parts)
 
     def config(self, node: Any) -> Config:
-        top = self.mapping(node, "", {"command", "restart", "stop_timeout", "logs", "environment", "profiles"})
+        top = self.mapping(node, "", {"command", "restart", "stop_timeout", "logs", "environment", "profiles",
+                                      "max_starting"})
         kwargs: dict[str, Any] = {}
         if "command" in top:
             kwargs["command"] = self.command(top["command"], "command")
@@ -187,6 +227,8 @@ class _Reader:
             kwargs["environment"] = self.environment(top["environment"], "environment")
         if "profiles" in top:
             kwargs["profiles"] = self.profiles(top["profiles"])
+        if "max_starting" in top:
+            kwargs["max_starting"] = self.integer(top["max_starting"], "max_starting", minimum=1)
         return Config(**kwargs)
 
     def restart(self, node: Any) -> RestartPolicy:

@@ -28,23 +28,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from profiles.upstream.process import hermes_command
+from supervisor.plan.verdict import ERROR, INFO, WARNING, HoldKind
+
 if TYPE_CHECKING:
     import argparse
 
     from profiles.routes import ProfileRoute
+    from profiles.snapshot import ProfileFacts
     from supervisor.config import Config
-    from supervisor.conflicts import Claim
 
-ERROR = "error"
-WARNING = "warning"
-INFO = "info"
 _RANK = {ERROR: 0, WARNING: 1, INFO: 2}
 
 DEFAULT = "default"
 # The three variables that decide where upstream keeps its per-user credential locks.
-LOCK_VARIABLES = ("HOME", "XDG_STATE_HOME", "HERMES_GATEWAY_LOCK_DIR")
-_TRUTHY = frozenset({"1", "true", "yes", "on"})
-_FALSY = frozenset({"0", "false", "no", "off"})
 
 SYSTEMD_PREFIX = "hermes-gateway"
 LAUNCHD_PREFIX = "ai.hermes.gateway"
@@ -92,13 +89,19 @@ def default_service_dirs(env: Mapping[str, str]) -> list[Path]:
 class _Profile:
     name: str
     home: Path
-    env: dict[str, str] | None = None  # None: unreadable or malformed
-    config: dict[str, Any] | None = None
-    claims: tuple[Claim, ...] | None = None
+    facts: ProfileFacts | None = None
+
+    @property
+    def env(self) -> dict[str, str] | None:
+        return self.facts.env if self.facts is not None else None
+
+    @property
+    def config(self) -> dict[str, Any] | None:
+        return self.facts.config if self.facts is not None else None
 
     @property
     def ok(self) -> bool:
-        return self.env is not None and self.config is not None and self.claims is not None
+        return self.facts is not None and self.facts.ok
 
 
 @dataclass
@@ -142,7 +145,7 @@ class _Doctor:
             )
 
     def check_command(self) -> None:
-        from supervisor.contract import GatewayCommandError, resolve_gateway_command
+        from supervisor.childspec import GatewayCommandError, resolve_gateway_command
 
         assert self.config is not None
         if self.config_ok:
@@ -160,7 +163,7 @@ class _Doctor:
                 else "install hermes-agent beside hermesd, put 'hermes' on PATH, or set 'command' in hermesd.yaml"
             )
             self.add(ERROR, "gateway_command_not_found", None,
-                     f"{exc}; hermesd would hold every profile with config_error", fix)
+                     f"{exc}; hermesd would hold every profile ({HoldKind.NO_COMMAND.value})", fix)
 
     def check_config_profiles(self) -> None:
         assert self.config is not None
@@ -224,96 +227,70 @@ class _Doctor:
         self.salt_note = " (fingerprint valid for this report only: hermesd has not salted this root yet)"
 
     def read_profiles(self) -> None:
-        from profiles.credentials import load_config, read_env_file
-        from profiles.errors import ProfileError
+        from profiles.snapshot import read_profile
 
         for prof in self.profiles:
-            # Each file separately, so a profile with both files broken gets both named.
-            try:
-                prof.env = read_env_file(prof.home / ".env")
-            except (ProfileError, ValueError, OSError) as exc:
-                self._file_error(prof.name, prof.home / ".env", exc)
-            try:
-                prof.config = load_config(prof.home)
-            except (ProfileError, ValueError, OSError) as exc:
-                self._file_error(prof.name, prof.home / "config.yaml", exc)
-            if prof.env is None or prof.config is None:
-                continue
-            try:
-                from supervisor.claims import read_profile_files
+            prof.facts = read_profile(prof.name, prof.home, self.salt)
 
-                prof.claims = read_profile_files(prof.home, self.salt).claims
-            except (ProfileError, ValueError, OSError) as exc:
-                self._file_error(prof.name, prof.home, exc)
+    # ----------------------------------------------------------------- the verdict
 
-    def _file_error(self, profile: str, path: Path, exc: BaseException) -> None:
-        from profiles.errors import ProfileConfigError
-
-        where = str(exc) if isinstance(exc, ProfileConfigError) else f"{path}: {exc}"
-        self.add(
-            ERROR, "profile_config_invalid", profile,
-            f"{where}; hermesd holds profile {profile!r} (config_error) until the file is fixed",
-            "fix the file at the line named above; the gateway would misread it too",
-        )
-
-    # ----------------------------------------------------------------- conflicts
-
-    def check_conflicts(self) -> None:
-        from profiles.gateway_files import live_gateway
-        from supervisor.conflicts import all_conflicts
+    def check_verdicts(self) -> None:
+        """Report exactly what the daemon would hold, and why, from :func:`supervisor.plan.verdict.judge`."""
+        from profiles.upstream.files import live_gateway
+        from supervisor.plan.conflicts import all_conflicts
+        from supervisor.plan.verdict import Candidate, HoldKind, judge
 
         assert self.config is not None
         running = {p.name for p in self.profiles if live_gateway(p.home) is not None}
-        # As the daemon: disabled profiles do not compete unless they run anyway; broken ones claim nothing.
-        claims = {
-            p.name: p.claims for p in self.profiles
-            if p.claims is not None and (self.config.for_profile(p.name).enabled or p.name in running)
-        }
+        candidates = [
+            Candidate(p.facts, p.name, active=p.name in running, wants=self.config.for_profile(p.name).enabled)
+            for p in self.profiles
+        ]
+        facts = {p.name: p.facts for p in self.profiles}
+        shared = {claim: names for claim, names in all_conflicts(
+            list(facts), {n: f.claims for n, f in facts.items() if f is not None})}
+        for name, hold in judge(candidates).items():
+            if hold is None:
+                continue
+            effect = (f"its running gateway keeps its last good configuration; hermesd holds {name!r} "
+                      f"({hold.kind.value}) at its next start" if name in running
+                      else f"hermesd holds {name!r} ({hold.kind.value})")
+            f = facts.get(name)
+            if hold.kind is HoldKind.CONFIG_ERROR and f is not None and f.problems:
+                messages = list(f.problems)  # one finding per broken file, each with its file and line
+            elif hold.kind in (HoldKind.CREDENTIAL_CONFLICT, HoldKind.PORT_CONFLICT):
+                sharing = next((names for claim, names in shared.items()
+                                if name in names and claim.describe() in hold.message), [])
+                listed = f" (configured in profiles {', '.join(repr(n) for n in sharing)})" if sharing else ""
+                note = self.salt_note if hold.kind is HoldKind.CREDENTIAL_CONFLICT else ""
+                messages = [f"{hold.message}{listed}{note}"]
+            else:
+                messages = [hold.message]
+            for what in messages:
+                self.add(hold.kind.severity, hold.kind.doctor_code, name, f"{what}; {effect}", hold.kind.fix)
+        # Two profiles that both run with one credential: nobody is held, and upstream's lock makes
+        # them take turns with it. Worth saying, but it is not a hold.
+        claims = {p.name: p.facts.claims for p in self.profiles if p.name in running and p.facts is not None}
         for claim, names in all_conflicts(list(claims), claims):
-            keeper = sorted(names, key=lambda n: n not in running)[0]
-            why = "it is running now" if keeper in running else "it is first in serving order"
-            listed = ", ".join(repr(n) for n in names)
-            what = claim.describe() + (self.salt_note if claim.kind == "credential" else "")
-            for other in names:
-                if other == keeper:
-                    continue
-                if claim.kind == "credential":
-                    code = "duplicate_credential"
-                    fix = (f"give profile {other!r} its own {claim.platform} credential in its .env/config.yaml, "
-                           f"or remove the {claim.platform} settings from it")
-                    effect = ("both are running now: upstream makes them trade the credential back and forth"
-                              if other in running else f"hermesd holds {other!r} (credential_conflict)")
-                else:
-                    code = "duplicate_port"
-                    fix = f"give the {claim.platform} listener of profile {other!r} a free port"
-                    effect = ("both are running now: one of them cannot bind it"
-                              if other in running else f"hermesd holds {other!r} (port_conflict)")
-                self.add(
-                    ERROR, code, other,
-                    f"{what} is configured in profiles {listed}; hermesd lets {keeper!r} run ({why}); {effect}",
-                    fix,
-                )
+            self.add(
+                WARNING, "shared_while_running", names[1],
+                f"{claim.describe()} is used by the running gateways of {', '.join(repr(n) for n in names)}: upstream "
+                "makes them take turns with it (or one cannot bind the port)",
+                f"give profile {names[1]!r} its own {claim.platform} settings, then 'hermesd restart {names[1]}'",
+            )
 
     # ----------------------------------------------------------------- multiplexing and routes
 
     def check_multiplex_and_routes(self) -> None:
         default = self.by_name(DEFAULT)
-        for prof in self.profiles:
-            if prof.env is not None and _token(prof.env.get("GATEWAY_MULTIPLEX_PROFILES")) is True:
-                others = "every other profile" if prof.name == DEFAULT else "the default and every other profile"
-                self.add(
-                    ERROR, "multiplex_env_override", prof.name,
-                    f"{prof.home / '.env'} sets GATEWAY_MULTIPLEX_PROFILES to true. Hermes loads .env with "
-                    "override, so this beats the GATEWAY_MULTIPLEX_PROFILES=false hermesd gives its children: "
-                    f"the gateway of {prof.name!r} would also serve {others} and poll their tokens a second time",
-                    f"remove GATEWAY_MULTIPLEX_PROFILES from {prof.home / '.env'}",
-                )
-            self._check_fixed_env(prof)
         if default is None or default.config is None or default.env is None:
             return
         cfg = default.config
-        from_config = _config_multiplex(cfg)
-        from_env = _token(default.env.get("GATEWAY_MULTIPLEX_PROFILES"))
+        from profiles.upstream.bools import multiplex_override
+        from profiles.upstream.process import config_multiplex
+
+        from_config = config_multiplex(cfg)
+        from_env = multiplex_override(default.env.get("GATEWAY_MULTIPLEX_PROFILES"))
         multiplex = from_env if from_env is not None else from_config
         self._check_routes(cfg, multiplex, forced_on=from_env is True)
         if from_config and from_env is None:
@@ -326,22 +303,6 @@ class _Doctor:
             )
         if multiplex:
             self._check_secondary_ports()
-
-    def _check_fixed_env(self, prof: _Profile) -> None:
-        """Other variables hermesd fixes for every child that a ``.env`` can still override."""
-        from supervisor.contract import FIXED_ENV
-
-        if prof.env is None:
-            return
-        for name, wanted in FIXED_ENV.items():
-            if name == "GATEWAY_MULTIPLEX_PROFILES" or name not in prof.env or prof.env[name] == wanted:
-                continue
-            self.add(
-                WARNING, "env_overrides_hermesd", prof.name,
-                f"{prof.home / '.env'} sets {name}={prof.env[name]!r}; Hermes loads .env with override, so it "
-                f"beats the {name}={wanted} hermesd sets for every child",
-                f"remove {name} from {prof.home / '.env'}",
-            )
 
     def _check_routes(self, cfg: dict[str, Any], multiplex: bool, *, forced_on: bool) -> None:
         from profiles.routes import FORM_TOP, parse_profile_routes
@@ -484,12 +445,13 @@ class _Doctor:
         change them for one profile, and then that gateway's credential locks live in another
         directory where no other profile's gateway looks.
         """
-        from supervisor.contract import child_env
+        from profiles.upstream.process import LOCK_VARIABLES, lock_dir
+        from supervisor.childspec import child_env
 
         assert self.config is not None
         shared = child_env(self.env, root=self.root, profile=DEFAULT, home=self.root,
                            extra=self.config.environment)
-        shared_dir = _lock_dir(shared)
+        shared_dir = lock_dir(shared)
         for prof in self.profiles:
             extra = self.config.child_environment(prof.name)
             effective = child_env(self.env, root=self.root, profile=prof.name, home=prof.home, extra=extra)
@@ -508,9 +470,9 @@ class _Doctor:
                 for v in differing
             )
             self.add(
-                ERROR, "lock_dir_mismatch", prof.name,
+                WARNING, "lock_dir_mismatch", prof.name,
                 f"the gateway of profile {prof.name!r} would run with {details}. Its credential locks go to "
-                f"{_lock_dir(effective)} instead of {shared_dir}, so upstream's cross-profile token protection "
+                f"{lock_dir(effective)} instead of {shared_dir}, so upstream's cross-profile token protection "
                 "silently stops working between it and the other profiles",
                 f"remove {', '.join(differing)} from {' and '.join(sorted({sources[v] for v in differing}))}; "
                 "set them, if at all, once for every child in hermesd.yaml's top-level environment:",
@@ -536,7 +498,7 @@ class _Doctor:
     # ----------------------------------------------------------------- processes and files on disk
 
     def check_runtime_files(self) -> None:
-        from profiles import gateway_files as gf
+        from profiles.upstream import files as gf
 
         for prof in self.profiles:
             pid_path = prof.home / gf.PID_FILE
@@ -556,7 +518,7 @@ class _Doctor:
                         WARNING, "foreign_gateway", prof.name,
                         f"a gateway hermesd did not start (PID {live.pid}) is running for profile {prof.name!r}; "
                         "hermesd will hold the profile (foreign_gateway) until it exits",
-                        f"stop it ('{_hermes_cmd(prof.name)} gateway stop', or disable the service that runs it) "
+                        f"stop it ('{hermes_command(prof.name)} gateway stop', or disable the service that runs it) "
                         "and let hermesd run the profile",
                     )
             lock = gf.read_json(prof.home / gf.LOCK_FILE)
@@ -578,7 +540,7 @@ class _Doctor:
         Unknown (unreadable environment) counts as ours: a false "foreign" claim is worse
         than a missed one.
         """
-        from supervisor.contract import TAG_ROOT
+        from supervisor.childspec import TAG_ROOT
 
         try:
             raw = Path(f"/proc/{pid}/environ").read_bytes()
@@ -665,7 +627,7 @@ class _Doctor:
         self.check_config_profiles()
         self.load_salt()
         self.read_profiles()
-        self.check_conflicts()
+        self.check_verdicts()
         self.check_multiplex_and_routes()
         self.check_lock_environment()
         self.check_env_permissions()
@@ -751,9 +713,9 @@ def register(subparsers: Any) -> None:
 def _cmd_doctor(args: argparse.Namespace) -> int:
     import json
 
-    from supervisor.cli import _root
+    from supervisor.cli.common import root_of
 
-    root = _root(args)
+    root = root_of(args)
     findings = diagnose(root)
     if args.json:
         print(json.dumps(to_json(root, findings), indent=2))
@@ -764,26 +726,6 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def yaml_error() -> type[Exception]:
-    """``yaml.YAMLError``, imported only when a check runs (module import stays cheap)."""
-    import yaml
-
-    return yaml.YAMLError
-
-
-def _where(path: Path, exc: BaseException) -> str:
-    """``file:line: problem`` for a YAML error (never the offending text, which may hold a secret)."""
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
-    if mark is not None:
-        return f"{path}:{mark.line + 1}: {problem or 'invalid YAML'}"
-    return f"{path}: {exc}"
-
-
-def _hermes_cmd(profile: str) -> str:
-    return "hermes" if profile == DEFAULT else f"hermes -p {profile}"
 
 
 def _command_as_written(path: Path) -> list[str] | bool | None:
@@ -812,43 +754,12 @@ def _summary_line(findings: Sequence[Finding]) -> str:
     return ", ".join(f"{n} {s}{'' if n == 1 or s == INFO else 's'}" for s, n in counts.items())
 
 
-def _token(value: object) -> bool | None:
-    """Upstream's reading of GATEWAY_MULTIPLEX_PROFILES: blank or unknown means "not set"."""
-    if not isinstance(value, str):
-        return None
-    low = value.strip().lower()
-    return True if low in _TRUTHY else False if low in _FALSY else None
-
-
-def _coerce_bool(value: object) -> bool:
-    """Upstream's ``_coerce_bool`` with default False: bool-ish strings, else truthiness."""
-    if value is None:
-        return False
-    if isinstance(value, str):
-        return value.strip().lower() in _TRUTHY
-    return bool(value)
-
-
-def _config_multiplex(cfg: Mapping[str, Any]) -> bool:
-    """``multiplex_profiles`` as upstream reads config.yaml: top-level key first, then ``gateway.``."""
-    if "multiplex_profiles" in cfg:
-        return _coerce_bool(cfg["multiplex_profiles"])
-    gateway = cfg.get("gateway")
-    return _coerce_bool(gateway.get("multiplex_profiles")) if isinstance(gateway, Mapping) else False
-
-
 def _is_disabled(value: object) -> bool:
     if isinstance(value, bool):
         return not value
-    return isinstance(value, str) and value.strip().lower() in _FALSY
+    from profiles.upstream.bools import FALSY
 
-
-def _lock_dir(env: Mapping[str, str]) -> str:
-    """Where upstream keeps credential locks for a process with this environment."""
-    if env.get("HERMES_GATEWAY_LOCK_DIR"):
-        return env["HERMES_GATEWAY_LOCK_DIR"]
-    state = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local" / "state")
-    return str(Path(state) / "hermes" / "gateway-locks")
+    return isinstance(value, str) and value.strip().lower() in FALSY
 
 
 def _overlap(a: ProfileRoute, b: ProfileRoute) -> bool:
@@ -887,7 +798,7 @@ def _route_desc(route: ProfileRoute) -> str:
 
 
 def _stale_reason(rec: Any) -> str:
-    from profiles.gateway_files import proc_start_time
+    from profiles.upstream.files import proc_start_time
 
     if rec is None:
         return "is not a gateway PID record (empty or unreadable)"

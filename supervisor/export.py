@@ -3,7 +3,7 @@
 For people who would rather let systemd, Docker Compose or Kubernetes supervise the gateways:
 one object per profile of ``profiles_to_serve(True, root)`` (minus profiles disabled in
 hermesd.yaml), each carrying exactly the contract hermesd gives its own children, taken from
-``supervisor.contract`` and never restated here:
+``profiles.upstream.process`` and ``supervisor.childspec`` and never restated here:
 
 * argv from ``contract.child_argv`` (``hermes [-p NAME] gateway run --external-supervisor``);
 * environment ``contract.FIXED_ENV`` + ``HERMES_HOME`` + hermesd.yaml's ``environment`` (the
@@ -17,7 +17,8 @@ hermesd.yaml), each carrying exactly the contract hermesd gives its own children
   Deployment restart on any exit).
 
 The export never reads a credential value into its output: ``.env`` files are only parsed, by
-the daemon's own reader (``supervisor.claims.read_profile_files``), to refuse what the daemon
+the daemon's own reader (``profiles.snapshot.read_profile``) and judged by the daemon's own
+verdict (``supervisor.plan.verdict.judge``), to refuse what the daemon
 would hold: a malformed file, a ``.env`` that overrides the contract variables, or two profiles
 sharing a bot token or a TCP port (``conflicts.all_conflicts``; the refusal names platform,
 credential kind, salted fingerprint and profiles). Kubernetes gets credentials from a
@@ -36,12 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from profiles.upstream.process import Exit
+
 FORMATS = ("systemd", "compose", "kubernetes")
 DEFAULT_IMAGE = "hermes-agent:latest"
 CONTAINER_ROOT = "/opt/hermes"  # where a profile tree lives inside a container
 UNIT_PREFIX = "hermes-gw-"
-RESTART_EXIT = 75  # upstream: "restart me now"
-FATAL_CONFIG_EXIT = 78  # upstream: "do not restart until the configuration changes"
 
 
 class ExportError(ValueError):
@@ -67,14 +68,12 @@ class Gateway:
 
 
 def collect(root: Path) -> list[Gateway]:
-    """Every gateway to export, after the daemon's own admission checks (files parse, no conflict)."""
+    """Every gateway to export; refuses exactly the profiles the daemon would hold (one verdict for both)."""
     from profiles.discovery import profiles_to_serve
-    from profiles.errors import ProfileError
+    from profiles.snapshot import read_profile
     from supervisor import config as config_mod
-    from supervisor import contract
-    from supervisor.claims import read_profile_files
-    from supervisor.conflicts import all_conflicts
     from supervisor.layout import Layout
+    from supervisor.plan.verdict import Candidate, judge
 
     layout = Layout(root)
     try:
@@ -84,40 +83,24 @@ def collect(root: Path) -> list[Gateway]:
     # The root's salt when hermesd has made one, so fingerprints match what hermesd reports; an
     # export never writes into the tree it reads, so otherwise a throwaway salt.
     salt = layout.salt() if layout.salt_file.exists() else os.urandom(16)
-    gateways: list[Gateway] = []
-    claims: dict[str, tuple[Any, ...]] = {}
-    problems: list[str] = []
+    facts = []
     for name, home in profiles_to_serve(True, root=root):
-        home = Path(home)
         if not cfg.for_profile(name).enabled:
             print(f"hermesd export: profile {name!r} skipped: disabled in {layout.config}", file=sys.stderr)
             continue
-        try:
-            files = read_profile_files(home, salt)
-        except (ProfileError, ValueError, OSError) as exc:
-            problems.append(f"profile {name!r}: {exc}")
-            continue
-        overrides = contract.env_file_overrides(files.env)
-        if overrides:  # the daemon holds such a profile: its .env would undo the child contract
-            problems.append(f"profile {name!r}: {home / '.env'} sets {', '.join(overrides)}, overriding the "
-                            "child contract (Hermes loads .env with override); remove it from the .env")
-            continue
-        claims[name] = files.claims
-        gateways.append(Gateway(name, home, cfg.stop_timeout_for(name, home), cfg.child_environment(name),
-                                (home / ".env").is_file()))
-    for claim, names in all_conflicts([g.name for g in gateways], claims):
-        kind = "credential" if claim.kind == "credential" else "port"
-        problems.append(f"{kind} conflict: {claim.describe()} is configured in profiles "
-                        + ", ".join(repr(n) for n in names))
+        facts.append(read_profile(name, Path(home), salt))
+    holds = judge([Candidate(f, f.name) for f in facts])
+    problems = [f"profile {name!r}: {hold.kind.value}: {hold.message}" for name, hold in holds.items() if hold]
     if problems:
         raise ExportError("cannot export; hermesd itself would hold these profiles:\n  " + "\n  ".join(problems))
-    return gateways
+    return [Gateway(f.name, f.home, cfg.stop_timeout_for(f.name, f.drain_s), cfg.child_environment(f.name),
+                    (f.home / ".env").is_file()) for f in facts]
 
 
 def _environment(gw: Gateway, home: str) -> dict[str, str]:
-    from supervisor import contract
+    from profiles.upstream.process import FIXED_ENV
 
-    return {"HERMES_HOME": home, **contract.FIXED_ENV, **gw.extra_env}
+    return {"HERMES_HOME": home, **FIXED_ENV, **gw.extra_env}
 
 
 def _container_home(gw: Gateway) -> str:
@@ -125,9 +108,9 @@ def _container_home(gw: Gateway) -> str:
 
 
 def _argv(command: Sequence[str], gw: Gateway) -> list[str]:
-    from supervisor import contract
+    from supervisor.childspec import child_argv
 
-    return contract.child_argv(list(command), gw.name)
+    return child_argv(list(command), gw.name)
 
 
 # --------------------------------------------------------------------------- systemd
@@ -136,7 +119,7 @@ def _argv(command: Sequence[str], gw: Gateway) -> list[str]:
 def render_systemd(gateways: Sequence[Gateway], *, root: Path, gateway_command: Sequence[str],
                    hermesd: Sequence[str]) -> dict[str, str]:
     """``{unit file name: text}``: one ``hermes-gw-<profile>.service`` user unit per profile."""
-    from supervisor.service import _env_line, systemd_quote
+    from supervisor.service import env_line, systemd_quote
 
     out = {}
     for gw in gateways:
@@ -159,7 +142,7 @@ def render_systemd(gateways: Sequence[Gateway], *, root: Path, gateway_command: 
             "[Service]",
             "Type=simple",
             f"WorkingDirectory={systemd_quote(str(gw.home))}",
-            *(_env_line(k, v) for k, v in env.items()),
+            *(env_line(k, v) for k, v in env.items()),
             f"ExecStart={exec_start}",
             "# Upstream's planned-stop marker first, so the SIGTERM that follows is a planned stop (exit 0,",
             "# state 'stopped') rather than an unexpected one (exit 1). '-': a gateway already gone is fine.",
@@ -172,8 +155,8 @@ def render_systemd(gateways: Sequence[Gateway], *, root: Path, gateway_command: 
             "# 75: restart requested (/restart, hermes update, SIGUSR1); 78: fatal configuration, wait for a fix.",
             "Restart=on-failure",
             "RestartSec=5",
-            f"RestartForceExitStatus={RESTART_EXIT}",
-            f"RestartPreventExitStatus={FATAL_CONFIG_EXIT}",
+            f"RestartForceExitStatus={Exit.RESTART.value}",
+            f"RestartPreventExitStatus={Exit.CONFIG.value}",
             "",
             "[Install]",
             "WantedBy=default.target",
@@ -225,7 +208,7 @@ def render_compose(gateways: Sequence[Gateway], *, root: Path, image: str) -> st
         "# profiles' .env files. The gateway loads its own .env from there: no credential is in this file.",
         "# Compose cannot stop a container with a planned-stop marker: 'docker compose stop' sends a plain",
         "# SIGTERM, which upstream drains like any stop but reports as exit 1 with state 'running'.",
-        f"# Compose restarts on any exit, including {FATAL_CONFIG_EXIT} (fatal configuration): watch"
+        f"# Compose restarts on any exit, including {Exit.CONFIG.value} (fatal configuration): watch"
         " 'docker compose ps'.",
     ]
     body = yaml.safe_dump({"services": services}, sort_keys=False, default_flow_style=False, width=1000)
@@ -333,8 +316,8 @@ def kubernetes_header(gateways: Sequence[Gateway], root: Path, image: str) -> st
 
 def cmd_planned_stop(args: argparse.Namespace) -> int:
     """Write upstream's planned-stop marker for the live gateway of HOME (no gateway: nothing to do)."""
-    from profiles.gateway_files import live_gateway, write_planned_stop_marker
-    from supervisor.cli import UserError
+    from profiles.upstream.files import live_gateway, write_planned_stop_marker
+    from supervisor.cli.common import UserError
 
     raw = args.home or os.environ.get("HERMES_HOME", "")
     if not raw:
@@ -369,15 +352,15 @@ def export_files(fmt: str, root: Path, *, image: str = DEFAULT_IMAGE, storage: s
         raise ExportError(f"no profile to export under {root}")
     if fmt == "systemd":
         from supervisor import config as config_mod
-        from supervisor import contract
+        from supervisor.childspec import GatewayCommandError, resolve_gateway_command
         from supervisor.layout import Layout
         from supervisor.service import hermesd_command
 
         if gateway_command is None:
             configured = config_mod.load(Layout(root).config).command
             try:
-                gateway_command = contract.resolve_gateway_command(list(configured) if configured else None)
-            except contract.GatewayCommandError as exc:
+                gateway_command = resolve_gateway_command(list(configured) if configured else None)
+            except GatewayCommandError as exc:
                 raise ExportError(str(exc)) from None
         return render_systemd(gateways, root=root, gateway_command=gateway_command,
                               hermesd=hermesd or hermesd_command())
@@ -392,11 +375,9 @@ def export_files(fmt: str, root: Path, *, image: str = DEFAULT_IMAGE, storage: s
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from supervisor.cli import UserError, _root
+    from supervisor.cli.common import UserError, root_of
 
-    root = _root(args)
-    if not root.is_dir():
-        raise UserError(f"root {root} does not exist or is not a directory")
+    root = root_of(args)
     if args.format == "systemd" and not args.out:
         raise UserError("systemd export writes one unit per profile: give --out DIR")
     try:

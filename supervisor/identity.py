@@ -1,9 +1,12 @@
 """Who a PID really is: the guard in front of every signal hermesd sends.
 
 A PID from a file is only a claim. Before hermesd signals anything it checks the live process's
-start time (field 22 of ``/proc/<pid>/stat``, as upstream records it), its command line and the
-``HERMES_HOME`` and hermesd tags in its environment. Once verified, the process is pinned with a
-pidfd, so a recycled PID can never receive a signal meant for the dead one.
+owner (the user hermesd runs as and starts its children as), its start time (field 22 of
+``/proc/<pid>/stat``, as upstream records it), its command line and the ``HERMES_HOME`` and
+hermesd tags in its environment. The owner matters when hermesd runs as root: root can read every
+user's environment, and another user could start a process carrying the right tags. Once
+verified, the process is pinned with a pidfd, so a recycled PID can never receive a signal meant
+for the dead one.
 """
 
 from __future__ import annotations
@@ -11,11 +14,12 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-from profiles.gateway_files import proc_start_time
-from supervisor.contract import GATEWAY_ARGS, TAG_PROFILE, TAG_ROOT
+from profiles.upstream.files import proc_start_time
+from profiles.upstream.process import GATEWAY_ARGS
+from supervisor.childspec import TAG_PROFILE, TAG_ROOT
+from supervisor.plan.model import Ident
 
 __all__ = [
     "Ident",
@@ -23,6 +27,7 @@ __all__ = [
     "find_tagged",
     "is_gateway_cmdline",
     "open_pidfd",
+    "owned_by_us",
     "proc_cmdline",
     "proc_environ",
     "proc_start_time",
@@ -30,14 +35,6 @@ __all__ = [
     "session_id",
     "verify",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Ident:
-    """A process as hermesd knows it: the pair that survives PID reuse."""
-
-    pid: int
-    start_time: int
 
 
 def boot_id() -> str:
@@ -126,6 +123,14 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def owned_by_us(pid: int) -> bool:
+    """The process belongs to the user hermesd runs as (the owner of its ``/proc`` entry)."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid == os.getuid()
+    except OSError:
+        return False
+
+
 def session_id(pid: int) -> int | None:
     f = _stat_fields(pid)
     try:
@@ -142,7 +147,7 @@ def is_gateway_cmdline(cmdline: list[str]) -> bool:
 
 def verify(ident: Ident, *, home: Path, root: Path, profile: str) -> bool:
     """True only if ``ident`` is still the gateway hermesd started for this profile."""
-    if proc_start_time(ident.pid) != ident.start_time:
+    if proc_start_time(ident.pid) != ident.start_time or not owned_by_us(ident.pid):
         return False
     if not is_gateway_cmdline(proc_cmdline(ident.pid)):
         return False
@@ -158,8 +163,8 @@ def find_tagged(root: Path, profile: str | None = None) -> Iterator[tuple[int, s
     """Every live process carrying this root's hermesd tag (and ``profile``'s, if given).
 
     Yields (pid, profile, environment). Reads ``/proc/*/environ``, cheaply: a byte search rules
-    out nearly every process before anything is parsed. Processes of other users are unreadable
-    and so never match.
+    out nearly every process before anything is parsed. Processes of other users never match
+    (unreadable, or, when hermesd runs as root, refused by owner).
     """
     want = str(root)
     needles = [f"{TAG_ROOT}={want}\0".encode()]
@@ -177,6 +182,8 @@ def find_tagged(root: Path, profile: str | None = None) -> Iterator[tuple[int, s
         except OSError:
             continue
         if not all(n in raw or raw.endswith(n[:-1]) for n in needles):
+            continue
+        if not owned_by_us(pid):
             continue
         env = _parse_environ(raw)
         name = env.get(TAG_PROFILE)

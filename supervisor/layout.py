@@ -6,6 +6,7 @@ watcher can exclude it with one name, and so that two roots never share anything
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
@@ -70,17 +71,18 @@ class Layout:
         return Path(f"/tmp/hermesd-{os.getuid()}") / f"{digest}.sock"
 
     def ensure(self) -> None:
-        """Create hermesd's folders, private to the user, and refuse ones someone else controls.
+        """Create hermesd's folders, private to the user, and refuse ones it cannot trust.
 
-        The socket may live in a shared ``/tmp`` folder (long roots); another user who created
-        that folder first could otherwise stand in for the daemon.
+        Never follows a symlink and never changes the mode of a folder it did not create: a
+        ``.hermesd`` that is a link to ``/tmp`` (or a plain file, or a folder another user can
+        write) is refused with the fix, not repaired. The socket may live in a shared ``/tmp``
+        folder (long roots); another user who created that folder first could otherwise stand in
+        for the daemon.
         """
         for d in (self.dir, self.logs, self.socket.parent):
-            d.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = self.dir.lstat()
-        if st.st_uid == os.getuid() and st.st_mode & 0o077:
-            self.dir.chmod(0o700)  # our own folder, created loosely by hand: tighten it
-        check_private(self.socket.parent)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(d, 0o700)
+            check_private(d)
 
     def socket_checked(self) -> Path:
         """The socket path, after checking its folder is ours (clients call this before connecting)."""
@@ -95,22 +97,24 @@ class Layout:
         Salting per root keeps fingerprints comparable inside one root while making them
         useless for guessing a token across installations.
         """
+        from profiles.safeio import read_regular
+
         try:
-            data = self.salt_file.read_bytes()
+            data = read_regular(self.salt_file, 4096)
             if len(data) >= 16:
                 return data
         except FileNotFoundError:
             pass
-        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.ensure()
         data = secrets.token_bytes(16)
         tmp = self.salt_file.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         try:
             os.link(tmp, self.salt_file)  # first writer wins; a racing one reads the winner's
         except FileExistsError:
-            data = self.salt_file.read_bytes()
+            data = read_regular(self.salt_file, 4096)
         finally:
             tmp.unlink(missing_ok=True)
         return data
@@ -121,10 +125,17 @@ class UnsafeFolderError(PermissionError):
 
 
 def check_private(folder: Path) -> None:
+    """Raise :class:`UnsafeFolderError` unless ``folder`` is a real directory of ours, mode 0700."""
     st = folder.lstat()
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        kind = "" if stat.S_ISDIR(st.st_mode) else ", not a directory"
+    if stat.S_ISLNK(st.st_mode):
         raise UnsafeFolderError(
-            f"{folder} must be a directory owned by uid {os.getuid()} with mode 0700 "
-            f"(found uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}{kind})"
+            f"{folder} is a symlink; hermesd never follows a link for its own folder (remove the link)"
+        )
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeFolderError(f"{folder} is not a directory; hermesd keeps its own files there (move it away)")
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise UnsafeFolderError(
+            f"{folder} must be owned by uid {os.getuid()} with mode 0700 (found uid {st.st_uid}, mode "
+            f"{stat.S_IMODE(st.st_mode):04o}); hermesd does not change folders it did not create: "
+            f"chmod 700 {folder}"
         )

@@ -8,6 +8,8 @@ so nothing written before the rotation is skipped.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import shutil
 import sys
@@ -15,6 +17,49 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
+
+
+def note(path: Path, line: str) -> None:
+    """Append hermesd's own line to a child's log (O_APPEND: never clobbers the child's)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}\n".encode())
+        finally:
+            os.close(fd)
+
+
+class RepeatFilter(logging.Filter):
+    """Let a message through at most ``burst`` times per ``window`` seconds, then count the rest.
+
+    A condition that repeats (out of descriptors at accept, a file system that stays full) must
+    not turn the log into a flood: after the burst the repeats are dropped and one line later says
+    how many were.
+    """
+
+    def __init__(self, window: float = 10.0, burst: int = 20) -> None:
+        super().__init__()
+        self.window, self.burst = window, burst
+        self._seen: dict[str, list[float]] = {}  # message -> [window start, count, dropped]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = f"{record.name}:{record.levelno}:{record.getMessage()}"
+        now = time.monotonic()
+        seen = self._seen.get(key)
+        if seen is None or now - seen[0] > self.window:
+            if seen is not None and seen[2]:
+                record.msg = f"{record.getMessage()} (repeated {int(seen[2])} more times in the previous " \
+                             f"{self.window:.0f}s)"
+                record.args = ()
+            if len(self._seen) > 1000:
+                self._seen.clear()
+            self._seen[key] = [now, 1, 0]
+            return True
+        seen[1] += 1
+        if seen[1] <= self.burst:
+            return True
+        seen[2] += 1
+        return False
 
 
 def rotated(path: Path, n: int) -> Path:

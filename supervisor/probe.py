@@ -3,7 +3,7 @@
 Kubernetes (or compose, or a monitoring script) runs this every few seconds inside the gateway's
 own container, where no hermesd daemon exists. So it asks no daemon, imports only the standard
 library (plus the stdlib-only ``profiles.paths``, ``profiles.names`` and
-``profiles.gateway_files``), and reads three small files the gateway writes in its HERMES_HOME.
+``profiles.upstream.files``), and reads three small files the gateway writes in its HERMES_HOME.
 
 Evidence, strongest first:
 
@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from profiles import gateway_files as gf
+from profiles.upstream import files as gf
 
 READY_STATES = frozenset({"running"})
 LIVE_STATES = frozenset({"running", "degraded", "draining"})

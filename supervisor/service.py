@@ -66,6 +66,7 @@ def stop_budget(root: Path) -> int:
     hermesd.yaml or profile file only falls back to upstream's default for that profile.
     """
     from profiles.discovery import profiles_to_serve
+    from profiles.snapshot import read_profile
     from supervisor import config as config_mod
     from supervisor.layout import Layout
 
@@ -77,7 +78,8 @@ def stop_budget(root: Path) -> int:
         served = profiles_to_serve(True, root=root)
     except OSError:
         served = []
-    slowest = max((cfg.stop_timeout_for(name, Path(home)) for name, home in served), default=60.0)
+    slowest = max((cfg.stop_timeout_for(name, read_profile(name, Path(home), b"budget").drain_s)
+                   for name, home in served), default=60.0)
     return int(max(90.0, slowest + STOP_MARGIN) + 0.999)
 
 
@@ -92,7 +94,7 @@ def systemd_quote(arg: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _env_line(name: str, value: str) -> str:
+def env_line(name: str, value: str) -> str:
     body = f"{name}={value}".replace("%", "%%").replace("\\", "\\\\").replace('"', '\\"')
     return f'Environment="{body}"'
 
@@ -152,7 +154,7 @@ def render_systemd_unit(
         lines.append(f"User={user}")
     if path_env:
         lines += ["# The PATH install-service ran with, so 'hermes' resolves as it did then.",
-                  _env_line("PATH", path_env)]
+                  env_line("PATH", path_env)]
     lines += [
         f"ExecStart={exec_start}",
         "ExecReload=/bin/kill -HUP $MAINPID",
@@ -292,13 +294,10 @@ def _written_by_us(path: Path) -> bool:
 
 
 def cmd_install_service(args: argparse.Namespace) -> int:
-    from supervisor import control
-    from supervisor.cli import UserError, _root
+    from supervisor.cli.common import UserError, root_of
     from supervisor.layout import Layout
 
-    root = _root(args)
-    if not root.is_dir():
-        raise UserError(f"root {root} does not exist or is not a directory")
+    root = root_of(args)
     manager = args.manager or ("launchd" if sys.platform == "darwin" else "systemd")
     system = bool(args.system)
     if args.run_as and not system:
@@ -327,9 +326,11 @@ def cmd_install_service(args: argparse.Namespace) -> int:
                         "(move it away, or choose another place with --dest)")
 
     warnings = upstream_unit_warnings(root)
+    from supervisor.control.client import Client, ControlError, DaemonNotAnswering
+
     try:
-        up = control.request(Layout(root).socket, {"cmd": "ping"}, timeout=2.0)
-    except (control.DaemonNotRunning, control.ControlError, OSError, ValueError):
+        up = Client(Layout(root)).ping(wait=2.0)
+    except (DaemonNotAnswering, ControlError, OSError, ValueError):
         up = None
     if up and not _under_service(int(up["pid"])):
         warnings.append(f"hermesd is already running for {root} (PID {up['pid']}) outside the service manager; "

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from profiles.gateway_files import read_json, write_json_atomic
+from profiles.upstream.files import read_json, write_json_atomic
+
+if TYPE_CHECKING:
+    from supervisor.plan.planner import Planner
 
 VERSION = 1
 
@@ -39,6 +42,27 @@ def load(path: Path, boot_id: str) -> Saved:
     return Saved(boot_id, profiles)
 
 
+def records(planner: Planner) -> dict[str, dict[str, Any]]:
+    """What is worth remembering of each profile across a hermesd restart."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, p in planner.profiles.items():
+        rec: dict[str, Any] = {
+            "home": str(p.home),
+            "restarts": p.restarts,
+            "failures": p.failures,
+            "last_exit": p.last_exit,
+            "down": p.down,
+            "hold": p.hold.to_json() if p.hold else None,
+            "next_retry_at": p.retry_at_wall,
+        }
+        c = p.child
+        if c is not None:
+            rec.update(pid=c.ident.pid, start_time=c.ident.start_time, started_at=c.started_wall,
+                       stopping=c.stop_requested, then_restart=c.then_restart)
+        out[name] = rec
+    return out
+
+
 def save(path: Path, boot_id: str, daemon_pid: int, profiles: dict[str, dict[str, Any]], now: float) -> None:
     write_json_atomic(
         path,
@@ -58,6 +82,7 @@ def exit_record(raw: Any) -> dict[str, Any] | None:
         ("kind", str),
         ("reason", str),
         ("description", str),
+        ("uptime_s", (int, float)),
     ):
         value = raw.get(key)
         out[key] = value if isinstance(value, kinds) and not isinstance(value, bool) else None

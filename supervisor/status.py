@@ -12,9 +12,35 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from profiles import gateway_files as gf
+from profiles.upstream import files as gf
 
 HEALTHY = "running"
+
+# Every row has every key, whether it comes from the daemon or from the files on disk.
+_DEFAULTS: dict[str, Any] = {
+    "state": "stopped",
+    "reason": None,
+    "pid": None,
+    "adopted": False,
+    "started_at": None,
+    "uptime_s": None,
+    "restarts": 0,
+    "last_exit": None,
+    "next_retry_at": None,
+    "should_run": True,
+    "hold": None,
+    "file_problems": [],
+    "log_problem": None,
+    "down": None,
+    "start_problem": None,
+}
+
+
+def make_row(name: str, home: Path, cpu_percent: float | None = None, **fields: Any) -> dict[str, Any]:
+    """One profile's row: the given fields over the defaults, then what the gateway's files and /proc say."""
+    row: dict[str, Any] = {"name": name, "home": str(home), **_DEFAULTS, **fields}
+    add_live_fields(row, home, cpu_percent)
+    return row
 
 
 def add_live_fields(row: dict[str, Any], home: Path, cpu_percent: float | None = None) -> None:
@@ -63,7 +89,7 @@ def _platforms(raw: Any) -> dict[str, dict[str, Any]]:
 
 
 def offline_document(root: Path) -> dict[str, Any]:
-    """Status without a daemon: what the files and /proc say."""
+    """Status without a daemon: what hermesd's state file, the gateways' files and /proc say."""
     from profiles.discovery import profiles_to_serve
     from supervisor import identity
     from supervisor import state as state_mod
@@ -79,31 +105,23 @@ def offline_document(root: Path) -> dict[str, Any]:
     for name, home in served:
         home = Path(home)
         rec = saved.profiles.get(name, {})
-        pid = None
         live = gf.live_gateway(home)
-        if live is not None:
-            pid = live.pid
-        row: dict[str, Any] = {
-            "name": name,
-            "home": str(home),
-            "state": "running" if pid else "stopped",
-            "reason": "supervisor not running" + (" (gateway running unsupervised)" if pid else ""),
-            "pid": pid,
-            "adopted": False,
-            "started_at": None,
-            "uptime_s": None,
-            "restarts": state_mod.saved_int(rec, "restarts"),
-            "last_exit": state_mod.exit_record(rec.get("last_exit")),
-            "next_retry_at": None,
-            "should_run": True,
-            "hold": None,
-        }
+        pid = live.pid if live is not None else None
+        down = rec.get("down") if isinstance(rec.get("down"), str) else None
         started = identity.proc_start_wall(pid) if pid else None
-        if started is not None:
-            row["started_at"] = started
-            row["uptime_s"] = round(max(0.0, time.time() - started), 1)
-        add_live_fields(row, home)
-        rows.append(row)
+        rows.append(make_row(
+            name, home,
+            state="running" if pid else "stopped",
+            reason=("hermesd is not running" + (" (gateway running unsupervised)" if pid else ""))
+            + (f"; {down}" if down else ""),
+            pid=pid,
+            started_at=started,
+            uptime_s=round(max(0.0, time.time() - started), 1) if started is not None else None,
+            restarts=state_mod.saved_int(rec, "restarts"),
+            last_exit=state_mod.exit_record(rec.get("last_exit")),
+            should_run=down is None,
+            down=down,
+        ))
     return {
         "root": str(root),
         "supervisor": {"pid": None, "running": False, "state_problem": saved.problem},
@@ -190,8 +208,11 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
         if r["state"] != HEALTHY and r.get("reason"):
             retry = f"; retry at {_when(r['next_retry_at'])}" if r.get("next_retry_at") else ""
             notes.append(f"  {r['name']}: {r['state']}: {r['reason']}{retry}")
-        for key in ("file_error", "log_problem"):
-            if r.get(key) and not (r["state"] == "held" and key == "file_error"):
+        if r["state"] != "held":
+            notes.extend(f"  {r['name']}: {problem} (running on its last good files)" if r.get("pid")
+                         else f"  {r['name']}: {problem}" for problem in r.get("file_problems") or [])
+        for key in ("log_problem", "start_problem"):
+            if r.get(key) and r["state"] != "backoff":
                 notes.append(f"  {r['name']}: {r[key]}")
         for c in r.get("lock_conflicts") or []:
             why = c["message"] or c["error_code"]

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from supervisor import control, identity
+from supervisor import identity
+from supervisor.control import client as control
 from supervisor.layout import Layout
 from tests.fakegw import fake_gateway_command
 
@@ -32,7 +33,7 @@ def wait_for(pred: Callable[[], T], timeout: float = 10.0, interval: float = 0.0
     while True:
         try:
             last = pred()
-        except (control.DaemonNotRunning, FileNotFoundError, ConnectionError):
+        except (control.DaemonNotRunning, control.DaemonNotAnswering, FileNotFoundError, ConnectionError):
             last = None
         if last:
             return last
@@ -106,13 +107,14 @@ class Hermesd:
             capture_output=True, text=True, env=self.env, cwd=str(REPO), timeout=timeout,
         )
 
-    def request(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return control.request(self.layout.socket, payload)
+    def request(self, payload: dict[str, Any], wait: float = 10.0) -> dict[str, Any]:
+        payload = dict(payload)
+        return control.Client(self.layout).call(payload.pop("cmd"), wait=wait, **payload)
 
     def ping(self) -> dict[str, Any]:
         try:
-            return self.request({"cmd": "ping"})
-        except (control.DaemonNotRunning, OSError):
+            return self.request({"cmd": "ping"}, wait=1.0)
+        except (control.DaemonNotRunning, control.DaemonNotAnswering, OSError):
             return {}
 
     def status(self) -> dict[str, Any]:
@@ -147,8 +149,8 @@ class Hermesd:
     def shutdown(self, timeout: float = 30.0) -> int | None:
         if self.proc is None or self.proc.poll() is not None:
             return self.proc.returncode if self.proc else None
-        with contextlib.suppress(control.DaemonNotRunning, control.ControlError, OSError):
-            self.request({"cmd": "shutdown"})
+        with contextlib.suppress(control.DaemonNotRunning, control.DaemonNotAnswering, control.ControlError, OSError):
+            self.request({"cmd": "shutdown"}, wait=5.0)
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:

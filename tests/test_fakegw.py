@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from profiles.gateway_files import (
+from profiles.upstream.files import (
     PLANNED_STOP_MARKER,
     live_gateway,
     proc_start_time,

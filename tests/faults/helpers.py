@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from profiles import gateway_files as gf
+from profiles.upstream import files as gf
 from supervisor import identity
 from tests.harness import wait_for
 

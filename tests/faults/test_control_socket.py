@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import control
-from supervisor.control import MAX_REQUEST, READ_TIMEOUT
+from supervisor.control.protocol import MAX_REQUEST, READ_TIMEOUT
 from tests.faults.helpers import fd_count
 from tests.harness import make_root, wait_for, write_config
 
@@ -124,7 +123,7 @@ def test_junk_floods_and_crowds(root, hermesd_factory, faults):
 
     def client(i: int) -> bool:
         barrier.wait(30)
-        reply = control.request(d.layout.socket, {"cmd": "status"} if i % 2 else {"cmd": "ping"}, timeout=30)
+        reply = d.request({"cmd": "status"} if i % 2 else {"cmd": "ping"}, wait=30)
         return reply["ok"] and (reply.get("pid") == d.proc.pid or len(reply["status"]["profiles"]) == 3)
 
     t0 = time.monotonic()

@@ -74,7 +74,7 @@ def start_with_stubborn_coder(root, hermesd_factory, stubborn, stop_timeout):
 def test_sigkill_during_stop(root, hermesd_factory, faults, stubborn):
     """hermesd dies while an operator stop waits for a gateway that ignores SIGTERM or drains slowly."""
     d, h, before = start_with_stubborn_coder(root, hermesd_factory, stubborn, stop_timeout=3)
-    assert d.cli("stop", "coder").returncode == 0
+    assert d.cli("stop", "coder", "--no-wait").returncode == 0
     d.wait_state("coder", "stopping")
     faults.inject()
     d.kill9()
@@ -98,7 +98,7 @@ def test_sigkill_during_stop(root, hermesd_factory, faults, stubborn):
 def test_sigkill_during_restart(root, hermesd_factory, faults, stubborn):
     """hermesd dies while an operator restart waits for the old gateway to go."""
     d, _h, before = start_with_stubborn_coder(root, hermesd_factory, stubborn, stop_timeout=6)
-    assert d.cli("restart", "coder").returncode == 0
+    assert d.cli("restart", "coder", "--no-wait").returncode == 0
     d.wait_state("coder", "stopping")
     faults.inject()
     d.kill9()

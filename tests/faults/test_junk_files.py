@@ -47,7 +47,7 @@ def gateway_files(home):
 def test_junk_everywhere_before_start(root, hermesd_factory, faults, kind):
     """Every state, PID, lock, gateway-state and heartbeat file of the root is junk at start-up."""
     junk = JUNK[kind]
-    (root / ".hermesd").mkdir()
+    (root / ".hermesd").mkdir(mode=0o700)
     targets = hermesd_files(root) + [f for home in homes(root).values() for f in gateway_files(home)]
     for path in targets:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -132,7 +132,7 @@ def test_wrongly_typed_gateway_state_keeps_status_readable(root, hermesd_factory
 
 def test_state_file_with_wrongly_typed_fields(root, hermesd_factory, faults):
     """A valid state.json envelope whose fields are junk: history ignored field by field, status readable."""
-    (root / ".hermesd").mkdir()
+    (root / ".hermesd").mkdir(mode=0o700)
     (root / ".hermesd" / "state.json").write_text(json.dumps({
         "version": 1, "boot_id": identity.boot_id(), "daemon_pid": "x", "saved_at": None,
         "profiles": {
@@ -191,11 +191,11 @@ def test_broken_profile_files_hold_only_their_profile(root, hermesd_factory, fau
     pids = d.wait_running("coder", "writer")
     (h["writer"] / ".env").write_text("GOOD=1\nBAD='unterminated\n")
     faults.inject()
-    writer = wait_for(lambda: f"{h['writer'] / '.env'}:2" in str((r := d.row("writer"))["file_error"]) and r, 10,
+    writer = wait_for(lambda: f"{h['writer'] / '.env'}:2" in str((r := d.row("writer"))["file_problems"]) and r, 10,
                       what="writer's .env error in status")
     assert f"writer: {h['writer'] / '.env'}:2" in d.cli("status").stdout
     ok = (
-        "unterminated ' quote in the value of BAD" in writer["file_error"]
+        "unterminated ' quote in the value of BAD" in " ".join(writer["file_problems"])
         and writer["pid"] == pids["writer"] and writer["state"] == "running"
         and d.row("coder")["pid"] == pids["coder"]
         and d.row("default")["pid"] == default_pid

@@ -25,7 +25,8 @@ def small_logs_fs(root) -> Iterator[Path]:
     Requested before ``hermesd_factory`` by the test, so it is torn down after the daemons.
     """
     logs = root / ".hermesd" / "logs"
-    logs.mkdir(parents=True, mode=0o700)
+    logs.parent.mkdir(mode=0o700, exist_ok=True)
+    logs.mkdir(mode=0o700)
     out = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(logs)],
                          capture_output=True, text=True)
     if out.returncode != 0:

@@ -143,7 +143,7 @@ def test_files_naming_a_live_unrelated_process(root, hermesd_factory, faults, sl
     h = homes(root)
     st = sleeper.start_time if start_time == "right" else sleeper.start_time + 4242
     rec = {"pid": sleeper.pid, "kind": "hermes-gateway", "argv": ["hermes", "gateway", "run"], "start_time": st}
-    (root / ".hermesd").mkdir()
+    (root / ".hermesd").mkdir(mode=0o700)
     (root / ".hermesd" / "hermesd.pid").write_text(f"{sleeper.pid}\n")
     (root / ".hermesd" / "state.json").write_text(json.dumps({
         "version": 1, "boot_id": identity.boot_id(), "daemon_pid": sleeper.pid, "saved_at": time.time(),

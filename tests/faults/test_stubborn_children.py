@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from profiles import gateway_files as gf
+from profiles.upstream import files as gf
 from tests.fakegw import read_spawned, read_starts, write_behaviour
 from tests.faults.helpers import alive_exact, gateway_leaders, tagged_by_profile
 from tests.harness import pid_alive, tagged_pids, wait_for, write_config

@@ -188,7 +188,7 @@ def test_port_defaults(tmp_path: Path) -> None:
             "FEISHU_APP_ID=f\nFEISHU_APP_SECRET=s\nFEISHU_CONNECTION_MODE=webhook\n"
         ),
     )
-    assert profile_ports(home) == [
+    assert sorted(profile_ports(home), key=lambda b: b.platform) == sorted([
         PortBinding("api_server", 8642, "127.0.0.1"),
         PortBinding("webhook", 8644, None),
         PortBinding("msgraph_webhook", 8646, "0.0.0.0"),
@@ -198,7 +198,7 @@ def test_port_defaults(tmp_path: Path) -> None:
         PortBinding("wecom_callback", 8645, "0.0.0.0"),
         PortBinding("line", 8646, "0.0.0.0"),
         PortBinding("feishu", 8765, "127.0.0.1"),
-    ]
+    ], key=lambda b: b.platform)
 
 
 def test_port_overrides_follow_upstream_precedence(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from supervisor import completion
 
 
 def full_parser() -> argparse.ArgumentParser:
-    from supervisor import cli
+    from supervisor.cli import main as cli
 
     return cli.build_parser()
 
@@ -220,6 +220,7 @@ def test_fish_completes_commands_and_profiles(scripts, tmp_path, root):
 def test_completion_command_prints_a_script(capsys):
     parser = full_parser()
     args = parser.parse_args(["completion", "bash"])
+    args.parser = parser  # main() hands the root parser to the command
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert out.startswith("# bash completion for hermesd") and "complete -F _hermesd hermesd" in out

@@ -3,7 +3,8 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from supervisor.conflicts import Claim, all_conflicts, find_conflicts
+from profiles.snapshot import Claim
+from supervisor.plan.conflicts import all_conflicts, find_conflicts
 
 TOKEN = Claim("credential", "telegram", "telegram-bot-token", "fp1")
 OTHER = Claim("credential", "discord", "discord-bot-token", "fp2")

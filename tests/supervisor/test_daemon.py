@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from profiles import gateway_files as gf
+from profiles.upstream import files as gf
 from supervisor import identity
 from tests.fakegw import fake_gateway_command, parse_env_report, read_spawned, write_behaviour
 from tests.harness import pid_alive, tagged_pids, wait_for, write_config
@@ -83,7 +83,7 @@ def test_exit_codes_75_and_78(root, hermesd_factory):
     write_behaviour(h["writer"], exit_at_start=78)
     d = hermesd_factory(root)
     row = d.wait_state("writer", "held")
-    assert row["hold"]["kind"] == "config_error"
+    assert row["hold"]["kind"] == "startup_failed"
     assert "78" in row["reason"]
     assert d.cli("status").returncode == 1
     pid = d.wait_running("coder")["coder"]
@@ -260,7 +260,7 @@ def test_status_shows_lock_conflict_from_gateway_state(root, hermesd_factory):
 def test_junk_pid_files_do_not_disturb(root, hermesd_factory, junk):
     (homes(root)["coder"] / "gateway.pid").write_bytes(junk)
     (homes(root)["writer"] / "gateway_state.json").write_bytes(junk)
-    (root / ".hermesd").mkdir(exist_ok=True)
+    (root / ".hermesd").mkdir(mode=0o700, exist_ok=True)
     (root / ".hermesd" / "state.json").write_bytes(junk)
     d = hermesd_factory(root)
     d.wait_running("default", "coder", "writer")

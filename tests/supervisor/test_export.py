@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from profiles import gateway_files as gf
-from supervisor import contract, export
-from supervisor.cli import UserError
+from profiles.upstream import files as gf
+from profiles.upstream import process as contract
+from supervisor import childspec, export
+from supervisor.cli.common import UserError
 from tests.supervisor.test_contrib import systemd_verify
 
 SECRETS = {
@@ -72,10 +73,10 @@ def test_systemd_units_carry_the_child_contract(root):
         text = files[f"hermes-gw-{name}.service"]
         lines = [ln for ln in text.splitlines() if "=" in ln and not ln.startswith("#")]
         unit = dict(ln.split("=", 1) for ln in lines)
-        assert shlex.split(unit["ExecStart"]) == contract.child_argv([sys.executable, "-m", "hermes_cli.main"], name)
+        assert shlex.split(unit["ExecStart"]) == childspec.child_argv([sys.executable, "-m", "hermes_cli.main"], name)
         env = dict(shlex.split(ln.split("=", 1)[1])[0].split("=", 1) for ln in lines if ln.startswith("Environment="))
         assert env == {"HERMES_HOME": str(home_of(root, name)), **contract.FIXED_ENV}
-        assert contract.TAG_ROOT not in text  # a later hermesd must not adopt (and kill) these
+        assert childspec.TAG_ROOT not in text  # a later hermesd must not adopt (and kill) these
         assert unit["ExecStop"] == f"-{sys.executable} -m supervisor _planned-stop {home_of(root, name)}"
         assert unit["KillMode"] == "mixed" and unit["KillSignal"] == "SIGTERM"
         assert unit["Restart"] == "on-failure"
@@ -122,7 +123,7 @@ def test_compose_services(root, tmp_path):
         svc = services[f"hermes-gw-{name}"]
         home = "/opt/hermes" if name == "default" else f"/opt/hermes/profiles/{name}"
         assert svc["image"] == "registry.example/hermes:1"
-        assert svc["command"] == contract.child_argv(["hermes"], name)
+        assert svc["command"] == childspec.child_argv(["hermes"], name)
         assert svc["environment"] == {"HERMES_HOME": home, **contract.FIXED_ENV}
         assert svc["volumes"] == [{"type": "bind", "source": str(home_of(root, name)), "target": home}]
         assert svc["restart"] == "unless-stopped" and svc["stop_signal"] == "SIGTERM"
@@ -164,7 +165,7 @@ def test_kubernetes_manifests(root):
         assert pod["volumes"] == [{"name": "home", "persistentVolumeClaim": {"claimName": pvc["metadata"]["name"]}}]
         (c,) = pod["containers"]
         home = "/opt/hermes" if name == "default" else f"/opt/hermes/profiles/{name}"
-        assert c["command"] == contract.child_argv(["hermes"], name)
+        assert c["command"] == childspec.child_argv(["hermes"], name)
         assert {e["name"]: e["value"] for e in c["env"]} == {"HERMES_HOME": home, **contract.FIXED_ENV}
         assert c["envFrom"] == [{"secretRef": {"name": f"hermes-gw-{name}-env", "optional": False}}]
         assert c["volumeMounts"] == [{"name": "home", "mountPath": home}]
@@ -198,14 +199,15 @@ def test_refuses_duplicate_tokens_naming_them(root):
     with pytest.raises(export.ExportError) as info:
         export.export_files("compose", root)
     msg = str(info.value)
-    assert "credential conflict: telegram telegram-bot-token (fingerprint " in msg
-    assert "'default', 'coder'" in msg
+    assert "profile 'coder': credential_conflict: telegram telegram-bot-token (fingerprint " in msg
+    assert "also configured in profile 'default'" in msg
     assert SECRETS["default"] not in msg
 
 
 def test_refuses_duplicate_ports_naming_them(root):
     (root / "profiles" / "coder" / "config.yaml").write_text("platforms:\n  api_server:\n    enabled: true\n")
-    with pytest.raises(export.ExportError, match=r"port conflict: api_server port 8642 .* 'coder', 'writer'"):
+    refusal = r"profile 'writer': port_conflict: api_server port 8642 .* profile 'coder'"
+    with pytest.raises(export.ExportError, match=refusal):
         export.export_files("kubernetes", root)
 
 
@@ -243,7 +245,7 @@ def test_command_writes_files_or_stdout(root, tmp_path, capsys):
     with pytest.raises(UserError, match="--out DIR"):
         cli("export", "systemd", "--root", str(root))
     (root / "profiles" / "writer" / ".env").write_text(f"DISCORD_BOT_TOKEN={SECRETS['coder']}\n")
-    with pytest.raises(UserError, match="credential conflict: discord"):
+    with pytest.raises(UserError, match="credential_conflict: discord"):
         cli("export", "compose", "--root", str(root))
 
 
@@ -254,6 +256,9 @@ def test_planned_stop_helper_marks_the_live_gateway(tmp_path, capsys):
     assert not (home / gf.PLANNED_STOP_MARKER).exists()
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "gateway"])
     try:
+        from tests.harness import wait_for
+
+        wait_for(lambda: b"gateway" in Path(f"/proc/{proc.pid}/cmdline").read_bytes(), 10, what="the child's exec")
         start = gf.proc_start_time(proc.pid)
         (home / gf.PID_FILE).write_text(json.dumps({"pid": proc.pid, "kind": "hermes-gateway", "argv": [],
                                                     "start_time": start}))

@@ -140,7 +140,7 @@ def test_invalid_hermesd_yaml_at_start_holds_everything_until_fixed(root, hermes
     (root / "hermesd.yaml").write_text(good + "bogus_key: 1\n")
     d = hermesd_factory(root)
     row = d.wait_state("coder", "held")
-    assert row["hold"]["kind"] == "command_error" and "bogus_key" in row["reason"]
+    assert row["hold"]["kind"] == "hermesd_config_error" and "bogus_key" in row["reason"]
     assert "bogus_key" in d.status()["supervisor"]["config_problem"]
     (root / "hermesd.yaml").write_text(good)
     d.wait_running("default", "coder", "writer", timeout=5)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from supervisor.policy import (
+from supervisor.plan.policy import (
     Action,
     ExitFacts,
     ExitKind,

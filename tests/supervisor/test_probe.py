@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from profiles import gateway_files as gf
+from profiles.upstream import files as gf
 from supervisor import probe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -221,14 +221,15 @@ def test_real_gateway_probe_and_planned_stop(tmp_path):
     pytest.importorskip("hermes_cli.main", reason="hermes-agent is not installed")
     import argparse as ap
 
-    from supervisor import contract, export
+    from profiles.upstream import process as contract
+    from supervisor import childspec, export
 
     root = tmp_path / "root"
     home = root / "profiles" / "coder"
     home.mkdir(parents=True)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path / "home"), "HERMES_HOME": str(home),
            **contract.FIXED_ENV}
-    argv = contract.child_argv([sys.executable, "-m", "hermes_cli.main"], "coder")
+    argv = childspec.child_argv([sys.executable, "-m", "hermes_cli.main"], "coder")
     gw = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 60

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from supervisor import service
-from supervisor.cli import UserError
+from supervisor.cli.common import UserError
 from tests.supervisor.test_contrib import systemd_verify
 
 

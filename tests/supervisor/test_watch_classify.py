@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from supervisor.watch import classify, watched_dirs
+from supervisor.watch.events import classify, watched_dirs
 
 ROOT = Path("/r")
 
@@ -17,12 +17,18 @@ def test_profile_files_and_folders():
 
 def test_noise_is_ignored():
     noise = [
-        "/r/gateway_state.json", "/r/gateway.pid", "/r/gateway.lock", "/r/state.db-wal", "/r/logs/gateway.log",
-        "/r/.hermesd/state.json", "/r/.hermesd/logs/coder.log", "/r/profiles/coder/gateway_state.json",
+        "/r/gateway.lock", "/r/state.db-wal", "/r/logs/gateway.log",
+        "/r/.hermesd/state.json", "/r/.hermesd/logs/coder.log",
         "/r/profiles/coder/state/gateway.heartbeat", "/r/profiles/coder/sessions/x.json",
         "/r/profiles/coder/logs/config.yaml",  # a file named like a config, but not at a profile's top
+        "/r/profiles/coder/logs/gateway_state.json",  # nor a gateway's state file
     ]
     assert not classify(ROOT, noise)
+
+
+def test_gateway_state_files_are_reported_per_profile():
+    ev = classify(ROOT, ["/r/gateway_state.json", "/r/profiles/coder/gateway.pid", "/r/profiles/coder/gateway.lock"])
+    assert ev.states == {"default", "coder"} and not ev.profiles and not ev.rescan and not ev.config
 
 
 def test_watched_dirs(tmp_path):

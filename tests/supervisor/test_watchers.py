@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import watch_inotify
-from supervisor.watch import FsEvents, make_watcher
-from supervisor.watch_inotify import InotifyWatcher, parse_events
-from supervisor.watch_watchfiles import WatchfilesWatcher
+from supervisor.watch import inotify as watch_inotify
+from supervisor.watch.choose import make_watcher
+from supervisor.watch.events import FsEvents
+from supervisor.watch.inotify import InotifyWatcher, parse_events
+from supervisor.watch.watchfiles import WatchfilesWatcher
 
 BACKENDS = [InotifyWatcher, WatchfilesWatcher]
 

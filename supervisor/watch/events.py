@@ -4,21 +4,27 @@ Only the root, ``profiles/`` and each profile folder are watched, each non-recur
 default root may hold a multi-gigabyte ``hermes-agent`` checkout and a venv, which a recursive
 watch would spend inotify watches on. The set of watched folders follows the profiles.
 
-Two strategies, one small module each: ``watch_inotify`` (Linux: inotify read on the event loop
-itself, so an idle hermesd never wakes up) and ``watch_watchfiles`` (everywhere else: watchfiles'
-native backends, at the price of a polling thread).
+Two strategies, one small module each: ``inotify`` (Linux: inotify read on the event loop itself,
+so an idle hermesd never wakes up) and ``watchfiles`` (everywhere else: watchfiles' native
+backends, at the price of a polling thread); ``choose`` picks one.
+
+Besides the profiles' own files, a gateway's ``gateway_state.json`` and ``gateway.pid`` in the
+watched folders are reported (``states``): that is how the daemon learns, without polling, that a
+gateway reached ``running`` (a start-up slot frees up) or that a gateway it did not start appeared.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from profiles.upstream.files import PID_FILE, STATE_FILE
 from supervisor.layout import CONFIG_NAME
 
 PROFILE_FILES = frozenset({".env", "config.yaml", "profile.yaml"})
+GATEWAY_FILES = frozenset({STATE_FILE, PID_FILE})
 DEBOUNCE_S = 0.3  # a burst of writes (an editor's save) becomes one batch
 RETRY_S = 0.5  # after a watcher error (a folder vanished mid-update), rescan this soon
 
@@ -29,10 +35,11 @@ class FsEvents:
 
     rescan: bool = False
     config: bool = False
-    profiles: set[str] = field(default_factory=set)
+    profiles: set[str] = field(default_factory=set)  # their .env / config.yaml / profile.yaml changed
+    states: set[str] = field(default_factory=set)  # their gateway wrote its state or PID file
 
     def __bool__(self) -> bool:
-        return self.rescan or self.config or bool(self.profiles)
+        return self.rescan or self.config or bool(self.profiles) or bool(self.states)
 
 
 def classify(root: Path, paths: Iterable[str]) -> FsEvents:
@@ -45,11 +52,12 @@ def classify(root: Path, paths: Iterable[str]) -> FsEvents:
             out.rescan = True
         elif p == root / CONFIG_NAME:
             out.config = True
-        elif p.name in PROFILE_FILES:
+        elif p.name in PROFILE_FILES or p.name in GATEWAY_FILES:
+            target = out.profiles if p.name in PROFILE_FILES else out.states
             if p.parent == root:
-                out.profiles.add("default")
+                target.add("default")
             elif p.parent.parent == profiles_dir:
-                out.profiles.add(p.parent.name)
+                target.add(p.parent.name)
     return out
 
 
@@ -67,13 +75,3 @@ class Watcher(Protocol):
     def follow(self, homes: Iterable[Path]) -> None: ...
 
     def close(self) -> None: ...
-
-
-def make_watcher(root: Path, on_events: Callable[[FsEvents], None]) -> Watcher:
-    from supervisor import watch_inotify
-
-    if watch_inotify.available():
-        return watch_inotify.InotifyWatcher(root, on_events)
-    from supervisor.watch_watchfiles import WatchfilesWatcher
-
-    return WatchfilesWatcher(root, on_events)

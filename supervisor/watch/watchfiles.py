@@ -1,7 +1,7 @@
 """File watching with watchfiles, for systems without inotify (macOS, BSD).
 
 watchfiles runs its native watcher in a thread that polls for changes every ``step`` ms, so an
-idle hermesd wakes up regularly; on Linux ``watch_inotify`` is used instead.
+idle hermesd wakes up regularly; on Linux ``inotify`` is used instead.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from supervisor.watch import DEBOUNCE_S, RETRY_S, FsEvents, classify, watched_dirs
+from supervisor.watch.events import DEBOUNCE_S, RETRY_S, FsEvents, classify, watched_dirs
 
 log = logging.getLogger("hermesd")
 STEP_MS = 100

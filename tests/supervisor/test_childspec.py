@@ -1,4 +1,5 @@
-"""The child contract and process identity, checked against real files and processes."""
+"""The child contract (upstream's facts plus hermesd's tags) and process identity, checked against real
+files and processes."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import contract, identity
-from supervisor.identity import Ident
+from profiles.upstream.process import drain_seconds, stop_timeout
+from supervisor import childspec as contract
+from supervisor import identity
+from supervisor.plan.model import Ident
 
 
 def test_argv_named_and_default():
@@ -37,12 +40,16 @@ def test_env_scrubs_credentials_and_sets_contract(tmp_path):
 
 
 def test_stop_timeout_follows_drain(tmp_path):
-    assert contract.stop_timeout(0) == 60 and contract.stop_timeout(100) == 130
-    assert contract.profile_drain_seconds(tmp_path) == 0
+    from profiles.snapshot import read_profile
+
+    assert stop_timeout(0) == 60 and stop_timeout(100) == 130
+    assert drain_seconds({}) == 0 and drain_seconds({"agent": {"restart_drain_timeout": "junk"}}) == 0
+    assert drain_seconds({"agent": {"restart_drain_timeout": float("nan")}}) == 0
+    assert read_profile("p", tmp_path, b"salt").drain_s == 0
     (tmp_path / "config.yaml").write_text("agent:\n  restart_drain_timeout: 45\n")
-    assert contract.profile_drain_seconds(tmp_path) == 45
+    assert read_profile("p", tmp_path, b"salt").drain_s == 45
     (tmp_path / "config.yaml").write_text("agent: [broken\n")
-    assert contract.profile_drain_seconds(tmp_path) == 0
+    assert read_profile("p", tmp_path, b"salt").drain_s == 0
 
 
 def _exe(path: Path) -> Path:

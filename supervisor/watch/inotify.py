@@ -19,7 +19,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from supervisor.watch import DEBOUNCE_S, PROFILE_FILES, RETRY_S, FsEvents, classify, watched_dirs
+from supervisor.watch.events import (
+    DEBOUNCE_S,
+    GATEWAY_FILES,
+    PROFILE_FILES,
+    RETRY_S,
+    FsEvents,
+    classify,
+    watched_dirs,
+)
 
 if TYPE_CHECKING:  # asyncio is imported by the methods, so that available() stays import-cheap
     import asyncio
@@ -159,7 +167,7 @@ class InotifyWatcher:
             self._pending.add(str(folder / name) if name else str(folder))
         if rescan:  # look again at every folder and every profile's files
             self._pending.add(str(self.root / "profiles"))
-            self._pending.update(str(d / f) for d in self._dir_wd for f in PROFILE_FILES)
+            self._pending.update(str(d / f) for d in self._dir_wd for f in PROFILE_FILES | GATEWAY_FILES)
         if self._pending and self._flush is None:
             import asyncio
 

@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from profiles.safeio import read_regular_or_none
+
 PID_FILE = "gateway.pid"
 LOCK_FILE = "gateway.lock"
 STATE_FILE = "gateway_state.json"
@@ -60,19 +62,15 @@ def proc_start_time(pid: int) -> int | None:
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object from ``path``, or ``None`` when missing, oversized, or not an object."""
-    try:
-        with path.open("rb") as fh:
-            if os.fstat(fh.fileno()).st_size > _MAX_JSON_BYTES:
-                return None
-            data = fh.read()  # sized from the file: read(n) would allocate all n bytes up front
-    except OSError:
-        return None
-    if len(data) > _MAX_JSON_BYTES:
-        return None
+    """A JSON object from ``path``, or ``None`` when missing, not a regular file, oversized, or not an object."""
+    data = read_regular_or_none(path, _MAX_JSON_BYTES)
+    return None if data is None else _json_object(data)
+
+
+def _json_object(data: bytes) -> dict[str, Any] | None:
     try:
         obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return obj if isinstance(obj, dict) else None
 
@@ -86,14 +84,14 @@ def _as_pid(value: object) -> int | None:
 def read_pid_record(home: Path) -> PidRecord | None:
     """Parse ``gateway.pid``: one JSON object, or a bare integer (older writers)."""
     path = home / PID_FILE
-    try:
-        text = path.read_bytes()[:4096].decode("utf-8", "replace").strip()
-    except OSError:
+    raw = read_regular_or_none(path, _MAX_JSON_BYTES)
+    if raw is None:
         return None
+    text = raw[:4096].decode("utf-8", "replace").strip()
     if text.isdigit():
         pid = _as_pid(int(text))
         return PidRecord(pid, None, ()) if pid else None
-    obj = read_json(path)
+    obj = _json_object(raw)
     if obj is None:
         return None
     pid = _as_pid(obj.get("pid"))

@@ -10,21 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """One exclusive resource a profile would take: a credential or a port."""
-
-    kind: str  # "credential" or "port"
-    platform: str
-    what: str  # credential kind (lock scope) or "port"
-    key: str  # fingerprint, or the port number as text: never a credential value
-
-    def describe(self) -> str:
-        if self.kind == "port":
-            return f"{self.platform} port {self.key}"
-        return f"{self.platform} {self.what} (fingerprint {self.key})"
+if TYPE_CHECKING:
+    from profiles.snapshot import Claim
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,19 +1,20 @@
 """Pure decisions about a child's exit: what it means and what to do next.
 
-Nothing here reads a clock, a file or a process. The daemon passes in the facts (exit status,
-the gateway's own last words from ``gateway_state.json``, whether hermesd asked for the stop,
-uptime) and gets back a decision, so every rule is testable without sleeping.
+Nothing here reads a clock, a file or a process. The planner passes in the facts (exit status,
+the gateway's own last words from ``gateway_state.json``, whether hermesd asked for the stop or
+killed the gateway for a reason of its own, uptime) and gets back a decision, so every rule is
+testable without sleeping. A different backoff policy is a change to :func:`backoff_delay` alone.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 import random
 import signal
 from dataclasses import dataclass
 
-EXIT_RESTART_REQUESTED = 75  # EX_TEMPFAIL: upstream's "restart me now"
-EXIT_CONFIG = 78  # EX_CONFIG: upstream's "do not restart until the configuration changes"
+from profiles.upstream.process import Exit, GatewayState
 
 
 class ExitKind(enum.Enum):
@@ -22,6 +23,19 @@ class ExitKind(enum.Enum):
     CONFIG_ERROR = "config_error"  # 78 / startup_failed: hold until files change
     EXTERNAL_STOP = "external_stop"  # clean stop hermesd did not ask for: stay stopped
     CRASH = "crash"  # anything else: restart with backoff
+    HUNG = "hung"  # killed by hermesd: heartbeat stale or process stopped
+    MEMORY_LIMIT = "memory_limit"  # killed by hermesd or the kernel: the tree exceeded memory_max
+    TASKS_LIMIT = "tasks_limit"  # killed by hermesd: the tree exceeded tasks_max
+    SPAWN_ERROR = "spawn_error"  # the gateway could not be started at all
+
+    @property
+    def is_failure(self) -> bool:
+        """Counts towards the crash loop (and its backoff)."""
+        return self in _FAILURES
+
+
+_FAILURES = frozenset({ExitKind.CRASH, ExitKind.HUNG, ExitKind.MEMORY_LIMIT, ExitKind.TASKS_LIMIT,
+                       ExitKind.SPAWN_ERROR})
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +44,8 @@ class ExitFacts:
 
     ``code``/``signal`` are ``None`` for an adopted child, whose status cannot be waited for;
     then ``gateway_state`` and ``restart_requested`` (read from ``gateway_state.json`` only when
-    it names this very process) carry the whole story.
+    it names this very process) carry the whole story. ``killed_for`` is set when hermesd killed
+    the gateway on purpose (hung, over a limit): that reason beats whatever the exit looked like.
     """
 
     code: int | None
@@ -38,19 +53,22 @@ class ExitFacts:
     requested_by_us: bool
     gateway_state: str | None = None
     restart_requested: bool = False
+    killed_for: ExitKind | None = None
 
 
 def classify_exit(f: ExitFacts) -> ExitKind:
     """Combine the exit status with the gateway's state file: codes alone are not consistent."""
+    if f.killed_for is not None:
+        return f.killed_for
     if f.requested_by_us:
         return ExitKind.PLANNED
-    if f.code == EXIT_RESTART_REQUESTED or (f.restart_requested and f.code in (None, 0)):
+    if f.code == Exit.RESTART or (f.restart_requested and f.code in (None, 0)):
         return ExitKind.RESTART_REQUESTED
-    if f.code == EXIT_CONFIG or f.gateway_state == "startup_failed":
+    if f.code == Exit.CONFIG or f.gateway_state == GatewayState.STARTUP_FAILED:
         return ExitKind.CONFIG_ERROR
     if f.signal is not None:
         return ExitKind.CRASH
-    if f.code in (0, None) and f.gateway_state == "stopped":
+    if f.code in (0, None) and f.gateway_state == GatewayState.STOPPED:
         # A clean, planned stop by someone else (``hermes gateway stop``). Exit 0 alone is not
         # enough: upstream also exits 0, leaving "running", on a bare SIGTERM during start-up.
         return ExitKind.EXTERNAL_STOP
@@ -94,6 +112,14 @@ class Decision:
     reason: str
 
 
+_REASONS = {
+    ExitKind.HUNG: "killed: hung",
+    ExitKind.MEMORY_LIMIT: "killed: over its memory limit",
+    ExitKind.TASKS_LIMIT: "killed: over its tasks limit",
+    ExitKind.SPAWN_ERROR: "could not be started",
+}
+
+
 def decide(
     kind: ExitKind,
     *,
@@ -104,9 +130,10 @@ def decide(
 ) -> Decision:
     """What to do after an exit of ``kind`` that followed ``uptime`` seconds of running.
 
-    ``failures`` counts consecutive short-lived crashes before this one. A healthy run
+    ``failures`` counts consecutive short-lived failures before this one. A healthy run
     (``uptime >= healthy_after``) wipes it, so the first crash after a healthy run restarts at
-    once; each further crash doubles the wait up to the cap.
+    once; each further one doubles the wait up to the cap. Hung and over-limit kills and failed
+    spawns back off like crashes: a profile that keeps hitting its limit is a crash loop.
     """
     if kind is ExitKind.PLANNED:
         return Decision(Action.STOP, 0.0, 0, "stopped by hermesd")
@@ -118,14 +145,27 @@ def decide(
         return Decision(Action.STOP, 0.0, 0, "stopped outside hermesd (clean exit it did not ask for)")
     if uptime >= policy.healthy_after:
         failures = 0
-    if failures == 0:
+    prefix = _REASONS.get(kind)
+    if failures == 0 and kind is not ExitKind.SPAWN_ERROR:
         why = "crashed after a healthy run" if uptime >= policy.healthy_after else "crashed (first failure)"
-        return Decision(Action.RESTART, 0.0, 1, why)
-    return Decision(Action.RESTART, backoff_delay(failures, policy, rng), failures + 1, "crash loop")
+        return Decision(Action.RESTART, 0.0, 1, f"{prefix}; restarting at once" if prefix else why)
+    delay = backoff_delay(max(1, failures), policy, rng)
+    return Decision(Action.RESTART, delay, failures + 1, prefix or "crash loop")
 
 
 def backoff_delay(failures: int, policy: RestartPolicy, rng: random.Random | None = None) -> float:
-    """Delay before restart after ``failures`` consecutive failed runs (>= 1), jittered."""
-    base = min(policy.max_delay, policy.initial_delay * policy.factor ** max(0, failures - 1))
+    """Delay before restart after ``failures`` consecutive failed runs (>= 1), jittered, never above the cap.
+
+    The exponent is bounded before it is computed: after 1,025 failures ``factor ** n`` would
+    overflow a float, and a profile must back off at the cap forever rather than stop.
+    """
+    exponent = max(0, failures - 1)
+    if policy.initial_delay <= 0:
+        return 0.0
+    try:
+        base = policy.initial_delay * math.pow(policy.factor, min(exponent, 4096))
+    except OverflowError:
+        base = policy.max_delay
+    base = min(policy.max_delay, base)
     spread = (rng or random).uniform(-policy.jitter, policy.jitter)
     return max(0.0, min(policy.max_delay, base * (1 + spread)))

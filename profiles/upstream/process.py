@@ -1,0 +1,183 @@
+"""The gateway process as upstream defines it: command line, environment, exit codes, states, stops.
+
+Every fact was measured on hermes-agent 0.19.0 (see ``upstream-contract.md``). hermesd's daemon,
+its exports, its doctor and its alias scripts all build on these declarations; none restates them.
+What hermesd adds of its own (environment tags, scrubbing, the command it resolves) lives in
+``supervisor.childspec``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from profiles.upstream.bools import coerce_bool, multiplex_override
+
+DEFAULT_PROFILE = "default"
+
+# ``hermes [-p NAME] gateway run --external-supervisor``. The flag stops in-chat /restart and
+# ``hermes update`` from launching detached restarters that escape the supervisor. Never
+# ``--replace``: a supervisor that replaced on every start would take turns with any other starter.
+GATEWAY_ARGS = ("gateway", "run", "--external-supervisor")
+
+
+def profile_args(profile: str) -> list[str]:
+    """How a command names its profile: nothing for the root, ``-p NAME`` otherwise.
+
+    Upstream attributes a process to a profile by its command line; a named gateway started with
+    ``HERMES_HOME`` alone is taken for the default profile's (and ``hermes gateway stop`` run
+    there would kill it).
+    """
+    return [] if profile == DEFAULT_PROFILE else ["-p", profile]
+
+
+def hermes_command(profile: str) -> str:
+    """The command a person types for ``profile`` (``hermes`` or ``hermes -p NAME``), for messages."""
+    return " ".join(["hermes", *profile_args(profile)])
+
+
+class Exit(enum.IntEnum):
+    """Exit codes with a meaning beyond "it ended"."""
+
+    RESTART = 75  # EX_TEMPFAIL: restart requested (/restart, hermes update, SIGUSR1): restart now
+    CONFIG = 78  # EX_CONFIG: fatal configuration: do not restart until the configuration changes
+
+
+class GatewayState(enum.StrEnum):
+    """``gateway_state`` in ``gateway_state.json``."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    DEGRADED = "degraded"  # transient
+    DRAINING = "draining"
+    STOPPED = "stopped"
+    STARTUP_FAILED = "startup_failed"
+
+
+class PlatformState(enum.StrEnum):
+    """``platforms.<name>.state`` in ``gateway_state.json``."""
+
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    RETRYING = "retrying"
+    FATAL = "fatal"
+    PAUSED = "paused"
+    DISABLED = "disabled"
+    DISCONNECTED = "disconnected"
+
+
+# The gateway rewrites state/gateway.heartbeat this often once it runs.
+HEARTBEAT_INTERVAL_S = 30.0
+
+
+def stop_timeout(drain_seconds: float) -> float:
+    """Upstream's own service stop timeout: ``max(60, drain + 30)`` seconds."""
+    return max(60.0, drain_seconds + 30.0)
+
+
+def drain_seconds(config: Mapping[str, Any]) -> float:
+    """``agent.restart_drain_timeout`` from a parsed ``config.yaml`` (0 when absent or not a number)."""
+    agent = config.get("agent")
+    value = agent.get("restart_drain_timeout", 0) if isinstance(agent, Mapping) else 0
+    try:
+        seconds = float(value or 0)
+    except (TypeError, ValueError, OverflowError):
+        return 0.0
+    return seconds if 0.0 < seconds < float("inf") else 0.0
+
+
+# The three variables that decide where upstream keeps its per-user credential locks: every
+# gateway must agree on them, or the cross-profile lock protection silently stops working.
+LOCK_VARIABLES = ("HOME", "XDG_STATE_HOME", "HERMES_GATEWAY_LOCK_DIR")
+
+
+def lock_dir(env: Mapping[str, str]) -> str:
+    """Where upstream keeps credential locks for a process with this environment."""
+    if env.get("HERMES_GATEWAY_LOCK_DIR"):
+        return env["HERMES_GATEWAY_LOCK_DIR"]
+    state = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local" / "state")
+    return str(Path(state) / "hermes" / "gateway-locks")
+
+
+# ----------------------------------------------------------------------------- fixed environment
+
+
+@dataclass(frozen=True, slots=True)
+class FixedVariable:
+    """A variable every supervised gateway gets, with the behaviour upstream derives from it.
+
+    ``effect(value, config)`` is upstream's own reading (``value`` is ``None`` when unset;
+    ``config`` is the profile's parsed config.yaml, for variables that fall back to it). Two values
+    mean the same to upstream exactly when their effects are equal, which is how a profile's
+    ``.env`` (loaded with override, so it beats hermesd) is judged.
+    """
+
+    name: str
+    value: str
+    effect: Callable[[str | None, Mapping[str, Any]], object]
+    why: str
+
+
+def config_multiplex(config: Mapping[str, Any]) -> bool:
+    """``multiplex_profiles`` as upstream reads config.yaml: top-level key first, then ``gateway.``."""
+    if "multiplex_profiles" in config:
+        return coerce_bool(config["multiplex_profiles"], False)
+    gateway = config.get("gateway")
+    return coerce_bool(gateway.get("multiplex_profiles"), False) if isinstance(gateway, Mapping) else False
+
+
+def _multiplex_effect(value: str | None, config: Mapping[str, Any]) -> bool:
+    override = multiplex_override(value)
+    return config_multiplex(config) if override is None else override
+
+
+def _storm_breaker_on(value: str | None, config: Mapping[str, Any]) -> bool:
+    # hermes_cli/gateway.py: int(os.getenv("HERMES_GATEWAY_MAX_STARTS")) overrides
+    # gateway.respawn_storm.max_starts (default 5); unparseable values keep the config's.
+    configured = 5
+    gateway = config.get("gateway")
+    storm = gateway.get("respawn_storm") if isinstance(gateway, Mapping) else None
+    if isinstance(storm, Mapping) and isinstance(storm.get("max_starts"), int):
+        configured = storm["max_starts"]
+    if value is not None:
+        with contextlib.suppress(ValueError):
+            configured = int(value)
+    return configured > 0
+
+
+FIXED_VARIABLES: tuple[FixedVariable, ...] = (
+    FixedVariable(
+        "HERMES_S6_SUPERVISED_CHILD", "1", lambda v, _c: bool(v),  # os.environ.get(...): any non-empty value
+        "without it a sticky active_profile turns the default child into another profile's gateway, and "
+        "/restart behaves as if no supervisor were there",
+    ),
+    FixedVariable(
+        "HERMES_GATEWAY_MAX_STARTS", "0", _storm_breaker_on,
+        "upstream's respawn-storm breaker would otherwise sleep up to 300 s before writing any PID file",
+    ),
+    FixedVariable(
+        "GATEWAY_MULTIPLEX_PROFILES", "false", _multiplex_effect,
+        "a multiplexing child would serve every profile and poll their tokens a second time",
+    ),
+    FixedVariable(
+        "HERMES_DISABLE_LAZY_INSTALLS", "1", lambda v, _c: v == "1",  # tools/lazy_deps.py compares with "1"
+        "concurrent gateways would pip-install platform libraries into one shared environment",
+    ),
+)
+FIXED_ENV: dict[str, str] = {v.name: v.value for v in FIXED_VARIABLES}
+
+
+def env_overrides(profile_env: Mapping[str, str], config: Mapping[str, Any]) -> list[FixedVariable]:
+    """The fixed variables a profile's ``.env`` sets to something that changes upstream's behaviour.
+
+    ``HERMES_S6_SUPERVISED_CHILD=true`` changes nothing (any non-empty value does the same), so it
+    is not listed; ``HERMES_DISABLE_LAZY_INSTALLS=true`` is (upstream compares with ``"1"``).
+    """
+    return [
+        v for v in FIXED_VARIABLES
+        if v.name in profile_env and v.effect(profile_env[v.name], config) != v.effect(v.value, config)
+    ]

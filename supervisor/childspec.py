@@ -1,0 +1,94 @@
+"""A gateway child as hermesd starts it: upstream's contract plus hermesd's own tags and scrubbing.
+
+The facts come from :mod:`profiles.upstream.process` (argv, the fixed environment, stop rules) and
+:mod:`profiles.upstream.platforms` (which variables configure a platform). What hermesd adds is
+here: the environment tags that let it find its processes again, the variables it must never pass
+on (platform credentials from its own environment, its service manager's channel), and how it
+finds the ``hermes`` command.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from profiles.upstream.platforms import is_platform_variable
+from profiles.upstream.process import FIXED_ENV, GATEWAY_ARGS, profile_args
+from supervisor.notify import SERVICE_MANAGER_VARIABLES
+
+# Tags hermesd puts in every child's environment. They are inherited by anything the gateway
+# spawns (even a setsid'd restarter), which is how hermesd finds its processes again after its
+# own crash and how it finds descendants that escaped the process group.
+TAG_ROOT = "HERMESD_ROOT"
+TAG_PROFILE = "HERMESD_PROFILE"
+
+# Process-identity variables that must come from hermesd, never from its own environment.
+# Also hermesd's own service-manager channel: a child must not notify (or feed the watchdog) for it.
+_DROPPED = frozenset({"HERMES_HOME", "HERMES_PROFILE", TAG_ROOT, TAG_PROFILE, *SERVICE_MANAGER_VARIABLES})
+
+
+class GatewayCommandError(RuntimeError):
+    """No way to run ``hermes`` was found."""
+
+
+def child_argv(command: list[str], profile: str) -> list[str]:
+    """``hermes [-p NAME] gateway run --external-supervisor``; never ``--replace``."""
+    return [*command, *profile_args(profile), *GATEWAY_ARGS]
+
+
+def child_env(
+    base: Mapping[str, str],
+    *,
+    root: Path,
+    profile: str,
+    home: Path,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The child's initial environment, built from hermesd's own minus what must not leak.
+
+    HOME, XDG_STATE_HOME and HERMES_GATEWAY_LOCK_DIR pass through unchanged, so they are
+    identical for every child and upstream's cross-profile credential locks keep working.
+    """
+    env = {k: v for k, v in base.items() if k not in _DROPPED and not is_platform_variable(k)}
+    env.update(extra or {})
+    env.update(FIXED_ENV)
+    env["HERMES_HOME"] = str(home)
+    env[TAG_ROOT] = str(root)
+    env[TAG_PROFILE] = profile
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def forbidden_extra_env(name: str) -> str | None:
+    """Why an operator-supplied variable may not be set through hermesd.yaml, or ``None``."""
+    if name in _DROPPED or name in FIXED_ENV:
+        return "it is set by hermesd itself (upstream contract)"
+    if is_platform_variable(name):
+        return "platform settings belong in the profile's .env, where conflict checks can see them"
+    return None
+
+
+def resolve_gateway_command(configured: list[str] | None, path_env: str | None = None) -> list[str]:
+    """The command prefix that runs ``hermes``.
+
+    Configured command first, then ``hermes`` on PATH, then this interpreter's
+    ``hermes_cli.main`` (hermes-agent installed beside hermesd).
+    """
+    if configured:
+        exe = configured[0]
+        found = shutil.which(exe, path=path_env) if "/" not in exe else exe
+        if not found or not Path(found).exists():
+            raise GatewayCommandError(f"gateway command {exe!r} (from hermesd.yaml 'command') not found")
+        return [found, *configured[1:]]
+    found = shutil.which("hermes", path=path_env)
+    if found:
+        return [found]
+    if importlib.util.find_spec("hermes_cli") and importlib.util.find_spec("hermes_cli.main"):
+        return [sys.executable, "-m", "hermes_cli.main"]
+    raise GatewayCommandError(
+        "cannot find the hermes command: install hermes-agent (pip install 'hermesd-supervisor[hermes]'),"
+        " put 'hermes' on PATH, or set 'command' in hermesd.yaml"
+    )

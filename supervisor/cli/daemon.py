@@ -1,0 +1,406 @@
+"""The commands that run or talk to the daemon: run, start, stop, restart, status, logs, ping, reload.
+
+Per-profile verbs (``start|stop|restart PROFILE…``) check every name first, then wait until each
+profile reaches its state, as ``systemctl`` does (progress on a terminal; ``--no-wait`` and
+``--timeout`` for scripts); the exit code says whether it got there. Asking whether a daemon runs
+goes through the root's lock (:mod:`supervisor.control.client`), so a slow daemon is waited for,
+never taken for an absent one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from supervisor.cli.common import (
+    EXIT_NOT_ANSWERING,
+    EXIT_NOT_RUNNING,
+    Failure,
+    UserError,
+    add_root,
+    call,
+    check_names,
+    client_of,
+    layout_of,
+    root_of,
+    use_color,
+)
+
+# --------------------------------------------------------------------------- run / start / stop (daemon)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from supervisor.watch import inotify
+
+    if inotify.available() and "ssl" not in sys.modules:
+        # The daemon never speaks TLS, yet asyncio imports ssl eagerly: 0.9 MiB resident for
+        # nothing. Only the watchfiles watcher (used where inotify is missing) needs it.
+        sys.modules["ssl"] = None  # type: ignore[assignment]
+    import asyncio
+    import logging
+
+    from supervisor.child import set_process_name
+    from supervisor.daemon.loop import Daemon
+    from supervisor.daemon.pidlock import AlreadyRunning
+    from supervisor.logs import RepeatFilter
+
+    set_process_name("hermesd")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s hermesd[%(process)d] %(levelname)s %(message)s"))
+    handler.addFilter(RepeatFilter())
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
+    logging.getLogger("watchfiles").setLevel(logging.WARNING)
+    root = root_of(args)
+    daemon = Daemon(root, lock_fd=args.lock_fd)
+    try:
+        daemon.acquire()
+    except AlreadyRunning as exc:
+        raise UserError(str(exc)) from None
+    try:
+        return asyncio.run(daemon.run())
+    finally:
+        daemon.release()
+
+
+def _daemon_argv(root: str) -> list[str]:
+    """The daemon's command line: the ``hermesd`` script when installed, so ``ps`` and ``pgrep`` name it."""
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "hermesd"
+    if script.is_file() and os.access(script, os.X_OK):
+        return [sys.executable, str(script), "run", "--root", root]
+    return [sys.executable, "-m", "supervisor", "run", "--root", root]
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    if args.profiles:
+        return _per_profile(args, "start")
+    import subprocess
+
+    from supervisor.daemon.pidlock import AlreadyRunning, PidLock, owner_pid
+
+    root = root_of(args)
+    layout = layout_of(args)
+    lock = PidLock(layout)
+    try:
+        lock.acquire()  # held from this instant: a stop typed now waits for the daemon
+    except AlreadyRunning:
+        print(f"hermesd already running for {root} (PID {owner_pid(layout) or '?'})")
+        return 0
+    assert lock.fd is not None
+    try:
+        with open(layout.daemon_log, "ab") as logf:
+            os.chmod(layout.daemon_log, 0o600)
+            proc = subprocess.Popen(
+                [*_daemon_argv(str(root)), "--lock-fd", str(lock.fd)],
+                stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True, cwd="/",
+                pass_fds=(lock.fd,),
+            )
+    finally:
+        os.close(lock.fd)  # the daemon holds its own copy of the locked descriptor now
+        lock.fd = None
+    deadline = time.monotonic() + args.timeout
+    client = client_of(args)
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            from supervisor.logs import tail_lines
+
+            tail = b"".join(tail_lines(layout.daemon_log, 5)).decode("utf-8", "replace").rstrip()
+            raise Failure(f"hermesd exited with {proc.returncode} during start-up; last log lines:\n{tail}")
+        up = client.ping(wait=1.0) if client.held() else None
+        if up and up.get("ready"):
+            print(f"hermesd started for {root} (PID {up['pid']}); log: {layout.daemon_log}")
+            return 0
+        time.sleep(0.05)
+    raise Failure(f"hermesd did not become ready within {args.timeout:.0f}s; see {layout.daemon_log}")
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    if args.profiles:
+        return _per_profile(args, "stop")
+    from profiles.progress import Progress
+    from supervisor.control.client import ControlError, DaemonNotAnswering, DaemonNotRunning
+
+    client = client_of(args)
+    shown = Progress("stopping gateways")
+    try:
+        try:
+            up = client.ping(wait=args.timeout, progress=lambda s: shown.note(f"waiting for hermesd ({s:.0f}s)"))
+        except DaemonNotAnswering as exc:
+            raise Failure(str(exc), EXIT_NOT_ANSWERING) from None
+        if not up:
+            print(f"hermesd is not running for {root_of(args)}")
+            return 0
+        total = len(_running_pids(args)) if shown.enabled else 0
+        # If it went away (or is going away) on its own, the lock below is the truth.
+        with contextlib.suppress(DaemonNotRunning, DaemonNotAnswering, ControlError):
+            client.call("shutdown", wait=args.timeout, keep_children=args.keep_children)
+        deadline = time.monotonic() + args.timeout
+        while time.monotonic() < deadline:
+            if not client.held():
+                shown.done()
+                print("hermesd stopped" + (" (gateways left running)" if args.keep_children else ""))
+                return 0
+            if shown.enabled and total and not args.keep_children:
+                shown.update(total - len(_running_pids(args)), total, "stopped")
+            time.sleep(0.05)
+    finally:
+        shown.done()
+    raise Failure(f"hermesd (PID {up['pid']}) still running after {args.timeout:.0f}s")
+
+
+def _running_pids(args: argparse.Namespace) -> list[int]:
+    """PIDs of the gateways the daemon still has (empty when it no longer answers)."""
+    from supervisor.control.client import ControlError, DaemonNotAnswering, DaemonNotRunning
+
+    try:
+        doc = client_of(args).call("status", wait=1.0)["status"]
+    except (DaemonNotRunning, DaemonNotAnswering, ControlError, OSError, ValueError):
+        return []
+    return [r["pid"] for r in doc["profiles"] if r.get("pid")]
+
+
+# --------------------------------------------------------------------------- per-profile verbs
+
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    return _per_profile(args, "restart", graceful=args.graceful, force=args.force)
+
+
+_GOALS = {"start": "running", "stop": "stopped", "restart": "running"}
+
+
+def _per_profile(args: argparse.Namespace, verb: str, **extra: Any) -> int:
+    """Check every name, send ``verb`` for each, then wait until each reaches its state."""
+    doc = call(args, "status")["status"]
+    names = check_names(args.profiles, [r["name"] for r in doc["profiles"]])
+    before = {r["name"]: r for r in doc["profiles"]}
+    failed: list[str] = []
+    for name in names:
+        try:
+            reply = call(args, verb, profile=name, **extra)
+        except Failure as exc:
+            print(f"{name}: {exc}", file=sys.stderr)
+            failed.append(name)
+            continue
+        if args.no_wait:
+            print(f"{name}: {reply['result']}")
+    waiting = [n for n in names if n not in failed]
+    if args.no_wait or not waiting:
+        if failed:
+            raise Failure(f"{verb} refused for {', '.join(failed)}")
+        return 0
+    reached = _wait_states(args, verb, waiting, before)
+    failed += [n for n in waiting if not reached[n][0]]
+    for name in waiting:
+        ok, row = reached[name]
+        state = row.get("state", "?") if row else "?"
+        reason = f": {row['reason']}" if row and row.get("reason") and not ok else ""
+        print(f"{name}: {state}{reason}" if ok else f"{name}: not {_GOALS[verb]} after {args.timeout:.0f}s "
+              f"({state}{reason})", file=sys.stdout if ok else sys.stderr)
+    if failed:
+        raise Failure(f"{verb}: {', '.join(failed)} did not reach {_GOALS[verb]}")
+    return 0
+
+
+def _wait_states(args: argparse.Namespace, verb: str, names: list[str],
+                 before: dict[str, dict[str, Any]]) -> dict[str, tuple[bool, dict[str, Any] | None]]:
+    from profiles.progress import Progress
+
+    goal = _GOALS[verb]
+    shown = Progress(f"{verb}ing {', '.join(names)}")
+    deadline = time.monotonic() + args.timeout
+    result: dict[str, tuple[bool, dict[str, Any] | None]] = {n: (False, None) for n in names}
+    try:
+        while True:
+            rows = {r["name"]: r for r in call(args, "status")["status"]["profiles"]}
+            for name in names:
+                row = rows.get(name)
+                old_pid = before.get(name, {}).get("pid")
+                ok = row is not None and row["state"] == goal and (
+                    verb != "restart" or row.get("pid") != old_pid)
+                result[name] = (ok, row)
+            if all(ok for ok, _ in result.values()):
+                return result
+            done = sum(1 for ok, _ in result.values() if ok)
+            if shown.enabled:
+                shown.update(done, len(names), goal)
+            # A profile that is held cannot get there by waiting: say so now.
+            if any(r is not None and r["state"] == "held" and goal == "running" for _, r in result.values()):
+                return result
+            if time.monotonic() >= deadline:
+                return result
+            time.sleep(0.1)
+    finally:
+        shown.done()
+
+
+# --------------------------------------------------------------------------- status
+
+
+def _status_document(args: argparse.Namespace) -> dict[str, Any]:
+    from supervisor import status
+    from supervisor.control.client import ControlError, DaemonNotAnswering, DaemonNotRunning
+
+    root = root_of(args)
+    try:
+        doc = client_of(args).call("status", wait=args.wait)["status"]
+    except DaemonNotRunning:
+        doc = status.offline_document(root)
+    except DaemonNotAnswering as exc:
+        doc = status.offline_document(root)
+        doc["supervisor"].update(running=True, answering=False, problem=str(exc))
+    except ControlError as exc:
+        raise Failure(str(exc)) from None
+    if args.profiles:
+        wanted = check_names(args.profiles, [r["name"] for r in doc["profiles"]])
+        doc["profiles"] = [r for r in doc["profiles"] if r["name"] in wanted]
+    return doc
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from supervisor import status
+
+    if args.watch:
+        return _watch_status(args)
+    doc = _status_document(args)
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        print(status.render(doc, color=use_color(sys.stdout)))
+    return status.exit_code(doc)
+
+
+def _watch_status(args: argparse.Namespace) -> int:
+    """Redraw the table in place until interrupted; on a pipe, print one snapshot per interval."""
+    from supervisor import status
+
+    tty = sys.stdout.isatty()
+    try:
+        while True:
+            doc = _status_document(args)
+            text = json.dumps(doc, sort_keys=True) if args.json else status.render(doc, color=use_color(sys.stdout))
+            if tty:
+                sys.stdout.write("\x1b[H\x1b[2J" + text + f"\n\n(every {args.interval:g}s; Ctrl-C to quit)\n")
+            else:
+                sys.stdout.write(text + "\n\n")
+            sys.stdout.flush()
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+
+
+# --------------------------------------------------------------------------- logs, ping, reload
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from profiles.discovery import profiles_to_serve
+    from supervisor import logs
+
+    layout = layout_of(args)
+    if args.profile:
+        known = [n for n, _ in profiles_to_serve(True, root=layout.root)]
+        name = check_names([args.profile], known)[0]
+        path = layout.child_log(name)
+        if not path.exists() and not args.follow:
+            print(f"profile {name!r} has no log yet ({path}): its gateway has not been started by hermesd",
+                  file=sys.stderr)
+            return 0
+    else:
+        path = layout.daemon_log
+        if not path.exists() and not args.follow:
+            raise Failure(f"no daemon log yet at {path}")
+    try:
+        sys.stdout.write(b"".join(logs.tail_lines(path, args.lines)).decode("utf-8", "replace"))
+    except PermissionError as exc:
+        raise Failure(f"cannot read {path}: {exc.strerror} (run as the user hermesd runs as)") from None
+    sys.stdout.flush()
+    if args.follow:
+        try:
+            logs.follow(path)
+        except KeyboardInterrupt:
+            return 0
+    return 0
+
+
+def cmd_ping(args: argparse.Namespace) -> int:
+    from supervisor.control.client import DaemonNotAnswering
+
+    try:
+        up = client_of(args).ping(wait=args.wait)
+    except DaemonNotAnswering as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_NOT_ANSWERING
+    if not up:
+        print(f"hermesd is not running for {root_of(args)}", file=sys.stderr)
+        return 1
+    print(f"hermesd running for {up['root']} (PID {up['pid']}{', ready' if up.get('ready') else ''})")
+    return 0
+
+
+def cmd_reload(args: argparse.Namespace) -> int:
+    reply = call(args, "reload")
+    if reply.get("config_problem"):
+        print(f"warning: {reply['config_problem']}", file=sys.stderr)
+    print("reloaded")
+    return 0
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def register(sub: argparse._SubParsersAction, add: Any) -> None:
+    """Add the daemon commands; ``add(name, func, help, example)`` makes a subparser with --root."""
+    p = add("run", cmd_run, "supervise every profile of the root in the foreground", "hermesd run --root ~/.hermes")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("--lock-fd", type=int, help=argparse.SUPPRESS)  # handed down by 'hermesd start'
+
+    p = add("start", cmd_start, "start the daemon in the background, or start named profiles and wait until they run",
+            "hermesd start coder")
+    p.add_argument("profiles", nargs="*", metavar="PROFILE")
+    _wait_options(p, 60.0, "seconds to wait for the daemon to be ready, or for the profiles to run")
+
+    p = add("stop", cmd_stop, "stop named profiles (kept stopped) and wait, or every child and the daemon",
+            "hermesd stop coder")
+    p.add_argument("profiles", nargs="*", metavar="PROFILE")
+    p.add_argument("--keep-children", action="store_true", help="exit the daemon but leave gateways running")
+    _wait_options(p, 600.0, "seconds to wait for the profiles (or the daemon) to stop")
+
+    p = add("restart", cmd_restart, "restart named profiles and wait until they run again; no other child is touched",
+            "hermesd restart coder")
+    p.add_argument("profiles", nargs="+", metavar="PROFILE")
+    p.add_argument("--graceful", action="store_true", help="drain first (SIGUSR1; the gateway exits 75)")
+    p.add_argument("--force", action="store_true",
+                   help="restart even when the profile's files would keep the new gateway from starting")
+    _wait_options(p, 600.0, "seconds to wait for the profiles to run again")
+
+    p = add("status", cmd_status, "per-profile health (exit 0 only when all that should run are running)",
+            "hermesd status --json")
+    p.add_argument("profiles", nargs="*", metavar="PROFILE")
+    p.add_argument("--json", action="store_true", help="one JSON document")
+    p.add_argument("--watch", action="store_true", help="redraw live until interrupted (plain when piped)")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between redraws with --watch")
+    p.add_argument("--wait", type=float, default=5.0, help="seconds to wait for a busy daemon before showing files")
+
+    p = add("logs", cmd_logs, "show a profile's gateway output (no profile: the daemon's own log)",
+            "hermesd logs coder -f -n 100")
+    p.add_argument("profile", nargs="?")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines, across rotations")
+    p.add_argument("-n", "--lines", type=int, default=50, help="lines of history to show first")
+
+    p = add("ping", cmd_ping, "exit 0 if the daemon for this root is up", "hermesd ping --root ~/.hermes")
+    p.add_argument("--wait", type=float, default=5.0, help="seconds to wait for a daemon that is busy or starting")
+    add("reload", cmd_reload, "re-read hermesd.yaml and rescan the profiles folder", "hermesd reload")
+
+
+def _wait_options(p: argparse.ArgumentParser, timeout: float, help_: str) -> None:
+    p.add_argument("--timeout", type=float, default=timeout, help=f"{help_} (default {timeout:g})")
+    p.add_argument("--no-wait", action="store_true", help="return once the daemon accepted the request")
+
+
+__all__ = ["EXIT_NOT_RUNNING", "UserError", "add_root", "register"]

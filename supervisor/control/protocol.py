@@ -1,0 +1,73 @@
+"""The control protocol: small JSON requests over a private unix socket, declared once.
+
+One request per connection: a JSON object on one line, answered by one JSON line. Every request
+the daemon accepts is a row of :data:`REQUESTS` with its arguments and their types; the server
+checks a request against its row before any handler sees it, and names what is wrong (unknown
+request, unknown or missing argument, wrong type). No request runs a command: every verb maps to
+one fixed daemon handler.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from typing import Any
+
+MAX_REQUEST = 64 * 1024
+READ_TIMEOUT = 5.0
+
+# request -> {argument: (type, required)}
+REQUESTS: dict[str, dict[str, tuple[type, bool]]] = {
+    "ping": {},
+    "status": {},
+    "start": {"profile": (str, True)},
+    "stop": {"profile": (str, True)},
+    "restart": {"profile": (str, True), "graceful": (bool, False), "force": (bool, False)},
+    "check": {"profile": (str, True)},
+    "shutdown": {"keep_children": (bool, False)},
+    "reload": {},
+}
+
+
+class RequestError(ValueError):
+    """A request the daemon refuses before acting; the message is the reply's error."""
+
+
+def peer_uid(sock: socket.socket) -> int | None:
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid
+
+
+def decode_request(line: bytes) -> tuple[str, dict[str, Any]]:
+    """Parse and check one request line: ``(verb, arguments)``; :class:`RequestError` says what is wrong."""
+    if len(line) > MAX_REQUEST:
+        raise RequestError(f"request too large (limit {MAX_REQUEST} bytes)")
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise RequestError("malformed request: expected one JSON object per line") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("cmd"), str):
+        raise RequestError("malformed request: expected an object with a string 'cmd'")
+    verb = obj.pop("cmd")
+    spec = REQUESTS.get(verb)
+    if spec is None:
+        raise RequestError(f"unknown request {verb[:40]!r} (known: {', '.join(REQUESTS)})")
+    for key, value in obj.items():
+        if key not in spec:
+            raise RequestError(f"{verb}: unknown argument {str(key)[:40]!r}")
+        kind = spec[key][0]
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise RequestError(f"{verb}: {key!r} must be a {kind.__name__}")
+    missing = [k for k, (_t, required) in spec.items() if required and k not in obj]
+    if missing:
+        raise RequestError(f"{verb}: missing {', '.join(repr(k) for k in missing)}")
+    return verb, obj
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj).encode() + b"\n"

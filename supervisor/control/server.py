@@ -1,0 +1,109 @@
+"""The daemon's side of the control socket: one request per connection, checked, then one handler.
+
+The server knows nothing of supervision: it reads at most :data:`MAX_REQUEST` bytes within
+:data:`READ_TIMEOUT`, checks the peer (same user or root) and the request against
+:data:`protocol.REQUESTS`, and hands the arguments to the handler registered for the verb. Junk,
+oversized, slow or foreign requests get an error reply naming the problem and never reach a
+handler; a bug in one handler is logged and answered, and never takes the daemon down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from supervisor.control.protocol import (
+    MAX_REQUEST,
+    READ_TIMEOUT,
+    REQUESTS,
+    RequestError,
+    decode_request,
+    encode,
+    peer_uid,
+)
+
+log = logging.getLogger("hermesd")
+
+Handler = Callable[..., Awaitable[dict[str, Any]]]
+
+
+class ControlServer:
+    """Serve ``handlers`` (one per verb of :data:`REQUESTS`) on the unix socket ``path``."""
+
+    def __init__(self, path: Path, handlers: Mapping[str, Handler],
+                 on_request: Callable[[str, bool], None] | None = None) -> None:
+        missing = set(REQUESTS) - set(handlers)
+        if missing:
+            raise ValueError(f"no handler for {sorted(missing)}")
+        self.path = path
+        self.handlers = handlers
+        self.on_request = on_request  # (verb, ok) for metrics
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> None:
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()  # the caller holds the root lock, so a socket file here is stale
+        old = os.umask(0o177)
+        try:
+            self._server = await asyncio.start_unix_server(self._serve, path=str(self.path), limit=MAX_REQUEST + 1)
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        verb = "?"
+        try:
+            reply = await self._reply(reader, writer)
+            verb = reply.pop("_verb", verb)
+            if self.on_request is not None:
+                self.on_request(verb, bool(reply.get("ok")))
+            writer.write(encode(reply))
+            await asyncio.wait_for(writer.drain(), READ_TIMEOUT)
+        except (ConnectionError, TimeoutError, OSError, asyncio.CancelledError, _Silent):
+            pass  # the client went away, or the daemon is shutting down mid-request
+        except Exception:  # a bug in one request must not take down the daemon
+            log.exception("control request %s failed", verb)
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _reply(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> dict[str, Any]:
+        sock = writer.get_extra_info("socket")
+        uid = peer_uid(sock) if sock is not None else None
+        if uid is None or (uid != os.getuid() and uid != 0):
+            return {"ok": False, "error": "permission denied: not the daemon's user"}
+        try:
+            line = await asyncio.wait_for(reader.readuntil(b"\n"), READ_TIMEOUT)
+            verb, args = decode_request(line.strip())
+        except asyncio.LimitOverrunError:
+            return {"ok": False, "error": f"request too large (limit {MAX_REQUEST} bytes)"}
+        except asyncio.IncompleteReadError as exc:
+            if not exc.partial.strip():
+                raise _Silent from None
+            return {"ok": False, "error": "malformed request: no newline before end of input"}
+        except TimeoutError:
+            return {"ok": False, "error": f"request not received within {READ_TIMEOUT:.0f}s"}
+        except RequestError as exc:
+            return {"ok": False, "error": str(exc)}
+        try:
+            reply = await self.handlers[verb](**args)
+        except (KeyError, ValueError) as exc:
+            reply = {"ok": False, "error": str(exc.args[0]) if exc.args else str(exc)}
+        return {**reply, "_verb": verb}
+
+
+class _Silent(Exception):
+    """The client connected and sent nothing: close without a reply."""

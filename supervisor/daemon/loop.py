@@ -1,0 +1,631 @@
+"""The daemon: one asyncio loop that turns the world into planner events and performs its actions.
+
+Modelled on gunicorn's arbiter: signals become loop callbacks, each source of events has one
+``handle_*`` method, and every decision is the planner's (:mod:`supervisor.plan.planner`). This
+side only does I/O:
+
+* events in: ``SIGCHLD`` and ``waitpid`` for our children, a pidfd per adopted child and per
+  foreign gateway, inotify batches (profiles added or edited, a gateway's state file written),
+  timers, control requests (:mod:`supervisor.control.server`), ``SIGTERM``/``SIGINT``/``SIGHUP``;
+* actions out: :meth:`Daemon.execute` performs spawns, signals (only ever through a verified,
+  pinned pidfd), tree kills, timers, saves and events.
+
+Reading a profile's files (bounded, :mod:`profiles.snapshot`) runs in one worker thread, so a
+slow or hostile file never delays another profile's respawn or a control request; its result
+comes back to the loop as one planner event. Adoption after a crash is start-up reading what
+exists (:mod:`supervisor.daemon.adoption`), not remembering it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import resource
+import signal
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from profiles.snapshot import ProfileFacts, read_profile
+from profiles.upstream import files as gf
+from supervisor import child, childspec, identity, logs
+from supervisor import config as config_mod
+from supervisor import state as state_mod
+from supervisor.control.server import ControlServer
+from supervisor.daemon import adoption
+from supervisor.daemon.pidlock import PidLock
+from supervisor.layout import Layout
+from supervisor.notify import Notifier
+from supervisor.plan import model as m
+from supervisor.plan.model import Ident
+from supervisor.plan.planner import Planner
+from supervisor.plan.verdict import Hold, HoldKind
+from supervisor.watch.events import FsEvents, Watcher
+
+log = logging.getLogger("hermesd")
+
+LOG_SPACE_MIN = 64 * 1024  # below this, a child's log counts as full
+FD_RESERVE = 32  # descriptors hermesd keeps for itself (control requests, inotify, files it reads)
+HOUSEKEEPING_S = 5.0
+
+
+class Daemon:
+    """One root's supervision: the loop's state and its ``handle_*`` methods."""
+
+    def __init__(self, root: Path, env: Mapping[str, str] | None = None, *, lock_fd: int | None = None,
+                 clock: Any = time.monotonic, wall: Any = time.time, rng: random.Random | None = None) -> None:
+        self.root = root.resolve()
+        self.layout = Layout(self.root)
+        self.env = dict(os.environ if env is None else env)
+        self.lock = PidLock(self.layout)
+        self.lock_fd = lock_fd
+        self.wall = wall
+        self.planner = Planner(clock=clock, wall=wall, rng=rng)
+        self.config = config_mod.Config()
+        self.config_problem: str | None = None
+        self.command: list[str] | None = None
+        self.command_error: str | None = None
+        self.state_problem: str | None = None
+        self.notifier = Notifier.from_env(self.env)
+        self.children: dict[int, tuple[str, Ident]] = {}  # our children by PID (reaped by waitpid)
+        self.adopted: dict[Ident, str] = {}  # adopted children (watched through their pidfd)
+        self.pidfds: dict[Ident, int] = {}
+        self.foreign_fds: dict[str, int] = {}
+        self.timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self.ready = False
+        self.boot = ""
+        self.salt = b""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._done: asyncio.Event | None = None
+        self._server: ControlServer | None = None
+        self._watcher: Watcher | None = None
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="hermesd-read")
+        self._reading: set[str] = set()
+        self._reread: set[str] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._save_pending = False
+        self._seq = 0
+        self._cpu: dict[Ident, tuple[float, float]] = {}
+
+    # ------------------------------------------------------------------------- lifetime
+
+    def acquire(self) -> None:
+        if self.lock_fd is not None:
+            self.lock.adopt_fd(self.lock_fd)
+        else:
+            self.lock.acquire()
+
+    def release(self) -> None:
+        self.lock.release()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def run(self) -> int:
+        """Supervise until told to stop; returns the process exit code."""
+        self._loop = loop = asyncio.get_running_loop()
+        self._done = asyncio.Event()
+        os.chdir("/")  # never pin a mount point or a profile folder that may be deleted
+        child.become_subreaper()
+        _raise_fd_limit()
+        self.boot = identity.boot_id()
+        self.salt = self.layout.salt()
+        loop.add_signal_handler(signal.SIGCHLD, self.handle_sigchld)
+        loop.add_signal_handler(signal.SIGTERM, self.handle_shutdown_signal, "SIGTERM")
+        loop.add_signal_handler(signal.SIGINT, self.handle_shutdown_signal, "SIGINT")
+        loop.add_signal_handler(signal.SIGHUP, self.handle_reload_signal)
+        # A burst of SIGCHLDs can fill asyncio's wakeup pipe; one pending byte is enough to wake
+        # the loop, so a full pipe is not worth a warning per signal.
+        signal.set_wakeup_fd(signal.set_wakeup_fd(-1), warn_on_full_buffer=False)
+        # Requests are answered from the first moment, so a stop typed during start-up wins.
+        from supervisor.daemon.requests import handlers
+
+        self._server = ControlServer(self.layout.socket, handlers(self))
+        await self._server.start()
+        self._emit({"type": "daemon_started", "profile": None})
+        await self.load_config(initial=True)
+        self.list_profiles()
+        await asyncio.gather(*(self._read(n) for n in list(self.planner.profiles)))
+        self.adopt_existing()
+        self.execute(self.planner.start())
+        from supervisor.watch.choose import make_watcher
+
+        self._watcher = make_watcher(self.root, self.handle_fs_events)
+        self._follow()
+        self.handle_sigchld()  # anything that died while we were starting
+        self.ready = True
+        log.info("ready: %s", self.summary())
+        self.notifier.ready(self.summary())
+        cancel_watchdog = self.notifier.schedule_watchdog(loop)
+        loop.call_later(HOUSEKEEPING_S, self.handle_housekeeping)
+        await self._done.wait()
+        if not self.planner.keep_children:
+            self._final_sweep()
+        cancel_watchdog()
+        if self._watcher is not None:
+            self._watcher.close()
+        self._server.close()
+        self.save_now()
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+        return 0
+
+    async def load_config(self, *, initial: bool = False) -> bool:
+        """(Re)read hermesd.yaml off the loop; on error keep the last good configuration and say why."""
+        assert self._loop is not None
+        try:
+            cfg = await self._loop.run_in_executor(self._pool, config_mod.load, self.layout.config)
+        except config_mod.ConfigError as exc:
+            self.config_problem = str(exc)
+            log.error("%s%s", exc, "" if initial else " (keeping the previous configuration)")
+            self._emit({"type": "config_rejected", "profile": None, "error": str(exc)})
+            if initial:  # no good configuration yet: start nothing rather than guess
+                self._apply_config(self.config, Hold(HoldKind.NO_CONFIG, f"no valid hermesd.yaml yet: {exc}"))
+            return False
+        self.config_problem = None
+        root_hold = None
+        try:
+            self.command = childspec.resolve_gateway_command(list(cfg.command) if cfg.command else None,
+                                                             self.env.get("PATH"))
+            self.command_error = None
+        except childspec.GatewayCommandError as exc:
+            self.command, self.command_error = None, str(exc)
+            root_hold = Hold(HoldKind.NO_COMMAND, str(exc))
+            log.error("%s", exc)
+        self._apply_config(cfg, root_hold)
+        self._emit({"type": "config_applied", "profile": None})
+        return True
+
+    def _apply_config(self, cfg: config_mod.Config, root_hold: Hold | None) -> None:
+        self.config = cfg
+        self.execute(self.planner.set_settings(cfg.planner_settings(), root_hold))
+
+    # ------------------------------------------------------------------------- profiles and files
+
+    def list_profiles(self) -> None:
+        """Compare the profiles folder with what the planner knows; read the files of new ones."""
+        from profiles.discovery import profiles_to_serve
+
+        try:
+            served = profiles_to_serve(True, root=self.root)
+        except OSError as exc:
+            log.error("cannot list profiles under %s: %s", self.root, exc)
+            return
+        new = [n for n, _ in served if (p := self.planner.profiles.get(n)) is None or not p.present]
+        self.execute(self.planner.set_served([(n, Path(h)) for n, h in served]))
+        if self.ready:
+            self.refresh(new)
+            self._follow()
+
+    def refresh(self, names: list[str] | set[str]) -> None:
+        """Re-read these profiles' files off the loop; a read already running is simply repeated after."""
+        for name in names:
+            if name in self._reading:
+                self._reread.add(name)
+            else:
+                self._spawn_task(self._read(name))
+
+    async def _read(self, name: str) -> ProfileFacts | None:
+        assert self._loop is not None
+        self._reading.add(name)
+        try:
+            while True:
+                p = self.planner.profiles.get(name)
+                if p is None or not p.present:
+                    return None
+                facts = await self._loop.run_in_executor(self._pool, read_profile, name, p.home, self.salt)
+                self.execute(self.planner.set_facts(name, facts))
+                if name not in self._reread:
+                    return facts
+                self._reread.discard(name)
+        finally:
+            self._reading.discard(name)
+
+    def _spawn_task(self, coro: Any) -> None:
+        assert self._loop is not None
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _follow(self) -> None:
+        if self._watcher is not None:
+            self._watcher.follow(p.home for p in self.planner.profiles.values() if p.present)
+
+    # ------------------------------------------------------------------------- actions
+
+    def execute(self, actions: list[m.Action]) -> None:
+        """Perform the planner's actions, in order (a spawn's outcome is reported back at once)."""
+        for a in actions:
+            if isinstance(a, m.Spawn):
+                self._spawn(a.name)
+            elif isinstance(a, m.Signal):
+                self._signal(a)
+            elif isinstance(a, m.KillTree):
+                fd = self.pidfds.get(a.ident)
+                if fd is not None:
+                    child.kill_group(a.ident, fd)
+                child.kill_strays(self.root, a.name, keep=set())
+            elif isinstance(a, m.Sweep):
+                assert self._loop is not None
+                # After the respawn decision, not before it: the /proc scan stays off the restart path.
+                self._loop.call_soon(self.handle_strays, a.name)
+            elif isinstance(a, m.Schedule):
+                self._schedule(a.name, a.timer, a.delay)
+            elif isinstance(a, m.Cancel):
+                handle = self.timers.pop((a.name, a.timer), None)
+                if handle is not None:
+                    handle.cancel()
+            elif isinstance(a, m.WatchForeign):
+                self._watch_foreign(a.name, a.pid)
+            elif isinstance(a, m.Save):
+                self.save_soon()
+            elif isinstance(a, m.Emit):
+                self._emit(a.event)
+            elif isinstance(a, m.Finish) and self._done is not None:
+                self._done.set()
+
+    def _spawn(self, name: str) -> None:
+        p = self.planner.profiles[name]
+        foreign = gf.live_gateway(p.home)
+        if foreign is not None and foreign.pid not in self.children and all(i.pid != foreign.pid for i in self.adopted):
+            self.execute(self.planner.foreign(name, foreign.pid))
+            return
+        problem = _fd_budget_problem()
+        if problem is not None or self.command is None:
+            self.execute(self.planner.spawn_failed(name, problem or self.command_error or "no gateway command"))
+            return
+        argv = childspec.child_argv(self.command, name)
+        env = childspec.child_env(self.env, root=self.root, profile=name, home=p.home,
+                                  extra=self.config.child_environment(name))
+        logfile = self.layout.child_log(name)
+        free = logs.free_bytes(self.layout.logs)
+        if free is not None and free < LOG_SPACE_MIN:
+            # A gateway dies at its first write to a full log; discarding its output keeps it up.
+            log.error("profile %s: log file system full (%d bytes free): discarding this run's output", name, free)
+            logfile = Path(os.devnull)
+        try:
+            ident = child.spawn(argv, env, logfile)
+            fd = os.pidfd_open(ident.pid)
+        except child.SpawnError as exc:
+            self.execute(self.planner.spawn_failed(name, str(exc)))
+            return
+        except OSError as exc:  # no pidfd (out of descriptors): never run a child we cannot pin
+            child.reap_now(ident.pid)
+            self.execute(self.planner.spawn_failed(name, f"cannot pin the new gateway: {exc.strerror or exc}"))
+            return
+        self.children[ident.pid] = (name, ident)
+        self.pidfds[ident] = fd
+        logs.note(logfile, f"hermesd: started {' '.join(argv)} as PID {ident.pid}")
+        self.execute(self.planner.spawned(name, ident, output_discarded=logfile == Path(os.devnull), argv0=argv[0]))
+
+    def _signal(self, a: m.Signal) -> None:
+        fd = self.pidfds.get(a.ident)
+        if fd is None:  # the planner only names children we pinned; anything else is a bug, never a kill
+            log.error("profile %s: refusing to signal PID %d: not a pinned child", a.name, a.ident.pid)
+            return
+        if a.planned:
+            p = self.planner.profiles.get(a.name)
+            if p is not None:
+                with contextlib.suppress(OSError):
+                    gf.write_planned_stop_marker(p.home, a.ident.pid, a.ident.start_time)
+        identity.send_signal(fd, a.signal)
+
+    def _schedule(self, name: str, which: str, delay: float) -> None:
+        assert self._loop is not None
+        old = self.timers.pop((name, which), None)
+        if old is not None:
+            old.cancel()
+        self.timers[(name, which)] = self._loop.call_later(delay, self.handle_timer, name, which)
+
+    def _watch_foreign(self, name: str, pid: int) -> None:
+        assert self._loop is not None
+        old = self.foreign_fds.pop(name, None)
+        if old is not None:
+            self._loop.remove_reader(old)
+            os.close(old)
+        start = identity.proc_start_time(pid)
+        fd = identity.open_pidfd(Ident(pid, start)) if start is not None else None
+        if fd is None:  # already gone
+            self._loop.call_soon(self.handle_foreign_exit, name, None)
+            return
+        self.foreign_fds[name] = fd
+        self._loop.add_reader(fd, self.handle_foreign_exit, name, fd)
+
+    # ------------------------------------------------------------------------- events
+
+    def handle_sigchld(self) -> None:
+        """Reap every exited child: our gateways and orphans we inherited as subreaper."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            entry = self.children.pop(pid, None)
+            if entry is None:
+                continue  # an orphaned grandchild; reaping it was the point
+            name, ident = entry
+            if os.WIFSIGNALED(status):
+                self._child_gone(name, ident, None, os.WTERMSIG(status))
+            else:
+                self._child_gone(name, ident, os.waitstatus_to_exitcode(status), None)
+
+    def handle_adopted_exit(self, name: str, ident: Ident) -> None:
+        if self.adopted.pop(ident, None) is None:
+            return
+        fd = self.pidfds.get(ident)
+        if fd is not None and self._loop is not None:
+            self._loop.remove_reader(fd)
+        self._child_gone(name, ident, None, None)
+
+    def _child_gone(self, name: str, ident: Ident, code: int | None, sig: int | None) -> None:
+        fd = self.pidfds.pop(ident, None)
+        if fd is not None:
+            os.close(fd)
+        self._cpu.pop(ident, None)
+        p = self.planner.profiles.get(name)
+        gstate = gf.read_gateway_state(p.home) if p is not None else {}
+        ours = gstate.get("pid") == ident.pid
+        state = gstate.get("gateway_state") if ours and isinstance(gstate.get("gateway_state"), str) else None
+        actions = self.planner.child_exited(name, ident, code, sig, state,
+                                            bool(gstate.get("restart_requested")) if ours else False)
+        if p is not None:
+            kind = (p.last_exit or {}).get("kind") or "?"
+            logs.note(self.layout.child_log(name), f"hermesd: PID {ident.pid} {_describe(code, sig)} ({kind})")
+        self.execute(actions)
+
+    def handle_timer(self, name: str, which: str) -> None:
+        self.timers.pop((name, which), None)
+        self.execute(self.planner.timer(name, which))
+
+    def handle_strays(self, name: str) -> None:
+        """Kill what is left of a profile's previous gateway (escaped descendants, diagnostics)."""
+        p = self.planner.profiles.get(name)
+        keep = {p.child.ident.pid} if p is not None and p.child is not None else set()
+        strays = child.kill_strays(self.root, name, keep=keep)
+        if strays:
+            log.info("profile %s: killed %d leftover process(es) %s", name, len(strays), strays)
+
+    def handle_foreign_exit(self, name: str, fd: int | None) -> None:
+        if fd is not None and self.foreign_fds.get(name) == fd:
+            assert self._loop is not None
+            self._loop.remove_reader(fd)
+            os.close(self.foreign_fds.pop(name))
+        self.execute(self.planner.foreign_gone(name))
+
+    def handle_fs_events(self, ev: FsEvents) -> None:
+        """Profiles added, removed or edited, hermesd.yaml changed, a gateway wrote its state."""
+        if ev.config:
+            log.info("hermesd.yaml changed")
+            self._spawn_task(self.load_config())
+        if ev.rescan:
+            self.list_profiles()
+        if ev.profiles:
+            self.refresh(ev.profiles)
+        for name in ev.states:
+            self.check_gateway(name)
+
+    def check_gateway(self, name: str) -> None:
+        """Read what a profile's gateway reports: readiness and platforms of ours, or a foreign gateway."""
+        p = self.planner.profiles.get(name)
+        if p is None or not p.present:
+            return
+        if p.child is None:
+            if not p.spawning:
+                rec = gf.live_gateway(p.home)
+                if rec is not None and rec.pid not in self.children:
+                    self.execute(self.planner.foreign(name, rec.pid))
+            return
+        gstate = gf.read_gateway_state(p.home)
+        pid = gstate.get("pid")
+        if pid == p.child.ident.pid:
+            state = gstate.get("gateway_state")
+            plats = gstate.get("platforms")
+            self.execute(self.planner.gateway_reported(
+                name, pid, state if isinstance(state, str) else None,
+                {k: v for k, v in plats.items() if isinstance(k, str) and isinstance(v, dict)}
+                if isinstance(plats, dict) else None,
+            ))
+
+    def handle_shutdown_signal(self, name: str) -> None:
+        log.info("%s received: stopping every child", name)
+        self.shutdown(keep_children=False)
+
+    def handle_reload_signal(self) -> None:
+        self._spawn_task(self.reload())
+
+    async def reload(self) -> None:
+        """Re-read hermesd.yaml and every profile's files (for file systems without change events)."""
+        log.info("reload: re-reading hermesd.yaml and every profile's files")
+        await self.load_config()
+        self.list_profiles()
+        await asyncio.gather(*(self._read(n) for n, p in list(self.planner.profiles.items()) if p.present))
+
+    def shutdown(self, *, keep_children: bool) -> None:
+        self.notifier.stopping("leaving the gateways running" if keep_children else "stopping every gateway")
+        if keep_children:
+            log.info("exiting and leaving children running for the next hermesd to adopt")
+        self.execute(self.planner.shutdown(keep_children=keep_children))
+
+    def handle_housekeeping(self) -> None:
+        """Every few seconds: log rotation, full log file systems, gateway states, a failed save."""
+        free = logs.free_bytes(self.layout.logs)
+        full = (f"log file system full ({free} bytes free in {self.layout.logs})"
+                if free is not None and free < LOG_SPACE_MIN else None)
+        for p in self.planner.profiles.values():
+            problem = full
+            try:
+                logs.rotate_if_needed(self.layout.child_log(p.name), self.config.log_max_bytes, self.config.log_backups)
+            except OSError as exc:
+                problem = f"log rotation failed: {exc}"
+            if problem and problem != p.extra.get("log_problem"):
+                log.error("profile %s: %s", p.name, problem)
+            p.extra["log_problem"] = problem
+            if p.child is not None and not p.child.ready:
+                self.check_gateway(p.name)  # in case a state-file event was missed
+        if self.state_problem:
+            self.save_now()
+        if self.ready and self.notifier.enabled:
+            self.notifier.status(self.summary())
+        if not self.planner.shutting_down and self._loop is not None:
+            self._loop.call_later(HOUSEKEEPING_S, self.handle_housekeeping)
+
+    # ------------------------------------------------------------------------- adoption
+
+    def adopt_existing(self) -> None:
+        """Take over every gateway a previous hermesd of this root left running.
+
+        Also finishes what that hermesd left half done: a stop or restart it had begun is issued
+        again, a gateway that ended while nobody watched is accounted for like any exit, and
+        leftovers of dead gateways are killed.
+        """
+        saved = state_mod.load(self.layout.state, self.boot)
+        self.state_problem = saved.problem
+        if saved.problem:
+            log.error("%s", saved.problem)
+        homes = {n: p.home for n, p in self.planner.profiles.items() if p.present}
+        for name, rec in saved.profiles.items():
+            down = rec.get("down")
+            self.planner.restore(
+                name, homes.get(name, self.root), present=name in homes,
+                restarts=state_mod.saved_int(rec, "restarts"), failures=state_mod.saved_int(rec, "failures"),
+                last_exit=state_mod.exit_record(rec.get("last_exit")), down=down if isinstance(down, str) else None,
+            )
+        found = adoption.scan(self.root, homes, saved.profiles)
+        for name, idents in found.gateways.items():
+            rec = saved.profiles.get(name, {})
+            main, extras = idents[0], idents[1:]
+            fd = identity.open_pidfd(main)
+            if fd is None:
+                continue
+            assert self._loop is not None
+            self.pidfds[main] = fd
+            self.adopted[main] = name
+            self._loop.add_reader(fd, self.handle_adopted_exit, name, main)
+            mine = (main.pid, main.start_time) == (rec.get("pid"), rec.get("start_time"))
+            home = homes.get(name) or Path(str(rec.get("home") or self.root))
+            self.execute(self.planner.adopt(
+                name, home, main, identity.proc_start_wall(main.pid) or self.wall(),
+                stopping=mine and rec.get("stopping") is True, then_restart=mine and rec.get("then_restart") is True,
+            ))
+            for extra in extras:
+                xfd = identity.open_pidfd(extra)
+                if xfd is not None:
+                    log.warning("profile %s: duplicate gateway PID %d; killing it", name, extra.pid)
+                    child.kill_group(extra, xfd)
+                    os.close(xfd)
+        for name, rec in saved.profiles.items():
+            p = self.planner.profiles.get(name)
+            pid, start = rec.get("pid"), rec.get("start_time")
+            if p is not None and p.child is None and isinstance(pid, int) and isinstance(start, int):
+                started = rec.get("started_at")
+                self.execute(self.planner.ended_while_down(
+                    name, Ident(pid, start), float(started) if isinstance(started, int | float) else self.wall(),
+                    stopping=rec.get("stopping") is True, then_restart=rec.get("then_restart") is True,
+                ))
+        keep: set[int] = set()
+        for ident in self.adopted:
+            keep |= {ident.pid, *identity.descendants(ident.pid)}
+        for name in found.tagged:
+            strays = child.kill_strays(self.root, name, keep=keep)
+            if strays:
+                log.warning("profile %s: killed leftovers of a dead gateway: %s", name, strays)
+
+    def _final_sweep(self, budget: float = 2.0) -> None:
+        """Before exiting, kill every process still tagged with this root.
+
+        A gateway's last act may be a detached helper (upstream's diagnostic shell) that forks
+        after the per-exit sweep looked; repeat until a pass finds nothing, within ``budget``.
+        """
+        deadline = time.monotonic() + budget
+        while True:
+            names = {name for _pid, name, _env in identity.find_tagged(self.root)}
+            killed = [pid for name in names for pid in child.kill_strays(self.root, name, keep=set())]
+            self.handle_sigchld()  # reap what we just killed (we are their subreaper)
+            if not killed or time.monotonic() > deadline:
+                if killed:
+                    log.warning("processes still appearing at exit: %s", killed)
+                return
+            log.info("killed %d leftover process(es) at exit: %s", len(killed), killed)
+            time.sleep(0.02)
+
+    # ------------------------------------------------------------------------- persistence and events
+
+    def save_soon(self) -> None:
+        if self._save_pending or self._loop is None:
+            return
+        self._save_pending = True
+        self._loop.call_soon(self.save_now)
+
+    def save_now(self) -> None:
+        self._save_pending = False
+        if self.ready and self.notifier.enabled:
+            self.notifier.status(self.summary())  # repeats are dropped by the notifier
+        try:
+            state_mod.save(self.layout.state, self.boot, os.getpid(), state_mod.records(self.planner), self.wall())
+        except OSError as exc:
+            problem = f"cannot write {self.layout.state}: {exc.strerror or exc} (operator stops and restart counts " \
+                      "will not survive a hermesd restart until this is fixed)"
+            if problem != self.state_problem:
+                log.error("%s", problem)
+            self.state_problem = problem
+            return
+        if self.state_problem and self.state_problem.startswith(f"cannot write {self.layout.state}"):
+            log.info("%s is writable again", self.layout.state)
+            self.state_problem = None
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        self._seq += 1
+        event = {"ts": self.wall(), "seq": self._seq, "daemon": os.getpid(), **event}
+        log.debug("event %s", event)
+
+    # ------------------------------------------------------------------------- status
+
+    def summary(self) -> str:
+        counts: dict[str, int] = {}
+        for p in self.planner.profiles.values():
+            state = self.planner.state_of(p)[0]
+            counts[state] = counts.get(state, 0) + 1
+        return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no profiles"
+
+    def cpu_percent(self, ident: Ident) -> float | None:
+        """CPU use since the previous status request (None on the first one)."""
+        usage = identity.proc_usage(ident.pid)
+        if usage is None:
+            return None
+        now, before = time.monotonic(), self._cpu.get(ident)
+        self._cpu[ident] = (now, usage[0])
+        if before is None or now <= before[0]:
+            return None
+        return 100.0 * (usage[0] - before[1]) / (now - before[0])
+
+
+def _describe(code: int | None, sig: int | None) -> str:
+    from supervisor.plan.policy import describe_exit
+
+    return describe_exit(code, sig)
+
+
+def _raise_fd_limit() -> None:
+    """Raise the soft descriptor limit to the hard one: each child costs a pidfd for its whole life."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _fd_budget_problem() -> str | None:
+    """Why a spawn must be refused for lack of descriptors (a pidfd for its life, a log while spawning)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        used = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return None
+    if soft != resource.RLIM_INFINITY and used + 2 + FD_RESERVE > soft:
+        return (f"out of file descriptors: {used} open of a limit of {soft}, and hermesd keeps {FD_RESERVE} for "
+                "itself; raise the limit (LimitNOFILE= in the unit, or ulimit -n) or run fewer profiles")
+    return None

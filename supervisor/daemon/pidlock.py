@@ -1,0 +1,118 @@
+"""One hermesd per root: an ``flock`` held for the daemon's whole life, and a PID file beside it.
+
+The kernel lock is the truth: it is released on any death, SIGKILL included, and ``/proc/locks``
+names its holder even in the instant between a daemon taking it and writing its PID anywhere.
+Clients ask :func:`holder` before concluding that no daemon runs, so a daemon that is slow to
+answer (starting up, stopped by a debugger, swapped out) is never mistaken for an absent one.
+
+``hermesd start`` takes the lock itself before it launches the daemon and hands the locked
+descriptor down (:meth:`PidLock.adopt_fd`): from the first instant of ``start`` the root is
+visibly owned, so a ``hermesd stop`` typed right after it waits for the daemon instead of
+concluding that nothing runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+
+from supervisor.layout import Layout
+
+
+class AlreadyRunning(RuntimeError):
+    """Another hermesd holds this root."""
+
+
+class PidLock:
+    """The root's lock file, taken for as long as this object holds it."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock (non-blocking) and write our PID; raise :class:`AlreadyRunning` naming the holder."""
+        self.layout.ensure()
+        fd = os.open(self.layout.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            other = owner_pid(self.layout)
+            who = f" (PID {other})" if other else ""
+            raise AlreadyRunning(f"hermesd is already running for {self.layout.root}{who}") from None
+        self.fd = fd
+        self.write_pid()
+
+    def adopt_fd(self, fd: int) -> None:
+        """Keep a lock a parent (``hermesd start``) took for us; refuse a descriptor of another file."""
+        st, want = os.fstat(fd), os.stat(self.layout.lock, follow_symlinks=False)
+        if (st.st_dev, st.st_ino) != (want.st_dev, want.st_ino):
+            raise AlreadyRunning(f"descriptor {fd} is not {self.layout.lock}")
+        os.set_inheritable(fd, False)
+        self.fd = fd
+        self.write_pid()
+
+    def write_pid(self) -> None:
+        assert self.fd is not None
+        pid = f"{os.getpid()}\n".encode()
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, pid, 0)
+        tmp = self.layout.pidfile.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, pid)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.layout.pidfile)
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError):
+            if read_pid(self.layout.pidfile) == os.getpid():
+                self.layout.pidfile.unlink()
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def holder(layout: Layout) -> int | None:
+    """The PID holding the root's lock, from ``/proc/locks`` (the kernel's own answer), or ``None``.
+
+    Reading the table never takes the lock, so it cannot make a daemon that starts at that
+    instant fail to acquire it.
+    """
+    try:
+        st = os.stat(layout.lock, follow_symlinks=False)
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in table.splitlines():
+        parts = line.split()
+        if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == want and parts[4].isdigit():
+            return int(parts[4])
+    return None
+
+
+def owner_pid(layout: Layout) -> int | None:
+    """The daemon's PID for messages: the lock holder, or the PID file when the lock was handed down.
+
+    ``/proc/locks`` names the process that took the lock; after ``hermesd start`` hands its locked
+    descriptor to the daemon and exits, that is a dead PID while the PID file names the daemon.
+    """
+    from profiles.upstream.files import proc_start_time
+
+    for pid in (holder(layout), read_pid(layout.pidfile)):
+        if pid is not None and proc_start_time(pid) is not None:
+            return pid
+    return None
+
+
+def read_pid(path: Path) -> int | None:
+    from profiles.safeio import read_regular_or_none
+
+    raw = read_regular_or_none(path, 64)
+    text = raw.decode("ascii", "replace").strip() if raw else ""
+    return int(text) if text.isdigit() else None

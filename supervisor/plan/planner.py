@@ -1,0 +1,570 @@
+"""The planner: every decision the daemon makes, as a pure function of state and one event.
+
+The loop (:mod:`supervisor.daemon.loop`) turns the world into calls here (a child exited, a
+profile's files were read, a timer fired, the operator asked for something) and performs the
+actions each call returns (spawn, signal, kill, schedule, save, emit). Time and randomness are
+injected and nothing here touches a file, a process or a socket, so every rule, and every
+interleaving of events, is tested in-process without sleeping (``tests/plan/``).
+
+Invariants (checked by the state-machine tests): at most one child per profile, alive or being
+spawned; signals only ever name the child the planner holds; a profile that should run and does
+not has a reason (a hold, a retry time, a start slot it waits for); backoff never exceeds the cap.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from profiles.snapshot import ProfileFacts, digest_of
+from profiles.upstream.process import GatewayState, stop_timeout
+from supervisor.plan import model as m
+from supervisor.plan.model import Child, Ident, Profile
+from supervisor.plan.policy import (
+    Action,
+    ExitFacts,
+    ExitKind,
+    RestartPolicy,
+    classify_exit,
+    decide,
+    describe_exit,
+)
+from supervisor.plan.verdict import Candidate, Hold, HoldKind, judge
+
+log = logging.getLogger("hermesd")
+
+OPERATOR = "stopped by operator"
+OUTSIDE = "stopped outside hermesd (clean exit it did not ask for)"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What the planner needs from hermesd.yaml, already validated."""
+
+    policy: RestartPolicy = field(default_factory=RestartPolicy)
+    disabled: frozenset[str] = frozenset()
+    stop_timeout: float | None = None  # every profile; None: upstream's max(60, drain + 30)
+    stop_timeouts: Mapping[str, float] = field(default_factory=dict)  # per profile
+    specs: Mapping[str, str] = field(default_factory=dict)  # per profile: digest of its hermesd.yaml settings
+    default_spec: str = ""  # the same for profiles hermesd.yaml does not name
+    max_starting: int | None = 2  # gateways in start-up at once (None: no bound)
+    start_slot_s: float = 60.0  # a start-up slot is given back after this long without "running"
+
+    def enabled(self, name: str) -> bool:
+        return name not in self.disabled
+
+    def stop_timeout_for(self, name: str, facts: ProfileFacts | None) -> float:
+        own = self.stop_timeouts.get(name)
+        if own is not None:
+            return own
+        if self.stop_timeout is not None:
+            return self.stop_timeout
+        return stop_timeout(facts.drain_s if facts is not None else 0.0)
+
+
+class Planner:
+    """Desired vs actual, per profile; see the module docstring."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        clock: Callable[[], float],
+        wall: Callable[[], float],
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings or Settings()
+        self.clock = clock
+        self.wall = wall
+        self.rng = rng or random.Random()
+        self.profiles: dict[str, Profile] = {}
+        self.order: list[str] = []
+        self.root_hold: Hold | None = None
+        self.shutting_down = False
+        self.keep_children = False
+        self.live = False  # reconciling starts once the initial read and adoption are done
+        self._out: list[m.Action] = []
+
+    # ------------------------------------------------------------------------- queries
+
+    def spec(self, p: Profile) -> str:
+        """Digest of everything a spawn of ``p`` would use; a difference means restart."""
+        own = self.settings.specs.get(p.name, self.settings.default_spec)
+        return digest_of([p.facts.digest if p.facts else "", own])
+
+    def wants(self, p: Profile) -> bool:
+        return p.present and not self.shutting_down and self.settings.enabled(p.name) and p.down is None
+
+    def state_of(self, p: Profile) -> tuple[str, str | None]:
+        """``(state, reason)`` as ``status`` shows it."""
+        c = p.child
+        if c is not None:
+            if c.stop_requested:
+                return "stopping", "restarting" if c.then_restart else None
+            return ("running", None) if c.ready else ("starting", None)
+        if p.spawning:
+            return "starting", None
+        if p.retry_at is not None:
+            return "backoff", (p.last_exit or {}).get("reason") or "restarting"
+        if p.hold is not None:
+            return "held", f"{p.hold.kind.value}: {p.hold.message}"
+        if p.queued:
+            return "starting", "waiting for a start-up slot (other gateways are starting)"
+        if not p.present:
+            return "stopped", "profile folder removed"
+        if not self.settings.enabled(p.name):
+            return "stopped", "disabled in hermesd.yaml"
+        if self.shutting_down:
+            return "stopped", "hermesd is shutting down"
+        foreign = f"; a gateway hermesd did not start (PID {p.foreign_pid}) runs it" if p.foreign_pid else ""
+        return "stopped", (p.down or "stopped") + foreign
+
+    def starting_count(self) -> int:
+        return sum(1 for p in self.profiles.values() if p.spawning or (
+            p.child is not None and not p.child.ready and not p.child.stop_requested))
+
+    # ------------------------------------------------------------------------- inputs: configuration
+
+    def set_settings(self, settings: Settings, root_hold: Hold | None) -> list[m.Action]:
+        """hermesd.yaml was (re)loaded; a config change may cure holds that files earned."""
+        changed = settings != self.settings or root_hold != self.root_hold
+        self.settings, self.root_hold = settings, root_hold
+        if changed:
+            for p in self.profiles.values():
+                if p.runtime_hold is not None and p.runtime_hold.kind is HoldKind.STARTUP_FAILED:
+                    p.runtime_hold = None
+        return self._done()
+
+    def set_served(self, served: Sequence[tuple[str, Path]]) -> list[m.Action]:
+        """The profiles folder was listed: new profiles appear, removed ones go away."""
+        seen = set()
+        self.order = [name for name, _ in served]
+        for name, home in served:
+            seen.add(name)
+            p = self.profiles.get(name)
+            if p is None:
+                self.profiles[name] = Profile(name, Path(home))
+                log.info("profile %s: found at %s", name, home)
+                continue
+            if not p.present or p.home != Path(home):
+                log.info("profile %s: found at %s", name, home)
+                p.home, p.present, p.facts = Path(home), True, None
+        for name, p in self.profiles.items():
+            if name not in seen and p.present:
+                p.present = False
+                log.info("profile %s: folder gone", name)
+        return self._done()
+
+    def set_facts(self, name: str, facts: ProfileFacts) -> list[m.Action]:
+        """A profile's files were (re)read."""
+        p = self.profiles.get(name)
+        if p is None or not p.present or p.home != facts.home:
+            return []
+        before = p.facts.digest if p.facts else None
+        p.facts = facts
+        if facts.digest != before:
+            if before is not None:
+                log.info("profile %s: files changed", name)
+            if facts.problems:
+                log.error("profile %s: %s", name, "; ".join(facts.problems))
+            if p.runtime_hold is not None and p.runtime_hold.kind is HoldKind.STARTUP_FAILED:
+                p.runtime_hold = None
+        return self._done()
+
+    # ------------------------------------------------------------------------- inputs: start-up
+
+    def restore(self, name: str, home: Path, *, present: bool, restarts: int, failures: int,
+                last_exit: dict[str, Any] | None, down: str | None) -> None:
+        """History from the state file of the previous hermesd."""
+        p = self.profiles.setdefault(name, Profile(name, Path(home), present=present))
+        p.restarts, p.failures, p.last_exit, p.down = restarts, failures, last_exit, down
+
+    def adopt(self, name: str, home: Path, ident: Ident, started_wall: float, *,
+              stopping: bool = False, then_restart: bool = False) -> list[m.Action]:
+        """A gateway the previous hermesd started is still running: take it over."""
+        p = self.profiles.setdefault(name, Profile(name, Path(home)))
+        p.home = Path(home)
+        started = self.clock() - max(0.0, self.wall() - started_wall)
+        p.child = Child(ident, False, started, started_wall, spec="", ready=True)
+        self._emit("adopted", name, pid=ident.pid)
+        log.info("profile %s: adopted running gateway PID %d", name, ident.pid)
+        if stopping:
+            log.info("profile %s: finishing the %s the previous hermesd began", name,
+                     "restart" if then_restart else "stop")
+            self._stop(p, then_restart=then_restart)
+        return self._take()
+
+    def ended_while_down(self, name: str, ident: Ident, started_wall: float, *, stopping: bool,
+                         then_restart: bool) -> list[m.Action]:
+        """The gateway the previous hermesd recorded is gone: decide about its end as if we had seen it."""
+        p = self.profiles.get(name)
+        if p is None:
+            return []
+        log.info("profile %s: gateway PID %d ended while hermesd was not running", name, ident.pid)
+        ghost = Child(ident, False, self.clock() - max(0.0, self.wall() - started_wall), started_wall, spec="",
+                      stop_requested=stopping, then_restart=then_restart)
+        self._conclude(p, ghost, ExitFacts(None, None, stopping))
+        return self._take()
+
+    def start(self) -> list[m.Action]:
+        """Initial files read and adoption done: from now on every event reconciles."""
+        self.live = True
+        for p in self.profiles.values():
+            if p.child is not None and not p.child.spec:
+                p.child.spec = self.spec(p)
+                p.child.claims = p.facts.claims if p.facts else ()
+        return self._done()
+
+    # ------------------------------------------------------------------------- inputs: processes
+
+    def spawned(self, name: str, ident: Ident, *, output_discarded: bool = False, argv0: str = "") -> list[m.Action]:
+        p = self.profiles[name]
+        p.spawning = False
+        p.last_start_problem = None
+        p.child = Child(ident, True, self.clock(), self.wall(), self.spec(p), p.facts.claims if p.facts else (),
+                        output_discarded=output_discarded)
+        p.retry_at = p.retry_at_wall = None
+        self._emit("started", name, pid=ident.pid, argv0=argv0)
+        log.info("profile %s: started PID %d", name, ident.pid)
+        self._out.append(m.Schedule(name, "start_slot", self.settings.start_slot_s))
+        self._out.append(m.Save())
+        return self._done()
+
+    def spawn_failed(self, name: str, error: str) -> list[m.Action]:
+        """The gateway could not be started (exec failed, log unwritable, out of descriptors…): back off."""
+        p = self.profiles[name]
+        p.spawning = False
+        p.last_start_problem = error
+        log.error("profile %s: cannot start the gateway: %s", name, error)
+        now = self.clock()
+        self._conclude(p, Child(Ident(0, 0), True, now, self.wall(), spec=""),
+                       ExitFacts(None, None, False, killed_for=ExitKind.SPAWN_ERROR), detail=error)
+        return self._done()
+
+    def foreign(self, name: str, pid: int) -> list[m.Action]:
+        """A gateway hermesd did not start holds this profile (its gateway.pid names a live gateway)."""
+        p = self.profiles.get(name)
+        if p is None:
+            return []
+        p.spawning = False
+        if p.foreign_pid != pid:
+            p.foreign_pid = pid
+            self._emit("foreign", name, pid=pid)
+            self._out.append(m.WatchForeign(name, pid))
+        p.runtime_hold = Hold(HoldKind.FOREIGN_GATEWAY, f"foreign gateway (PID {pid}) holds this profile")
+        return self._done()
+
+    def foreign_gone(self, name: str) -> list[m.Action]:
+        """The foreign gateway exited: take the profile back (also after an outside stop that preceded it)."""
+        p = self.profiles.get(name)
+        if p is None:
+            return []
+        p.foreign_pid = None
+        if p.runtime_hold is not None and p.runtime_hold.kind is HoldKind.FOREIGN_GATEWAY:
+            p.runtime_hold = None
+            log.info("profile %s: the foreign gateway exited; hermesd takes the profile back", name)
+        if p.down == OUTSIDE:
+            p.down = None
+        return self._done()
+
+    def child_exited(self, name: str, ident: Ident, code: int | None, sig: int | None,
+                     gateway_state: str | None = None, restart_requested: bool = False) -> list[m.Action]:
+        """The child ``ident`` ended; ``gateway_state``/``restart_requested`` only when its state file names it."""
+        p = self.profiles.get(name)
+        if p is None or p.child is None or p.child.ident != ident:
+            return []
+        c = p.child
+        p.child = None
+        self._out += [m.Cancel(name, "kill"), m.Cancel(name, "start_slot"), m.Sweep(name)]
+        facts = ExitFacts(code, sig, c.stop_requested, gateway_state, restart_requested, c.killed_for)
+        self._conclude(p, c, facts, code=code, sig=sig, detail=c.kill_detail)
+        return self._done()
+
+    def gateway_reported(self, name: str, pid: int, state: str | None,
+                         platforms: Mapping[str, Mapping[str, Any]] | None = None) -> list[m.Action]:
+        """The child's ``gateway_state.json`` changed: readiness (frees a start-up slot) and platform states."""
+        p = self.profiles.get(name)
+        c = p.child if p is not None else None
+        if p is None or c is None or c.ident.pid != pid:
+            return []
+        if state == GatewayState.RUNNING and not c.ready:
+            c.ready = True
+            self._out.append(m.Cancel(name, "start_slot"))
+            self._emit("ready", name, pid=pid)
+            if p.failures:
+                self._emit("recovered", name, after_failures=p.failures)
+        known: dict[str, tuple[Any, ...]] = p.extra.setdefault("platform_states", {})
+        for plat, info in (platforms or {}).items():
+            now = (info.get("state"), info.get("error_code"), info.get("error_message"))
+            if known.get(plat) != now:
+                known[plat] = now
+                self._emit("platform", name, platform=plat, state=now[0], error_code=now[1], error_message=now[2])
+        return self._done()
+
+    def kill_for(self, name: str, ident: Ident, kind: ExitKind, detail: str, **event: Any) -> list[m.Action]:
+        """hermesd kills a running gateway on purpose (hung, over a limit); its exit is recorded as ``kind``."""
+        p = self.profiles.get(name)
+        if p is None or p.child is None or p.child.ident != ident or p.child.killed_for is not None:
+            return []
+        p.child.killed_for, p.child.kill_detail = kind, detail
+        log.warning("profile %s: killing PID %d: %s", name, ident.pid, detail)
+        self._emit("hung_kill" if kind is ExitKind.HUNG else "limit_kill", name, pid=ident.pid, **event)
+        self._out += [m.KillTree(name, ident), m.Save()]
+        return self._take()
+
+    def timer(self, name: str, which: str) -> list[m.Action]:
+        p = self.profiles.get(name)
+        if p is None:
+            return []
+        if which == "retry":
+            if p.retry_at is None:
+                return []
+            p.retry_at = p.retry_at_wall = None
+        elif which == "kill":
+            c = p.child
+            if c is None or not (c.stop_requested or c.killed_for is not None):
+                return []
+            log.warning("profile %s: PID %d did not stop in time; SIGKILL to its tree", name, c.ident.pid)
+            self._out.append(m.KillTree(name, c.ident))
+            return self._take()
+        elif which == "start_slot":
+            if p.child is None or p.child.ready:
+                return []
+            p.child.ready = True  # not "running" yet, but it no longer holds back other start-ups
+        return self._done()
+
+    # ------------------------------------------------------------------------- inputs: the operator
+
+    def request_start(self, name: str) -> tuple[str, list[m.Action]]:
+        p = self.profiles[name]
+        p.down = None
+        if p.runtime_hold is not None and p.runtime_hold.kind is HoldKind.STARTUP_FAILED:
+            p.runtime_hold = None
+        p.failures = 0
+        if p.retry_at is not None:
+            p.retry_at = p.retry_at_wall = None
+            self._out.append(m.Cancel(name, "retry"))
+        self._out.append(m.Save())
+        actions = self._done()
+        state, reason = self.state_of(p)
+        return (state if reason is None else f"{state}: {reason}"), actions
+
+    def request_stop(self, name: str) -> tuple[str, list[m.Action]]:
+        p = self.profiles[name]
+        if p.down != OPERATOR:
+            p.down = OPERATOR
+            self._emit("stopped", name, by="operator")
+        self._out.append(m.Save())
+        actions = self._done()
+        return ("stopping" if p.child else "stopped"), actions
+
+    def check_restart(self, name: str) -> Hold | None:
+        """What would keep ``name`` from starting again with its files as they are now (nginx -t)."""
+        p = self.profiles[name]
+        return self._judge().get(name) or p.runtime_hold
+
+    def request_restart(self, name: str, *, graceful: bool = False, force: bool = False) -> tuple[str, list[m.Action]]:
+        """Restart one profile; refused (the running gateway untouched) when its files could not start it."""
+        p = self.profiles[name]
+        if p.child is None:
+            return self.request_start(name)
+        hold = self.check_restart(name)
+        if hold is not None and not force:
+            return (f"refused: {hold.kind.value}: {hold.message} (the running gateway keeps its last good "
+                    "configuration; --force restarts it anyway)"), []
+        p.down = None
+        self._stop(p, graceful=graceful, then_restart=True)
+        return "restarting", self._done()
+
+    def shutdown(self, *, keep_children: bool) -> list[m.Action]:
+        if self.shutting_down and not keep_children:
+            return []
+        self.shutting_down, self.keep_children = True, keep_children
+        self._emit("daemon_stopping", None, keep_children=keep_children)
+        if keep_children:
+            self._out += [m.Save(), m.Finish()]
+            return self._take()
+        for p in self.profiles.values():
+            if p.retry_at is not None:
+                p.retry_at = p.retry_at_wall = None
+                self._out.append(m.Cancel(p.name, "retry"))
+        return self._done()
+
+    # ------------------------------------------------------------------------- the step
+
+    def _judge(self) -> dict[str, Hold | None]:
+        candidates = [
+            Candidate(
+                p.facts, p.name,
+                active=p.child is not None or p.retry_at is not None,
+                wants=self.wants(p) and p.runtime_hold is None,
+                in_use=p.child.claims if p.child is not None else (),
+            )
+            for name in self.order if (p := self.profiles.get(name)) is not None and p.present
+        ]
+        return judge(candidates, self.root_hold)
+
+    def _done(self) -> list[m.Action]:
+        """Reconcile every profile, hand out start-up slots, and return the actions collected."""
+        if self.live:
+            verdicts = self._judge()
+            for name in [*self.order, *(n for n in self.profiles if n not in self.order)]:
+                p = self.profiles.get(name)
+                if p is not None:
+                    self._reconcile(p, verdicts.get(name))
+            self._start_queued()
+            self._forget_gone()
+            if self.shutting_down and all(p.child is None and not p.spawning for p in self.profiles.values()):
+                self._out += [m.Save(), m.Finish()]
+        return self._take()
+
+    def _take(self) -> list[m.Action]:
+        out, self._out = self._out, []
+        return out
+
+    def _reconcile(self, p: Profile, judged: Hold | None) -> None:
+        want = self.wants(p)
+        c = p.child
+        if c is not None:
+            # A running gateway is never "held": a broken edit leaves it on its last good files.
+            self._set_hold(p, None)
+            p.queued = False
+            if not want:
+                if not c.stop_requested:
+                    self._stop(p)
+            elif (judged is None and p.runtime_hold is None and not c.stop_requested and p.facts is not None
+                  and c.spec != self.spec(p)):
+                log.info("profile %s: effective configuration changed; restarting it", p.name)
+                self._stop(p, then_restart=True)
+            return
+        hold = (p.runtime_hold or judged) if want else None
+        self._set_hold(p, hold)
+        if p.spawning:
+            return
+        if not want or hold is not None or p.facts is None:
+            p.queued = False
+            if not want and p.retry_at is not None:
+                p.retry_at = p.retry_at_wall = None
+                self._out.append(m.Cancel(p.name, "retry"))
+            return
+        if p.retry_at is None:
+            p.queued = True
+
+    def _set_hold(self, p: Profile, hold: Hold | None) -> None:
+        if hold == p.hold:
+            return
+        before, p.hold = p.hold, hold
+        if hold is not None:
+            log.warning("profile %s: held: %s", p.name, hold.message)
+            self._emit("held", p.name, kind=hold.kind.value, message=hold.message)
+        elif before is not None:
+            log.info("profile %s: hold released (%s)", p.name, before.kind.value)
+            self._emit("released", p.name, kind=before.kind.value, why="cured")
+        self._out.append(m.Save())
+
+    def _start_queued(self) -> None:
+        room = self.settings.max_starting
+        busy = self.starting_count()
+        for name in self.order:
+            p = self.profiles.get(name)
+            if p is None or not p.queued:
+                continue
+            if room is not None and busy >= room:
+                return
+            p.queued, p.spawning = False, True
+            busy += 1
+            self._out.append(m.Spawn(name, self.spec(p)))
+
+    def _forget_gone(self) -> None:
+        for name in [n for n, p in self.profiles.items() if not p.present and p.child is None and not p.spawning]:
+            p = self.profiles.pop(name)
+            if p.retry_at is not None:
+                self._out.append(m.Cancel(name, "retry"))
+
+    def _stop(self, p: Profile, *, graceful: bool = False, then_restart: bool = False) -> None:
+        c = p.child
+        assert c is not None
+        c.then_restart = c.then_restart or then_restart
+        if c.stop_requested:
+            return
+        c.stop_requested = True
+        if graceful:
+            self._out.append(m.Signal(p.name, c.ident, signal.SIGUSR1))  # upstream drains, then exits 75
+        else:
+            self._out.append(m.Signal(p.name, c.ident, signal.SIGTERM, planned=True))
+        timeout = self.settings.stop_timeout_for(p.name, p.facts)
+        log.info("profile %s: stopping PID %d (timeout %.0fs)", p.name, c.ident.pid, timeout)
+        self._out += [m.Schedule(p.name, "kill", timeout), m.Save()]
+
+    def _conclude(self, p: Profile, c: Child, facts: ExitFacts, *, code: int | None = None,
+                  sig: int | None = None, detail: str = "") -> None:
+        """Classify the end of ``c`` and decide: restart now or later, hold, or stay down."""
+        kind = classify_exit(facts)
+        uptime = max(0.0, self.clock() - c.started)
+        what = describe_exit(code, sig) if kind is not ExitKind.SPAWN_ERROR else "could not be started"
+        now = self.wall()
+        self._out.append(m.Save())
+        if kind is ExitKind.PLANNED:
+            p.last_exit = exit_record(code, sig, now, kind, "stopped by hermesd", uptime)
+            log.info("profile %s: PID %d stopped (%s)", p.name, c.ident.pid, what)
+            self._emit("exited", p.name, pid=c.ident.pid, code=code, signal=signame(sig), kind=kind.value,
+                       reason="stopped by hermesd", uptime_s=round(uptime, 1))
+            if c.then_restart:
+                p.restarts += 1
+                p.failures = 0
+            return
+        decision = decide(kind, failures=p.failures, uptime=uptime, policy=self.settings.policy, rng=self.rng)
+        p.failures = decision.failures
+        reason = f"{decision.reason}: {detail}" if detail else decision.reason
+        p.last_exit = exit_record(code, sig, now, kind, reason, uptime)
+        if kind is not ExitKind.SPAWN_ERROR:
+            log.warning("profile %s: PID %d %s after %.1fs: %s", p.name, c.ident.pid, what, uptime, reason)
+        self._emit("exited", p.name, pid=c.ident.pid or None, code=code, signal=signame(sig), kind=kind.value,
+                   reason=reason, uptime_s=round(uptime, 1))
+        if decision.action is Action.RESTART:
+            if kind is not ExitKind.SPAWN_ERROR:
+                p.restarts += 1
+            if decision.delay > 0 and not self.shutting_down:
+                p.retry_at = self.clock() + decision.delay
+                p.retry_at_wall = now + decision.delay
+                self._out.append(m.Schedule(p.name, "retry", decision.delay))
+                self._emit("backoff", p.name, delay_s=round(decision.delay, 3), failures=p.failures,
+                           retry_at=p.retry_at_wall)
+                log.info("profile %s: retry in %.1fs", p.name, decision.delay)
+        elif decision.action is Action.HOLD:
+            p.runtime_hold = Hold(HoldKind.STARTUP_FAILED, f"gateway {what}: {decision.reason}")
+        else:
+            p.down = OUTSIDE
+            self._emit("stopped", p.name, by="outside")
+
+    def _emit(self, event_type: str, profile: str | None, **fields: Any) -> None:
+        self._out.append(m.Emit({"type": event_type, "profile": profile, **fields}))
+
+
+def exit_record(code: int | None, sig: int | None, when: float, kind: ExitKind, reason: str,
+                uptime: float | None = None) -> dict[str, Any]:
+    return {
+        "code": code,
+        "signal": signame(sig),
+        "at": when,
+        "kind": kind.value,
+        "reason": reason,
+        "description": describe_exit(code, sig) if kind is not ExitKind.SPAWN_ERROR else "could not be started",
+        "uptime_s": round(uptime, 1) if uptime is not None else None,
+    }
+
+
+def signame(sig: int | None) -> str | int | None:
+    if sig is None:
+        return None
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return sig
+
+

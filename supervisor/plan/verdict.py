@@ -1,0 +1,157 @@
+"""Would hermesd run this profile, and if not, why: one answer for the daemon, doctor, export and status.
+
+:func:`judge` is a pure function of the profiles' file facts (:class:`profiles.snapshot.ProfileFacts`),
+hermesd's settings and which profiles are active. Every kind of hold is one :class:`HoldKind`
+member that carries what each consumer needs: the name ``status`` shows, the code ``doctor``
+reports with its severity and its fix. A new kind of hold is one new member here and one rule in
+:func:`judge`; nothing else decides.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from supervisor.plan.conflicts import find_conflicts
+
+if TYPE_CHECKING:
+    from profiles.snapshot import Claim, ProfileFacts
+
+ERROR = "error"
+WARNING = "warning"
+INFO = "info"
+
+
+class HoldKind(enum.Enum):
+    """Why a profile that should run is kept down. Value: the name ``status`` and the state file use."""
+
+    # From the profile's files (judge decides these).
+    CONFIG_ERROR = "config_error"
+    ENV_OVERRIDE = "env_override"
+    CREDENTIAL_CONFLICT = "credential_conflict"
+    PORT_CONFLICT = "port_conflict"
+    # From the root as a whole (judge applies them to every profile).
+    NO_CONFIG = "hermesd_config_error"
+    NO_COMMAND = "command_error"
+    UNSUPPORTED_RELEASE = "unsupported_release"
+    # Seen at run time by the daemon only.
+    FOREIGN_GATEWAY = "foreign_gateway"
+    STARTUP_FAILED = "startup_failed"
+
+    @property
+    def doctor_code(self) -> str:
+        return _DOCTOR[self][0]
+
+    @property
+    def severity(self) -> str:
+        return _DOCTOR[self][1]
+
+    @property
+    def fix(self) -> str:
+        return _DOCTOR[self][2]
+
+    @property
+    def cured_by_files(self) -> bool:
+        """Whether a change to the profile's files or hermesd.yaml may cure it (re-judged then)."""
+        return self is not HoldKind.FOREIGN_GATEWAY
+
+
+_DOCTOR: dict[HoldKind, tuple[str, str, str]] = {
+    HoldKind.CONFIG_ERROR: (
+        "profile_config_invalid", ERROR, "fix the file at the line named above; the gateway would misread it too"),
+    HoldKind.ENV_OVERRIDE: (
+        "env_overrides_hermesd", ERROR,
+        "remove the variable from the profile's .env: hermesd sets it for every child, and Hermes loads .env "
+        "with override"),
+    HoldKind.CREDENTIAL_CONFLICT: (
+        "duplicate_credential", ERROR,
+        "give the held profile its own credential in its .env/config.yaml, or remove that platform's settings"),
+    HoldKind.PORT_CONFLICT: ("duplicate_port", ERROR, "give the held profile's listener a free port"),
+    HoldKind.NO_CONFIG: ("hermesd_config_invalid", ERROR, "fix the line named above in hermesd.yaml"),
+    HoldKind.NO_COMMAND: (
+        "gateway_command_not_found", ERROR,
+        "install hermes-agent beside hermesd, put 'hermes' on PATH, or set 'command' in hermesd.yaml"),
+    HoldKind.UNSUPPORTED_RELEASE: (
+        "unsupported_release", ERROR,
+        "upgrade hermes-agent (pip install -U hermes-agent) in the environment that runs the gateway"),
+    HoldKind.FOREIGN_GATEWAY: (
+        "foreign_gateway", WARNING,
+        "stop the other gateway (or disable the service that runs it) and let hermesd run the profile"),
+    HoldKind.STARTUP_FAILED: (
+        "startup_failed", ERROR, "fix the profile's configuration; hermesd retries when its files change"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A profile is kept down: the kind, and a message naming files, keys, platforms and profiles (never values)."""
+
+    kind: HoldKind
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind.value, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One profile as the judge sees it.
+
+    ``active``: its gateway runs (or is backing off to run again), so it keeps what it claims;
+    ``wants``: enabled and not stopped by the operator, so it competes for its claims;
+    ``in_use``: what a running gateway was started with, which it keeps using whatever its files
+    say now.
+    """
+
+    facts: ProfileFacts | None
+    name: str
+    active: bool = False
+    wants: bool = True
+    in_use: tuple[Claim, ...] = field(default=())
+
+
+def file_hold(facts: ProfileFacts) -> Hold | None:
+    """The hold a profile's own files earn, before any comparison with other profiles."""
+    if facts.problems:
+        return Hold(HoldKind.CONFIG_ERROR, "; ".join(facts.problems))
+    if facts.overrides:
+        names = ", ".join(v.name for v in facts.overrides)
+        why = "; ".join(f"{v.name}: {v.why}" for v in facts.overrides)
+        return Hold(
+            HoldKind.ENV_OVERRIDE,
+            f"{facts.home / '.env'} sets {names}, overriding what hermesd gives every child (Hermes loads .env "
+            f"with override): {why}",
+        )
+    return None
+
+
+def judge(candidates: Sequence[Candidate], root_hold: Hold | None = None) -> dict[str, Hold | None]:
+    """Per candidate (in serving order), the hold that keeps it down, or ``None`` to run it.
+
+    A root-wide hold (no valid hermesd.yaml yet, no gateway command, an unsupported release)
+    applies to everyone. Otherwise a profile is held for its own files first; then, among the
+    profiles that compete (active ones, and wanting ones whose files are fine), a contested
+    credential or port goes to the active profile that has it, else to the first in serving
+    order, and every other claimant is held. Two active profiles that share a claim both keep
+    running (hermesd never stops a working bot because another profile copied its token).
+    """
+    out: dict[str, Hold | None] = {}
+    order: list[str] = []
+    claims: dict[str, tuple[Claim, ...]] = {}
+    active: set[str] = set()
+    for c in candidates:
+        own = root_hold or (file_hold(c.facts) if c.facts is not None else None)
+        out[c.name] = own
+        usable = c.facts is not None and own is None
+        if c.active or (c.wants and usable):
+            order.append(c.name)
+            claims[c.name] = c.in_use + (c.facts.claims if usable and c.facts is not None else ())
+            if c.active:
+                active.add(c.name)
+    for name, conflict in find_conflicts(order, claims, active).items():
+        if out.get(name) is None:
+            kind = HoldKind.CREDENTIAL_CONFLICT if conflict.claim.kind == "credential" else HoldKind.PORT_CONFLICT
+            out[name] = Hold(kind, conflict.message)
+    return out

@@ -1,0 +1,217 @@
+"""The planner in-process: every rule of the daemon, with a fake clock, spawner and world, no sleeping."""
+
+from __future__ import annotations
+
+import signal
+
+from supervisor.plan.verdict import HoldKind
+from tests.plan.world import TOKEN, World, facts
+
+
+def test_start_up_is_bounded_by_start_slots_and_ordered():
+    w = World.make(("default", "a", "b", "c"), max_starting=2, auto_ready=False)
+    assert w.spawns == ["default", "a"]  # serving order, two at a time
+    assert w.state("b") == "starting" and w.planner.profiles["b"].queued
+    w.ready("default")
+    assert w.spawns == ["default", "a", "b"]
+    w.ready("a")
+    w.ready("b")
+    assert w.spawns == ["default", "a", "b", "c"]
+    w.ready("c")
+    assert all(w.state(n) == "running" for n in ("default", "a", "b", "c"))
+
+
+def test_a_slot_is_given_back_when_start_up_takes_too_long():
+    w = World.make(("default", "a"), max_starting=1, start_slot_s=30, auto_ready=False)
+    assert w.spawns == ["default"]
+    w.advance(31)
+    assert w.spawns == ["default", "a"]
+
+
+def test_crash_restarts_at_once_then_backs_off_to_the_cap():
+    w = World.make(("default",))
+    w.exit("default")
+    assert w.spawns == ["default", "default"]  # first failure: at once
+    delays = []
+    for _ in range(7):
+        w.exit("default")
+        delays.append(w.timers[("default", "retry")] - w.now)
+        assert w.state("default") == "backoff"
+        w.advance(delays[-1])
+    assert delays == [1, 2, 4, 8, 8, 8, 8]
+    assert w.planner.profiles["default"].restarts == 8
+
+
+def test_backoff_survives_an_absurd_failure_count():
+    w = World.make(("default",))
+    w.planner.profiles["default"].failures = 5000
+    w.exit("default")
+    assert w.timers[("default", "retry")] - w.now == 8  # the cap, not an overflow
+
+
+def test_healthy_run_resets_the_backoff():
+    w = World.make(("default",))
+    for _ in range(3):
+        w.exit("default")
+        w.advance(10)
+    w.advance(11)  # up longer than healthy_after
+    w.exit("default")
+    assert ("default", "retry") not in w.timers and "default" in w.alive
+
+
+def test_operator_stop_is_planned_and_sticky():
+    w = World.make(("default", "a"))
+    ident = w.alive["a"]
+    result, actions = w.planner.request_stop("a")
+    w.run(actions)
+    assert result == "stopping" and w.signals == [("a", ident, signal.SIGTERM)]
+    assert ("a", "kill") in w.timers
+    w.obey_stops()
+    assert w.state("a") == "stopped" and "a" not in w.alive
+    assert w.planner.profiles["a"].last_exit["kind"] == "planned"
+    w.advance(100)
+    assert "a" not in w.alive  # stays down
+    _, actions = w.planner.request_start("a")
+    w.run(actions)
+    assert "a" in w.alive
+
+
+def test_stop_timeout_kills_the_tree():
+    w = World.make(("default",), stop_timeout=5)
+    ident = w.alive["default"]
+    w.run(w.planner.request_stop("default")[1])
+    w.advance(5)
+    assert w.kills == [("default", ident)]
+    assert w.state("default") == "stopped"
+
+
+def test_restart_is_refused_when_the_files_could_not_start_it():
+    w = World.make(("default", "a"))
+    ident = w.alive["a"]
+    w.run(w.planner.set_facts("a", facts("a", problems=("/r/profiles/a/.env:2: broken",), digest="bad")))
+    assert w.alive["a"] == ident and w.state("a") == "running"  # a broken edit takes nothing down
+    result, actions = w.planner.request_restart("a")
+    assert result.startswith("refused: config_error") and actions == []
+    result, actions = w.planner.request_restart("a", force=True)
+    w.run(actions)
+    assert result == "restarting"
+    w.obey_stops()
+    assert w.state("a") == "held" and w.planner.profiles["a"].hold.kind is HoldKind.CONFIG_ERROR
+
+
+def test_a_changed_configuration_restarts_only_that_profile():
+    w = World.make(("default", "a", "b"))
+    before = dict(w.alive)
+    w.run(w.planner.set_facts("a", facts("a", digest="v2")))
+    w.obey_stops()
+    assert w.alive["a"] != before["a"] and w.alive["b"] == before["b"] and w.alive["default"] == before["default"]
+    assert w.planner.profiles["a"].restarts == 1
+
+
+def test_conflict_holds_the_later_profile_and_releases_it_when_the_holder_stops():
+    w = World.make(("default", "a"))
+    w.run(w.planner.set_facts("default", facts("default", claims=(TOKEN,))))
+    w.obey_stops()
+    w.run(w.planner.set_facts("a", facts("a", claims=(TOKEN,), digest="v2")))
+    w.obey_stops()
+    assert w.state("a") == "held" and w.planner.profiles["a"].hold.kind is HoldKind.CREDENTIAL_CONFLICT
+    w.run(w.planner.request_stop("default")[1])
+    w.obey_stops()
+    assert w.state("a") in ("starting", "running") and "a" in w.alive
+    assert [e["type"] for e in w.events if e["profile"] == "a"][-4:] == ["held", "released", "started", "ready"]
+
+
+def test_a_restarting_holder_keeps_its_token():
+    w = World.make(("default", "a"))
+    w.run(w.planner.set_facts("default", facts("default", claims=(TOKEN,))))
+    w.obey_stops()
+    w.run(w.planner.set_facts("a", facts("a", claims=(TOKEN,), digest="v2")))
+    w.obey_stops()
+    for _ in range(3):  # crash looping: still the holder while it backs off
+        w.exit("default")
+        assert w.state("a") == "held"
+        w.advance(10)
+
+
+def test_spawn_failure_backs_off_and_retries():
+    w = World.make(("default",))
+    w.fail_next.add("default")
+    w.exit("default")  # restart at once... which fails
+    assert w.state("default") == "backoff"
+    assert "exec failed" in w.planner.profiles["default"].last_start_problem
+    w.advance(2)
+    assert "default" in w.alive and w.planner.profiles["default"].last_start_problem is None
+
+
+def test_foreign_gateway_holds_until_it_exits():
+    w = World.make(("default",))
+    w.foreign_next["default"] = 4242
+    w.run(w.planner.request_stop("default")[1])
+    w.obey_stops()
+    w.run(w.planner.request_start("default")[1])
+    assert w.state("default") == "held" and w.planner.profiles["default"].hold.kind is HoldKind.FOREIGN_GATEWAY
+    w.run(w.planner.foreign_gone("default"))
+    assert "default" in w.alive
+
+
+def test_outside_stop_is_taken_back_after_the_foreign_gateway_exits():
+    """``hermes gateway restart`` from an upstream wrapper: a clean stop, then its own gateway, then it ends."""
+    w = World.make(("default",))
+    w.exit("default", 0, None, "stopped")
+    assert w.state("default") == "stopped"
+    w.run(w.planner.foreign("default", 555))
+    state, reason = w.planner.state_of(w.planner.profiles["default"])
+    assert state == "stopped" and "PID 555" in reason
+    w.run(w.planner.foreign_gone("default"))
+    assert "default" in w.alive
+
+
+def test_exit_78_holds_until_the_files_change():
+    w = World.make(("default",))
+    w.exit("default", 78)
+    assert w.state("default") == "held" and w.planner.profiles["default"].hold.kind is HoldKind.STARTUP_FAILED
+    w.advance(100)
+    assert "default" not in w.alive
+    w.run(w.planner.set_facts("default", facts("default", digest="fixed")))
+    assert "default" in w.alive
+
+
+def test_exit_75_restarts_at_once_without_penalty():
+    w = World.make(("default",))
+    w.exit("default", 75)
+    assert "default" in w.alive and w.planner.profiles["default"].failures == 0
+
+
+def test_shutdown_stops_everyone_then_finishes():
+    w = World.make(("default", "a"))
+    w.run(w.planner.shutdown(keep_children=False))
+    assert not w.finished
+    w.obey_stops()
+    assert w.finished and not w.alive
+
+
+def test_shutdown_keeping_children_finishes_at_once():
+    w = World.make(("default", "a"))
+    w.run(w.planner.shutdown(keep_children=True))
+    assert w.finished and set(w.alive) == {"default", "a"} and not w.signals
+
+
+def test_removed_folder_stops_and_forgets_the_profile():
+    w = World.make(("default", "a"))
+    w.run(w.planner.set_served([("default", facts("default").home)]))
+    w.obey_stops()
+    assert "a" not in w.planner.profiles and "a" not in w.alive
+
+
+def test_hung_kill_is_recorded_and_backs_off_like_a_crash():
+    from supervisor.plan.policy import ExitKind
+
+    w = World.make(("default",))
+    ident = w.alive["default"]
+    w.run(w.planner.kill_for("default", ident, ExitKind.HUNG, "heartbeat 130s old"))
+    assert w.kills == [("default", ident)]
+    w.exit("default", None, signal.SIGKILL)
+    last = w.planner.profiles["default"].last_exit
+    assert last["kind"] == "hung" and "heartbeat 130s old" in last["reason"]
+    assert "default" in w.alive  # first failure: at once
+    assert [e["type"] for e in w.events if e["type"] in ("hung_kill", "exited")][-2:] == ["hung_kill", "exited"]

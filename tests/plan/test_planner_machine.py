@@ -1,0 +1,142 @@
+"""Random event sequences against the planner, checking its invariants after every step.
+
+Events: exits of every kind, hung kills, operator start/stop/restart, file edits (fine, broken,
+sharing a token), spawn failures, foreign gateways, time passing, profiles appearing and
+disappearing, shutdown. Invariants: never two children for one profile; a signal or kill only
+ever names the live child; a profile that should run and does not always has a reason; backoff
+never exceeds its cap; after shutdown, once every child is gone, the planner says it is finished.
+"""
+
+from __future__ import annotations
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from supervisor.plan.policy import ExitKind
+from tests.plan.world import TOKEN, World, facts
+
+NAMES = ("default", "a", "b")
+CAP = 8.0
+
+
+class PlannerMachine(RuleBasedStateMachine):
+    @initialize(slots=st.sampled_from([1, 2, None]), auto_ready=st.booleans())
+    def start(self, slots: int | None, auto_ready: bool) -> None:
+        self.w = World.make(NAMES, max_starting=slots, auto_ready=auto_ready, stop_timeout=5)
+        self.version = 0
+
+    # ------------------------------------------------------------------ the world
+
+    @rule(name=st.sampled_from(NAMES), code=st.sampled_from([0, 1, 75, 78, None]),
+          state=st.sampled_from([None, "stopped", "running", "startup_failed"]))
+    def child_exits(self, name: str, code: int | None, state: str | None) -> None:
+        if name in self.w.alive:
+            self.w.exit(name, code, 9 if code is None else None, state)
+
+    @rule(name=st.sampled_from(NAMES))
+    def becomes_ready(self, name: str) -> None:
+        if name in self.w.alive:
+            self.w.ready(name)
+
+    @rule(name=st.sampled_from(NAMES), kind=st.sampled_from([ExitKind.HUNG, ExitKind.MEMORY_LIMIT]))
+    def killed_for_a_reason(self, name: str, kind: ExitKind) -> None:
+        if name in self.w.alive:
+            self.w.run(self.w.planner.kill_for(name, self.w.alive[name], kind, "test"))
+
+    @rule(seconds=st.sampled_from([0.5, 1, 3, 9, 31, 100]))
+    def time_passes(self, seconds: float) -> None:
+        self.w.advance(seconds)
+
+    @rule()
+    def stopping_children_obey(self) -> None:
+        self.w.obey_stops()
+
+    @rule(name=st.sampled_from(NAMES))
+    def next_spawn_fails(self, name: str) -> None:
+        self.w.fail_next.add(name)
+
+    @rule(name=st.sampled_from(NAMES))
+    def a_foreign_gateway_takes_it(self, name: str) -> None:
+        self.w.foreign_next[name] = 9000 + len(self.w.spawns)
+
+    @rule(name=st.sampled_from(NAMES))
+    def the_foreign_gateway_ends(self, name: str) -> None:
+        self.w.run(self.w.planner.foreign_gone(name))
+
+    @rule(name=st.sampled_from(NAMES), kind=st.sampled_from(["fine", "broken", "token"]))
+    def files_change(self, name: str, kind: str) -> None:
+        if name not in self.w.planner.profiles or not self.w.planner.profiles[name].present:
+            return
+        self.version += 1
+        f = facts(name, digest=f"v{self.version}", claims=(TOKEN,) if kind == "token" else (),
+                  problems=(f"/r/{name}/.env:1: broken",) if kind == "broken" else ())
+        self.w.run(self.w.planner.set_facts(name, f))
+
+    @rule(keep=st.sets(st.sampled_from(NAMES[1:])))
+    def profiles_folder_changes(self, keep: set[str]) -> None:
+        served = [(n, facts(n).home) for n in NAMES if n == "default" or n in keep]
+        self.w.run(self.w.planner.set_served(served))
+        for n, _home in served:
+            if self.w.planner.profiles[n].facts is None:
+                self.w.run(self.w.planner.set_facts(n, facts(n)))
+
+    # ------------------------------------------------------------------ the operator
+
+    @rule(name=st.sampled_from(NAMES), verb=st.sampled_from(["start", "stop", "restart", "graceful", "force"]))
+    def operator(self, name: str, verb: str) -> None:
+        p = self.w.planner.profiles.get(name)
+        if p is None or not p.present:
+            return
+        if verb == "start":
+            _, actions = self.w.planner.request_start(name)
+        elif verb == "stop":
+            _, actions = self.w.planner.request_stop(name)
+        else:
+            _, actions = self.w.planner.request_restart(name, graceful=verb == "graceful", force=verb == "force")
+        self.w.run(actions)
+
+    @precondition(lambda self: not self.w.planner.shutting_down)
+    @rule(keep=st.booleans())
+    def shutdown(self, keep: bool) -> None:
+        self.w.run(self.w.planner.shutdown(keep_children=keep))
+
+    # ------------------------------------------------------------------ invariants
+
+    @invariant()
+    def the_world_saw_no_misdirected_action(self) -> None:
+        assert self.w.problems == []
+
+    @invariant()
+    def one_child_per_profile_and_the_planner_knows_it(self) -> None:
+        for name, ident in self.w.alive.items():
+            p = self.w.planner.profiles.get(name)
+            assert p is not None and p.child is not None and p.child.ident == ident, (name, ident)
+        for name, p in self.w.planner.profiles.items():
+            if p.child is not None:
+                assert self.w.alive.get(name) == p.child.ident
+
+    @invariant()
+    def down_always_has_a_reason(self) -> None:
+        planner = self.w.planner
+        for p in planner.profiles.values():
+            if planner.wants(p) and p.child is None and not p.spawning:
+                assert p.hold is not None or p.retry_at is not None or p.queued or p.facts is None, p
+                state, reason = planner.state_of(p)
+                assert state in ("held", "backoff", "starting") and (state != "held" or reason)
+
+    @invariant()
+    def backoff_is_bounded(self) -> None:
+        for (_, which), when in self.w.timers.items():
+            if which == "retry":
+                assert when - self.w.now <= CAP + 1e-9
+
+    @invariant()
+    def shutdown_finishes(self) -> None:
+        planner = self.w.planner
+        if planner.shutting_down and not planner.keep_children and not self.w.alive:
+            assert self.w.finished
+
+
+TestPlannerMachine = PlannerMachine.TestCase
+TestPlannerMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
