@@ -17,8 +17,21 @@ members outside the single top-level folder, duplicate or conflicting paths, mor
 ``max_members`` members and more than ``max_bytes`` of content. Every member is checked
 *before* anything is written; extraction then happens in a dot-named scratch folder
 inside ``profiles/`` (the same filesystem) and the result is renamed into place in one
-step, so a failure at any point leaves nothing behind. Extracted files get their archived
-permission bits (never set-id bits), at least owner read/write; ``.env`` is ``0600``.
+step, so a failure at any point leaves nothing behind.
+
+Modes are masked, because root may later run what another user packed: a file keeps its
+archived owner/exec bits but never group/other write and never set-id bits, and is at least
+owner read/write (``0755`` at most); a folder is ``0700`` or ``0755`` at most (``0700`` when the
+archive gives it no group/other access); ``.env`` and ``auth.json`` at the top are ``0600``.
+
+Names are bounded before they are read: a GNU long-name (or long-link) header, or a PAX header,
+announces its size before its data, and ``tarfile`` would read all of it into memory (a 400 MB
+"name" costs gigabytes). :class:`_BoundedTarInfo` checks that size first (names over
+:data:`MAX_NAME_BYTES` and PAX headers over :data:`MAX_PAX_BYTES` reject the archive), and no
+error message quotes more than a short prefix of a name.
+
+Output names follow upstream's rule: ``-o`` minus a trailing ``.tar.gz``, then minus a trailing
+``.tgz``, plus ``.tar.gz`` (``-o c.tgz`` writes ``c.tar.gz``; ``-o c`` writes ``c.tar.gz``).
 """
 
 from __future__ import annotations
@@ -37,12 +50,17 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from profiles.discovery import existing_profile_home
 from profiles.errors import InvalidNameError, ProfileExistsError, ProfileNotFoundError, UnsafeArchiveError
-from profiles.gateway_files import HEARTBEAT_FILE, RUNTIME_TOP_FILES
-from profiles.names import DEFAULT_PROFILE, parse_profile_name
+from profiles.names import DEFAULT_PROFILE, parse_profile_name, shown
 from profiles.paths import HERMESD_DIRNAME, PROFILES_DIRNAME, root_or_env
+from profiles.upstream.files import HEARTBEAT_FILE, RUNTIME_TOP_FILES
 
 DEFAULT_MAX_BYTES = 2 * 1024**3
 DEFAULT_MAX_MEMBERS = 100_000
+MAX_NAME_BYTES = 4096  # PATH_MAX: no real member name is longer
+MAX_PAX_BYTES = 64 * 1024  # a PAX header holds a path, a link and a few numbers
+FILE_MODE_MASK = 0o755  # no group/other write, no set-id, no sticky bit
+DIR_MODE_MASK = 0o755
+CREDENTIAL_FILES = frozenset({".env", "auth.json"})
 
 # Top-level entries never exported from a named profile: the runtime state, databases,
 # credentials and caches upstream leaves out of the default export, plus hermesd's own folder.
@@ -117,24 +135,25 @@ def _walk(home: Path, is_default: bool, skipped: list[str]) -> Iterator[tuple[Pa
             parts = (*rel, entry.name)
             if _excluded(parts, is_default):
                 continue
-            shown = "/".join(parts)
+            label = "/".join(parts)
             if entry.is_symlink():
-                skipped.append(f"{shown}: symlink")
+                skipped.append(f"{label}: symlink")
             elif entry.is_dir(follow_symlinks=False):
                 yield Path(entry.path), parts
                 subdirs.append((Path(entry.path), parts))
             elif entry.is_file(follow_symlinks=False):
                 yield Path(entry.path), parts
             else:
-                skipped.append(f"{shown}: special file")
+                skipped.append(f"{label}: special file")
         stack.extend(reversed(subdirs))
 
 
-def _archive_path(output: Path | str | None, canon: str) -> Path:
-    if output is None:
+def archive_path(output: Path | str | None, canon: str) -> Path:
+    """Where ``export -o OUTPUT`` writes: upstream's rule (``.tar.gz`` then ``.tgz`` stripped, ``.tar.gz`` added)."""
+    if output is None or str(output) == "":
         return Path.cwd() / f"{canon}.tar.gz"
-    out = Path(output)
-    return out if out.name.endswith((".tar.gz", ".tgz")) else out.with_name(out.name + ".tar.gz")
+    base = str(Path(output)).removesuffix(".tar.gz").removesuffix(".tgz")
+    return Path(base + ".tar.gz")
 
 
 def _normalised_info(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -155,7 +174,7 @@ def export_profile(
     canon = parse_profile_name(name)
     home = existing_profile_home(canon, root, env)
     is_default = canon == DEFAULT_PROFILE
-    target = _archive_path(output, canon)
+    target = archive_path(output, canon)
     target.parent.mkdir(parents=True, exist_ok=True)
     skipped: list[str] = []
     count = 0
@@ -195,15 +214,50 @@ def member_parts(member_name: str) -> tuple[str, ...]:
     windows = PureWindowsPath(member_name)
     posix = PurePosixPath(normalised)
     if not normalised or posix.is_absolute() or windows.is_absolute() or windows.drive or windows.root:
-        raise UnsafeArchiveError(f"unsafe archive member {member_name!r}: absolute path or drive letter")
+        raise UnsafeArchiveError(f"unsafe archive member {shown(member_name)}: absolute path or drive letter")
     parts = tuple(p for p in posix.parts if p not in ("", "."))
     if not parts:
-        raise UnsafeArchiveError(f"unsafe archive member {member_name!r}: empty path")
+        raise UnsafeArchiveError(f"unsafe archive member {shown(member_name)}: empty path")
     if ".." in parts:
-        raise UnsafeArchiveError(f"unsafe archive member {member_name!r}: '..' component")
+        raise UnsafeArchiveError(f"unsafe archive member {shown(member_name)}: '..' component")
     if any(":" in p or "\0" in p for p in parts):
-        raise UnsafeArchiveError(f"unsafe archive member {member_name!r}: ':' or NUL in a path component")
+        raise UnsafeArchiveError(f"unsafe archive member {shown(member_name)}: ':' or NUL in a path component")
     return parts
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """A ``TarInfo`` that refuses oversized name and PAX headers *before* ``tarfile`` reads them.
+
+    ``tarfile`` reads a GNU long-name/long-link header's data (the name) and a PAX header's data
+    in one ``read(size)``; the size comes from the header, so a hostile archive chooses how much
+    memory that read takes. ``_proc_member`` is where ``tarfile`` dispatches on the header type,
+    after parsing the 512-byte header and before reading the data: the size is checked there.
+    """
+
+    def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK) and self.size > MAX_NAME_BYTES:
+            what = "name" if self.type == tarfile.GNUTYPE_LONGNAME else "link target"
+            raise UnsafeArchiveError(
+                f"archive has a member {what} of {self.size} bytes (more than {MAX_NAME_BYTES}); refused unread"
+            )
+        if self.type in (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE) and self.size > MAX_PAX_BYTES:
+            raise UnsafeArchiveError(
+                f"archive has a PAX header of {self.size} bytes (more than {MAX_PAX_BYTES}); refused unread"
+            )
+        if self.type == tarfile.GNUTYPE_SPARSE:
+            # Sparse members are refused anyway; refusing before tarfile walks their extension
+            # blocks (unbounded in number) keeps that walk from costing memory too.
+            raise UnsafeArchiveError(f"archive member {shown(self.name)} is a sparse file; only files and folders "
+                                     "are imported")
+        return super()._proc_member(tarfile_)  # type: ignore[misc]
+
+
+def _check_name_length(member: tarfile.TarInfo) -> None:
+    """A PAX ``path`` (bounded by the header size) can still exceed a sane name length."""
+    if len(member.name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+        raise UnsafeArchiveError(
+            f"archive member name {shown(member.name)} is longer than {MAX_NAME_BYTES} bytes"
+        )
 
 
 def _member_kind(member: tarfile.TarInfo) -> str:
@@ -238,30 +292,35 @@ def _plan(tar: tarfile.TarFile, max_bytes: int, max_members: int) -> _Plan:
     total = 0
     top: str | None = None
     for member in tar:
+        _check_name_length(member)
         if len(planned) >= max_members:
-            raise UnsafeArchiveError(f"archive has more than {max_members} members (at {member.name!r})")
+            raise UnsafeArchiveError(f"archive has more than {max_members} members (at {shown(member.name)})")
         parts = member_parts(member.name)
         kind = _member_kind(member)
         if kind not in ("file", "dir"):
-            raise UnsafeArchiveError(f"archive member {member.name!r} is a {kind}; only files and folders are imported")
+            raise UnsafeArchiveError(
+                f"archive member {shown(member.name)} is a {kind}; only files and folders are imported"
+            )
         if top is None:
             top = parts[0]
         elif parts[0] != top:
             raise UnsafeArchiveError(
-                f"archive member {member.name!r} is outside the single top-level folder {top!r}"
+                f"archive member {shown(member.name)} is outside the single top-level folder {shown(top)}"
             )
         if len(parts) == 1 and kind == "file":
-            raise UnsafeArchiveError(f"archive member {member.name!r} is a file at the top level, not a profile folder")
+            raise UnsafeArchiveError(
+                f"archive member {shown(member.name)} is a file at the top level, not a profile folder"
+            )
         for i in range(1, len(parts)):
             if parts[:i] in files:
-                raise UnsafeArchiveError(f"archive member {member.name!r} is inside a path that is a file")
+                raise UnsafeArchiveError(f"archive member {shown(member.name)} is inside a path that is a file")
         if parts in files or (kind == "file" and parts in dirs):
-            raise UnsafeArchiveError(f"archive member {member.name!r} appears more than once")
+            raise UnsafeArchiveError(f"archive member {shown(member.name)} appears more than once")
         if kind == "file":
             total += member.size
             if total > max_bytes:
                 raise UnsafeArchiveError(
-                    f"archive expands past the {max_bytes}-byte limit (at member {member.name!r})"
+                    f"archive expands past the {max_bytes}-byte limit (at member {shown(member.name)})"
                 )
             files.add(parts)
         else:
@@ -272,30 +331,56 @@ def _plan(tar: tarfile.TarFile, max_bytes: int, max_members: int) -> _Plan:
     return _Plan(top, planned)
 
 
+def file_mode(archived: int, rel: tuple[str, ...]) -> int:
+    """The mode an imported file gets: masked archive bits, owner read/write, credentials ``0600``."""
+    if len(rel) == 1 and rel[0] in CREDENTIAL_FILES:
+        return 0o600
+    return (archived & FILE_MODE_MASK) | stat.S_IRUSR | stat.S_IWUSR
+
+
+def dir_mode(archived: int | None) -> int:
+    """The mode an imported folder gets: ``0700`` plus at most group/other read and search (``0755``)."""
+    if archived is None:
+        return 0o755  # a folder the archive implies but does not list
+    return (archived & DIR_MODE_MASK) | stat.S_IRWXU
+
+
 def _extract(
     tar: tarfile.TarFile, plan: _Plan, dest: Path, progress: Callable[[int, int | None], None] | None = None
 ) -> None:
-    dir_modes: list[tuple[Path, int]] = []
-    dest.mkdir()
+    # Everything is created owner-only inside the owner-only scratch folder and given its final
+    # (masked) mode at the end, folders deepest first, so no moment exposes a writable path.
+    dir_modes: dict[Path, int] = {dest: dir_mode(None)}
+
+    def make_dirs(path: Path) -> None:
+        missing: list[Path] = []
+        while path not in dir_modes and not path.is_dir():
+            missing.append(path)
+            path = path.parent
+        for folder in reversed(missing):
+            os.mkdir(folder, 0o700)
+            dir_modes.setdefault(folder, dir_mode(None))
+
+    os.mkdir(dest, 0o700)
     for n, (member, parts) in enumerate(plan.members, 1):
         if progress is not None:
             progress(n, len(plan.members))
         rel = parts[1:]
         target = dest.joinpath(*rel) if rel else dest
         if member.isdir():
-            target.mkdir(parents=True, exist_ok=True)
-            dir_modes.append((target, (member.mode & 0o777) | stat.S_IRWXU))
+            make_dirs(target)
+            dir_modes[target] = dir_mode(member.mode)
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(target.parent)
         source = tar.extractfile(member)
         if source is None:
-            raise UnsafeArchiveError(f"cannot read archive member {member.name!r}")
-        with source, open(target, "xb") as out:
+            raise UnsafeArchiveError(f"cannot read archive member {shown(member.name)}")
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with source, os.fdopen(fd, "wb") as out:
             shutil.copyfileobj(source, out)
-        mode = 0o600 if rel == (".env",) else (member.mode & 0o777) | stat.S_IRUSR | stat.S_IWUSR
-        os.chmod(target, mode)
-    for path, mode in reversed(dir_modes):
-        os.chmod(path, mode)
+        os.chmod(target, file_mode(member.mode, rel))
+    for path in sorted(dir_modes, key=lambda p: len(p.parts), reverse=True):
+        os.chmod(path, dir_modes[path])
 
 
 def _import_name(explicit: str | None, top: str) -> str:
@@ -304,7 +389,9 @@ def _import_name(explicit: str | None, top: str) -> str:
     try:
         return parse_profile_name(top, allow_default=False)
     except InvalidNameError as exc:
-        raise InvalidNameError(f"the archive's folder {top!r} cannot be a profile name ({exc}); use --name") from exc
+        raise InvalidNameError(
+            f"the archive's folder {shown(top)} cannot be a profile name ({exc}); use --name"
+        ) from exc
 
 
 def import_profile(
@@ -322,8 +409,12 @@ def import_profile(
     if not source.is_file():
         raise ProfileNotFoundError(f"archive not found: {source}")
     base = root_or_env(root, env)
+    if name is not None:  # check the name the user gave before reading the archive
+        explicit = parse_profile_name(name, allow_default=False)
+        if os.path.lexists(base / PROFILES_DIRNAME / explicit):
+            raise ProfileExistsError(f"profile {explicit!r} already exists at {base / PROFILES_DIRNAME / explicit}")
     try:
-        with tarfile.open(source, mode="r:*") as tar:
+        with open(source, "rb") as raw, tarfile.open(fileobj=raw, mode="r:*", tarinfo=_BoundedTarInfo) as tar:
             plan = _plan(tar, max_bytes, max_members)
             canon = _import_name(name, plan.top)
             target = base / PROFILES_DIRNAME / canon

@@ -2,6 +2,12 @@
 
 Imported only when a profile verb runs, so other hermesd commands never pay for archives,
 lifecycle and wrappers.
+
+Conventions (the same as the rest of hermesd): a mistake the user can fix — a bad or unknown
+name, a root that does not exist, a refused archive, conflicting flags — is one line
+``hermesd: error: …`` on stderr and exit status 2; a request understood but not carried out
+(a deletion not confirmed) is exit status 1; never a traceback. Every verb checks every name
+it was given (and that the root exists) before it changes anything.
 """
 
 from __future__ import annotations
@@ -10,47 +16,84 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from profiles.archive import export_profile, import_profile
-from profiles.discovery import active_profile, clear_active_profile, existing_profile_home, set_active_profile
+from profiles.discovery import (
+    CUSTOM_PROFILE,
+    active_profile,
+    clear_active_profile,
+    existing_profile_home,
+    profile_names,
+    set_active_profile,
+)
 from profiles.errors import ProfileError
-from profiles.info import ProfileSummary, list_profiles, show_profile
+from profiles.info import ProfileSummary, list_profiles, read_distribution, show_profile
 from profiles.lifecycle import create_profile, delete_profile, rename_profile
+from profiles.meta import read_profile_meta, write_profile_meta
+from profiles.migration import MigrationResult, default_gateway_command, migrate_cloned_config
 from profiles.names import DEFAULT_PROFILE, parse_profile_name
-from profiles.paths import resolve_root
+from profiles.paths import existing_root, hermes_home
 from profiles.progress import Progress
 from wrappers.scripts import (
+    KIND_UPSTREAM,
+    WrapperInfo,
+    adopt_wrapper,
     alias_collision,
     aliases_for_profile,
+    all_wrappers,
     create_wrapper,
-    list_wrappers,
     remove_wrapper,
+    upstream_style_wrappers,
     wrapper_dir,
 )
 
 StopGateway = Callable[[str, Path], None]
-Handler = Callable[[argparse.Namespace], int]
+GatewayCommand = Callable[[Path], Sequence[str] | None]
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
 
 
-def _fail(message: str) -> int:
+class UsageError(ProfileError):
+    """Flags that cannot go together, or a verb missing what it needs (exit 2)."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the supervisor injects: how to stop a gateway, and which command runs ``hermes``."""
+
+    stop_gateway: StopGateway | None = None
+    gateway_command: GatewayCommand | None = None
+
+
+Handler = Callable[[argparse.Namespace, Context], int]
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> int:
+    """Print the one error line and return ``code``."""
     print(f"hermesd: error: {message}", file=sys.stderr)
-    return 1
+    return code
 
 
-def _guard(handler: Handler) -> Handler:
-    """Turn user-facing errors into one stderr line and exit status 1."""
+def guard(handler: Handler, ctx: Context) -> Callable[[argparse.Namespace], int]:
+    """Turn user-facing errors into one stderr line and exit status 2 (OS failures: 1)."""
 
     def run(args: argparse.Namespace) -> int:
         try:
-            return handler(args)
+            return handler(args, ctx)
         except ProfileError as exc:
-            return _fail(str(exc))
+            return fail(str(exc))
+        except PermissionError as exc:
+            where = f" {exc.filename}" if exc.filename else ""
+            return fail(f"permission denied:{where} (run as the user that owns the root)")
         except OSError as exc:
             where = f": {exc.filename}" if exc.filename else ""
-            return _fail(f"{exc.strerror or exc}{where}")
+            return fail(f"{exc.strerror or exc}{where}", EXIT_FAILURE)
         except KeyboardInterrupt:
             print(file=sys.stderr)
             return 130
@@ -61,7 +104,7 @@ def _guard(handler: Handler) -> Handler:
 
 
 def _root(args: argparse.Namespace) -> Path:
-    return Path(args.root) if args.root is not None else resolve_root()
+    return existing_root(getattr(args, "root", None))
 
 
 def _alias_dir(args: argparse.Namespace) -> Path:
@@ -78,7 +121,7 @@ def _on_path(folder: Path) -> bool:
 
 
 def _make_alias(name: str, root: Path, folder: Path) -> None:
-    """Create the profile-named alias after create/import; a collision is only a warning."""
+    """Create the profile-named alias after create/import; a collision is only a warning (as upstream)."""
     problem = alias_collision(name, name, root, folder)
     if problem:
         _warn(f"alias {name!r} not created: {problem}")
@@ -90,7 +133,17 @@ def _make_alias(name: str, root: Path, folder: Path) -> None:
         _warn(f"{folder} is not on your PATH")
 
 
-# --------------------------------------------------------------------------- handlers
+def _alias_text(alias: str, upstream: bool) -> str:
+    return f"{alias} (upstream)" if upstream else alias
+
+
+UPSTREAM_NOTE = (
+    "(upstream): an alias written by 'hermes profile'; its 'gateway' commands bypass hermesd. "
+    "Convert it: hermesd profile alias --adopt"
+)
+
+
+# --------------------------------------------------------------------------- read-only verbs
 
 
 def _print_summary(s: ProfileSummary) -> None:
@@ -107,12 +160,27 @@ def _print_summary(s: ProfileSummary) -> None:
     for port in s.ports:
         print(f"Listens: {port['platform']} on {port['host'] or '*'}:{port['port']}")
     for alias in s.aliases:
-        print(f"Alias:   {alias}")
+        if alias in s.upstream_aliases:
+            print(f"Alias:   {alias}  (upstream's wrapper: '{alias} gateway ...' bypasses hermesd; "
+                  f"convert it with: hermesd profile alias {s.name} --adopt --name {alias})")
+        else:
+            print(f"Alias:   {alias}")
     for problem in s.problems:
         print(f"Problem: {problem}")
 
 
-def _cmd_list(args: argparse.Namespace) -> int:
+def _cmd_status(args: argparse.Namespace, ctx: Context) -> int:
+    root = _root(args)
+    name = active_profile(root)
+    path = root if name == DEFAULT_PROFILE else root / "profiles" / name
+    if name == CUSTOM_PROFILE and not path.is_dir():
+        path = hermes_home()  # upstream's "custom": HERMES_HOME is neither the root nor one of its profiles
+    print(f"Active profile: {name}")
+    print(f"Path:           {path}")
+    return EXIT_OK
+
+
+def _cmd_list(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     summaries, unserved = list_profiles(root, wrapper_dir=_alias_dir(args))
     if args.json:
@@ -122,32 +190,102 @@ def _cmd_list(args: argparse.Namespace) -> int:
             "unserved": [{"name": n, "path": str(p), "reason": r} for n, p, r in unserved],
         }
         print(json.dumps(payload, indent=2))
-        return 0
+        return EXIT_OK
     print(f" {'Profile':<20} {'Gateway':<10} {'Alias':<16} Description")
     for s in summaries:
         mark = "*" if s.active else " "
         gateway = "running" if s.gateway_pid else "stopped"
-        alias = ",".join(s.aliases) or "-"
+        alias = ",".join(_alias_text(a, a in s.upstream_aliases) for a in s.aliases) or "-"
         about = ("! " + s.problems[0]) if s.problems else s.description
         print(f"{mark}{s.name:<20} {gateway:<10} {alias:<16} {about}")
     for name, path, reason in unserved:
-        print(f" skipped: {name} ({reason}) at {path}")
-    return 0
+        print(f" skipped: {name!r} ({reason}) at {path}")
+    if any(s.upstream_aliases for s in summaries):
+        print(UPSTREAM_NOTE)
+    return EXIT_OK
 
 
-def _cmd_show(args: argparse.Namespace) -> int:
+def _cmd_show(args: argparse.Namespace, ctx: Context) -> int:
     summary = show_profile(args.profile_name, _root(args), wrapper_dir=_alias_dir(args))
     if args.json:
         print(json.dumps(summary.to_json(), indent=2))
     else:
         _print_summary(summary)
-    return 0
+    return EXIT_OK
 
 
-def _cmd_create(args: argparse.Namespace) -> int:
+def _cmd_describe(args: argparse.Namespace, ctx: Context) -> int:
+    if args.auto or args.all_missing or args.overwrite:
+        raise UsageError(
+            "describe --auto/--all/--overwrite ask a model to write the description; hermesd runs no model: "
+            "use 'hermes profile describe NAME --auto', or set it here with --text"
+        )
+    if args.profile_name is None:
+        raise UsageError("profile describe needs NAME (see 'hermesd profile describe --help')")
     root = _root(args)
-    if args.clone and args.clone_all:
-        return _fail("--clone and --clone-all are mutually exclusive")
+    canon = parse_profile_name(args.profile_name)
+    home = existing_profile_home(args.profile_name, root)
+    if args.text is not None:
+        write_profile_meta(home, description=args.text, description_auto=False)
+        print(f"Description updated for {canon!r}.")
+        return EXIT_OK
+    meta = read_profile_meta(home)
+    if not meta["description"]:
+        print(f"(no description set for {canon!r})")
+    else:
+        print(f"{'[auto] ' if meta['description_auto'] else ''}{meta['description']}")
+    return EXIT_OK
+
+
+def _cmd_info(args: argparse.Namespace, ctx: Context) -> int:
+    root = _root(args)
+    canon = parse_profile_name(args.profile_name)
+    home = existing_profile_home(args.profile_name, root)
+    data = read_distribution(home)
+    if args.json:
+        print(json.dumps({"profile": canon, "distribution": data}, indent=2))
+        return EXIT_OK
+    if not data:
+        print(f"Profile {canon!r} is not a distribution (no distribution.yaml).")
+        return EXIT_OK
+    print(f"Distribution: {data.get('name')}")
+    print(f"Version:      {data.get('version', '?')}")
+    for key, label in (("description", "Description"), ("author", "Author"), ("license", "License")):
+        if data.get(key):
+            print(f"{label + ':':<14}{data[key]}")
+    if data.get("hermes_requires"):
+        print(f"Requires:     Hermes {data['hermes_requires']}")
+    if data.get("source"):
+        print(f"Source:       {data['source']}")
+    if data.get("installed_at"):
+        print(f"Installed:    {data['installed_at']}")
+    env_reqs = data.get("env_requires") or []
+    if env_reqs:
+        print("Environment variables:")
+        for req in env_reqs:
+            tag = "required" if req.get("required", True) else "optional"
+            line = f"  {req['name']} ({tag})"
+            if req.get("description"):
+                line += f" - {req['description']}"
+            print(line)
+            if req.get("default") is not None:
+                print(f"      default: {req['default']}")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- create / delete / rename
+
+
+def _migrator(ctx: Context, root: Path) -> Callable[[Path], MigrationResult]:
+    def migrate(home: Path) -> MigrationResult:
+        command = ctx.gateway_command(root) if ctx.gateway_command is not None else default_gateway_command()
+        return migrate_cloned_config(home, command)
+
+    return migrate
+
+
+def _cmd_create(args: argparse.Namespace, ctx: Context) -> int:
+    root = _root(args)
     result = create_profile(
         args.profile_name,
         root,
@@ -155,42 +293,73 @@ def _cmd_create(args: argparse.Namespace) -> int:
         clone_all=args.clone_all,
         clone_from=args.clone_from,
         description=args.description,
+        no_skills=args.no_skills,
+        migrate=_migrator(ctx, root),
     )
     print(f"Profile {result.name!r} created at {result.path}")
     if result.source is not None:
-        print(f"{'Full copy' if result.mode == 'clone-all' else 'Cloned config'} from {result.source!r}.")
+        if result.mode == "clone-all":
+            print(f"Full copy from {result.source!r} (excluding session history, backups, snapshots and "
+                  "runtime files).")
+        else:
+            print(f"Cloned config, .env, SOUL.md, skills and memories from {result.source!r}.")
+    if result.migration is not None and result.migration.status == "migrated":
+        print(result.migration.describe())
+    if args.no_skills:
+        print("No bundled skills will be seeded (--no-skills). Delete .no-bundled-skills in the profile to opt "
+              "back in.")
     for warning in result.warnings:
         _warn(warning)
     if not args.no_alias:
         _make_alias(result.name, root, _alias_dir(args))
-    return 0
+    return EXIT_OK
 
 
 def _confirm(name: str) -> bool:
-    if not sys.stdin or not sys.stdin.isatty():
-        raise ProfileError(f"refusing to delete {name!r} without -y (no terminal to confirm on)")
-    answer = input(f"Type {name!r} to confirm deletion: ").strip()
-    return answer == name
+    """Upstream's confirmation: type the name. A terminal or a pipe both work; EOF cancels."""
+    prompt = f"Type {name!r} to confirm: "
+    stdin = sys.stdin
+    if stdin is None or stdin.closed:
+        raise UsageError(f"refusing to delete {name!r} without -y: no input to confirm on")
+    try:
+        if stdin.isatty():
+            answer = input(prompt)
+        else:
+            print(prompt, end="", flush=True)
+            line = stdin.readline()
+            print()
+            if not line:
+                return False
+            answer = line
+    except EOFError:
+        print()
+        return False
+    return answer.strip() == name
 
 
-def _stopper(args: argparse.Namespace, stop_gateway: StopGateway | None) -> StopGateway | None:
+def _stopper(args: argparse.Namespace, ctx: Context) -> StopGateway | None:
     if not args.stop:
         return None
-    if stop_gateway is None:
-        raise ProfileError("--stop is not available here: this command has no way to stop a gateway")
-    return stop_gateway
+    if ctx.stop_gateway is None:
+        raise UsageError("--stop is not available here: this command has no way to stop a gateway")
+    return ctx.stop_gateway
 
 
-def _cmd_delete(args: argparse.Namespace, stop_gateway: StopGateway | None) -> int:
+def _cmd_delete(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     canon = parse_profile_name(args.profile_name)
-    home = existing_profile_home(canon, root)
+    if canon == DEFAULT_PROFILE:
+        raise UsageError("cannot delete the default profile: it is the root folder itself")
+    home = existing_profile_home(args.profile_name, root)
+    stop = _stopper(args, ctx)
     if not args.yes:
         print(f"This permanently deletes profile {canon!r} at {home} (config, keys, memories, sessions).")
+        for w in aliases_for_profile(canon, root, _alias_dir(args), include_upstream=True):
+            print(f"  and its alias {_alias_text(w.alias, w.kind == KIND_UPSTREAM)} ({w.path})")
         if not _confirm(canon):
             print("Cancelled.")
-            return 1
-    result = delete_profile(canon, root, stop_gateway=_stopper(args, stop_gateway), wrapper_dir=_alias_dir(args))
+            return EXIT_FAILURE
+    result = delete_profile(canon, root, stop_gateway=stop, wrapper_dir=_alias_dir(args))
     print(f"Profile {canon!r} deleted.")
     for alias in result.aliases_removed:
         print(f"Alias removed: {alias}")
@@ -198,49 +367,61 @@ def _cmd_delete(args: argparse.Namespace, stop_gateway: StopGateway | None) -> i
         print("Active profile reset to default.")
     for warning in result.warnings:
         _warn(warning)
-    return 0
+    return EXIT_OK
 
 
-def _cmd_rename(args: argparse.Namespace, stop_gateway: StopGateway | None) -> int:
+def _cmd_rename(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     result = rename_profile(
-        args.old_name, args.new_name, root, stop_gateway=_stopper(args, stop_gateway), wrapper_dir=_alias_dir(args)
+        args.old_name, args.new_name, root,
+        stop_gateway=_stopper(args, ctx), wrapper_dir=_alias_dir(args), create_alias=not args.no_alias,
     )
     print(f"Profile renamed to {result.name!r} at {result.path}")
+    for alias in result.aliases_removed:
+        print(f"Alias removed: {alias}")
     for alias in result.aliases_created:
         print(f"Alias updated: {alias}")
     if result.active_changed:
         print(f"Active profile updated: {result.name}")
     for warning in result.warnings:
         _warn(warning)
-    return 0
+    return EXIT_OK
 
 
-def _cmd_use(args: argparse.Namespace) -> int:
+def _cmd_use(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     if args.clear:
+        if args.profile_name is not None:
+            raise UsageError("profile use takes NAME or --clear, not both")
         clear_active_profile(root)
         print("Switched to: default")
-    elif args.profile_name is None:
-        print(f"Active profile: {active_profile(root)}")
-    else:
-        print(f"Switched to: {set_active_profile(args.profile_name, root)}")
-    return 0
+        return EXIT_OK
+    if args.profile_name is None:
+        raise UsageError("profile use needs NAME ('default' or --clear to reset; 'hermesd profile' shows the "
+                         "active one)")
+    print(f"Switched to: {set_active_profile(args.profile_name, root)}")
+    return EXIT_OK
 
 
-def _cmd_export(args: argparse.Namespace) -> int:
+# --------------------------------------------------------------------------- export / import
+
+
+def _cmd_export(args: argparse.Namespace, ctx: Context) -> int:
+    root = _root(args)
+    canon = parse_profile_name(args.profile_name)
+    existing_profile_home(args.profile_name, root)
     shown = Progress("exporting entries")
     try:
-        result = export_profile(args.profile_name, args.output, _root(args), progress=shown.update)
+        result = export_profile(canon, args.output, root, progress=shown.update)
     finally:
         shown.done()
-    print(f"Exported {parse_profile_name(args.profile_name)!r} to {result.path} ({result.members} entries)")
+    print(f"Exported {canon!r} to {result.path} ({result.members} entries)")
     for skipped in result.skipped:
         _warn(f"not exported: {skipped}")
-    return 0
+    return EXIT_OK
 
 
-def _cmd_import(args: argparse.Namespace) -> int:
+def _cmd_import(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     shown = Progress("importing entries")
     try:
@@ -250,41 +431,77 @@ def _cmd_import(args: argparse.Namespace) -> int:
     print(f"Imported profile {result.name!r} at {result.path}")
     if not args.no_alias:
         _make_alias(result.name, root, _alias_dir(args))
-    return 0
+    return EXIT_OK
 
 
-def _cmd_alias(args: argparse.Namespace) -> int:
+# --------------------------------------------------------------------------- aliases
+
+
+def _print_wrapper(w: WrapperInfo) -> None:
+    kind = "  [upstream: gateway verbs bypass hermesd]" if w.kind == KIND_UPSTREAM else ""
+    print(f"{w.alias} -> {w.profile}  ({w.path}){kind}")
+
+
+def _cmd_alias(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     folder = _alias_dir(args)
+    picked = [flag for flag in ("list", "remove", "adopt") if getattr(args, flag)]
+    if len(picked) > 1:
+        raise UsageError(f"profile alias takes one of --list, --remove, --adopt (got {', '.join(picked)})")
+    canon: str | None = None
+    if args.profile_name is not None:
+        canon = parse_profile_name(args.profile_name)
+        if canon not in profile_names(root):
+            existing_profile_home(args.profile_name, root)  # raises: no such profile (did you mean …)
     if args.list:
-        shown = list_wrappers(folder, root)
-        if args.profile_name is not None:
-            shown = [w for w in shown if w.profile == parse_profile_name(args.profile_name)]
+        shown = [w for w in all_wrappers(root, folder) if canon is None or w.profile == canon]
         for w in shown:
-            print(f"{w.alias} -> {w.profile}  ({w.path})")
-        return 0
-    if args.profile_name is None:
-        return _fail("a profile name is required (or use --list)")
-    canon = parse_profile_name(args.profile_name)
-    existing_profile_home(canon, root)
+            _print_wrapper(w)
+        return EXIT_OK
+    if args.adopt:
+        return _adopt(args, root, folder, canon)
+    if canon is None:
+        raise UsageError("profile alias needs NAME (or --list, or --adopt)")
     if args.remove:
-        names = [args.alias_name] if args.alias_name else [w.alias for w in aliases_for_profile(canon, root, folder)]
-        removed = [n for n in names if remove_wrapper(n, folder, root) is not None]
+        names = [args.alias_name] if args.alias_name else [
+            w.alias for w in aliases_for_profile(canon, root, folder, include_upstream=True)
+        ]
+        removed = [
+            n for n in dict.fromkeys(names)
+            if remove_wrapper(n, folder, root, profile=canon, include_upstream=True) is not None
+        ]
         if not removed:
-            print(f"No hermesd alias for {canon!r} found to remove.")
+            print(f"No alias for {canon!r} found to remove.")
         for name in removed:
             print(f"Removed alias {name!r}")
-        return 0
+        return EXIT_OK
     path = create_wrapper(args.alias_name or canon, canon, root, folder)
     print(f"Alias created: {path}")
     if not _on_path(folder):
         _warn(f"{folder} is not on your PATH")
-    return 0
+    return EXIT_OK
 
 
-def _cmd_status(args: argparse.Namespace) -> int:
-    root = _root(args)
-    name = active_profile(root)
-    print(f"Active profile: {name}")
-    print(f"Path:           {root if name == DEFAULT_PROFILE else root / 'profiles' / name}")
-    return 0
+def _adopt(args: argparse.Namespace, root: Path, folder: Path, canon: str | None) -> int:
+    """Rewrite upstream-style aliases as hermesd wrappers, keeping each one's name and target."""
+    found = upstream_style_wrappers(root, folder)
+    if canon is not None:
+        found = [w for w in found if w.profile == canon]
+    if args.alias_name is not None:
+        wanted = args.alias_name.strip().lower()
+        found = [w for w in found if w.alias == wanted]
+    known = set(profile_names(root))
+    if not found:
+        what = f" for {canon!r}" if canon else ""
+        named = f" named {args.alias_name!r}" if args.alias_name else ""
+        print(f"No upstream-style alias{named}{what} found (nothing to adopt).")
+        return EXIT_OK
+    failed = 0
+    for w in found:
+        if w.profile not in known:
+            _warn(f"{w.path} runs profile {w.profile!r}, which does not exist under {root}; left alone")
+            failed += 1
+            continue
+        path = adopt_wrapper(w, root)
+        print(f"Adopted alias {w.alias!r} ({path}): now a hermesd wrapper for profile {w.profile!r}")
+    return EXIT_FAILURE if failed else EXIT_OK

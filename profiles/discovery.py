@@ -5,22 +5,33 @@ shape; no marker file is needed (upstream semantics). ``profiles_to_serve`` mirr
 upstream's function of the same name: ``default`` first, then the named profiles sorted.
 
 DECISION — served is stricter than upstream. A supervisor must not spawn a child that can
-only fail, so two kinds of directory that upstream would list are *not* served:
+only fail, so three kinds of directory that upstream would list are *not* served:
 
-* reserved names (``hermes``, ``test``, ``tmp``, ``root``, ``sudo``, ``default``):
-  upstream lists them, but ``hermes -p test`` refuses the name and exits 1;
+* reserved names (``hermes``, ``test``, ``tmp``, ``root``, ``sudo``): upstream lists them,
+  but ``hermes -p test`` refuses the name and exits 1;
 * symlinked directories: a link can point out of the root, and hermesd never follows a
-  link out of the profiles folder.
+  link out of the profiles folder;
+* a name with a trailing newline (``"ok\n"``): upstream's ``^…$`` lets it through, but
+  ``hermes -p 'ok\n'`` strips it to ``ok`` and fails.
 
-:func:`unserved_profile_dirs` lists every skipped entry with its reason (invalid name,
-reserved name, symlink, not a directory) so ``hermesd doctor`` can report them instead of
-them vanishing silently. Entries whose name starts with ``.`` are hermesd's (or the
-user's) scratch space — temp folders of an import in progress, for instance — and are
-ignored without a word.
+:func:`unserved_entries` lists every skipped entry with its reason (invalid name, reserved
+name, symlink, not a directory) and whether upstream would serve it, so ``hermesd doctor`` can
+report them instead of them vanishing silently; :func:`upstream_served_names` is upstream's
+list, exactly (tested against upstream). Entries whose name starts with ``.`` are hermesd's (or
+the user's) scratch space — temp folders of an import in progress, for instance — and are
+ignored without a word (upstream never lists them either).
 
-The *active* profile is the one a bare ``hermes`` command would use: ``HERMES_HOME`` when
-it points at ``<root>/profiles/<name>``, else the sticky ``<root>/active_profile`` file
-(unless ``HERMES_S6_SUPERVISED_CHILD`` is set, exactly as upstream), else ``default``.
+The *active* profile is what a bare ``hermes`` command would use, predicted step for step as
+upstream decides it (:func:`upstream_active_profile`): a ``HERMES_HOME`` whose parent folder is
+named ``profiles`` is kept; otherwise the sticky ``<root>/active_profile`` applies (unless
+``HERMES_S6_SUPERVISED_CHILD`` is set); then ``HERMES_HOME`` is resolved (links followed) and
+named: the root is ``default``, ``<root>/profiles/<name>`` is ``<name>`` (reserved names
+included), anything else ``custom``.
+
+API: ``profiles_to_serve(multiplex, root)``, ``named_profiles``, ``profile_names`` (the names a
+verb accepts), ``unserved_entries`` / ``unserved_profile_dirs``, ``upstream_served_names``,
+``profile_exists`` (never raises), ``existing_profile_home`` (raises ``no such profile`` with a
+suggestion), ``active_profile``, ``upstream_active_profile``, ``read/set/clear_active_profile``.
 """
 
 from __future__ import annotations
@@ -32,13 +43,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profiles.errors import InvalidNameError, ProfileConfigError, ProfileNotFoundError, UnsafePathError
-from profiles.names import DEFAULT_PROFILE, RESERVED_NAMES, is_valid_name, parse_profile_name
+from profiles.names import (
+    DEFAULT_PROFILE,
+    RESERVED_NAMES,
+    is_valid_name,
+    no_such_profile,
+    normalize_name,
+    parse_profile_name,
+    upstream_id_match,
+    validate_profile_name,
+)
 from profiles.paths import (
+    ACTIVE_PROFILE_FILE,
     PROFILES_DIRNAME,
     active_profile_path,
     get_profile_dir,
-    hermes_home,
+    native_default_home,
     root_or_env,
+    upstream_root,
 )
 
 REASON_NOT_DIR = "not a directory"
@@ -49,27 +71,35 @@ REASON_RESERVED = "reserved name"
 
 @dataclass(frozen=True, slots=True)
 class UnservedEntry:
-    """One entry under ``profiles/`` that hermesd will not serve, and why."""
+    """One entry under ``profiles/`` that hermesd will not serve, why, and whether upstream would.
+
+    ``upstream_serves`` is the prediction of upstream's ``profiles_to_serve(multiplex=True)``:
+    upstream lists every entry for which ``is_dir()`` (following links) holds and whose name
+    passes its ``re.match`` test (a trailing newline included), ``default`` aside. The doctor
+    uses it to say "Hermes alone would serve this, hermesd does not, because …".
+    """
 
     name: str
     path: Path
     reason: str
+    upstream_serves: bool = False
 
 
-def _classify(entry: os.DirEntry[str]) -> str | None:
-    """``None`` for a servable profile directory, else the reason it is skipped."""
+def _classify(entry: os.DirEntry[str]) -> tuple[str | None, bool]:
+    """``(None, True)`` for a servable profile directory, else ``(reason, upstream_serves)``."""
+    upstream_name = upstream_id_match(entry.name) and entry.name != DEFAULT_PROFILE
     try:
         if entry.is_symlink():
-            return REASON_SYMLINK
+            return REASON_SYMLINK, upstream_name and entry.is_dir()
         if not entry.is_dir(follow_symlinks=False):
-            return REASON_NOT_DIR
+            return REASON_NOT_DIR, False
     except OSError:
-        return REASON_NOT_DIR
+        return REASON_NOT_DIR, False
     if not is_valid_name(entry.name):
-        return REASON_INVALID
+        return REASON_INVALID, upstream_name
     if entry.name in RESERVED_NAMES:
-        return REASON_RESERVED
-    return None
+        return REASON_RESERVED, upstream_name
+    return None, True
 
 
 def _scan(root: Path) -> tuple[list[tuple[str, Path]], list[UnservedEntry]]:
@@ -84,11 +114,11 @@ def _scan(root: Path) -> tuple[list[tuple[str, Path]], list[UnservedEntry]]:
         for entry in it:
             if entry.name.startswith("."):
                 continue
-            reason = _classify(entry)
+            reason, upstream = _classify(entry)
             if reason is None:
                 served.append((entry.name, Path(entry.path)))
             else:
-                skipped.append(UnservedEntry(entry.name, Path(entry.path), reason))
+                skipped.append(UnservedEntry(entry.name, Path(entry.path), reason, upstream))
     served.sort()
     skipped.sort(key=lambda u: u.name)
     return served, skipped
@@ -99,6 +129,11 @@ def named_profiles(root: Path | str | None = None, env: Mapping[str, str] | None
     return _scan(root_or_env(root, env))[0]
 
 
+def profile_names(root: Path | str | None = None, env: Mapping[str, str] | None = None) -> list[str]:
+    """``default`` and every servable named profile: the names a verb accepts (and suggests from)."""
+    return [DEFAULT_PROFILE, *(n for n, _ in named_profiles(root, env))]
+
+
 def unserved_profile_dirs(
     root: Path | str | None = None, env: Mapping[str, str] | None = None
 ) -> list[tuple[str, Path, str]]:
@@ -106,9 +141,33 @@ def unserved_profile_dirs(
     return [(u.name, u.path, u.reason) for u in _scan(root_or_env(root, env))[1]]
 
 
-def profile_exists(name: str, root: Path | str | None = None, env: Mapping[str, str] | None = None) -> bool:
-    """True for ``default`` and for a real (non-symlink) directory ``profiles/<name>``."""
-    canon = parse_profile_name(name)
+def unserved_entries(root: Path | str | None = None, env: Mapping[str, str] | None = None) -> list[UnservedEntry]:
+    """Every non-dot entry under ``profiles/`` that is not served, with reason and upstream's view."""
+    return _scan(root_or_env(root, env))[1]
+
+
+def upstream_served_names(root: Path | str | None = None, env: Mapping[str, str] | None = None) -> list[str]:
+    """What upstream's ``profiles_to_serve(multiplex=True)`` would list for ``root``, names only.
+
+    hermesd's served profiles plus the skipped entries upstream would still list (reserved names,
+    symlinks to folders, names with a trailing newline), ``default`` first and the rest sorted as
+    upstream sorts them. The difference is hermesd's deliberate refusal, never a disagreement.
+    """
+    served, skipped = _scan(root_or_env(root, env))
+    names = [n for n, _ in served] + [u.name for u in skipped if u.upstream_serves]
+    return [DEFAULT_PROFILE, *sorted(names)]
+
+
+def profile_exists(name: object, root: Path | str | None = None, env: Mapping[str, str] | None = None) -> bool:
+    """True for ``default`` and for a real (non-symlink) directory ``profiles/<name>``.
+
+    Never raises for a name: ``..``, ``../outside``, ``a/b``, an empty or reserved name are all
+    simply not profiles (upstream's ``profile_exists`` is the same since it validates first).
+    """
+    try:
+        canon = parse_profile_name(name)
+    except InvalidNameError:
+        return False
     if canon == DEFAULT_PROFILE:
         return True
     path = get_profile_dir(canon, root, env)
@@ -120,20 +179,21 @@ def existing_profile_home(
 ) -> Path:
     """The home of an existing profile: the root for ``default``, else the real folder ``profiles/<name>``.
 
-    A symlinked entry raises :class:`UnsafePathError` instead of being followed: it could
-    point anywhere, and hermesd never acts on a folder outside the profiles folder.
+    A missing profile is :func:`profiles.names.no_such_profile` (with a suggestion). A symlinked
+    entry raises :class:`UnsafePathError` instead of being followed: it could point anywhere, and
+    hermesd never acts on a folder outside the profiles folder.
     """
     canon = parse_profile_name(name)
     base = root_or_env(root, env)
     if canon == DEFAULT_PROFILE:
         if not base.is_dir():
-            raise ProfileNotFoundError(f"the root {base} does not exist")
+            raise ProfileNotFoundError(f"root {base} does not exist (pass --root, or set HERMES_HOME)")
         return base
     path = base / PROFILES_DIRNAME / canon
     try:
         st = path.lstat()
-    except FileNotFoundError:
-        raise ProfileNotFoundError(f"profile {canon!r} does not exist under {base / PROFILES_DIRNAME}") from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise no_such_profile(name, profile_names(base)) from None
     if stat.S_ISLNK(st.st_mode):
         raise UnsafePathError(
             f"{path} is a symlink; hermesd never follows links out of the profiles folder "
@@ -148,7 +208,8 @@ def read_active_profile(root: Path | str | None = None, env: Mapping[str, str] |
     """The sticky profile name in ``<root>/active_profile``; ``default`` when absent or empty.
 
     A file holding something that is not a valid profile name raises
-    :class:`ProfileConfigError`, because upstream would refuse to start with it too.
+    :class:`ProfileConfigError`, because upstream refuses to start with it too (``hermes``
+    prints the name error and exits 1).
     """
     path = active_profile_path(root, env)
     try:
@@ -173,7 +234,7 @@ def set_active_profile(name: str, root: Path | str | None = None, env: Mapping[s
         clear_active_profile(base)
         return canon
     if not profile_exists(canon, base):
-        raise ProfileNotFoundError(f"profile {canon!r} does not exist under {base / PROFILES_DIRNAME}")
+        raise no_such_profile(name, profile_names(base))
     path = active_profile_path(base)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -191,25 +252,114 @@ def clear_active_profile(root: Path | str | None = None, env: Mapping[str, str] 
     active_profile_path(root, env).unlink(missing_ok=True)
 
 
-def _profile_named_by_home(home: Path, root: Path) -> str | None:
-    """The profile ``home`` is, when it is ``<root>/profiles/<name>``."""
-    if home.parent.name != PROFILES_DIRNAME:
-        return None
+# --------------------------------------------------------------------------- the active profile
+
+CUSTOM_PROFILE = "custom"  # upstream's answer for a HERMES_HOME that is neither the root nor a profile
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamActive:
+    """What a bare ``hermes`` command would take as its profile under an environment.
+
+    ``name`` is upstream's ``get_active_profile_name()`` after ``_apply_profile_override()``
+    (``default``, a profile folder's name, or ``custom``); ``root`` the root it resolved; ``home``
+    the ``HERMES_HOME`` it ends up with.
+    """
+
+    name: str
+    root: Path
+    home: Path
+
+
+def _sticky_name(root: Path) -> str | None:
+    """Upstream's read of ``<root>/active_profile``: stripped text, unreadable or undecodable -> ``None``."""
+    path = root / ACTIVE_PROFILE_FILE
     try:
-        same_root = home.parent.parent.resolve() == root.resolve()
-    except OSError:
-        same_root = False
-    return home.name if same_root else None
+        if not path.exists():
+            return None
+        return path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def upstream_active_profile(env: Mapping[str, str] | None = None) -> UpstreamActive:
+    """Predict upstream's active profile for ``env``, step for step.
+
+    1. ``_apply_profile_override`` (no ``-p``): a ``HERMES_HOME`` whose parent folder is named
+       ``profiles`` is trusted as is; otherwise, unless ``HERMES_S6_SUPERVISED_CHILD`` is set, a
+       non-empty ``<root>/active_profile`` other than ``default`` names the profile, which must be
+       valid (else :class:`ProfileConfigError`: ``hermes`` exits 1) and an existing folder, links
+       followed (else :class:`ProfileNotFoundError`: ``hermes`` exits 1).
+    2. ``get_active_profile_name``: ``HERMES_HOME`` (stripped) resolved, links followed: the root
+       is ``default``; a direct child of ``<root>/profiles`` whose name passes upstream's id test is
+       that name (reserved names included: ``profiles/hermes`` is ``hermes``); anything else is
+       ``custom``.
+    """
+    e = os.environ if env is None else env
+    work = dict(e)
+    raw = work.get("HERMES_HOME", "")
+    trusted = bool(raw) and Path(raw).parent.name == PROFILES_DIRNAME
+    if not trusted and not work.get("HERMES_S6_SUPERVISED_CHILD"):
+        root = upstream_root(work)
+        sticky = _sticky_name(root)
+        if sticky and sticky != DEFAULT_PROFILE:
+            path = root / ACTIVE_PROFILE_FILE
+            try:
+                canon = validate_profile_name(normalize_name(sticky))
+            except InvalidNameError as exc:
+                raise ProfileConfigError(path, f"{exc}; a bare 'hermes' refuses to start with it", line=1) from None
+            target = root if canon == DEFAULT_PROFILE else root / PROFILES_DIRNAME / canon
+            if canon != DEFAULT_PROFILE and not target.is_dir():
+                raise ProfileConfigError(
+                    path, f"names profile {canon!r}, which does not exist; a bare 'hermes' refuses to start", line=1
+                )
+            work["HERMES_HOME"] = str(target)
+    root = upstream_root(work)
+    stripped = work.get("HERMES_HOME", "").strip()
+    home = Path(stripped) if stripped else native_default_home(work)
+    return UpstreamActive(_upstream_name_of(home, root), root, home)
+
+
+def _upstream_name_of(home: Path, root: Path) -> str:
+    try:
+        resolved = home.resolve()
+        if resolved == root.resolve():
+            return DEFAULT_PROFILE
+        rel = resolved.relative_to((root / PROFILES_DIRNAME).resolve())
+    except (ValueError, OSError, RuntimeError):
+        return CUSTOM_PROFILE
+    if len(rel.parts) == 1 and upstream_id_match(rel.parts[0]):
+        return rel.parts[0]
+    return CUSTOM_PROFILE
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except (OSError, RuntimeError):
+        return a == b
 
 
 def active_profile(root: Path | str | None = None, env: Mapping[str, str] | None = None) -> str:
-    """The profile a bare ``hermes`` command would use under ``env`` (see module docstring)."""
+    """The profile a bare ``hermes`` command would use under ``env``, for the root ``root``.
+
+    When ``root`` is the root ``env`` resolves to (or is not given), this is exactly upstream's
+    answer (:func:`upstream_active_profile`): a ``HERMES_HOME`` that is a symlink to
+    ``profiles/coder`` is ``coder``, ``…/profiles/hermes`` is ``hermes`` (reserved, so not served),
+    a folder that is no profile is ``custom``. When ``root`` is another root (an explicit
+    ``--root``), ``HERMES_HOME`` says nothing about it and the sticky file decides (unless
+    ``HERMES_S6_SUPERVISED_CHILD`` is set), then ``default``.
+    """
     e = os.environ if env is None else env
     base = root_or_env(root, e)
-    if e.get("HERMES_HOME", "").strip():
-        named = _profile_named_by_home(hermes_home(e), base)
-        if named is not None:
-            return parse_profile_name(named)
+    try:
+        predicted = upstream_active_profile(e)
+    except ProfileConfigError:
+        if _same_dir(upstream_root(e), base):
+            raise
+        predicted = None
+    if predicted is not None and _same_dir(predicted.root, base):
+        return predicted.name
     if not e.get("HERMES_S6_SUPERVISED_CHILD"):
         return read_active_profile(base)
     return DEFAULT_PROFILE
@@ -232,4 +382,3 @@ def profiles_to_serve(
             )
         return [(name, get_profile_dir(name, base))]
     return [(DEFAULT_PROFILE, base), *named_profiles(base)]
-

@@ -16,11 +16,11 @@ from typing import Any
 from profiles.credentials import credential_kinds, load_config, profile_ports
 from profiles.discovery import active_profile, existing_profile_home, named_profiles, unserved_profile_dirs
 from profiles.errors import ProfileConfigError, ProfileError
-from profiles.gateway_files import live_gateway
 from profiles.meta import read_profile_meta
 from profiles.names import DEFAULT_PROFILE, parse_profile_name
 from profiles.paths import root_or_env
-from wrappers.scripts import list_wrappers
+from profiles.upstream.files import live_gateway
+from wrappers.scripts import KIND_UPSTREAM, WrapperInfo, all_wrappers
 
 
 @dataclass
@@ -38,6 +38,7 @@ class ProfileSummary:
     description: str = ""
     description_auto: bool = False
     aliases: list[str] = field(default_factory=list)
+    upstream_aliases: list[str] = field(default_factory=list)  # of ``aliases``: upstream-style wrappers
     credential_kinds: list[str] = field(default_factory=list)
     ports: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -61,10 +62,11 @@ def _model(config: Mapping[str, Any]) -> tuple[str | None, str | None]:
 
 
 def summarize(
-    name: str, home: Path, *, active: str, aliases: Mapping[str, list[str]] | None = None
+    name: str, home: Path, *, active: str, aliases: Mapping[str, list[WrapperInfo]] | None = None
 ) -> ProfileSummary:
     """Everything ``show`` prints about one profile; file errors land in ``problems``."""
     record = live_gateway(home)
+    wrappers = list((aliases or {}).get(name, []))
     summary = ProfileSummary(
         name=name,
         path=home,
@@ -72,7 +74,8 @@ def summarize(
         active=name == active,
         gateway_pid=record.pid if record else None,
         has_env=(home / ".env").is_file(),
-        aliases=list((aliases or {}).get(name, [])),
+        aliases=[w.alias for w in wrappers],
+        upstream_aliases=[w.alias for w in wrappers if w.kind == KIND_UPSTREAM],
     )
     try:
         summary.model, summary.provider = _model(load_config(home))
@@ -95,11 +98,11 @@ def summarize(
 
 def alias_map(
     root: Path, wrapper_dir: Path | None = None, env: Mapping[str, str] | None = None
-) -> dict[str, list[str]]:
-    """``{profile: [aliases]}`` for the wrappers hermesd wrote for ``root``."""
-    found: dict[str, list[str]] = {}
-    for info in list_wrappers(wrapper_dir, root, env):
-        found.setdefault(info.profile, []).append(info.alias)
+) -> dict[str, list[WrapperInfo]]:
+    """``{profile: [wrappers]}``: hermesd's wrappers for ``root`` and the upstream-style ones acting on it."""
+    found: dict[str, list[WrapperInfo]] = {}
+    for info in all_wrappers(root, wrapper_dir, env):
+        found.setdefault(info.profile, []).append(info)
     return found
 
 
@@ -128,5 +131,58 @@ def show_profile(
     """The summary of one existing profile."""
     canon = parse_profile_name(name)
     base = root_or_env(root, env)
-    home = existing_profile_home(canon, base)
+    home = existing_profile_home(name, base)
     return summarize(canon, home, active=_active_or_default(base, env), aliases=alias_map(base, wrapper_dir, env))
+
+
+# --------------------------------------------------------------------------- distribution manifest
+
+DISTRIBUTION_FILE = "distribution.yaml"
+
+
+def read_distribution(home: Path) -> dict[str, Any] | None:
+    """``distribution.yaml`` as upstream's ``describe_distribution`` shows it, or ``None`` when absent.
+
+    The fields and their defaults are upstream's ``DistributionManifest`` (``name`` required,
+    ``version`` ``0.1.0``, ``env_requires`` a list of ``{name, description, required, default}``);
+    a malformed manifest is a :class:`ProfileConfigError` naming the file (read bounded).
+    """
+    from profiles.fileio import parse_yaml, read_text
+
+    path = Path(home) / DISTRIBUTION_FILE
+    if not path.is_file():
+        return None
+    data = parse_yaml(read_text(path), path) or {}
+    if not isinstance(data, dict):
+        raise ProfileConfigError(path, f"must be a mapping, got {type(data).__name__}")
+    name = str(data.get("name") or "").strip()
+    if not name:
+        raise ProfileConfigError(path, "missing 'name'")
+    env_raw = data.get("env_requires") or []
+    if not isinstance(env_raw, list):
+        raise ProfileConfigError(path, "env_requires must be a list")
+    env_requires: list[dict[str, Any]] = []
+    for entry in env_raw:
+        if not isinstance(entry, dict):
+            raise ProfileConfigError(path, f"env_requires entry must be a mapping, got {type(entry).__name__}")
+        var = str(entry.get("name") or "").strip()
+        if not var:
+            raise ProfileConfigError(path, "env_requires entry missing 'name'")
+        item: dict[str, Any] = {"name": var, "description": str(entry.get("description") or "")}
+        if not bool(entry.get("required", True)):
+            item["required"] = False
+        if entry.get("default") is not None:
+            item["default"] = entry.get("default")
+        env_requires.append(item)
+    out: dict[str, Any] = {"name": name, "version": str(data.get("version") or "0.1.0")}
+    for key in ("description", "hermes_requires", "author", "license"):
+        value = str(data.get(key) or "")
+        if value:
+            out[key] = value
+    if env_requires:
+        out["env_requires"] = env_requires
+    for key in ("source", "installed_at"):
+        value = str(data.get(key) or "")
+        if value:
+            out[key] = value
+    return out

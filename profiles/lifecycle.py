@@ -23,7 +23,15 @@ Creation follows upstream ``hermes profile create``:
 
 The source defaults to the active profile. A copied ``.env`` always ends up ``0600``. Cloning
 copies bot tokens, which is exactly how two profiles end up polling one token, so the
-result names the credential kinds that were copied (never their values).
+result names the credential kinds that were copied (never their values). ``--clone`` (not
+``--clone-all``, as upstream) then migrates the copied ``config.yaml`` with upstream's own
+code through the injected ``migrate(home)`` (see :mod:`profiles.migration`). ``no_skills``
+writes upstream's ``.no-bundled-skills`` marker, so Hermes never seeds bundled skills there.
+
+Aliases follow the profile as upstream's do: delete removes every alias of the profile
+(hermesd's and upstream-style ones, custom names included); rename re-points them and, as
+upstream, creates the profile-named alias for the new name when none collides (unless
+``create_alias=False``).
 
 Delete and rename refuse while the profile's gateway is alive (``gateway.pid`` verified by
 start time) unless the caller injects ``stop_gateway(name, home)``; this package never
@@ -44,6 +52,7 @@ from pathlib import Path
 
 from profiles.credentials import credential_kinds
 from profiles.discovery import (
+    CUSTOM_PROFILE,
     active_profile,
     clear_active_profile,
     existing_profile_home,
@@ -56,14 +65,23 @@ from profiles.errors import (
     ProfileConfigError,
     ProfileError,
     ProfileExistsError,
+    ProfileNotFoundError,
 )
-from profiles.gateway_files import HEARTBEAT_FILE, RUNTIME_TOP_FILES, live_gateway
 from profiles.meta import write_profile_meta
+from profiles.migration import MigrationResult
 from profiles.names import DEFAULT_PROFILE, parse_profile_name
 from profiles.paths import ACTIVE_PROFILE_FILE, HERMESD_DIRNAME, PROFILES_DIRNAME, root_or_env
-from wrappers.scripts import aliases_for_profile, create_wrapper, remove_wrapper
+from profiles.upstream.files import HEARTBEAT_FILE, RUNTIME_TOP_FILES, live_gateway
+from wrappers.scripts import (
+    KIND_UPSTREAM,
+    adopt_wrapper,
+    alias_collision,
+    aliases_for_profile,
+    create_wrapper,
+)
 
 StopGateway = Callable[[str, Path], None]
+MigrateConfig = Callable[[Path], MigrationResult]
 
 PROFILE_SUBDIRS: tuple[str, ...] = (
     "memories", "sessions", "skills", "skins", "logs", "plans", "workspace", "cron", "home",
@@ -84,6 +102,13 @@ _HEARTBEAT_DIR, _HEARTBEAT_NAME = HEARTBEAT_FILE.split("/", 1)
 NESTED_RUNTIME_FILES: frozenset[tuple[str, str]] = frozenset({(_HEARTBEAT_DIR, _HEARTBEAT_NAME)})
 _ANY_DEPTH_SUFFIXES = (".pyc", ".pyo", ".sock", ".tmp")
 
+NO_BUNDLED_SKILLS_MARKER = ".no-bundled-skills"
+NO_BUNDLED_SKILLS_TEXT = (  # upstream's text, byte for byte
+    "This profile opted out of bundled-skill seeding "
+    "(`hermes profile create --no-skills`).\n"
+    "Delete this file to re-enable sync on the next `hermes update`.\n"
+)
+
 ENV_HEADER = (
     "# Per-profile secrets for this Hermes profile.\n"
     "# API keys and tokens set here override the shell environment.\n"
@@ -101,6 +126,7 @@ class CreateResult:
     source: str | None = None
     credential_kinds: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    migration: MigrationResult | None = None
 
 
 @dataclass
@@ -215,24 +241,42 @@ def create_profile(
     clone_from: str | None = None,
     description: str | None = None,
     env: Mapping[str, str] | None = None,
+    no_skills: bool = False,
+    migrate: MigrateConfig | None = None,
 ) -> CreateResult:
     """Create profile ``name`` (blank, ``clone`` or ``clone_all``) atomically.
 
-    ``clone_from`` implies ``clone`` unless ``clone_all`` is set; without it the source is
-    the active profile. Raises :class:`ProfileExistsError`, :class:`InvalidNameError` or
-    :class:`ProfileNotFoundError` (missing source).
+    ``clone_from`` implies ``clone`` unless ``clone_all`` is set (``clone_all`` wins over
+    ``clone``, as upstream); without it the source is the active profile. ``no_skills`` cannot
+    be combined with a clone. ``migrate(home)`` is called on the new folder after a config-only
+    clone (never after ``clone_all``, as upstream); ``None`` leaves the copy as is. Raises
+    :class:`ProfileExistsError`, :class:`InvalidNameError` or :class:`ProfileNotFoundError`.
     """
+    copying = clone or clone_all or clone_from is not None
+    if no_skills and copying:
+        raise ProfileError(
+            "--no-skills is mutually exclusive with --clone / --clone-from / --clone-all "
+            "(cloning explicitly copies skills from the source profile)"
+        )
     canon = parse_profile_name(name, allow_default=False)
     base = root_or_env(root, env)
     target = base / PROFILES_DIRNAME / canon
     if os.path.lexists(target):
         raise ProfileExistsError(f"profile {canon!r} already exists at {target}")
-    copying = clone or clone_all or clone_from is not None
     source_name: str | None = None
     source: Path | None = None
     if copying:
-        source_name = parse_profile_name(clone_from) if clone_from is not None else active_profile(base, env)
-        source = existing_profile_home(source_name, base)
+        if clone_from is not None:
+            source_name = parse_profile_name(clone_from)
+            source = existing_profile_home(clone_from, base)
+        else:
+            source_name = active_profile(base, env)
+            if source_name == CUSTOM_PROFILE and not (base / PROFILES_DIRNAME / CUSTOM_PROFILE).is_dir():
+                raise ProfileNotFoundError(
+                    "HERMES_HOME is neither this root nor one of its profiles, so there is no active profile "
+                    "to clone; name the source with --clone-from"
+                )
+            source = existing_profile_home(source_name, base)
     mode = "clone-all" if clone_all else ("clone" if copying else "blank")
 
     scratch = _scratch(base, "creating", canon)
@@ -251,6 +295,11 @@ def create_profile(
         env_file = build / ".env"
         if not os.path.lexists(env_file):
             env_file.write_text(ENV_HEADER, encoding="utf-8")
+        if no_skills:
+            (build / NO_BUNDLED_SKILLS_MARKER).write_text(NO_BUNDLED_SKILLS_TEXT, encoding="utf-8")
+        migration: MigrationResult | None = None
+        if mode == "clone" and migrate is not None:
+            migration = migrate(build)
         _tighten_env(build)
         if description and description.strip():
             write_profile_meta(build, description=description, description_auto=False)
@@ -258,12 +307,14 @@ def create_profile(
         warnings: list[str] = []
         if source_name is not None:
             kinds, warnings = _credential_warning(canon, source_name, build, target)
+        if migration is not None and not migration.ok:
+            warnings.append(migration.describe())
         if os.path.lexists(target):
             raise ProfileExistsError(f"profile {canon!r} already exists at {target}")
         os.rename(build, target)
     finally:
         _force_remove(scratch)
-    return CreateResult(canon, target, mode, source_name, kinds, warnings)
+    return CreateResult(canon, target, mode, source_name, kinds, warnings, migration)
 
 
 # --------------------------------------------------------------------------- delete / rename
@@ -297,11 +348,11 @@ def delete_profile(
     wrapper_dir: Path | None = None,
     env: Mapping[str, str] | None = None,
 ) -> ChangeResult:
-    """Delete profile ``name``, its hermesd wrappers, and the sticky pointer to it."""
+    """Delete profile ``name``, its aliases (hermesd's and upstream-style), and the sticky pointer to it."""
     canon = parse_profile_name(name)
     _refuse_default(canon, "delete")
     base = root_or_env(root, env)
-    home = existing_profile_home(canon, base)
+    home = existing_profile_home(name, base)
     _ensure_stopped(canon, home, stop_gateway)
     result = ChangeResult(canon, home)
     scratch = _scratch(base, "deleting", canon)
@@ -316,10 +367,20 @@ def delete_profile(
             result.active_changed = True
     except ProfileConfigError as exc:
         result.warnings.append(str(exc))
-    for wrapper in aliases_for_profile(canon, base, wrapper_dir, env):
-        if remove_wrapper(wrapper.alias, wrapper_dir, base, env=env) is not None:
-            result.aliases_removed.append(wrapper.alias)
+    for wrapper in aliases_for_profile(canon, base, wrapper_dir, env, include_upstream=True):
+        try:
+            wrapper.path.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            result.warnings.append(f"alias {wrapper.alias!r} not removed: {exc.strerror or exc}")
+            continue
+        result.aliases_removed.append(_alias_label(wrapper.alias, wrapper.kind))
     return result
+
+
+def _alias_label(alias: str, kind: str) -> str:
+    return f"{alias} (upstream's)" if kind == KIND_UPSTREAM else alias
 
 
 def rename_profile(
@@ -332,22 +393,26 @@ def rename_profile(
     env: Mapping[str, str] | None = None,
     hermes: str | None = None,
     hermesd: str | None = None,
+    create_alias: bool = True,
 ) -> ChangeResult:
-    """Rename a profile's folder, then follow it with the sticky pointer and its wrappers.
+    """Rename a profile's folder, then follow it with the sticky pointer and its aliases.
 
-    A wrapper named after the old profile is replaced by one named after the new profile;
-    a custom alias keeps its name and is pointed at the new profile. A wrapper that cannot
-    be written becomes a warning, not a failure: the rename itself has happened.
+    Every alias of the old profile follows it: the one named after the old profile is replaced
+    by one named after the new profile, a custom alias keeps its name and is pointed at the new
+    profile; upstream-style ones become hermesd wrappers on the way. As upstream, when no alias
+    named after the new profile results, one is created unless it collides (or ``create_alias``
+    is false). A wrapper that cannot be written becomes a warning: the rename itself has happened.
     """
     old_canon = parse_profile_name(old)
     new_canon = parse_profile_name(new)
     _refuse_default(old_canon, "rename")
     _refuse_default(new_canon, "rename to")
     base = root_or_env(root, env)
-    home = existing_profile_home(old_canon, base)
+    home = existing_profile_home(old, base)
     target = base / PROFILES_DIRNAME / new_canon
     if os.path.lexists(target):
         raise ProfileExistsError(f"profile {new_canon!r} already exists at {target}")
+    wrappers = aliases_for_profile(old_canon, base, wrapper_dir, env, include_upstream=True)
     _ensure_stopped(old_canon, home, stop_gateway)
     os.rename(home, target)
     result = ChangeResult(new_canon, target)
@@ -357,18 +422,38 @@ def rename_profile(
             result.active_changed = True
     except ProfileError as exc:
         result.warnings.append(f"sticky active profile not updated: {exc}")
-    for wrapper in aliases_for_profile(old_canon, base, wrapper_dir, env):
+    made_new_name = False
+    for wrapper in wrappers:
         alias = new_canon if wrapper.alias == old_canon else wrapper.alias
         try:
             if alias != wrapper.alias:
-                remove_wrapper(wrapper.alias, wrapper_dir, base, env=env)
-                result.aliases_removed.append(wrapper.alias)
-            create_wrapper(
-                alias, new_canon, base, wrapper.path.parent,
-                env=env, hermes=hermes, hermesd=hermesd,
-                windows=wrapper.path.suffix.lower() == ".bat", replace_own=True,
-            )
+                wrapper.path.unlink(missing_ok=True)
+                result.aliases_removed.append(_alias_label(wrapper.alias, wrapper.kind))
+                create_wrapper(
+                    alias, new_canon, base, wrapper.path.parent,
+                    env=env, hermes=hermes, hermesd=hermesd,
+                    windows=wrapper.path.suffix.lower() == ".bat", replace_own=False,
+                )
+            elif wrapper.kind == KIND_UPSTREAM:
+                adopt_wrapper(wrapper, base, env=env, hermes=hermes, hermesd=hermesd, profile=new_canon)
+            else:
+                create_wrapper(
+                    alias, new_canon, base, wrapper.path.parent,
+                    env=env, hermes=hermes, hermesd=hermesd,
+                    windows=wrapper.path.suffix.lower() == ".bat", replace_own=True,
+                )
             result.aliases_created.append(alias)
+            made_new_name = made_new_name or alias == new_canon
         except ProfileError as exc:
             result.warnings.append(f"alias {alias!r} not updated: {exc}")
+    if create_alias and not made_new_name:
+        problem = alias_collision(new_canon, new_canon, base, wrapper_dir, env=env)
+        if problem is None:
+            try:
+                create_wrapper(new_canon, new_canon, base, wrapper_dir, env=env, hermes=hermes, hermesd=hermesd)
+                result.aliases_created.append(new_canon)
+            except ProfileError as exc:
+                result.warnings.append(f"alias {new_canon!r} not created: {exc}")
+        else:
+            result.warnings.append(f"alias {new_canon!r} not created: {problem}")
     return result

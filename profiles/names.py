@@ -1,20 +1,41 @@
-"""Profile and alias names: one normalisation, one rule set, shared by every entry point.
+"""Profile and alias names: one normalisation, one rule set, one "no such profile", shared by every entry point.
 
 Upstream Hermes normalises at the edges (CLI, dashboard) and validates strictly on disk, so
 ``Coder`` typed by a person becomes the directory ``coder``. We do the same: callers that
-take human input call :func:`normalize_name` first, then :func:`validate_profile_name`.
-Aliases are file names in a directory on ``PATH``, so they also must not shadow a Hermes
-subcommand (``gateway`` as an alias would make ``gateway chat`` ambiguous to the reader).
+take human input call :func:`normalize_name` first, then :func:`validate_profile_name`
+(:func:`parse_profile_name` does both). Aliases are file names in a directory on ``PATH``, so
+they also must not shadow a Hermes subcommand.
+
+API (also used by the supervisor's CLI):
+
+* ``parse_profile_name(raw, allow_default=True) -> str`` — normalise + validate a typed name;
+* ``is_valid_name(name) -> bool`` — the on-disk id shape, matched against the *whole* string;
+* ``no_such_profile(name, known) -> UnknownProfileError`` — the one wording for an unknown
+  profile, with a did-you-mean suggestion (raise it, or print ``str()`` of it);
+* ``resolve_profile_names(raw_names, known) -> list[str]`` — every name checked before any
+  is acted on; all unknown names reported in one error.
+
+DECISION — whole-string matching. Upstream's ``_PROFILE_ID_RE`` is ``^…$`` used with
+``re.match``, and ``$`` also matches before a trailing newline: upstream lists a folder named
+``"ok\\n"`` as a profile, but ``hermes -p 'ok\\n'`` strips the name to ``ok`` and fails. hermesd
+matches the whole string (``fullmatch``), so such a folder is never served (it is reported by
+``hermesd doctor`` instead). :func:`upstream_id_match` keeps upstream's looser test for the one
+place that must predict upstream's listing (:mod:`profiles.discovery`).
 """
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Iterable, Sequence
 
-from profiles.errors import InvalidNameError
+from profiles.errors import InvalidNameError, ProfileNotFoundError
 
+# The rule as text: what shells (completion scripts) and messages use. Python code matches it
+# with ``NAME_RE.fullmatch`` so a trailing newline is never accepted.
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
-NAME_RE = re.compile(NAME_PATTERN)
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+_UPSTREAM_ID_RE = re.compile(NAME_PATTERN)  # upstream's own regex, used with .match (see module doc)
 NAME_RULE = "must match [a-z0-9][a-z0-9_-]{0,63} (lower-case letters, digits, '-' and '_', 1-64 chars)"
 
 DEFAULT_PROFILE = "default"
@@ -32,9 +53,23 @@ HERMES_SUBCOMMANDS: frozenset[str] = frozenset(
     }
 )
 
+_SHOWN_NAME_CHARS = 80  # a name quoted in an error message is cut here (names can come from files)
+
+
+def shown(name: object) -> str:
+    """``repr`` of a name for a message, cut to a short prefix: a hostile name never floods a log."""
+    text = name if isinstance(name, str) else str(name)
+    if len(text) <= _SHOWN_NAME_CHARS:
+        return repr(text)
+    return f"{text[:_SHOWN_NAME_CHARS]!r}... ({len(text)} characters)"
+
 
 def normalize_name(name: object) -> str:
-    """Trim and lower-case a human-typed name; ``Default`` in any case means ``default``."""
+    """Trim and lower-case a human-typed name; ``Default`` in any case means ``default``.
+
+    Exactly upstream's ``normalize_profile_name``: ``str()`` of a non-string, ``strip()``,
+    ``casefold() == 'default'`` -> ``default``, else ``lower()``.
+    """
     text = name if isinstance(name, str) else str(name)
     stripped = text.strip()
     if not stripped:
@@ -45,8 +80,13 @@ def normalize_name(name: object) -> str:
 
 
 def is_valid_name(name: str) -> bool:
-    """True when ``name`` has the on-disk shape of a profile id (reserved names included)."""
-    return NAME_RE.match(name) is not None
+    """True when the *whole* of ``name`` has the on-disk shape of a profile id (reserved names included)."""
+    return isinstance(name, str) and NAME_RE.fullmatch(name) is not None
+
+
+def upstream_id_match(name: str) -> bool:
+    """Upstream's test, ``re.match('^[a-z0-9][a-z0-9_-]{0,63}$', name)``: also true for ``'ok\\n'``."""
+    return _UPSTREAM_ID_RE.match(name) is not None
 
 
 def validate_profile_name(name: str, *, allow_default: bool = True) -> str:
@@ -62,7 +102,7 @@ def validate_profile_name(name: str, *, allow_default: bool = True) -> str:
             f"profile name {name!r} is reserved: 'default' is the built-in root profile"
         )
     if not is_valid_name(name):
-        raise InvalidNameError(f"invalid profile name {name!r}: {NAME_RULE}")
+        raise InvalidNameError(f"invalid profile name {shown(name)}: {NAME_RULE}")
     if name in RESERVED_NAMES:
         raise InvalidNameError(
             f"profile name {name!r} is reserved (reserved names: {', '.join(sorted(RESERVED_NAMES))})"
@@ -77,7 +117,7 @@ def validate_alias_name(name: str) -> str:
     keeps it inside the wrapper directory.
     """
     if not is_valid_name(name):
-        raise InvalidNameError(f"invalid alias name {name!r}: {NAME_RULE}")
+        raise InvalidNameError(f"invalid alias name {shown(name)}: {NAME_RULE}")
     if name in RESERVED_NAMES:
         raise InvalidNameError(
             f"alias name {name!r} is reserved (reserved names: {', '.join(sorted(RESERVED_NAMES))})"
@@ -90,3 +130,74 @@ def validate_alias_name(name: str) -> str:
 def parse_profile_name(raw: object, *, allow_default: bool = True) -> str:
     """Normalise then validate: the one call for every name that came from a person."""
     return validate_profile_name(normalize_name(raw), allow_default=allow_default)
+
+
+# --------------------------------------------------------------------------- unknown names
+
+
+class UnknownProfileError(ProfileNotFoundError):
+    """A profile name that names no profile; carries the name and the suggestion, if any."""
+
+    def __init__(self, message: str, names: Sequence[str], suggestions: Sequence[str | None]) -> None:
+        super().__init__(message)
+        self.names = tuple(names)
+        self.suggestions = tuple(suggestions)
+
+    @property
+    def name(self) -> str:
+        """The (first) unknown name as the user typed it."""
+        return self.names[0]
+
+    @property
+    def suggestion(self) -> str | None:
+        """The closest known profile name for the (first) unknown name, if one is close enough."""
+        return self.suggestions[0]
+
+
+def suggest_profile(name: object, known: Iterable[str]) -> str | None:
+    """The known profile name closest to ``name`` (after normalisation), or ``None``."""
+    text = name if isinstance(name, str) else str(name)
+    candidates = sorted(set(known))
+    close = difflib.get_close_matches(text.strip().lower(), candidates, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _unknown_phrase(name: object, suggestion: str | None) -> str:
+    hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
+    return f"no such profile: {shown(name)}{hint}"
+
+
+def no_such_profile(name: object, known: Iterable[str]) -> UnknownProfileError:
+    """The one "no such profile" error, e.g. ``no such profile: 'alpah' (did you mean 'alpha'?)``.
+
+    ``name`` is what the user typed (shown as typed, cut to a short prefix); ``known`` the names
+    that do exist. Return value is an exception: ``raise no_such_profile(...)``, or print its
+    ``str()``. A subclass of ``ProfileNotFoundError`` (so of ``ProfileError``): hermesd's CLI turns
+    it into ``hermesd: error: …`` and exit status 2.
+    """
+    suggestion = suggest_profile(name, known)
+    text = name if isinstance(name, str) else str(name)
+    return UnknownProfileError(_unknown_phrase(name, suggestion), [text], [suggestion])
+
+
+def resolve_profile_names(raw_names: Iterable[object], known: Iterable[str]) -> list[str]:
+    """Canonical names for ``raw_names``, after checking every one (nothing acts before all are known).
+
+    An invalid name raises :class:`InvalidNameError`; unknown names raise one
+    :class:`UnknownProfileError` naming each of them (``no such profile: 'a'; no such profile: 'b'
+    (did you mean 'bb'?)``). ``known`` holds canonical names (``default`` included when it counts).
+    """
+    known_set = set(known)
+    out: list[str] = []
+    unknown: list[tuple[str, str | None]] = []
+    for raw in raw_names:
+        canon = parse_profile_name(raw)
+        if canon in known_set:
+            out.append(canon)
+        else:
+            text = raw if isinstance(raw, str) else str(raw)
+            unknown.append((text, suggest_profile(text, known_set)))
+    if unknown:
+        message = "; ".join(_unknown_phrase(n, s) for n, s in unknown)
+        raise UnknownProfileError(message, [n for n, _ in unknown], [s for _, s in unknown])
+    return out

@@ -19,10 +19,12 @@ current profile, so a command run from inside a profile still sees every profile
 from __future__ import annotations
 
 import os
+import pwd
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from profiles.errors import ProfileNotFoundError
 from profiles.names import DEFAULT_PROFILE, parse_profile_name
 
 PROFILES_DIRNAME = "profiles"
@@ -34,10 +36,19 @@ def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
     return os.environ if env is None else env
 
 
-def _user_home(env: Mapping[str, str]) -> Path:
-    """The user's home, taken from ``env['HOME']`` when given so tests can fake it."""
-    home = env.get("HOME", "").strip()
-    return Path(home) if home else Path.home()
+def user_home(env: Mapping[str, str] | None = None) -> Path:
+    """The user's home as ``Path.home()`` computes it, but from ``env`` (so tests can fake it).
+
+    ``posixpath.expanduser``: ``$HOME`` when the variable is set (even empty: trailing slashes
+    dropped, ``""`` becomes ``/``), else the password database.
+    """
+    env = _env(env)
+    if "HOME" in env:
+        return Path(env["HOME"].rstrip("/") or "/")
+    try:
+        return Path(pwd.getpwuid(os.getuid()).pw_dir.rstrip("/") or "/")
+    except KeyError:  # pragma: no cover - a uid without a passwd entry
+        return Path.home()
 
 
 def native_default_home(env: Mapping[str, str] | None = None) -> Path:
@@ -45,9 +56,9 @@ def native_default_home(env: Mapping[str, str] | None = None) -> Path:
     e = _env(env)
     if sys.platform == "win32":
         local = e.get("LOCALAPPDATA", "").strip()
-        base = Path(local) if local else _user_home(e) / "AppData" / "Local"
+        base = Path(local) if local else user_home(e) / "AppData" / "Local"
         return base / "hermes"
-    return _user_home(e) / ".hermes"
+    return user_home(e) / ".hermes"
 
 
 def hermes_home(env: Mapping[str, str] | None = None) -> Path:
@@ -75,9 +86,51 @@ def resolve_root(env: Mapping[str, str] | None = None) -> Path:
     return env_path
 
 
+def upstream_root(env: Mapping[str, str] | None = None) -> Path:
+    """The root exactly as upstream's ``get_default_hermes_root()`` computes it, messy input included.
+
+    Upstream does *not* strip ``HERMES_HOME`` here (``get_hermes_home`` does), so a value with
+    surrounding blanks gives a relative, cwd-dependent root. :func:`resolve_root` strips instead
+    (a deliberate difference: a supervisor must not serve a cwd-relative root); this function
+    exists for the predictions that must equal upstream's (the active profile).
+    """
+    e = _env(env)
+    native = native_default_home(e)
+    raw = e.get("HERMES_HOME", "")
+    if not raw:
+        return native
+    env_path = Path(raw)
+    try:
+        env_path.resolve().relative_to(native.resolve())
+        return native
+    except (ValueError, OSError):
+        pass
+    if env_path.parent.name == PROFILES_DIRNAME:
+        return env_path.parent.parent
+    return env_path
+
+
 def root_or_env(root: Path | str | None, env: Mapping[str, str] | None = None) -> Path:
     """An explicit root wins; otherwise the root resolved from ``env``."""
     return Path(root) if root is not None else resolve_root(env)
+
+
+def existing_root(root: Path | str | None, env: Mapping[str, str] | None = None) -> Path:
+    """The root a command acts on (``--root``, else resolved from ``env``), made absolute and resolved.
+
+    A root that does not exist, or is not a directory, is a :class:`ProfileNotFoundError` naming
+    it, never an empty root with a made-up ``default`` profile: a typo in ``--root`` must not look
+    like a machine with no profiles. (Same wording as the rest of hermesd's commands.)
+    """
+    base = Path(root).expanduser() if root is not None else resolve_root(env)
+    try:
+        base = base.resolve()
+    except (OSError, RuntimeError) as exc:
+        raise ProfileNotFoundError(f"root {base}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not base.is_dir():
+        what = "is not a directory" if base.exists() else "does not exist"
+        raise ProfileNotFoundError(f"root {base} {what} (pass --root, or set HERMES_HOME)")
+    return base
 
 
 def profiles_dir(root: Path | str | None = None, env: Mapping[str, str] | None = None) -> Path:

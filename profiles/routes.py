@@ -1,213 +1,421 @@
-"""``profile_routes``: which profile a message belongs to, decided from where it came from.
+"""``profile_routes``: which profile a message belongs to, predicted exactly as upstream decides it.
 
-Semantics follow upstream ``gateway/profile_routing.py`` (hermes-agent 0.19.0):
+hermesd runs one gateway per profile, so routes never apply under it; ``hermesd doctor`` still
+explains what upstream's multiplexing gateway would do with them, and that prediction is only
+worth anything if it is upstream's answer for every input, messy ones included. The rule behind
+upstream 0.19.0 (``gateway/profile_routing.py`` and ``gateway/config.py:load_gateway_config``)
+is one sentence: **values are kept as written and tested with plain Python truthiness and
+``!=``** — no ``str()``, no ``strip()``, no boolean words. From it:
 
-* A rule declares a ``platform``, a target ``profile`` and optional ``guild_id``,
-  ``chat_id``, ``thread_id``. Every declared discriminator must hold (conjunctive): a rule
-  with both ``guild_id`` and ``chat_id`` does not match on the channel alone.
-* ``chat_id`` matches the message's chat or its direct parent (``parent_chat_id``), so a
-  channel rule also covers that channel's threads and forum posts. A ``thread_id``-only
-  rule is not hit by the parent channel's own messages.
-* Specificity is the weighted sum thread 8 + chat 4 + guild 2; routes are sorted by it,
-  descending and stable, *at parse time*, and :func:`match_profile_route` returns the
-  first match. The ordering guarantee lives in the parser: a hand-built list passed to
-  the matcher is taken in the order given.
-* Config: the top-level ``profile_routes`` wins when present; ``gateway.profile_routes`` is
-  read only when the top-level key is absent, exactly as upstream. ``RouteParse.forms``
-  says which forms were present so ``hermesd doctor`` can flag a config that has both
-  (the nested list is then silently ignored by Hermes).
+* ``enabled`` is whatever the entry says (default ``True``); a rule matches only when it is
+  truthy, so ``enabled: null`` / ``0`` / ``""`` / ``[]`` switch it off and ``"false"``, ``"no"``,
+  ``"off"``, ``"maybe"`` (non-empty text) leave it on. A disabled rule is still parsed and kept.
+* A discriminator (``guild_id``, ``chat_id``, ``thread_id``) is *declared* when truthy and then
+  compared with ``!=`` against the platform's text id: ``thread_id: 0`` is undeclared (a
+  wildcard, and adds no specificity); ``chat_id: true`` or ``chat_id: 6`` is declared and never
+  equal to a text id; ``guild_id: " 1 "`` never equals ``"1"``.
+* ``platform`` must be truthy and is compared with ``!=`` against the platform's value
+  (``"discord"``), so ``" discord "`` or ``"Discord"`` never match. ``profile`` must be truthy;
+  it is the one field normalised (``str()``, ``strip()``, lower-case, ``Default`` -> ``default``)
+  and validated; an invalid one drops the rule.
+* Specificity is thread 8 + chat 4 + guild 2 (truthy fields), sorted descending and stable at
+  parse time; the first match wins. ``chat_id`` also matches the message's parent chat.
+* Where the list comes from: config.yaml's top-level ``profile_routes`` when it is not ``None``
+  (absent or ``null``), else ``gateway.profile_routes``; either is used only if it is a list. If
+  config.yaml gives no list (absent, ``null``, not a list, not a mapping at the top, or the file
+  does not parse), the legacy ``gateway.json``'s top-level ``profile_routes`` is used. A
+  ``gateway.json`` that is not an object (after ``or {}``) means no routes at all; a
+  ``gateway.json`` list value that is a number or ``true`` makes upstream's loader raise.
 
-Where we are stricter or clearer than upstream, on purpose:
-
-* ids are compared as strings: an unquoted YAML id (``guild_id: 123``) is normalised to
-  ``"123"`` *and* reported in the warnings, because upstream compares it as an int
-  against string ids from the platform and never matches it;
-* every skipped entry (not a mapping, missing platform/profile, invalid or reserved
-  profile name, disabled) produces a warning naming its index, its ``name`` and its form.
+API: :func:`parse_profile_routes` (a parsed config.yaml, optionally the parsed gateway.json),
+:func:`load_profile_routes` (read both files of a home, bounded), :func:`match_profile_route`.
+Each :class:`RouteParse` carries upstream's list (``parsed``), the rules that can match
+(``routes``), and :class:`RouteIssue` s with stable codes for the doctor.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from profiles.errors import InvalidNameError
-from profiles.names import parse_profile_name
+from profiles.errors import InvalidNameError, ProfileConfigError
+from profiles.names import parse_profile_name, shown
 
 FORM_TOP = "top-level"
 FORM_NESTED = "nested"
+FORM_JSON = "gateway.json"
 
 THREAD_WEIGHT = 8
 CHAT_WEIGHT = 4
 GUILD_WEIGHT = 2
 
-_TRUE = frozenset({"true", "1", "yes", "on"})
-_FALSE = frozenset({"false", "0", "no", "off"})
+ID_KEYS = ("guild_id", "chat_id", "thread_id")
+_FALSE_WORDS = frozenset({"false", "0", "no", "off", "disabled"})
+_MAX_GATEWAY_JSON = 1 << 20
 
 
-def _as_id(value: object) -> str | None:
-    """A discriminator as upstream would see it: unset or empty means "not declared"."""
-    if value is None or isinstance(value, bool):
-        return None
-    text = str(value).strip()
-    return text or None
+class _Marker:
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def __repr__(self) -> str:
+        return self.label
+
+
+MISSING: Any = _Marker("MISSING")  # the file does not exist
+BROKEN: Any = _Marker("BROKEN")  # the file exists but upstream could not load it (parse error)
 
 
 @dataclass(frozen=True)
 class ProfileRoute:
-    """One routing rule: messages from this platform scope go to ``profile``."""
+    """One routing rule, with its fields exactly as upstream keeps them (raw values, not strings)."""
 
-    platform: str
+    platform: Any
     profile: str
-    name: str = ""
-    guild_id: str | None = None
-    chat_id: str | None = None
-    thread_id: str | None = None
-    enabled: bool = True
+    name: Any = ""
+    guild_id: Any = None
+    chat_id: Any = None
+    thread_id: Any = None
+    enabled: Any = True
 
     @property
     def specificity(self) -> int:
-        """Weighted sum of the declared discriminators; higher wins."""
+        """Weighted sum of the declared (truthy) discriminators; higher wins."""
         return (
             (GUILD_WEIGHT if self.guild_id else 0)
             + (CHAT_WEIGHT if self.chat_id else 0)
             + (THREAD_WEIGHT if self.thread_id else 0)
         )
 
+    @property
+    def active(self) -> bool:
+        """Whether the rule can match at all (``enabled`` is truthy)."""
+        return bool(self.enabled)
+
     def matches(
         self,
-        platform: str,
+        platform: object,
         guild_id: object = None,
         chat_id: object = None,
         thread_id: object = None,
         parent_chat_id: object = None,
     ) -> bool:
-        """Whether a message with these source fields satisfies every declared discriminator."""
-        if not self.enabled or self.platform != platform:
+        """Upstream's test, verbatim: every declared discriminator must hold (conjunctive)."""
+        if not self.enabled:
             return False
-        if self.thread_id and self.thread_id != _as_id(thread_id):
+        if self.platform != platform:
             return False
-        if self.chat_id and self.chat_id not in (_as_id(chat_id), _as_id(parent_chat_id)):
+        if self.thread_id and self.thread_id != thread_id:
             return False
-        return not (self.guild_id and self.guild_id != _as_id(guild_id))
+        if self.chat_id and self.chat_id != chat_id and self.chat_id != parent_chat_id:
+            return False
+        return not (self.guild_id and self.guild_id != guild_id)
+
+
+@dataclass(frozen=True)
+class RouteIssue:
+    """Something about the route list a person should know; ``index`` is the entry's position.
+
+    Codes: ``not_a_list``, ``both_forms``, ``not_a_mapping``, ``missing_platform``,
+    ``missing_profile``, ``invalid_profile`` (rule dropped), ``disabled`` (kept, never matches),
+    ``enabled_text`` (text in ``enabled``: on, whatever it says), ``id_not_text`` and
+    ``platform_not_text`` / ``padded`` (declared but never matches a real message), ``id_unset``
+    (a zero/empty id that reads as a wildcard), ``gateway_json`` (the legacy file's role),
+    ``loader_error`` (upstream's loader raises: the gateway does not start).
+    """
+
+    code: str
+    message: str
+    index: int | None = None
+    form: str | None = None
 
 
 @dataclass(frozen=True)
 class RouteParse:
-    """The routes in effect (most specific first), what was skipped and why, and which forms exist."""
+    """Upstream's parsed rules (``parsed``, most specific first), the ones that can match, and issues."""
 
-    routes: tuple[ProfileRoute, ...] = ()
-    warnings: tuple[str, ...] = ()
+    parsed: tuple[ProfileRoute, ...] = ()
+    issues: tuple[RouteIssue, ...] = ()
     forms: frozenset[str] = field(default_factory=frozenset)
     source_form: str | None = None
 
     @property
+    def routes(self) -> tuple[ProfileRoute, ...]:
+        """The rules that can match (``enabled`` truthy), in upstream's order."""
+        return tuple(r for r in self.parsed if r.active)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """Every issue as one line (``profile route #N 'name' (form): …`` for per-rule issues)."""
+        return tuple(i.message for i in self.issues)
+
+    @property
     def both_forms(self) -> bool:
-        """True when top-level and nested lists both exist (Hermes ignores the nested one)."""
-        return self.forms == {FORM_TOP, FORM_NESTED}
+        """True when config.yaml has the top-level and the nested list (Hermes ignores the nested one)."""
+        return {FORM_TOP, FORM_NESTED} <= self.forms
+
+    @property
+    def loader_error(self) -> str | None:
+        """Why upstream's config loader would raise (the gateway would not start), if it would."""
+        return next((i.message for i in self.issues if i.code == "loader_error"), None)
 
 
-def _enabled(value: object) -> bool | None:
-    if value is None:
-        return True
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        low = value.strip().lower()
-        if low in _TRUE:
-            return True
-        if low in _FALSE:
-            return False
-        return None
-    return bool(value)
+# --------------------------------------------------------------------------- where the list comes from
 
 
-def _parse_entries(entries: Iterable[Any], form: str, warnings: list[str]) -> list[ProfileRoute]:
-    routes: list[ProfileRoute] = []
-    for index, entry in enumerate(entries):
-        if not isinstance(entry, Mapping):
-            warnings.append(f"profile route #{index} ({form}): skipped, not a mapping")
+@dataclass(frozen=True)
+class RouteSource:
+    """What upstream hands ``parse_profile_routes`` (``data.get('profile_routes') or []``), and from where."""
+
+    entries: Any
+    form: str | None
+    forms: frozenset[str]
+    issues: tuple[RouteIssue, ...]
+
+
+def route_source(config: Any = MISSING, gateway_json: Any = MISSING) -> RouteSource:
+    """Emulate ``load_gateway_config``'s choice of route list.
+
+    ``config`` is the parsed config.yaml document (any YAML value), :data:`MISSING` or
+    :data:`BROKEN`; ``gateway_json`` the parsed ``gateway.json`` value, :data:`MISSING` or
+    :data:`BROKEN`.
+    """
+    issues: list[RouteIssue] = []
+    forms: set[str] = set()
+    gw_data: Any = {}
+    if gateway_json is not MISSING and gateway_json is not BROKEN:
+        gw_data = gateway_json or {}
+    yaml_routes: Any = None
+    yaml_form: str | None = None
+    if config is not MISSING and config is not BROKEN:
+        doc = config or {}
+        if isinstance(doc, Mapping):
+            top = doc.get("profile_routes")
+            section = doc.get("gateway")
+            nested = section.get("profile_routes") if isinstance(section, Mapping) else None
+            if top is not None:
+                forms.add(FORM_TOP)
+            if nested is not None:
+                forms.add(FORM_NESTED)
+            if top is not None:
+                chosen, yaml_form, key = top, FORM_TOP, "profile_routes"
+                if nested is not None:
+                    issues.append(RouteIssue(
+                        "both_forms",
+                        "both profile_routes and gateway.profile_routes are set; Hermes uses only the top-level one",
+                    ))
+            else:
+                chosen, yaml_form, key = nested, FORM_NESTED, "gateway.profile_routes"
+            if isinstance(chosen, list):
+                yaml_routes = chosen
+            elif chosen is not None:
+                issues.append(RouteIssue(
+                    "not_a_list",
+                    f"{key} must be a list, got {type(chosen).__name__}; Hermes loads no routes from config.yaml",
+                    form=yaml_form,
+                ))
+                yaml_form = None
+            else:
+                yaml_form = None
+    if isinstance(gateway_json, Mapping) and gateway_json.get("profile_routes") is not None:
+        forms.add(FORM_JSON)
+    if not isinstance(gw_data, dict):
+        # Upstream assigns into gw_data (TypeError, swallowed) and coerces it to {}: no routes at all.
+        if yaml_routes is not None or FORM_JSON in forms:
+            issues.append(RouteIssue(
+                "gateway_json",
+                f"gateway.json holds a {type(gw_data).__name__}, not an object, so Hermes loads no routes at all "
+                "(not even config.yaml's)",
+            ))
+        return RouteSource([], None, frozenset(forms), tuple(issues))
+    if yaml_routes is not None:
+        if FORM_JSON in forms:
+            issues.append(RouteIssue(
+                "gateway_json", "gateway.json also has profile_routes; config.yaml's list wins, so they are ignored"
+            ))
+        return RouteSource(yaml_routes or [], yaml_form, frozenset(forms), tuple(issues))
+    entries = gw_data.get("profile_routes") or []
+    form = FORM_JSON if entries else None
+    if form:
+        issues.append(RouteIssue(
+            "gateway_json",
+            "the routes come from the legacy gateway.json (config.yaml gives no list); move them to config.yaml",
+        ))
+    return RouteSource(entries, form, frozenset(forms), tuple(issues))
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+def _label(index: int, name: Any, form: str | None) -> str:
+    where = f" ({form})" if form else ""
+    return f"profile route #{index} {shown(name)}{where}" if name else f"profile route #{index}{where}"
+
+
+def _field_issues(entry: Mapping[str, Any], label: str, index: int, form: str | None) -> list[RouteIssue]:
+    issues: list[RouteIssue] = []
+    enabled = entry.get("enabled", True)
+    if not enabled:
+        why = "an empty value (enabled: null)" if enabled is None else f"enabled: {enabled!r}"
+        issues.append(RouteIssue("disabled", f"{label}: disabled by {why}; it never matches", index, form))
+    elif isinstance(enabled, str):
+        off = enabled.strip().lower() in _FALSE_WORDS
+        issues.append(RouteIssue(
+            "enabled_text",
+            f"{label}: enabled is the text {shown(enabled)}; Hermes only tests it for truth, so the rule is ON"
+            + (" - write enabled: false without quotes to switch it off" if off else ""),
+            index, form,
+        ))
+    platform = entry.get("platform", "")
+    if not isinstance(platform, str):
+        issues.append(RouteIssue(
+            "platform_not_text",
+            f"{label}: platform {shown(platform)} is not text; Hermes compares it with the platform's name and it "
+            "never matches",
+            index, form,
+        ))
+    elif platform != platform.strip().lower():
+        issues.append(RouteIssue(
+            "padded",
+            f"{label}: platform {shown(platform)} has spaces or capitals; Hermes compares it as written with "
+            f"{platform.strip().lower()!r} and it never matches",
+            index, form,
+        ))
+    for key in ID_KEYS:
+        value = entry.get(key)
+        if value is None:
             continue
-        name = _as_id(entry.get("name")) or ""
-        label = f"profile route #{index} {name!r} ({form})" if name else f"profile route #{index} ({form})"
-        platform = _as_id(entry.get("platform"))
-        raw_profile = entry.get("profile")
-        if not platform or _as_id(raw_profile) is None:
-            missing = "platform" if not platform else "profile"
-            warnings.append(f"{label}: skipped, missing {missing}")
+        if not value:
+            issues.append(RouteIssue(
+                "id_unset",
+                f"{label}: {key} {shown(value)} is empty or zero, so Hermes treats it as not set (any {key[:-3]})",
+                index, form,
+            ))
+        elif not isinstance(value, str):
+            issues.append(RouteIssue(
+                "id_not_text",
+                f"{label}: {key} {shown(value)} is not a quoted string; Hermes compares it with the platform's text "
+                "id and never matches it - quote it",
+                index, form,
+            ))
+        elif value != value.strip():
+            issues.append(RouteIssue(
+                "padded",
+                f"{label}: {key} {shown(value)} has spaces around it; Hermes compares it as written and never "
+                "matches it",
+                index, form,
+            ))
+    return issues
+
+
+def parse_route_entries(raw: Any, form: str | None = None) -> tuple[list[ProfileRoute], list[RouteIssue]]:
+    """Upstream's ``parse_profile_routes(raw)``, plus what a person should know about each entry.
+
+    A value upstream cannot iterate (a number, ``true``) makes its loader raise: reported as a
+    ``loader_error`` issue with no routes.
+    """
+    issues: list[RouteIssue] = []
+    if not raw:
+        return [], issues
+    try:
+        items = list(raw)
+    except TypeError:
+        return [], [RouteIssue(
+            "loader_error",
+            f"profile_routes in gateway.json is a {type(raw).__name__}; Hermes' config loader raises on it and the "
+            "gateway does not start",
+            form=form,
+        )]
+    routes: list[ProfileRoute] = []
+    for index, entry in enumerate(items):
+        if not isinstance(entry, dict):
+            issues.append(RouteIssue("not_a_mapping", f"{_label(index, None, form)}: skipped, not a mapping",
+                                     index, form))
+            continue
+        name = entry.get("name", "")
+        label = _label(index, name, form)
+        platform = entry.get("platform", "")
+        profile = entry.get("profile", "")
+        if not platform or not profile:
+            code, what = ("missing_platform", "platform") if not platform else ("missing_profile", "profile")
+            issues.append(RouteIssue(code, f"{label}: skipped, missing {what}", index, form))
             continue
         try:
-            profile = parse_profile_name(raw_profile)
+            canon = parse_profile_name(profile)
         except InvalidNameError as exc:
-            warnings.append(f"{label}: skipped, {exc}")
+            issues.append(RouteIssue("invalid_profile", f"{label}: skipped, {exc}", index, form))
             continue
-        enabled = _enabled(entry.get("enabled"))
-        if enabled is None:
-            warnings.append(f"{label}: skipped, enabled must be true or false, got {entry.get('enabled')!r}")
-            continue
-        if not enabled:
-            warnings.append(f"{label}: skipped, disabled")
-            continue
-        for key in ("guild_id", "chat_id", "thread_id"):
-            value = entry.get(key)
-            if value is not None and not isinstance(value, str):
-                warnings.append(
-                    f"{label}: {key} {value!r} is not a quoted string; hermesd compares it as "
-                    f"{str(value)!r}, but Hermes never matches an unquoted id - quote it"
-                )
+        issues.extend(_field_issues(entry, label, index, form))
         routes.append(
             ProfileRoute(
                 platform=platform,
-                profile=profile,
+                profile=canon,
                 name=name,
-                guild_id=_as_id(entry.get("guild_id")),
-                chat_id=_as_id(entry.get("chat_id")),
-                thread_id=_as_id(entry.get("thread_id")),
+                guild_id=entry.get("guild_id"),
+                chat_id=entry.get("chat_id"),
+                thread_id=entry.get("thread_id"),
+                enabled=entry.get("enabled", True),
             )
         )
-    return routes
+    routes.sort(key=lambda r: r.specificity, reverse=True)  # list.sort is stable, as upstream's
+    return routes, issues
 
 
-def parse_profile_routes(config: Mapping[str, Any]) -> RouteParse:
-    """Read ``profile_routes`` (or ``gateway.profile_routes``) from a parsed ``config.yaml``."""
-    warnings: list[str] = []
-    forms: set[str] = set()
-    top = config.get("profile_routes")
-    gateway = config.get("gateway")
-    nested = gateway.get("profile_routes") if isinstance(gateway, Mapping) else None
-    if top is not None:
-        forms.add(FORM_TOP)
-    if nested is not None:
-        forms.add(FORM_NESTED)
-    if top is not None:
-        chosen, form = top, FORM_TOP
-        if nested is not None:
-            warnings.append(
-                "both profile_routes and gateway.profile_routes are set; Hermes uses only the top-level one"
-            )
-    else:
-        chosen, form = nested, FORM_NESTED
-    if chosen is None:
-        return RouteParse(forms=frozenset(forms))
-    if not isinstance(chosen, list):
-        key = "profile_routes" if form == FORM_TOP else "gateway.profile_routes"
-        warnings.append(f"{key} must be a list, got {type(chosen).__name__}; no routes loaded")
-        return RouteParse(warnings=tuple(warnings), forms=frozenset(forms), source_form=form)
-    routes = _parse_entries(chosen, form, warnings)
-    routes.sort(key=lambda r: r.specificity, reverse=True)  # list.sort is stable
-    return RouteParse(tuple(routes), tuple(warnings), frozenset(forms), form)
+def parse_profile_routes(config: Any = MISSING, gateway_json: Any = MISSING) -> RouteParse:
+    """The routes upstream would load from a parsed config.yaml (and, if given, gateway.json)."""
+    source = route_source(config, gateway_json)
+    routes, issues = parse_route_entries(source.entries, source.form)
+    return RouteParse(tuple(routes), (*source.issues, *issues), source.forms, source.form)
+
+
+def _read_json(path: Path) -> Any:
+    """``gateway.json`` as upstream reads it: missing -> MISSING, unparseable -> BROKEN (upstream warns)."""
+    from profiles.safeio import read_regular
+
+    try:
+        data = read_regular(path, _MAX_GATEWAY_JSON)
+    except (FileNotFoundError, NotADirectoryError):
+        return MISSING
+    except OSError:
+        return BROKEN
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return BROKEN
+
+
+def load_profile_routes(home: Path, config: Any = None) -> RouteParse:
+    """Read ``home``'s config.yaml (or take the parsed ``config``) and ``gateway.json``; parse as upstream.
+
+    A config.yaml hermesd cannot read counts as upstream's parse failure (its routes are not
+    loaded, gateway.json's are).
+    """
+    from profiles.fileio import parse_yaml, read_text
+
+    home = Path(home)
+    if config is None:
+        path = home / "config.yaml"
+        try:
+            config = parse_yaml(read_text(path), path)
+        except (FileNotFoundError, NotADirectoryError):
+            config = MISSING
+        except (ProfileConfigError, OSError):
+            config = BROKEN
+    return parse_profile_routes(config, _read_json(home / "gateway.json"))
 
 
 def match_profile_route(
     routes: Iterable[ProfileRoute],
-    platform: str,
+    platform: object,
     guild_id: object = None,
     chat_id: object = None,
     thread_id: object = None,
     parent_chat_id: object = None,
 ) -> ProfileRoute | None:
-    """The first route (in the given order) that matches, or ``None``."""
+    """The first route (in the given order) that matches, or ``None`` (upstream's function)."""
     for route in routes:
         if route.matches(platform, guild_id, chat_id, thread_id, parent_chat_id):
             return route

@@ -22,6 +22,20 @@ Executables are resolved to absolute paths when the script is written, so the wr
 not depend on the ``PATH`` of whoever runs it. The wrapper directory is
 ``$HERMESD_WRAPPER_DIR`` when set, else ``~/.local/bin``; every function also takes it
 explicitly so tests never write into the real one.
+
+**Upstream-style wrappers.** ``hermes profile create alpha`` writes ``~/.local/bin/alpha``
+containing ``exec hermes -p alpha "$@"`` (no marker). They are recognised exactly as upstream's
+``build_alias_map`` does (an extensionless regular file, first 8 KiB valid UTF-8, the first
+token after ``hermes -p ``), and belong to the root the user's environment resolves to (the
+script runs plain ``hermes -p NAME``). They are listed as the profile's alias with
+``kind="upstream"``, removed with their profile, re-pointed on rename, and
+:func:`adopt_wrapper` rewrites one as a hermesd wrapper keeping its name and target.
+:func:`non_routing_wrappers` is what ``hermesd doctor`` calls: the aliases of a root whose
+``gateway`` verbs would bypass hermesd.
+
+API: ``create_wrapper``, ``remove_wrapper``, ``list_wrappers``, ``aliases_for_profile``,
+``all_wrappers`` (hermesd + upstream-style, for a root), ``non_routing_wrappers(root, env)``,
+``adopt_wrapper(info, root)``, ``alias_collision``, ``read_wrapper``, ``read_upstream_wrapper``.
 """
 
 from __future__ import annotations
@@ -36,22 +50,38 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profiles.errors import InvalidNameError, WrapperError
-from profiles.names import DEFAULT_PROFILE, parse_profile_name, validate_alias_name
+from profiles.names import DEFAULT_PROFILE, normalize_name, parse_profile_name, validate_alias_name
+from profiles.paths import resolve_root, user_home
 
 WRAPPER_DIR_ENV = "HERMESD_WRAPPER_DIR"
 MARKER = "hermesd-wrapper"
 GATEWAY_VERBS = ("start", "stop", "restart", "status")
 _READ_LIMIT = 4096
+_UPSTREAM_READ_LIMIT = 8192  # upstream's _WRAPPER_READ_LIMIT
+_UPSTREAM_NEEDLE = "hermes -p "
+KIND_HERMESD = "hermesd"
+KIND_UPSTREAM = "upstream"
 
 
 @dataclass(frozen=True, slots=True)
 class WrapperInfo:
-    """A wrapper hermesd wrote: its alias, file, target profile and root."""
+    """An alias script: its alias, file, target profile and root, and who wrote it.
+
+    ``kind`` is ``"hermesd"`` (marked, routes gateway verbs to hermesd) or ``"upstream"``
+    (``hermes profile create``'s plain ``exec hermes -p NAME``; ``root`` is then the root the
+    environment resolves to, which is where that script's ``hermes -p`` looks).
+    """
 
     alias: str
     path: Path
     profile: str
     root: Path
+    kind: str = KIND_HERMESD
+
+    @property
+    def routes_gateway_verbs(self) -> bool:
+        """Whether ``ALIAS gateway start|stop|restart|status`` go to hermesd while it runs."""
+        return self.kind == KIND_HERMESD
 
 
 def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -71,6 +101,11 @@ def wrapper_dir(env: Mapping[str, str] | None = None) -> Path:
         return Path(override)
     home = e.get("HOME", "").strip()
     return (Path(home) if home else Path.home()) / ".local" / "bin"
+
+
+def upstream_wrapper_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``~/.local/bin``: where upstream's ``hermes profile create`` writes its wrappers (never elsewhere)."""
+    return user_home(_env(env)) / ".local" / "bin"
 
 
 def wrapper_path(alias: str, directory: Path, windows: bool | None = None) -> Path:
@@ -198,6 +233,74 @@ def read_wrapper(path: Path) -> WrapperInfo | None:
     return None
 
 
+def _decode_head(head: bytes) -> str | None:
+    """The head of a file as strict UTF-8 (an incomplete character at the cut is allowed), or ``None``."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    try:
+        return decoder.decode(head, final=False)
+    except UnicodeDecodeError:
+        return None
+
+
+def read_upstream_wrapper(path: Path, root: Path, *, windows: bool | None = None) -> WrapperInfo | None:
+    """The alias info if ``path`` is an upstream-style wrapper (``hermes -p NAME``, no hermesd mark).
+
+    Upstream's own recognition (``build_alias_map``): on POSIX an extensionless file (``.bat``
+    on Windows), a regular file (links followed), its first 8 KiB valid UTF-8, the profile being
+    the first token after the first ``hermes -p `` (normalised). ``root`` is recorded as the root
+    the script acts on (the caller knows it: see :func:`all_wrappers`).
+    """
+    path = Path(path)
+    win = is_windows() if windows is None else windows
+    if (win and path.suffix.lower() != ".bat") or (not win and path.suffix):
+        return None
+    try:
+        if not path.is_file():
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            head = os.read(fd, _UPSTREAM_READ_LIMIT)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    text = _decode_head(head)
+    if text is None or read_wrapper(path) is not None:
+        return None
+    idx = text.find(_UPSTREAM_NEEDLE)
+    if idx == -1:
+        return None
+    rest = text[idx + len(_UPSTREAM_NEEDLE):]
+    token = rest.split(None, 1)[0].strip() if rest.strip() else ""
+    if not token:
+        return None
+    try:
+        profile = normalize_name(token)
+    except InvalidNameError:
+        return None
+    alias = path.stem if win else path.name
+    return WrapperInfo(alias, path, profile, Path(root), KIND_UPSTREAM)
+
+
+def _upstream_hermes(path: Path) -> str | None:
+    """The absolute ``hermes`` an upstream wrapper runs (``exec /abs/hermes -p …``), if it still exists."""
+    import re
+
+    try:
+        with open(path, "rb") as fh:
+            text = _decode_head(fh.read(_UPSTREAM_READ_LIMIT)) or ""
+    except OSError:
+        return None
+    found = re.search(r"exec\s+(/\S*hermes)\s+-p\s", text)
+    if found and os.access(found.group(1), os.X_OK):
+        return found.group(1)
+    return None
+
+
 def _same_root(a: Path, b: Path) -> bool:
     try:
         return Path(a).resolve() == Path(b).resolve()
@@ -205,26 +308,81 @@ def _same_root(a: Path, b: Path) -> bool:
         return Path(a) == Path(b)
 
 
+def _entries(folder: Path) -> list[Path]:
+    try:
+        return sorted(folder.iterdir())
+    except OSError:
+        return []
+
+
 def list_wrappers(
     directory: Path | None = None, root: Path | None = None, env: Mapping[str, str] | None = None
 ) -> list[WrapperInfo]:
     """Every wrapper hermesd wrote in ``directory``, optionally only those for ``root``, sorted by alias."""
     folder = Path(directory) if directory is not None else wrapper_dir(env)
-    try:
-        entries = sorted(folder.iterdir())
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    found = [info for entry in entries if (info := read_wrapper(entry)) is not None]
+    found = [info for entry in _entries(folder) if (info := read_wrapper(entry)) is not None]
     if root is not None:
         found = [info for info in found if _same_root(info.root, root)]
     return found
 
 
-def aliases_for_profile(
-    profile: str, root: Path, directory: Path | None = None, env: Mapping[str, str] | None = None
+def upstream_wrappers_apply(root: Path, env: Mapping[str, str] | None = None) -> bool:
+    """Whether upstream-style wrappers (plain ``hermes -p NAME``) act on ``root`` under ``env``."""
+    return _same_root(resolve_root(_env(env)), Path(root))
+
+
+def upstream_style_wrappers(
+    root: Path, directory: Path | None = None, env: Mapping[str, str] | None = None
 ) -> list[WrapperInfo]:
-    """The wrappers that run ``profile`` of ``root``."""
-    return [w for w in list_wrappers(directory, root, env) if w.profile == profile]
+    """Upstream-style wrappers acting on ``root``: in hermesd's wrapper folder and upstream's ``~/.local/bin``.
+
+    Empty when ``env`` resolves to another root (those scripts run that root's profiles).
+    """
+    e = _env(env)
+    if not upstream_wrappers_apply(root, e):
+        return []
+    folders: list[Path] = []
+    for folder in (Path(directory) if directory is not None else wrapper_dir(e), upstream_wrapper_dir(e)):
+        if not any(_same_root(folder, f) for f in folders):
+            folders.append(folder)
+    found: list[WrapperInfo] = []
+    for folder in folders:
+        found.extend(info for entry in _entries(folder) if (info := read_upstream_wrapper(entry, root)) is not None)
+    return sorted(found, key=lambda w: (w.alias, str(w.path)))
+
+
+def all_wrappers(
+    root: Path, directory: Path | None = None, env: Mapping[str, str] | None = None
+) -> list[WrapperInfo]:
+    """Every alias of ``root``'s profiles: hermesd's wrappers and upstream-style ones, sorted by alias."""
+    found = list_wrappers(directory, root, env) + upstream_style_wrappers(root, directory, env)
+    return sorted(found, key=lambda w: (w.alias, w.kind, str(w.path)))
+
+
+def non_routing_wrappers(
+    root: Path, env: Mapping[str, str] | None = None, directory: Path | None = None
+) -> list[WrapperInfo]:
+    """For ``hermesd doctor``: the aliases of ``root`` whose ``gateway`` verbs bypass hermesd.
+
+    These are upstream-style wrappers (``exec hermes -p NAME``): ``NAME gateway restart`` then
+    stops the supervised gateway and runs one in the foreground. Fix for each:
+    ``hermesd profile alias PROFILE --adopt --name ALIAS --root ROOT`` (or ``alias --adopt`` for all).
+    ``env`` is the environment the user's shell would run them in (default: this process's).
+    """
+    return [w for w in upstream_style_wrappers(root, directory, env) if not w.routes_gateway_verbs]
+
+
+def aliases_for_profile(
+    profile: str,
+    root: Path,
+    directory: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    include_upstream: bool = False,
+) -> list[WrapperInfo]:
+    """The wrappers that run ``profile`` of ``root`` (hermesd's; with ``include_upstream``, upstream-style too)."""
+    found = all_wrappers(root, directory, env) if include_upstream else list_wrappers(directory, root, env)
+    return [w for w in found if w.profile == profile]
 
 
 def alias_collision(
@@ -240,8 +398,9 @@ def alias_collision(
     """Why ``alias`` cannot be (re)written for ``profile``, or ``None`` when it is safe.
 
     Refused: invalid, reserved or subcommand names; a file at the target that hermesd did
-    not write (or wrote for another profile/root, unless ``replace_own``); a command of the
-    same name anywhere else on ``PATH``.
+    not write (or wrote for another profile/root, unless ``replace_own``), except an
+    upstream-style wrapper for the same profile of the same root (converting it is safe); a
+    command of the same name anywhere else on ``PATH``.
     """
     e = _env(env)
     try:
@@ -253,8 +412,12 @@ def alias_collision(
     if target.exists() or target.is_symlink():
         info = read_wrapper(target)
         if info is None:
-            return f"{target} already exists and was not written by hermesd"
-        if not replace_own and (info.profile != profile or not _same_root(info.root, root)):
+            upstream = read_upstream_wrapper(target, root, windows=windows)
+            if upstream is None:
+                return f"{target} already exists and was not written by hermesd"
+            if upstream.profile != profile or not upstream_wrappers_apply(root, e):
+                return f"{target} is upstream's alias of profile {upstream.profile!r} (written by 'hermes profile')"
+        elif not replace_own and (info.profile != profile or not _same_root(info.root, root)):
             return f"{target} is already the alias of profile {info.profile!r} (root {info.root})"
     found = shutil.which(alias, path=_search_path(e))
     if found and not _same_file(Path(found), target):
@@ -267,6 +430,29 @@ def _same_file(a: Path, b: Path) -> bool:
         return a.exists() and b.exists() and os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def _write_script(target: Path, text: str) -> Path:
+    """Write ``text`` to ``target`` atomically, mode 0755."""
+    folder = target.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{target.name}.hermesd.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        mode = stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return target
+
+
+def _render(profile: str, root: Path, env: Mapping[str, str], hermes: str | None, hermesd: str | None,
+            windows: bool) -> str:
+    render = render_bat_wrapper if windows else render_posix_wrapper
+    return render(profile, root, hermes or find_hermes(env), hermesd or find_hermesd(env))
 
 
 def create_wrapper(
@@ -284,7 +470,8 @@ def create_wrapper(
     """Write the wrapper ``alias`` running ``profile`` of ``root``; raise :class:`WrapperError` on a collision.
 
     Re-creating an alias hermesd already wrote for the same profile and root is allowed
-    (it refreshes the executable paths). The file is written atomically.
+    (it refreshes the executable paths), and so is replacing upstream's wrapper of the same
+    name for the same profile. The file is written atomically.
     """
     alias = validate_alias_name(alias.strip().lower())
     profile = parse_profile_name(profile)
@@ -295,21 +482,37 @@ def create_wrapper(
     if problem:
         raise WrapperError(f"cannot create alias {alias!r}: {problem}")
     win = is_windows() if windows is None else windows
-    render = render_bat_wrapper if win else render_posix_wrapper
-    text = render(profile, root, hermes or find_hermes(e), hermesd or find_hermesd(e))
-    folder.mkdir(parents=True, exist_ok=True)
-    target = wrapper_path(alias, folder, win)
-    tmp = folder / f".{target.name}.hermesd.tmp"
+    return _write_script(wrapper_path(alias, folder, win), _render(profile, root, e, hermes, hermesd, win))
+
+
+def adopt_wrapper(
+    info: WrapperInfo,
+    root: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    hermes: str | None = None,
+    hermesd: str | None = None,
+    profile: str | None = None,
+) -> Path:
+    """Rewrite an upstream-style wrapper as a hermesd wrapper: same file (name), same target profile.
+
+    ``profile`` re-points it at another profile instead (used by rename). The file is re-read
+    first and must still be that upstream wrapper; anything else is a :class:`WrapperError`.
+    """
+    current = read_upstream_wrapper(info.path, root, windows=info.path.suffix.lower() == ".bat")
+    if current is None or current.profile != info.profile:
+        raise WrapperError(f"{info.path} is no longer upstream's alias of profile {info.profile!r}; left alone")
+    if hermes is None:
+        hermes = _upstream_hermes(info.path)  # keep the Hermes installation the alias already ran
     try:
-        with open(tmp, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-        mode = stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return target
+        target = parse_profile_name(profile if profile is not None else info.profile)
+    except InvalidNameError as exc:
+        raise WrapperError(
+            f"cannot adopt {info.path}: it runs {info.profile!r}, which is not a profile ({exc})"
+        ) from None
+    root = _check_root(Path(root).absolute())
+    win = info.path.suffix.lower() == ".bat"
+    return _write_script(info.path, _render(target, root, _env(env), hermes, hermesd, win))
 
 
 def remove_wrapper(
@@ -318,23 +521,34 @@ def remove_wrapper(
     root: Path | None = None,
     *,
     env: Mapping[str, str] | None = None,
+    profile: str | None = None,
+    include_upstream: bool = False,
 ) -> Path | None:
-    """Remove the wrapper ``alias`` if hermesd wrote it (and, given ``root``, for that root).
+    """Remove the wrapper ``alias`` if hermesd wrote it (and, given ``root``/``profile``, for those).
 
-    Returns the removed path, or ``None`` when there was nothing of ours to remove; a
-    file of the same name that is not ours is never touched.
+    With ``include_upstream`` (needs ``root`` and ``profile``), an upstream-style wrapper of that
+    name for that profile of that root is removed too (hermesd's folder, then ``~/.local/bin``).
+    Returns the removed path, or ``None`` when there was nothing to remove; a file of the same
+    name that is neither is never touched.
     """
     alias = alias.strip().lower()
     try:
         validate_alias_name(alias)
     except InvalidNameError:
         return None
-    folder = Path(directory) if directory is not None else wrapper_dir(env)
+    e = _env(env)
+    folder = Path(directory) if directory is not None else wrapper_dir(e)
     for candidate in (folder / f"{alias}.bat", folder / alias):
         info = read_wrapper(candidate)
         if info is None or (root is not None and not _same_root(info.root, root)):
             continue
+        if profile is not None and info.profile != profile:
+            continue
         candidate.unlink()
         return candidate
+    if include_upstream and root is not None and profile is not None:
+        for info in upstream_style_wrappers(root, folder, e):
+            if info.alias == alias and info.profile == profile:
+                info.path.unlink()
+                return info.path
     return None
-

@@ -38,9 +38,11 @@ def cli(
 ) -> Callable[..., CliResult]:
     """Run ``hermesd profile ...`` through a tiny argparse root, as the supervisor's CLI does.
 
-    The wrapper directory is pinned to a temp folder so nothing is ever written to ~/.local/bin.
+    The wrapper directory is pinned to a temp folder so nothing is ever written to ~/.local/bin,
+    and ``HOME`` too, so the machine's own ``~/.local/bin`` (upstream's aliases) is never read.
     """
     monkeypatch.setenv("HERMESD_WRAPPER_DIR", str(alias_dir))
+    monkeypatch.setenv("HOME", str(alias_dir.parent / "home"))
 
     def run(*argv: str, stop_gateway: Callable[[str, Path], None] | None = None) -> CliResult:
         parser = argparse.ArgumentParser(prog="hermesd")

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from profiles.gateway_files import proc_start_time
+from profiles.upstream.files import proc_start_time
 
 
 def make_profile(root: Path, name: str, files: dict[str, str] | None = None) -> Path:
@@ -44,10 +44,20 @@ class FakeLiveGateway:
             [sys.executable, "-c", "import sys, time; sys.stdin.read()", "gateway", "run"],
             stdin=subprocess.PIPE,
         )
+        # Wait until the child has exec'd: between fork and exec (and during exec) its
+        # /proc/PID/cmdline is the parent's or empty, and a reader checking for "gateway" in it
+        # then takes the live gateway for a stale record (this made two lifecycle tests flaky).
         start = None
         deadline = time.monotonic() + 10
-        while start is None and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             start = proc_start_time(self.proc.pid)
+            try:
+                cmdline = Path(f"/proc/{self.proc.pid}/cmdline").read_bytes()
+            except OSError:
+                cmdline = b""
+            if start is not None and b"gateway" in cmdline:
+                break
+            time.sleep(0.005)
         record = {"pid": self.proc.pid, "kind": "hermes-gateway", "argv": ["hermes", "gateway", "run"],
                   "start_time": start}
         (home / "gateway.pid").write_text(json.dumps(record))

@@ -87,7 +87,7 @@ def test_export_default_uses_the_allow_list(root: Path, tmp_path: Path) -> None:
         (root / rel).write_text("x")
     make_profile(root, "coder", {"SOUL.md": "other profile"})
     result = export_profile("default", tmp_path / "d.tgz", root)
-    assert result.path == tmp_path / "d.tgz"
+    assert result.path == tmp_path / "d.tar.gz"  # upstream: ".tgz" stripped, ".tar.gz" added
     assert names_in(result.path) == {
         "default", "default/config.yaml", "default/SOUL.md", "default/skills", "default/skills/a",
         "default/skills/a/SKILL.md",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,7 +33,7 @@ def test_create_list_show(cli, root: Path, alias_dir: Path) -> None:
     lines = r.out.splitlines()
     assert any(line.startswith("*default") for line in lines)
     assert any(line.startswith(" coder") and "Writes code." in line and "coder" in line for line in lines)
-    assert "skipped: test (reserved name)" in r.out
+    assert "skipped: 'test' (reserved name)" in r.out
 
     data = cli("profile", "list", "--json", "--root", str(root)).json()
     assert [p["name"] for p in data["profiles"]] == ["default", "coder"]  # type: ignore[index]
@@ -57,7 +59,10 @@ def test_create_errors_are_one_line(cli, root: Path) -> None:
     for argv in (["create", "test"], ["create", "default"], ["create", "a/b"], ["create", "x", "--clone-from", "ghost"],
                  ["create", "x", "--clone", "--clone-all"]):
         r = cli("profile", *argv, "--root", str(root))
-        assert r.rc == 1
+        if argv[-1] == "--clone-all":
+            assert r.rc == 0, r.err  # upstream: --clone-all wins over --clone
+            continue
+        assert r.rc == 2
         one_error_line(r.err)
     make_profile(root, "coder")
     r = cli("profile", "create", "coder", "--root", str(root))
@@ -84,15 +89,16 @@ def test_alias_verbs(cli, root: Path, alias_dir: Path) -> None:
     r = cli("profile", "alias", "coder", "--remove", "--root", str(root))
     assert "Removed alias 'cdr'" in r.out and not (alias_dir / "cdr").exists()
     r = cli("profile", "alias", "coder", "--remove", "--root", str(root))
-    assert "No hermesd alias" in r.out
-    assert cli("profile", "alias", "--root", str(root)).rc == 1
+    assert "No alias for 'coder'" in r.out
+    assert cli("profile", "alias", "--root", str(root)).rc == 2
 
 
-def test_delete(cli, root: Path, alias_dir: Path, live_gateway_for) -> None:
+def test_delete(cli, root: Path, alias_dir: Path, live_gateway_for, monkeypatch: pytest.MonkeyPatch) -> None:
     cli("profile", "create", "coder", "--root", str(root))
     cli("profile", "use", "coder", "--root", str(root))
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # nothing piped: EOF cancels, as upstream
     r = cli("profile", "delete", "coder", "--root", str(root))
-    assert "without -y" in one_error_line(r.err) and (root / "profiles" / "coder").is_dir()
+    assert r.rc == 1 and "Cancelled." in r.out and (root / "profiles" / "coder").is_dir()
 
     gw = live_gateway_for(root / "profiles" / "coder")
     r = cli("profile", "delete", "coder", "-y", "--root", str(root))
@@ -128,7 +134,8 @@ def test_rename(cli, root: Path, alias_dir: Path) -> None:
 def test_use(cli, root: Path) -> None:
     make_profile(root, "coder")
     assert cli("profile", "use", "Coder", "--root", str(root)).out.strip() == "Switched to: coder"
-    assert cli("profile", "use", "--root", str(root)).out.strip() == "Active profile: coder"
+    r = cli("profile", "use", "--root", str(root))  # upstream: NAME is required
+    assert r.rc == 2 and "needs NAME" in one_error_line(r.err)
     assert read_active_profile(root) == "coder"
     assert cli("profile", "use", "default", "--root", str(root)).rc == 0
     assert read_active_profile(root) == "default"

@@ -103,17 +103,25 @@ def test_skipped_entries_are_named_in_warnings() -> None:
         }
     }
     parsed = parse_profile_routes(config)
-    assert [(r.name, r.profile) for r in parsed.routes] == [("", "default")]
+    # Upstream keeps the disabled rule (it never matches) and treats "maybe" as enabled.
+    assert [(r.name, r.profile, r.enabled) for r in parsed.parsed] == [
+        ("off", "p", False), ("weird", "p", "maybe"), ("", "default", True)
+    ]
+    assert [(r.name, r.profile) for r in parsed.routes] == [("weird", "p"), ("", "default")]
     assert parsed.forms == {FORM_NESTED} and parsed.source_form == FORM_NESTED
+    codes = [(i.index, i.code) for i in parsed.issues]
+    assert codes == [
+        (0, "not_a_mapping"), (1, "missing_platform"), (2, "missing_profile"), (3, "invalid_profile"),
+        (4, "invalid_profile"), (5, "disabled"), (6, "enabled_text"),
+    ]
     w = parsed.warnings
-    assert len(w) == 7
     assert w[0].startswith("profile route #0 (nested)") and "not a mapping" in w[0]
     assert "#1 'no-platform' (nested)" in w[1] and "missing platform" in w[1]
     assert "#2 'no-profile'" in w[2] and "missing profile" in w[2]
     assert "#3 'bad-name'" in w[3] and "'../etc'" in w[3]
     assert "#4 'reserved'" in w[4] and "reserved" in w[4]
     assert "#5 'off'" in w[5] and "disabled" in w[5]
-    assert "#6 'weird'" in w[6] and "enabled" in w[6]
+    assert "#6 'weird'" in w[6] and "ON" in w[6]
 
 
 def test_top_level_wins_and_both_forms_are_flagged() -> None:
@@ -134,13 +142,13 @@ def test_absent_and_malformed_route_lists() -> None:
     assert parse_profile_routes({"gateway": "junk"}).routes == ()
 
 
-def test_unquoted_ids_are_compared_as_strings_and_flagged() -> None:
+def test_unquoted_ids_never_match_and_are_flagged() -> None:
+    """Upstream keeps ``guild_id: 42`` as the int 42 and compares it with text ids: never a match."""
     entry = {"name": "n", "platform": "discord", "guild_id": 42, "profile": "p"}
     parsed = parse_profile_routes({"profile_routes": [entry]})
-    assert parsed.routes[0].guild_id == "42"
-    assert parsed.routes[0].matches("discord", guild_id="42")
-    assert parsed.routes[0].matches("discord", guild_id=42)
-    assert "quote it" in parsed.warnings[0]
+    assert parsed.routes[0].guild_id == 42 and parsed.routes[0].specificity == 2
+    assert not parsed.routes[0].matches("discord", guild_id="42")
+    assert "not a quoted string" in parsed.warnings[0] and parsed.issues[0].code == "id_not_text"
 
 
 # --------------------------------------------------------------------------- properties
@@ -187,7 +195,6 @@ def test_agrees_with_hermes_agent(routes: list[dict[str, Any]], source: dict[str
     upstream = pytest.importorskip("gateway.profile_routing")
     theirs = upstream.match_profile_route(upstream.parse_profile_routes(routes), **source)
     mine = match_profile_route(parse_profile_routes({"profile_routes": routes}).routes, **source)
-
 
     def key(r: Any) -> tuple[Any, ...] | None:
         return None if r is None else (r.platform, r.profile, r.name, r.guild_id, r.chat_id, r.thread_id)
