@@ -1,0 +1,482 @@
+"""What one profile's confinement looks like: a pure function from facts to a serialisable Plan.
+
+``make_plan(PlanInputs)`` does no I/O: the caller passes the root, the profile and its home,
+hermesd's folder, the other profiles' homes, the install paths, the settings, the kanban layout
+and the :class:`~supervisor.isolation.probing.Probe`. Pass resolved absolute paths (``Path.resolve()``);
+the plan compares them lexically.
+
+Model: everything outside the hidden areas stays as it was ("the rest of the user's files,
+/tmp, network as before"); a hidden area is an *allow-list* (an empty read-only folder in which
+only the listed entries are put back), so a profile folder created after the child started is
+never visible to it.
+
+- named profile: hidden ``<root>`` (and other profiles' homes elsewhere, hermesd's socket
+  folder when it is outside the root); put back: its own home (rw), ``kanban/`` (rw) plus the
+  board links, ``shared/`` (rw), ``auth.json`` (ro, only when ``root_auth``), install paths and
+  ``read_only`` paths under the root (ro), the credential-lock folder if it is under the root.
+- default profile (home = root): hidden ``profiles/`` and ``.hermesd/``; ``hermesd.yaml``
+  blanked (an empty read-only file: the default profile could otherwise rewrite hermesd's
+  ``command`` and run code for every profile).
+- read-only everywhere: the install paths (the gateway interpreter, its site-packages, a
+  hermes-agent checkout, hermesd's own code) — a profile that could edit shared code would run
+  inside every other profile on its next restart.
+
+Mechanisms, strongest first (``auto``): ``namespace+landlock`` (a private mount namespace does the
+hiding; Landlock adds signal/abstract-socket scoping, blocks ptrace and forbids undoing the mounts),
+``landlock`` (Landlock rules only; see ``gaps``), ``off``. A mount namespace *without* Landlock is
+never chosen: same-user processes outside it remain reachable through ``/proc/<pid>/root`` and by
+signals, so it would hide files without being a boundary.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from supervisor.isolation import kanban
+from supervisor.isolation.probing import Probe, best_mechanism
+from supervisor.isolation.settings import IsolationSettings
+
+__all__ = ["MECHANISMS", "PLAN_VERSION", "Access", "Plan", "PlanInputs", "UserIds", "make_plan"]
+
+PLAN_VERSION = 1
+MECHANISMS = ("namespace+landlock", "landlock", "off", "unavailable")
+CONFIG_NAME = "hermesd.yaml"
+PROFILES_DIR = "profiles"
+SHARED_DIR = "shared"
+ROOT_AUTH = "auth.json"
+# Capabilities a root gateway keeps when it has no account of its own: Docker's default set
+# minus MKNOD, SETPCAP and SETFCAP. Gone: SYS_ADMIN (mounts, namespaces), SYS_PTRACE,
+# DAC_READ_SEARCH (open_by_handle_at walks around every path rule), SYS_MODULE, SYS_RAWIO, BPF…
+ROOT_KEEP_CAPS = ("chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid",
+                  "net_bind_service", "net_raw", "sys_chroot", "audit_write")
+
+
+@dataclass(frozen=True, slots=True)
+class UserIds:
+    """A resolved account (the caller looks the name up; see ``install.resolve_user``)."""
+
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInputs:
+    root: Path
+    profile: str
+    home: Path
+    probe: Probe
+    settings: IsolationSettings = field(default_factory=IsolationSettings)
+    hermesd_dir: Path | None = None  # default: <root>/.hermesd
+    control_socket: Path | None = None  # Layout.socket; only matters when outside hermesd_dir
+    other_homes: tuple[Path, ...] = ()
+    install_paths: tuple[Path, ...] = ()
+    lock_dir: Path | None = None  # upstream's credential-lock folder (stays read-write)
+    user_home: Path | None = None  # the child's HOME, to expand ~ in settings
+    user_ids: UserIds | None = None  # settings.user, resolved
+    kanban_layout: str = "linked"  # kanban.layout(root): linked | absent | legacy | foreign
+    # Paths the daemon itself wants put back ("rw" | "ro"), e.g. a per-profile folder under
+    # .hermesd/ holding the socket through which kanban workers are handed to the daemon (issue 16).
+    grants: tuple[tuple[Path, str], ...] = ()
+    # Other profiles' homes to show as *empty* read-only folders: for the kanban dispatcher, whose
+    # upstream code skips tasks whose assignee's folder does not exist (profile_exists()).
+    placeholders: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """A path put back inside a hidden area."""
+
+    path: str
+    access: str  # "rw" | "ro"
+    optional: bool = False  # skipped when missing at spawn time (auth.json)
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    profile: str
+    root: str
+    home: str
+    mechanism: str  # one of MECHANISMS
+    reason: str  # why this mechanism (one line)
+    userns: bool = False  # unshare a user namespace first (hermesd is not root)
+    hide: tuple[str, ...] = ()
+    expose: tuple[Access, ...] = ()
+    read_only: tuple[str, ...] = ()
+    blank: tuple[str, ...] = ()  # files replaced by an empty read-only file
+    links: tuple[tuple[str, str], ...] = ()  # (path, relative target) recreated inside hidden areas
+    placeholders: tuple[str, ...] = ()  # empty read-only folders inside hidden areas (names only)
+    ensure_dirs: tuple[str, ...] = ()  # created (real file system) before confining
+    ensure_files: tuple[str, ...] = ()
+    ensure_links: tuple[tuple[str, str], ...] = ()
+    landlock_abi: int = 0
+    landlock_fs: str = ""  # "everything" (the namespace hides) | "carve" (Landlock alone)
+    scopes: tuple[str, ...] = ()  # "signal", "abstract_unix_socket"
+    private_dev: bool = False  # root without an account: a minimal /dev, read-only /proc/sys and /sys
+    keep_caps: tuple[str, ...] | None = None  # root without an account: capabilities kept
+    user: UserIds | None = None
+    channels: tuple[tuple[str, str], ...] = ()  # kanban / shared_auth / root_auth -> open|closed|...
+    gaps: tuple[str, ...] = ()  # what this plan does not guarantee, in words
+    version: int = PLAN_VERSION
+
+    @property
+    def enforced(self) -> bool:
+        return self.mechanism in ("namespace+landlock", "landlock")
+
+    @property
+    def runnable(self) -> bool:
+        """False: the daemon must not start the profile (hold it, showing ``reason``)."""
+        return self.mechanism != "unavailable"
+
+    # --- explanation -------------------------------------------------------------------
+    def summary(self) -> str:
+        """One line for ``hermesd status``."""
+        if not self.enforced:
+            return f"{self.mechanism}: {self.reason}"
+        ch = dict(self.channels)
+        shared = [n for n in ("kanban", "shared_auth", "root_auth") if ch.get(n, "").startswith("open")]
+        bits = [self.mechanism]
+        if self.user:
+            bits.append(f"as {self.user.name}")
+        bits.append("signals scoped" if "signal" in self.scopes else "signals NOT scoped")
+        bits.append("shares " + (", ".join(shared) if shared else "nothing"))
+        if self.gaps_severe():
+            bits.append(f"{len(self.gaps_severe())} gap(s), see status --json")
+        return "; ".join(bits)
+
+    def gaps_severe(self) -> list[str]:
+        return [g for g in self.gaps if g.startswith("!")]
+
+    def status_json(self) -> dict[str, Any]:
+        """The ``isolation`` object of ``status --json`` (scalars first: metrics take the first ones)."""
+        ch = dict(self.channels)
+        return {
+            "mechanism": self.mechanism,
+            "enforced": self.enforced,
+            "signals": "scoped" if "signal" in self.scopes else "open",
+            "user": self.user.name if self.user else "",
+            "kanban": ch.get("kanban", ""),
+            "shared_auth": ch.get("shared_auth", ""),
+            "root_auth": ch.get("root_auth", ""),
+            "landlock_abi": self.landlock_abi,
+            "reason": self.reason,
+            "summary": self.summary(),
+            "hidden": list(self.hide),
+            "exposed": [{"path": a.path, "access": a.access} for a in self.expose],
+            "read_only": list(self.read_only),
+            "gaps": [g.lstrip("!") for g in self.gaps],
+        }
+
+    # --- serialisation -----------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """Everything ``enter`` needs, as plain JSON (also the explanation fields)."""
+        return {
+            "version": self.version,
+            "profile": self.profile,
+            "root": self.root,
+            "home": self.home,
+            "mechanism": self.mechanism,
+            "reason": self.reason,
+            "userns": self.userns,
+            "hide": list(self.hide),
+            "expose": [{"path": a.path, "access": a.access, "optional": a.optional, "why": a.why}
+                       for a in self.expose],
+            "read_only": list(self.read_only),
+            "blank": list(self.blank),
+            "links": [list(x) for x in self.links],
+            "placeholders": list(self.placeholders),
+            "ensure_dirs": list(self.ensure_dirs),
+            "ensure_files": list(self.ensure_files),
+            "ensure_links": [list(x) for x in self.ensure_links],
+            "landlock_abi": self.landlock_abi,
+            "landlock_fs": self.landlock_fs,
+            "scopes": list(self.scopes),
+            "private_dev": self.private_dev,
+            "keep_caps": None if self.keep_caps is None else list(self.keep_caps),
+            "user": None if self.user is None else {
+                "name": self.user.name, "uid": self.user.uid, "gid": self.user.gid,
+                "groups": list(self.user.groups)},
+            "channels": dict(self.channels),
+            "gaps": list(self.gaps),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Plan:
+        if d.get("version") != PLAN_VERSION:
+            raise ValueError(f"isolation plan version {d.get('version')!r}, expected {PLAN_VERSION}")
+        user = d.get("user")
+        return cls(
+            profile=d["profile"], root=d["root"], home=d["home"], mechanism=d["mechanism"], reason=d["reason"],
+            userns=bool(d.get("userns")), hide=tuple(d.get("hide", ())),
+            expose=tuple(Access(e["path"], e["access"], bool(e.get("optional")), e.get("why", ""))
+                         for e in d.get("expose", ())),
+            read_only=tuple(d.get("read_only", ())), blank=tuple(d.get("blank", ())),
+            links=tuple((a, b) for a, b in d.get("links", ())),
+            placeholders=tuple(d.get("placeholders", ())),
+            ensure_dirs=tuple(d.get("ensure_dirs", ())), ensure_files=tuple(d.get("ensure_files", ())),
+            ensure_links=tuple((a, b) for a, b in d.get("ensure_links", ())),
+            landlock_abi=int(d.get("landlock_abi", 0)), landlock_fs=d.get("landlock_fs", ""),
+            scopes=tuple(d.get("scopes", ())), private_dev=bool(d.get("private_dev")),
+            keep_caps=None if d.get("keep_caps") is None else tuple(d["keep_caps"]),
+            user=None if not user else UserIds(user["name"], int(user["uid"]), int(user["gid"]),
+                                               tuple(int(g) for g in user.get("groups", ()))),
+            channels=tuple(sorted((d.get("channels") or {}).items())), gaps=tuple(d.get("gaps", ())),
+        )
+
+
+# --- the planner ----------------------------------------------------------------------------
+def _norm(p: Path | str) -> str:
+    s = posixpath.normpath(str(p))
+    return "/" + s.lstrip("/") if s.startswith("//") else s
+
+
+def _under(p: str, base: str) -> bool:
+    """``p`` is ``base`` or inside it (lexically)."""
+    return p == base or base == "/" or p.startswith(base.rstrip("/") + "/")
+
+
+def _strictly_under(p: str, base: str) -> bool:
+    return p != base and _under(p, base)
+
+
+def _dedupe(paths: list[str]) -> tuple[str, ...]:
+    """Sorted, without duplicates and without paths already covered by another one in the list."""
+    out: list[str] = []
+    for p in sorted(set(paths), key=lambda x: (x.count("/"), x)):
+        if not any(_under(p, q) for q in out):
+            out.append(p)
+    return tuple(sorted(out))
+
+
+def _expand(path: str, user_home: Path | None) -> str | None:
+    if path == "~" or path.startswith("~/"):
+        if user_home is None:
+            return None
+        return _norm(str(user_home) + path[1:])
+    return _norm(path)
+
+
+def _off(inp: PlanInputs, mechanism: str, reason: str) -> Plan:
+    return Plan(profile=inp.profile, root=_norm(inp.root), home=_norm(inp.home), mechanism=mechanism, reason=reason,
+                gaps=() if mechanism == "unavailable" else
+                ("!no confinement: this profile can read, change and signal every other profile and hermesd",))
+
+
+def _choose(inp: PlanInputs) -> tuple[str, str]:
+    s, p = inp.settings, inp.probe
+    if s.mode == "off":
+        return "off", "isolation: off in hermesd.yaml"
+    if s.user and not p.is_root:
+        return "unavailable", f"isolation.user {s.user!r} needs hermesd to run as root"
+    if s.user and inp.user_ids is None:
+        return "unavailable", f"isolation.user {s.user!r}: no such account"
+    best = best_mechanism(p)
+    if best == "off":
+        why = p.landlock_error or "no Landlock"
+        if s.mode == "required":
+            return "unavailable", f"isolation: required, but this kernel offers no confinement ({why})"
+        return "off", f"isolation unavailable here ({why}); see hermesd doctor"
+    if best == "landlock":
+        ns_why = p.mount_namespace_error if p.is_root else p.user_namespace_error
+        return best, f"auto: Landlock ABI {p.landlock_abi} only (no private mount namespace: {ns_why or 'unavailable'})"
+    how = "root" if p.is_root else "user namespace"
+    return best, f"auto: private mount namespace ({how}) + Landlock ABI {p.landlock_abi}"
+
+
+def make_plan(inp: PlanInputs) -> Plan:
+    """The strongest confinement the probe allows for this profile, with what it does not cover."""
+    mechanism, reason = _choose(inp)
+    if mechanism in ("off", "unavailable"):
+        return _off(inp, mechanism, reason)
+
+    s, p = inp.settings, inp.probe
+    root, home = _norm(inp.root), _norm(inp.home)
+    named = home != root
+    hermesd_dir = _norm(inp.hermesd_dir) if inp.hermesd_dir else _norm(f"{root}/.hermesd")
+    namespace = mechanism == "namespace+landlock"
+    gaps: list[str] = []
+    channels: dict[str, str] = {}
+
+    extra_ro, extra_hide = [], []
+    for raw_list, out in ((s.read_only, extra_ro), (s.hide, extra_hide)):
+        for raw in raw_list:
+            x = _expand(raw, inp.user_home)
+            if x is None:
+                return _off(inp, "unavailable", f"isolation: {raw!r} needs the child's HOME to expand ~")
+            out.append(x)
+
+    hide: list[str] = []
+    expose: list[Access] = []
+    read_only: list[str] = []
+    blank: list[str] = []
+    links: list[tuple[str, str]] = []
+    ensure_dirs: list[str] = []
+    ensure_files: list[str] = []
+    ensure_links: list[tuple[str, str]] = []
+
+    # --- the kanban board and the other root channels --------------------------------
+    board_usable = inp.kanban_layout in ("linked", "absent")
+    if s.kanban:
+        if board_usable:
+            channels["kanban"] = "open"
+            ensure_dirs.append(f"{root}/{kanban.BOARD_DIR}")
+            ensure_links.extend((f"{root}/{n}", kanban.link_target(n)) for n in kanban.LINKS)
+        else:
+            channels["kanban"] = f"blocked: {root}/kanban.db is {inp.kanban_layout}"
+            gaps.append(f"kanban board unusable for named profiles until {root}/kanban.db is migrated into"
+                        f" {kanban.BOARD_DIR}/ (layout: {inp.kanban_layout}; stop the gateways, then migrate)")
+        gaps.append("kanban board shared: this profile can read and change every task, comment, workspace and"
+                    " worker log on it, and a task it assigns to another profile is a prompt that profile's"
+                    " agent runs with its own credentials")
+    else:
+        channels["kanban"] = "closed"
+    channels["shared_auth"] = "open" if s.shared_auth else "closed"
+    if s.shared_auth:
+        gaps.append(f"shared Nous login {root}/{SHARED_DIR}/ readable and replaceable by every profile that keeps it")
+
+    lock_dir = _norm(inp.lock_dir) if inp.lock_dir else None
+    if lock_dir:
+        gaps.append(f"credential-lock folder {lock_dir} shared (upstream needs it): a profile can delete or fake"
+                    " another profile's platform locks (a retrying platform, not a leaked token)")
+
+    installs = [_norm(x) for x in inp.install_paths]
+    others = [_norm(x) for x in inp.other_homes if _norm(x) != home]
+
+    if named:
+        channels["root_auth"] = "open (read-only)" if s.root_auth else "closed"
+        hide.append(root)
+        hide.extend(o for o in others if not _under(o, root))
+        expose.append(Access(home, "rw", why="the profile's own home"))
+        if s.kanban and board_usable:
+            expose.append(Access(f"{root}/{kanban.KANBAN_DIR}", "rw", why="kanban board"))
+            links.extend((f"{root}/{n}", kanban.link_target(n)) for n in kanban.LINKS)
+        if s.shared_auth:
+            ensure_dirs.append(f"{root}/{SHARED_DIR}")
+            expose.append(Access(f"{root}/{SHARED_DIR}", "rw", why="shared Nous auth"))
+        if s.root_auth:
+            expose.append(Access(f"{root}/{ROOT_AUTH}", "ro", optional=True, why="root auth.json fallback"))
+            gaps.append(f"the root's {ROOT_AUTH} is readable (root_auth: true): the default profile's provider"
+                        " credentials")
+        if lock_dir and _under(lock_dir, root):
+            ensure_dirs.append(lock_dir)
+            expose.append(Access(lock_dir, "rw", why="credential locks"))
+    else:
+        channels["root_auth"] = "own"
+        hide.append(f"{root}/{PROFILES_DIR}")
+        hide.append(hermesd_dir)
+        hide.extend(others)
+        ensure_dirs.append(f"{root}/{PROFILES_DIR}")
+        if not s.kanban:
+            hide.append(f"{root}/{kanban.KANBAN_DIR}")
+        if not s.shared_auth:
+            hide.append(f"{root}/{SHARED_DIR}")
+        blank.append(f"{root}/{CONFIG_NAME}")
+        ensure_files.append(f"{root}/{CONFIG_NAME}")
+        gaps.append("the default profile owns the root folder: it can replace the board links there (named"
+                    " profiles are not affected: their view is rebuilt from the plan)")
+    ensure_dirs.append(hermesd_dir)
+
+    if inp.control_socket is not None:
+        sock_dir = _norm(inp.control_socket.parent)
+        if namespace and not _under(sock_dir, hermesd_dir) and not _under(sock_dir, root):
+            hide.append(sock_dir)
+    hide.extend(extra_hide)
+
+    hide_t = _dedupe(hide)
+    for raw_path, access in inp.grants:
+        path = _norm(raw_path)
+        if access not in ("rw", "ro"):
+            raise ValueError(f"grant {path}: access must be 'rw' or 'ro', not {access!r}")
+        if any(_under(path, h) for h in hide_t):
+            expose.append(Access(path, access, why="granted by hermesd"))
+        elif access == "ro":
+            extra_ro.append(path)
+    # Read-only paths: put back read-only inside a hidden area, else bound read-only in place.
+    for path in [*installs, *extra_ro]:
+        if _under(root, path) or _under(home, path):
+            gaps.append(f"!{path} holds this profile's home or the root: left writable (making it read-only"
+                        " would make them read-only too)")
+            continue
+        if any(_under(path, h) for h in hide_t):
+            expose.append(Access(path, "ro", optional=True, why="read-only (install or setting)"))
+        else:
+            read_only.append(path)
+
+    # --- mechanism-specific adjustments ----------------------------------------------
+    if not namespace:
+        # Landlock alone cannot carve inside a folder the profile must write, nor blank files.
+        writable = [home, *(a.path for a in expose if a.access == "rw")]
+        kept_ro = []
+        for ro in read_only:
+            if any(_strictly_under(ro, w) or _under(w, ro) for w in writable):
+                gaps.append(f"!{ro} stays writable (Landlock alone cannot make part of a writable folder"
+                            " read-only)")
+            else:
+                kept_ro.append(ro)
+        read_only = kept_ro
+        kept_hide = []
+        for h in hide_t:
+            if any(_strictly_under(h, w) for w in writable):
+                gaps.append(f"!{h} stays visible and writable (Landlock alone cannot exclude part of a folder"
+                            " the profile must write)")
+            else:
+                kept_hide.append(h)
+        hide_t = tuple(kept_hide)
+        if blank:
+            gaps.append(f"!{blank[0]} stays writable: the default profile can change how hermesd runs every"
+                        " profile (Landlock alone cannot protect one file in a folder the profile must write)")
+            blank = []
+        gaps.append("!hermesd's control socket is reachable (Landlock cannot restrict connecting to a unix"
+                    " socket path; a private mount namespace can)")
+        gaps.append("names, sizes and dates inside hidden folders can still be probed with stat() on guessed"
+                    " names (Landlock does not restrict path lookups; contents stay unreadable)")
+        gaps.append("folders on the way to a hidden one (e.g. the home folder holding the root, and /) are"
+                    " readable file by file but cannot be listed, and nothing new can be created directly in"
+                    " them; entries added there after the start are out of reach until a restart")
+        landlock_fs = "carve"
+    else:
+        landlock_fs = "everything"
+
+    if p.landlock_abi >= 6:
+        scopes: tuple[str, ...] = ("signal", "abstract_unix_socket")
+    else:
+        scopes = ()
+        gaps.append(f"!signals are not scoped (Landlock ABI {p.landlock_abi} < 6): this profile can kill other"
+                    " profiles' gateways and hermesd")
+
+    user = inp.user_ids if s.user else None
+    root_without_account = p.is_root and user is None
+    if root_without_account:
+        gaps.append("!runs as root: it can still write system files (cron, units, /root) that run outside any"
+                    " confinement; set isolation.user for a trust boundary")
+    elif user is None:
+        gaps.append("the rest of the account's files stay writable: a compromised profile can plant code that"
+                    " the user later runs unconfined (shell startup files, ~/.config/systemd/user, ~/.local/bin)")
+
+    return Plan(
+        profile=inp.profile, root=root, home=home, mechanism=mechanism, reason=reason,
+        userns=namespace and not p.is_root,
+        hide=tuple(hide_t),
+        expose=tuple(expose),
+        read_only=_dedupe(read_only),
+        blank=tuple(blank),
+        links=tuple(links),
+        placeholders=tuple(sorted({_norm(x) for x in inp.placeholders if namespace and _norm(x) != home
+                                   and any(_strictly_under(_norm(x), h) for h in hide_t)})),
+        ensure_dirs=tuple(dict.fromkeys(ensure_dirs)),
+        ensure_files=tuple(ensure_files),
+        ensure_links=tuple(ensure_links),
+        landlock_abi=p.landlock_abi,
+        landlock_fs=landlock_fs,
+        scopes=scopes,
+        private_dev=namespace and root_without_account,
+        keep_caps=ROOT_KEEP_CAPS if root_without_account else None,
+        user=user,
+        channels=tuple(sorted(channels.items())),
+        gaps=tuple(dict.fromkeys(gaps)),
+    )

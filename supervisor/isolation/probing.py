@@ -1,0 +1,290 @@
+"""What this kernel and this user offer for confinement, measured cheaply and without side effects.
+
+``probe()`` reads a few sysctls, asks the kernel for its Landlock ABI, and tries the namespace
+calls in short-lived forked children (a private mount namespace dies with the child, so nothing
+on the host changes). As root it also tries the *unprivileged* path in a child that first drops
+to ``nobody``, so ``doctor`` can say what hermesd would get without root. Cost: two forks and a
+handful of small reads, a few milliseconds (measured in the report); run it once at daemon
+start and on ``doctor``, not per spawn.
+
+The result is a frozen :class:`Probe`; ``dataclasses.replace`` (or :meth:`Probe.simulate`) makes
+the "what if this were missing" variants the planner tests use. ``doctor_lines`` turns it into
+text for ``hermesd doctor``: what is available, what is missing and the exact setting that
+enables it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from supervisor.isolation import kernel
+
+__all__ = ["LANDLOCK_FEATURES", "Probe", "doctor_lines", "landlock_features", "probe"]
+
+# What each Landlock ABI version adds (kernel version that introduced it).
+LANDLOCK_FEATURES: tuple[tuple[int, str, str], ...] = (
+    (1, "5.13", "file-system rules on whole hierarchies; ptrace of processes outside the domain denied"),
+    (2, "5.19", "renames and links across folders (REFER)"),
+    (3, "6.2", "truncate rights"),
+    (4, "6.7", "TCP bind/connect rules (hermesd leaves the network alone)"),
+    (5, "6.10", "ioctl rights on devices"),
+    (6, "6.12", "signal scoping and abstract unix socket scoping"),
+    (7, "6.15", "audit logging of denials"),
+)
+
+_SYSCTLS = (
+    "kernel.unprivileged_userns_clone",  # Debian/Ubuntu patch: 0 blocks unprivileged user namespaces
+    "user.max_user_namespaces",  # 0 blocks user namespaces for everyone
+    "kernel.apparmor_restrict_unprivileged_userns",  # Ubuntu 23.10+: 1 strips capabilities in new userns
+    "user.max_mnt_namespaces",
+    "kernel.yama.ptrace_scope",
+)
+_NOBODY = 65534
+
+
+def landlock_features(abi: int) -> list[str]:
+    return [text for version, _kver, text in LANDLOCK_FEATURES if abi >= version]
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """Facts about this machine and user; every field is plain data (JSON-ready)."""
+
+    euid: int
+    kernel: str = ""
+    landlock_abi: int = 0  # 0: no Landlock
+    landlock_error: str = ""  # why not ("" when available)
+    mount_namespace: bool = False  # this process may unshare(CLONE_NEWNS) (needs root / CAP_SYS_ADMIN)
+    mount_namespace_error: str = ""
+    user_namespace: bool = False  # an unprivileged user can unshare(USER|NS) and mount a tmpfs in it
+    user_namespace_error: str = ""
+    sysctls: tuple[tuple[str, str], ...] = ()  # (name, value); value "" when the sysctl does not exist
+
+    @property
+    def is_root(self) -> bool:
+        return self.euid == 0
+
+    @property
+    def namespace_usable(self) -> bool:
+        """A private mount namespace is available to hermesd as it runs now."""
+        return self.mount_namespace if self.is_root else self.user_namespace
+
+    @property
+    def signal_scoping(self) -> bool:
+        return self.landlock_abi >= 6
+
+    def sysctl(self, name: str) -> str:
+        return dict(self.sysctls).get(name, "")
+
+    def simulate(self, **changes: Any) -> Probe:
+        """A copy with some facts changed ("as if not root", "as if no Landlock")."""
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "euid": self.euid,
+            "kernel": self.kernel,
+            "landlock_abi": self.landlock_abi,
+            "landlock_error": self.landlock_error,
+            "landlock_features": landlock_features(self.landlock_abi),
+            "mount_namespace": self.mount_namespace,
+            "mount_namespace_error": self.mount_namespace_error,
+            "user_namespace": self.user_namespace,
+            "user_namespace_error": self.user_namespace_error,
+            "sysctls": dict(self.sysctls),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Probe:
+        return cls(
+            euid=int(data["euid"]),
+            kernel=str(data.get("kernel", "")),
+            landlock_abi=int(data.get("landlock_abi", 0)),
+            landlock_error=str(data.get("landlock_error", "")),
+            mount_namespace=bool(data.get("mount_namespace")),
+            mount_namespace_error=str(data.get("mount_namespace_error", "")),
+            user_namespace=bool(data.get("user_namespace")),
+            user_namespace_error=str(data.get("user_namespace_error", "")),
+            sysctls=tuple(sorted((str(k), str(v)) for k, v in (data.get("sysctls") or {}).items())),
+        )
+
+
+def _read_sysctl(name: str) -> str:
+    try:
+        with open("/proc/sys/" + name.replace(".", "/"), "rb") as fh:
+            return fh.read(64).decode("ascii", "replace").strip()
+    except OSError:
+        return ""
+
+
+def _in_child(steps: Any) -> str:
+    """Run ``steps()`` in a forked child; "" on success, else the error text it reported.
+
+    The child only makes system calls and leaves with ``os._exit``: no Python-level locks, no
+    buffered I/O, no atexit handlers. Whatever namespace it created dies with it.
+    """
+    kernel.libc()  # resolve symbols before forking
+    r, w = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        os.close(r)
+        os.close(w)
+        return f"fork: {exc.strerror}"
+    if pid == 0:  # pragma: no cover - runs in the child
+        os.close(r)
+        try:
+            steps()
+            os._exit(0)
+        except OSError as exc:
+            try:
+                os.write(w, str(exc.strerror or exc).encode()[:400])
+            finally:
+                os._exit(1)
+        except BaseException:
+            os._exit(2)
+    os.close(w)
+    try:
+        chunks = []
+        while chunk := os.read(r, 512):
+            chunks.append(chunk)
+    finally:
+        os.close(r)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) == 0:
+        return ""
+    return b"".join(chunks).decode("utf-8", "replace") or f"probe child failed (status {status})"
+
+
+def _mount_namespace_steps() -> None:
+    kernel.unshare(kernel.CLONE_NEWNS)
+    kernel.mount(None, "/", None, kernel.MS_REC | kernel.MS_SLAVE)
+    kernel.mount("tmpfs", "/tmp", "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV, "size=4k")
+
+
+def _user_namespace_steps() -> None:
+    if os.geteuid() == 0:  # as root, test what an unprivileged account would get
+        os.setgroups([])
+        os.setresgid(_NOBODY, _NOBODY, _NOBODY)
+        os.setresuid(_NOBODY, _NOBODY, _NOBODY)
+        kernel.prctl(4, 1, "prctl(PR_SET_DUMPABLE)")  # /proc/self/*_map must stay ours
+    uid, gid = os.geteuid(), os.getegid()
+    kernel.unshare(kernel.CLONE_NEWUSER | kernel.CLONE_NEWNS)
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+    kernel.mount(None, "/", None, kernel.MS_REC | kernel.MS_SLAVE)
+    # AppArmor's userns restriction lets unshare succeed but strips the capabilities: the
+    # mount is what fails then.
+    kernel.mount("tmpfs", "/tmp", "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV, "size=4k")
+
+
+def probe(*, try_namespaces: bool = True) -> Probe:
+    """Measure this machine. ``try_namespaces=False`` skips the forks (sysctls and Landlock only)."""
+    abi, err = kernel.landlock_abi()
+    if abi:
+        ll_error = ""
+    elif err == errno.ENOSYS:
+        ll_error = "the kernel has no Landlock (built without CONFIG_SECURITY_LANDLOCK, or older than 5.13)"
+    elif err == errno.EOPNOTSUPP:
+        ll_error = "Landlock is built in but not enabled at boot (missing from the lsm= list)"
+    else:
+        ll_error = f"landlock_create_ruleset failed: {os.strerror(err)}"
+    euid = os.geteuid()
+    if try_namespaces:
+        mnt_err = _in_child(_mount_namespace_steps) if euid == 0 else "needs root (or a user namespace)"
+        user_err = _in_child(_user_namespace_steps)
+    else:
+        mnt_err = user_err = "not probed"
+    return Probe(
+        euid=euid,
+        kernel=os.uname().release,
+        landlock_abi=abi,
+        landlock_error=ll_error,
+        mount_namespace=euid == 0 and not mnt_err,
+        mount_namespace_error=mnt_err,
+        user_namespace=not user_err,
+        user_namespace_error=user_err,
+        sysctls=tuple(sorted((name, _read_sysctl(name)) for name in _SYSCTLS)),
+    )
+
+
+def best_mechanism(p: Probe) -> str:
+    """The strongest mechanism this machine offers hermesd as it runs now."""
+    if p.landlock_abi >= 1 and p.namespace_usable:
+        return "namespace+landlock"
+    if p.landlock_abi >= 1:
+        return "landlock"
+    return "off"
+
+
+def _userns_fix(p: Probe) -> str:
+    """The exact setting that blocks unprivileged user namespaces here, and how to lift it."""
+    if p.sysctl("kernel.unprivileged_userns_clone") == "0":
+        return ("kernel.unprivileged_userns_clone=0 blocks them: `sudo sysctl -w kernel.unprivileged_userns_clone=1`"
+                " (persist: echo kernel.unprivileged_userns_clone=1 | sudo tee /etc/sysctl.d/60-hermesd.conf)")
+    if p.sysctl("user.max_user_namespaces") == "0":
+        return ("user.max_user_namespaces=0 blocks them: `sudo sysctl -w user.max_user_namespaces=15000`"
+                " (persist in /etc/sysctl.d/60-hermesd.conf)")
+    if p.sysctl("kernel.apparmor_restrict_unprivileged_userns") == "1":
+        return ("AppArmor restricts them (kernel.apparmor_restrict_unprivileged_userns=1): either"
+                " `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`, or an AppArmor profile for"
+                " hermesd's interpreter with the `userns,` rule (see /etc/apparmor.d/ and `man apparmor.d`)")
+    if p.sysctl("user.max_mnt_namespaces") == "0":
+        return "user.max_mnt_namespaces=0 blocks mount namespaces: `sudo sysctl -w user.max_mnt_namespaces=15000`"
+    return "a seccomp filter or container runtime may block unshare(2); run hermesd where it is allowed"
+
+
+def doctor_lines(p: Probe) -> list[tuple[str, str]]:
+    """``(level, text)`` lines for ``hermesd doctor``; level is ``ok``, ``info`` or ``warning``."""
+    out: list[tuple[str, str]] = []
+    best = best_mechanism(p)
+    who = "root" if p.is_root else f"uid {p.euid}"
+    if best == "namespace+landlock":
+        out.append(("ok", f"isolation: a private mount namespace plus Landlock ABI {p.landlock_abi} per profile"
+                          f" (hermesd runs as {who}, kernel {p.kernel})"))
+    elif best == "landlock":
+        out.append(("warning", f"isolation: Landlock ABI {p.landlock_abi} only, no private mount namespace"
+                               f" (hermesd runs as {who}): the root folder's own level cannot be shared safely,"
+                               " the default profile can still read profiles/, and hermesd's control socket"
+                               " stays reachable"))
+    else:
+        out.append(("warning", f"isolation: unavailable on this machine (kernel {p.kernel}); every profile can"
+                               " read, change and signal every other one"))
+    if p.landlock_abi:
+        feats = "; ".join(landlock_features(p.landlock_abi))
+        out.append(("ok", f"Landlock ABI {p.landlock_abi}: {feats}"))
+        if p.landlock_abi < 6:
+            out.append(("warning", f"Landlock ABI {p.landlock_abi} cannot scope signals: a confined profile can still"
+                                   " kill or signal other profiles' gateways and hermesd (same user). ABI 6 needs"
+                                   " Linux 6.12 or newer"))
+    else:
+        fix = ("boot with `lsm=landlock,` prepended to the current list (see /sys/kernel/security/lsm; on GRUB add"
+               " it to GRUB_CMDLINE_LINUX and run update-grub)" if "not enabled" in p.landlock_error
+               else "a kernel 5.13+ built with CONFIG_SECURITY_LANDLOCK=y (6.12+ for signal scoping)")
+        out.append(("warning", f"Landlock missing: {p.landlock_error}. Fix: {fix}"))
+    if p.is_root:
+        if p.mount_namespace:
+            out.append(("ok", "mount namespaces: available (root)"))
+        else:
+            out.append(("warning", f"mount namespaces: unshare(CLONE_NEWNS) failed as root: {p.mount_namespace_error}"
+                                   " (a container without CAP_SYS_ADMIN or a seccomp filter?)"))
+        out.append(("info", "hermesd runs as root: give each profile its own account (`isolation: {user: NAME}`)"
+                            " for a real trust boundary; a root gateway can still write system files (cron,"
+                            " units) that run outside any confinement"))
+    if p.user_namespace:
+        out.append(("ok" if not p.is_root else "info",
+                    "unprivileged user namespaces: available (hermesd without root can use a private mount"
+                    " namespace)"))
+    else:
+        level = "info" if p.is_root else "warning"
+        out.append((level, f"unprivileged user namespaces: not usable ({p.user_namespace_error}); "
+                           f"{_userns_fix(p)}"))
+    return out

@@ -1,0 +1,96 @@
+"""The real ``hermes gateway run`` under each mechanism: it reaches ``running`` through the shim.
+
+Only what this module provides is checked (the daemon wiring is the lead's): the gateway is
+started exactly as hermesd starts it (contract argv and environment, own session, output to a
+log file), wrapped by ``wrap_argv``; it must write its PID record with the shim's PID, reach
+``running``, keep its kanban dispatcher working on the shared board, and stop cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from supervisor.isolation import wrap_argv
+from tests.isolation.conftest import MECHANISMS, Tree, alive, need, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.real_gateway]
+
+HERMES = Path(os.environ.get("HERMESD_TEST_HERMES") or Path(sys.executable).parent / "hermes")
+GATEWAY_ARGS = ["gateway", "run", "--external-supervisor"]
+
+
+def contract_env(tree: Tree, profile: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES", "PYTEST", "TELEGRAM_"))}
+    env.update(HERMES_HOME=str(tree.home(profile)), HERMES_S6_SUPERVISED_CHILD="1", HERMES_GATEWAY_MAX_STARTS="0",
+               GATEWAY_MULTIPLEX_PROFILES="false", HERMES_DISABLE_LAZY_INSTALLS="1", HERMESD_ROOT=str(tree.root),
+               HERMESD_PROFILE=profile, PYTHONUNBUFFERED="1")
+    return env
+
+
+def start_gateway(tree: Tree, profile: str, argv_wrapped: list[str]) -> tuple[subprocess.Popen, float]:
+    log = open(tree.base / f"{profile}.log", "ab")  # noqa: SIM115 - handed to the child
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv_wrapped, env=contract_env(tree, profile), stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=log, start_new_session=True, cwd="/")
+    log.close()
+    tree.procs.append(proc)
+    return proc, t0
+
+
+def state_of(home: Path) -> dict:
+    try:
+        return json.loads((home / "gateway_state.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+@pytest.mark.parametrize("mechanism", ["off", *MECHANISMS])
+def test_real_gateway_reaches_running(tree: Tree, facts, mechanism: str) -> None:
+    if not HERMES.exists():
+        pytest.skip(f"{HERMES} missing")
+    if mechanism != "off":
+        need(facts, mechanism)
+    home = tree.home("a")
+    (home / ".env").write_text("")  # offline: no platform to connect (each attempt may take 30 s)
+    (home / "config.yaml").write_text("kanban:\n  dispatch_interval_seconds: 1\n")
+    argv = [str(HERMES), "-p", "a", *GATEWAY_ARGS]
+    wrapped = argv if mechanism == "off" else wrap_argv(tree.plan(facts, "a", mechanism), argv)
+    proc, t0 = start_gateway(tree, "a", wrapped)
+    wait_for(lambda: state_of(home).get("gateway_state") == "running" or proc.poll() is not None,
+             timeout=90, what="gateway_state running")
+    elapsed = time.monotonic() - t0
+    log = (tree.base / "a.log").read_text(errors="replace")
+    assert proc.poll() is None, log
+    st = state_of(home)
+    assert st["gateway_state"] == "running" and st["pid"] == proc.pid
+    cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+    assert cmdline[-3:] == GATEWAY_ARGS and "-p" in cmdline and str(HERMES) in cmdline
+    print(f"\n[{mechanism}] gateway running {elapsed:.2f}s after spawn")
+    if mechanism != "off":
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        assert "NoNewPrivs:\t1" in status
+        if mechanism == "namespace+landlock":
+            assert os.readlink(f"/proc/{proc.pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
+    # The embedded kanban dispatcher works on the shared board from inside the confinement.
+    gateway_log = home / "logs" / "gateway.log"
+    wait_for(lambda: "holding singleton dispatcher lock" in gateway_log.read_text(errors="replace")
+             if gateway_log.exists() else False, timeout=60, what="the dispatcher lock")
+    if mechanism != "off":
+        wait_for(lambda: (tree.root / "kanban" / "default-board" / "kanban.db").exists(), timeout=60,
+                 what="the dispatcher's first tick on the shared board")
+        assert (tree.root / "kanban.db").is_symlink()
+    errors = [ln for ln in gateway_log.read_text(errors="replace").splitlines()
+              if "Permission denied" in ln or "Read-only file system" in ln]
+    assert not errors, errors
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=90) == 0
+    assert state_of(home)["gateway_state"] == "stopped"
+    assert not alive(proc.pid)

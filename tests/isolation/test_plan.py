@@ -1,0 +1,299 @@
+"""The planner, the settings and the probe's text: pure functions, no process started.
+
+Missing mechanisms are simulated through the probe result, exactly what the planner sees on a
+machine without them: "not root", "no user namespaces", "no Landlock", "Landlock ABI 5".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from supervisor.isolation import kanban
+from supervisor.isolation.plan import Plan, PlanInputs, UserIds, make_plan
+from supervisor.isolation.probing import Probe, best_mechanism, doctor_lines, landlock_features, probe
+from supervisor.isolation.settings import (
+    IsolationConfigError,
+    IsolationSettings,
+    merge_isolation,
+    parse_isolation,
+)
+
+R = Path("/home/alice/.hermes")  # never touched: the planner does no I/O
+ROOT_FULL = Probe(euid=0, kernel="6.15", landlock_abi=7, mount_namespace=True, user_namespace=True)
+USER_NS = Probe(euid=1000, kernel="6.15", landlock_abi=7, user_namespace=True)
+USER_LL = Probe(euid=1000, kernel="6.15", landlock_abi=7, user_namespace_error="Operation not permitted")
+NO_LL = Probe(euid=1000, kernel="5.10", landlock_abi=0, landlock_error="the kernel has no Landlock")
+INSTALL = (Path("/home/alice/.local/share/hermesd"), Path("/home/alice/.hermes/hermes-agent"))
+
+
+def plan_for(profile: str = "coder", probe_: Probe = ROOT_FULL, **kw) -> Plan:
+    home = R if profile == "default" else R / "profiles" / profile
+    settings = kw.pop("settings", IsolationSettings())
+    defaults = dict(root=R, profile=profile, home=home, probe=probe_, settings=settings,
+                    control_socket=R / ".hermesd" / "control.sock",
+                    other_homes=(R / "profiles" / "coder", R / "profiles" / "writer", Path("/srv/elsewhere")),
+                    install_paths=INSTALL, lock_dir=Path("/home/alice/.local/state/hermes/gateway-locks"),
+                    user_home=Path("/home/alice"))
+    defaults.update(kw)
+    return make_plan(PlanInputs(**defaults))
+
+
+def exposed(plan: Plan) -> dict[str, str]:
+    return {a.path: a.access for a in plan.expose}
+
+
+# --- choosing a mechanism ---------------------------------------------------------------------
+def test_root_gets_namespace_plus_landlock() -> None:
+    p = plan_for()
+    assert p.mechanism == "namespace+landlock" and not p.userns and p.enforced and p.runnable
+    assert p.hide == (str(R), "/srv/elsewhere")
+    assert exposed(p) == {f"{R}/profiles/coder": "rw", f"{R}/kanban": "rw", f"{R}/shared": "rw",
+                          f"{R}/hermes-agent": "ro"}
+    assert p.read_only == ("/home/alice/.local/share/hermesd",)
+    assert p.scopes == ("signal", "abstract_unix_socket") and p.landlock_fs == "everything"
+    assert p.private_dev and p.keep_caps and "sys_admin" not in p.keep_caps
+    assert dict(p.links) == {f"{R}/{n}": f"kanban/default-board/{n}" for n in kanban.LINKS}
+
+
+def test_unprivileged_with_user_namespaces() -> None:
+    p = plan_for(probe_=USER_NS)
+    assert p.mechanism == "namespace+landlock" and p.userns
+    assert not p.private_dev and p.keep_caps is None
+
+
+def test_no_namespace_falls_back_to_landlock_and_says_what_is_lost() -> None:
+    p = plan_for(probe_=USER_LL)
+    assert p.mechanism == "landlock" and p.landlock_fs == "carve" and not p.userns
+    assert "Operation not permitted" in p.reason
+    gaps = " ".join(p.gaps)
+    assert "control socket is reachable" in gaps and "cannot be listed" in gaps
+    assert p.hide == (str(R), "/srv/elsewhere")
+    assert p.summary().startswith("landlock;") and "gap(s)" in p.summary()
+
+
+def test_root_whose_namespaces_fail_falls_back_too() -> None:
+    p = plan_for(probe_=ROOT_FULL.simulate(mount_namespace=False, mount_namespace_error="EPERM (seccomp)"))
+    assert p.mechanism == "landlock" and "EPERM (seccomp)" in p.reason
+    assert p.keep_caps and not p.private_dev  # root still drops capabilities
+
+
+def test_no_landlock_means_off_or_unavailable() -> None:
+    off = plan_for(probe_=NO_LL)
+    assert off.mechanism == "off" and off.runnable and "no Landlock" in off.reason
+    assert off.gaps and "no confinement" in off.gaps[0]
+    req = plan_for(probe_=NO_LL, settings=IsolationSettings(mode="required"))
+    assert req.mechanism == "unavailable" and not req.runnable and "required" in req.reason
+    # a mount namespace alone is never chosen: no boundary without Landlock
+    assert best_mechanism(ROOT_FULL.simulate(landlock_abi=0)) == "off"
+
+
+def test_off_by_setting() -> None:
+    p = plan_for(settings=IsolationSettings(mode="off"))
+    assert p.mechanism == "off" and p.reason == "isolation: off in hermesd.yaml"
+    assert p.summary() == "off: isolation: off in hermesd.yaml"
+
+
+def test_old_landlock_without_signal_scoping() -> None:
+    p = plan_for(probe_=ROOT_FULL.simulate(landlock_abi=5))
+    assert p.mechanism == "namespace+landlock" and p.scopes == ()
+    assert any("signals are not scoped" in g for g in p.gaps_severe())
+    assert "signals NOT scoped" in p.summary()
+
+
+def test_dedicated_account_needs_root_and_an_account() -> None:
+    s = IsolationSettings(user="hermes-coder")
+    assert "needs hermesd to run as root" in plan_for(probe_=USER_NS, settings=s).reason
+    assert plan_for(settings=s).mechanism == "unavailable"  # not resolved
+    ids = UserIds("hermes-coder", 1201, 1201, (1201, 1300))
+    p = plan_for(settings=s, user_ids=ids)
+    assert p.user == ids and p.keep_caps is None and not p.private_dev
+    assert "as hermes-coder" in p.summary()
+    assert not any("runs as root" in g for g in p.gaps)
+
+
+# --- what is shared ---------------------------------------------------------------------------------
+def test_channels_default_keep_board_and_shared_auth_close_root_auth() -> None:
+    p = plan_for()
+    assert dict(p.channels) == {"kanban": "open", "shared_auth": "open", "root_auth": "closed"}
+    assert f"{R}/auth.json" not in exposed(p)
+
+
+def test_root_auth_fallback_is_read_only_and_optional() -> None:
+    p = plan_for(settings=IsolationSettings(root_auth=True))
+    (auth,) = [a for a in p.expose if a.path.endswith("auth.json")]
+    assert auth.access == "ro" and auth.optional
+    assert any("auth.json is readable" in g for g in p.gaps)
+
+
+def test_closing_the_board_and_shared_auth() -> None:
+    p = plan_for(settings=IsolationSettings(kanban=False, shared_auth=False))
+    assert exposed(p) == {f"{R}/profiles/coder": "rw", f"{R}/hermes-agent": "ro"}
+    assert p.links == () and dict(p.channels)["kanban"] == "closed"
+    d = plan_for("default", settings=IsolationSettings(kanban=False, shared_auth=False))
+    assert f"{R}/kanban" in d.hide and f"{R}/shared" in d.hide
+
+
+def test_legacy_board_is_blocked_not_split() -> None:
+    p = plan_for(kanban_layout="legacy")
+    assert dict(p.channels)["kanban"].startswith("blocked")
+    assert p.links == () and p.ensure_links == () and f"{R}/kanban" not in exposed(p)
+    assert any("migrated" in g for g in p.gaps)
+
+
+def test_default_profile_hides_profiles_and_hermesd() -> None:
+    p = plan_for("default")
+    assert p.home == str(R)
+    assert set(p.hide) == {f"{R}/profiles", f"{R}/.hermesd", "/srv/elsewhere"}
+    assert p.blank == (f"{R}/hermesd.yaml",) and p.ensure_files == (f"{R}/hermesd.yaml",)
+    assert f"{R}/profiles" in p.ensure_dirs
+    assert f"{R}/hermes-agent" in p.read_only  # its own root, but shared code stays read-only
+    assert dict(p.channels)["root_auth"] == "own"
+
+
+def test_default_profile_under_landlock_alone_lists_its_holes() -> None:
+    p = plan_for("default", probe_=USER_LL)
+    text = " ".join(p.gaps_severe())
+    assert f"{R}/profiles stays visible" in text and f"{R}/.hermesd stays visible" in text
+    assert "hermesd.yaml stays writable" in text and f"{R}/hermes-agent stays writable" in text
+    assert p.blank == () and p.hide == ("/srv/elsewhere",)
+
+
+def test_paths_holding_the_root_are_never_made_read_only() -> None:
+    p = plan_for(install_paths=(Path("/home/alice"),))
+    assert "/home/alice" not in p.read_only
+    assert any("/home/alice holds" in g for g in p.gaps)
+
+
+def test_control_socket_outside_the_root() -> None:
+    sock = Path("/tmp/hermesd-1000/0123456789abcdef.sock")
+    assert "/tmp/hermesd-1000" in plan_for(control_socket=sock).hide
+    assert "/tmp/hermesd-1000" not in plan_for(control_socket=sock, probe_=USER_LL).hide
+
+
+def test_lock_dir_under_the_root_stays_writable() -> None:
+    p = plan_for(lock_dir=R / "locks")
+    assert exposed(p)[f"{R}/locks"] == "rw" and f"{R}/locks" in p.ensure_dirs
+
+
+def test_settings_paths_expand_against_the_childs_home() -> None:
+    s = IsolationSettings(read_only=("~/.local/bin",), hide=("~/work/secret", f"{R}/shared-skills"))
+    p = plan_for(settings=s)
+    assert "/home/alice/.local/bin" in p.read_only and "/home/alice/work/secret" in p.hide
+    assert f"{R}/shared-skills" not in p.hide  # already inside the hidden root
+    assert plan_for(settings=s, user_home=None).mechanism == "unavailable"
+
+
+def test_read_only_setting_under_the_root_shares_a_folder_read_only() -> None:
+    p = plan_for(settings=IsolationSettings(read_only=(f"{R}/shared-skills",)))
+    assert exposed(p)[f"{R}/shared-skills"] == "ro"
+
+
+def test_plan_is_serialisable_and_explainable() -> None:
+    for p in (plan_for(), plan_for("default"), plan_for(probe_=USER_LL), plan_for(probe_=NO_LL),
+              plan_for(settings=IsolationSettings(user="x"), user_ids=UserIds("x", 5, 5))):
+        data = json.loads(json.dumps(p.to_json()))
+        assert Plan.from_json(data) == p
+        status = p.status_json()
+        json.dumps(status)
+        assert list(status)[:4] == ["mechanism", "enforced", "signals", "user"]
+        assert "\n" not in p.summary() and p.summary()
+    with pytest.raises(ValueError, match="version"):
+        Plan.from_json({**plan_for().to_json(), "version": 99})
+
+
+# --- settings ---------------------------------------------------------------------------------------
+def test_parse_forms() -> None:
+    assert merge_isolation(parse_isolation("auto"), None) == IsolationSettings()
+    assert merge_isolation(parse_isolation(False), None).mode == "off"  # YAML's bare `off`
+    assert merge_isolation(parse_isolation("Required"), None).mode == "required"
+    top = parse_isolation({"kanban": False, "read_only": "~/.local/bin"})
+    own = parse_isolation("off", "profiles.coder.isolation")
+    merged = merge_isolation(top, own)
+    assert merged == IsolationSettings(mode="off", kanban=False, read_only=("~/.local/bin",))
+    assert merge_isolation(top, parse_isolation({"kanban": True})).kanban is True
+    assert merge_isolation(None, parse_isolation({"user": 1201})).user == "1201"
+    assert IsolationSettings().to_json()["read_only"] == []
+
+
+@pytest.mark.parametrize(("value", "key", "msg"), [
+    ("strict", "isolation", "expected one of auto, off, required"),
+    ({"mode": "on"}, "isolation.mode", "expected one of"),
+    ({"kanban": "yes"}, "isolation.kanban", "true or false"),
+    ({"hide": ["relative/path"]}, "isolation.hide[0]", "absolute path"),
+    ({"read_only": ["/a/../b"]}, "isolation.read_only[0]", "'..'"),
+    ({"read_only": 3}, "isolation.read_only", "a path or a list"),
+    ({"user": "bad name"}, "isolation.user", "account name"),
+    ({"colour": 1}, "isolation.colour", "unknown key"),
+])
+def test_parse_errors_name_the_key(value, key, msg) -> None:
+    with pytest.raises(IsolationConfigError) as err:
+        parse_isolation(value)
+    assert err.value.key == key and str(err.value).startswith(f"{key}: ") and msg in str(err.value)
+
+
+# --- probe and doctor ------------------------------------------------------------------------------
+def test_probe_this_machine() -> None:
+    p = probe()
+    assert p.euid >= 0 and p.kernel
+    assert Probe.from_json(json.loads(json.dumps(p.to_json()))) == p
+    if p.landlock_abi:
+        assert landlock_features(p.landlock_abi) and not p.landlock_error
+    if p.is_root:
+        assert p.mount_namespace, p.mount_namespace_error
+    quick = probe(try_namespaces=False)
+    assert quick.landlock_abi == p.landlock_abi and quick.mount_namespace_error == "not probed"
+
+
+def test_doctor_text_names_the_fix() -> None:
+    text = lambda pr: "\n".join(t for _, t in doctor_lines(pr))  # noqa: E731
+    assert "private mount namespace plus Landlock ABI 7" in text(ROOT_FULL)
+    apparmor = USER_LL.simulate(sysctls=(("kernel.apparmor_restrict_unprivileged_userns", "1"),))
+    assert "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0" in text(apparmor)
+    assert "`userns,`" in text(apparmor)
+    debian = USER_LL.simulate(sysctls=(("kernel.unprivileged_userns_clone", "0"),))
+    assert "sysctl -w kernel.unprivileged_userns_clone=1" in text(debian)
+    maxns = USER_LL.simulate(sysctls=(("user.max_user_namespaces", "0"),))
+    assert "user.max_user_namespaces=15000" in text(maxns)
+    disabled = NO_LL.simulate(landlock_error="Landlock is built in but not enabled at boot (missing from lsm=)")
+    assert "lsm=landlock," in text(disabled)
+    assert "CONFIG_SECURITY_LANDLOCK=y" in text(NO_LL)
+    assert "cannot scope signals" in text(ROOT_FULL.simulate(landlock_abi=5))
+    assert tuple(lvl for lvl, t in doctor_lines(USER_LL) if t.startswith("isolation:")) == ("warning", )
+    assert "isolation.user" not in text(USER_NS) and "own account" in text(ROOT_FULL)
+
+
+def test_wrap_and_unwrap() -> None:
+    from supervisor.isolation.enter import ENTER_SCRIPT, decode_plan, unwrap, wrap_argv
+
+    p = plan_for()
+    argv = ["/usr/bin/hermes", "-p", "coder", "gateway", "run", "--external-supervisor"]
+    wrapped = wrap_argv(p, argv, python="/usr/bin/python3")
+    assert wrapped[:5] == ["/usr/bin/python3", "-E", "-s", "-S", ENTER_SCRIPT] and wrapped[-len(argv):] == argv
+    assert decode_plan(wrapped[5]) == p.to_json()
+    assert decode_plan(json.dumps(p.to_json())) == p.to_json()  # by hand: plain JSON works too
+    assert unwrap(wrapped) == argv and unwrap(argv) is None
+    assert wrap_argv(plan_for(settings=IsolationSettings(mode="off")), argv) == argv
+    with pytest.raises(ValueError):
+        wrap_argv(p, [])
+
+
+def test_daemon_grants_put_paths_back() -> None:
+    handoff = R / ".hermesd" / "handoff" / "coder"
+    p = plan_for(grants=((handoff, "rw"), (Path("/opt/models"), "ro")))
+    assert exposed(p)[str(handoff)] == "rw" and "/opt/models" in p.read_only
+    d = plan_for("default", grants=((R / ".hermesd" / "handoff" / "default", "rw"),))
+    assert exposed(d)[f"{R}/.hermesd/handoff/default"] == "rw"
+    with pytest.raises(ValueError, match="access"):
+        plan_for(grants=((handoff, "x"),))
+
+
+def test_placeholders_show_names_not_contents() -> None:
+    others = (R / "profiles" / "writer", R / "profiles" / "coder")
+    p = plan_for(placeholders=others)
+    assert p.placeholders == (f"{R}/profiles/writer",)  # never its own home
+    d = plan_for("default", placeholders=others)
+    assert d.placeholders == (f"{R}/profiles/coder", f"{R}/profiles/writer")
+    assert plan_for(probe_=USER_LL, placeholders=others).placeholders == ()  # names are visible there anyway
