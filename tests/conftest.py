@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,3 +30,9 @@ def hermesd_factory(tmp_path: Path) -> Iterator:
     yield make
     for d in reversed(made):
         d.close()
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """Name the hermes under test when HERMESD_TEST_HERMES points the real-gateway tests elsewhere."""
+    chosen = os.environ.get("HERMESD_TEST_HERMES")
+    return f"real gateway: {chosen} (HERMESD_TEST_HERMES)" if chosen else None

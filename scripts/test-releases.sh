@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Checks every hermes-agent release the package index serves against hermesd's release table
+# (profiles/upstream/releases.py), each release installed into its own cached virtual environment.
+#
+#   bash scripts/test-releases.sh                  # every release `pip index versions` lists
+#   bash scripts/test-releases.sh 0.18.2 0.19.0    # only these (also a release not in the table yet)
+#   bash scripts/test-releases.sh --install-only   # build the cached environments, run nothing
+#   bash scripts/test-releases.sh --contract-only  # only the contract tests, no hermesd end-to-end tests
+#
+# Per release: tests/releases/test_contract.py (the contract measured and compared with the table's
+# row; passes for unsupported releases too, since the row says what they do) and, for supported ones,
+# tests/supervisor/test_real_gateway.py (hermesd supervising that release). A release that refuses
+# --external-supervisor gets a wrapper that drops the flag, the adaptation hermesd must make.
+# Environments: ${HERMESD_RELEASES_CACHE:-${XDG_CACHE_HOME:-~/.cache}/hermesd}/hermes-<version>/,
+# reused when their ".hermesd-installed" stamp is present (delete the folder to rebuild one): about
+# 160-240 MB and 12-15 s each. Each holds hermes-agent==<version> plus the aiohttp its "messaging"
+# extra pins (the API server some tests enable needs it). A failed install is reported, not fatal.
+# Results: <cache>/results/<version>/{install.log,pytest.log,junit.xml,contract.json}; contract.json
+# holds the raw measurements (the findings table is built from them).
+# The tests run from ./.venv (bash scripts/test.sh creates it) with HERMESD_TEST_HERMES=<the release's
+# hermes>. Not part of scripts/test.sh: about a minute per unsupported release and three per
+# supported one. Exit 0 when every release installed and passed, 1 otherwise, 2 on usage errors.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+py="$repo/.venv/bin/python"
+if [ ! -x "$py" ]; then
+  echo "error: $py missing: run 'bash scripts/test.sh' once first" >&2
+  exit 2
+fi
+cache="${HERMESD_RELEASES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hermesd}"
+mode=all
+versions=()
+for arg in "$@"; do
+  case "$arg" in
+    --install-only) mode=install ;;
+    --contract-only) mode=contract ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "error: unknown option $arg" >&2; exit 2 ;;
+    *) versions+=("$arg") ;;
+  esac
+done
+if [ ${#versions[@]} -eq 0 ]; then
+  # "Available versions: 0.19.0, 0.18.2, …" → oldest first
+  line=$("$repo/.venv/bin/pip" index versions hermes-agent 2>/dev/null | sed -n 's/^Available versions: //p')
+  if [ -z "$line" ]; then
+    echo "error: 'pip index versions hermes-agent' listed nothing (offline?); name the versions" >&2
+    exit 2
+  fi
+  mapfile -t versions < <(echo "$line" | tr ',' '\n' | tr -d ' ' | sort -V)
+fi
+# The interpreter the test venv was made from: every release requires Python >= 3.11.
+base_py=$("$py" -c 'import sys; print(getattr(sys, "_base_executable", sys.executable))')
+mkdir -p "$cache/results"
+
+install_release() {  # $1 version → 0 when <cache>/hermes-$1/bin/hermes is ready
+  local ver=$1 env="$cache/hermes-$1" out="$cache/results/$1" t0 pin
+  mkdir -p "$out"
+  if [ -f "$env/.hermesd-installed" ] && [ -x "$env/bin/hermes" ]; then
+    echo "reused" >"$out/install.status"
+    return 0
+  fi
+  t0=$(date +%s)
+  rm -rf "$env"
+  {
+    "$base_py" -m venv "$env" &&
+    "$env/bin/pip" install -q --upgrade pip &&
+    "$env/bin/pip" install -q "hermes-agent==$ver" &&
+    pin=$("$env/bin/python" - <<'EOF'
+import importlib.metadata as m, re
+for req in m.requires("hermes-agent") or []:
+    if re.match(r"aiohttp\s*[=<>]", req) and 'extra == "messaging"' in req:
+        print(req.split(";")[0].replace(" ", ""))
+        break
+EOF
+) &&
+    if [ -n "$pin" ]; then "$env/bin/pip" install -q "$pin"; fi
+  } >"$out/install.log" 2>&1
+  local rc=$?
+  if [ $rc -ne 0 ] || [ ! -x "$env/bin/hermes" ]; then
+    echo "failed after $(( $(date +%s) - t0 )) s" >"$out/install.status"
+    return 1
+  fi
+  echo "$ver" >"$env/.hermesd-installed"
+  echo "installed in $(( $(date +%s) - t0 )) s" >"$out/install.status"
+}
+
+summary=()
+failed=0
+t_all=$(date +%s)
+for ver in "${versions[@]}"; do
+  out="$cache/results/$ver"
+  if ! install_release "$ver"; then
+    summary+=("$ver | install FAILED ($(cat "$out/install.status")): see $out/install.log")
+    failed=$((failed + 1))
+    echo "== $ver: install failed, tail of $out/install.log:" >&2
+    tail -n 5 "$out/install.log" >&2
+    continue
+  fi
+  size=$(du -sh "$cache/hermes-$ver" | cut -f1)
+  if [ "$mode" = install ]; then
+    summary+=("$ver | $(cat "$out/install.status"), $size")
+    continue
+  fi
+  # Supported releases also run hermesd's end-to-end tests. For a release that refuses
+  # --external-supervisor, hermesd is pointed at a wrapper that drops the flag (the adaptation
+  # hermesd itself must make for it), so the rest of the contract is still exercised.
+  kind=$(cd "$repo" && "$py" -c 'import sys
+from profiles.upstream.releases import Contract, contract_for
+c = contract_for(sys.argv[1])
+print("unsupported" if not isinstance(c, Contract) else "flag" if c.external_supervisor_flag else "noflag")' "$ver")
+  hermes="$cache/hermes-$ver/bin/hermes"
+  targets=(tests/releases/test_contract.py)
+  if [ "$mode" = all ] && [ "$kind" != unsupported ]; then
+    targets+=(tests/supervisor/test_real_gateway.py)
+    if [ "$kind" = noflag ]; then
+      hermes="$cache/hermes-$ver/bin/hermes-without-flag"
+      printf '#!/bin/sh\n# hermes-agent %s refuses --external-supervisor (exit 2): drop it\nfor a do shift; [ "$a" = --external-supervisor ] || set -- "$@" "$a"; done\nexec "%s" "$@"\n' \
+        "$ver" "$cache/hermes-$ver/bin/hermes" >"$hermes"
+      chmod +x "$hermes"
+    fi
+  fi
+  # The contract tests always see the real hermes; only hermesd's end-to-end tests get the wrapper.
+  t0=$(date +%s)
+  echo "== $ver: pytest ${targets[0]}" >&2
+  HERMESD_TEST_HERMES="$cache/hermes-$ver/bin/hermes" HERMESD_CONTRACT_REPORT="$out/contract.json" \
+    "$py" -m pytest -q -p no:cacheprovider --junitxml="$out/junit-contract.xml" "${targets[0]}" \
+    >"$out/pytest.log" 2>&1
+  rc=$?
+  if [ ${#targets[@]} -gt 1 ]; then
+    echo "== $ver: pytest ${targets[*]:1} with HERMESD_TEST_HERMES=$hermes" >&2
+    HERMESD_TEST_HERMES="$hermes" "$py" -m pytest -q -p no:cacheprovider --junitxml="$out/junit-e2e.xml" \
+      "${targets[@]:1}" >>"$out/pytest.log" 2>&1 || rc=1
+  fi
+  took=$(( $(date +%s) - t0 ))
+  # pytest -q closing lines, e.g. "14 passed in 37.29s" (one per run)
+  counts=$(grep -E '[0-9]+ (passed|failed|error|errors|skipped).* in [0-9.]+s' "$out/pytest.log" \
+    | sed 's/=//g; s/^ *//; s/ *$//' | paste -sd ';' -)
+  [ $rc -eq 0 ] || failed=$((failed + 1))
+  summary+=("$ver | $kind | pytest exit $rc: ${counts:-no summary line} | ${took} s | env $size, $(cat "$out/install.status")")
+  grep -E '^(FAILED|ERROR) ' "$out/pytest.log" | sed "s/^/   $ver: /" >&2
+done
+echo
+echo "release | contract | result | tests time | environment"
+printf '%s\n' "${summary[@]}"
+echo "total: $(( $(date +%s) - t_all )) s for ${#versions[@]} releases; cache $(du -sh "$cache" | cut -f1) in $cache"
+[ "$failed" -eq 0 ] || { echo "$failed release(s) failed" >&2; exit 1; }

@@ -1,0 +1,154 @@
+"""Which hermes-agent release a gateway command runs, asked of that command's own interpreter.
+
+API (the daemon calls it once per start, and again when hermesd.yaml's ``command`` changes; doctor
+and status call it when the daemon is down)::
+
+    detect_version(command, *, env=None, timeout=10.0) -> str
+        ``command`` is the resolved gateway command prefix (``[".../bin/hermes"]`` or
+        ``[python, "-m", "hermes_cli.main"]``); ``env`` the environment the child would get (its
+        PATH decides ``#!/usr/bin/env python3``). Returns the version string (``"0.19.0"``); raises
+        HermesVersionError with one line naming the command and what went wrong. Then
+        ``profiles.upstream.releases.contract_for(version)`` says how to run it.
+
+How: the interpreter is the one the command would use (the hermes script's ``#!`` line, or the
+``python`` before ``-m``); it runs a tiny ``-c`` snippet that imports ``hermes_cli`` (its
+``__version__`` is what the code that will run says, and it is what ``hermes --version`` prints) and,
+as a cross-check, reads the distribution metadata. About 65 ms; ``hermes --version`` itself takes
+250-400 ms, so it is only the fallback, for a command whose interpreter cannot be read (a binary
+launcher) or is not Python (a shell wrapper that execs hermes). The child runs in its own session
+with stdin closed and output to a temporary file (a detached grandchild holding a pipe open cannot
+make hermesd wait); at the deadline its whole process group is SIGKILLed, so a broken interpreter
+can never hang hermesd.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+
+from profiles.upstream.releases import interpreter_from_script
+
+_MARK = "HERMESD-VERSION "
+# Prints one marked JSON line; never raises (a failure is reported in the JSON).
+SNIPPET = (
+    "import json,sys\n"
+    "r={'python':'%d.%d.%d'%sys.version_info[:3]}\n"
+    "try:\n"
+    " import hermes_cli\n"
+    " r['module']=getattr(hermes_cli,'__version__',None)\n"
+    "except BaseException as e:\n"
+    " r['error']='%s: %s'%(type(e).__name__,e)\n"
+    "try:\n"
+    " from importlib.metadata import version\n"
+    " r['dist']=version('hermes-agent')\n"
+    "except BaseException:\n"
+    " pass\n"
+    f"print({_MARK!r}+json.dumps(r))\n"
+)
+_HEAD_BYTES = 1024
+_OUTPUT_CAP = 64 * 1024
+_VERSION_LINE = re.compile(r"Hermes Agent v?(\S+)")
+
+
+class HermesVersionError(RuntimeError):
+    """The installed release could not be read; the message is one line for doctor and status."""
+
+
+def detect_version(command: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 10.0) -> str:
+    """The hermes-agent version ``command`` runs (see the module docstring)."""
+    env = dict(os.environ if env is None else env)
+    interp = interpreter_argv(command, env.get("PATH"))
+    if interp is None:
+        return _from_version_flag(command, env, timeout)
+    _code, text = _run([*interp, "-c", SNIPPET], env, timeout)
+    line = next((ln for ln in text.splitlines() if ln.startswith(_MARK)), None)
+    shown = " ".join(interp)
+    if line is None:
+        # Not a Python interpreter (a shell wrapper that sets things up and execs hermes, say): ask
+        # the command itself; its answer (or its failure) is what the gateway would do too.
+        return _from_version_flag(command, env, timeout)
+    try:
+        info = json.loads(line[len(_MARK):])
+    except ValueError:
+        raise HermesVersionError(f"{shown} printed an unreadable version line: {line[:200]}") from None
+    version = info.get("module") or info.get("dist")
+    if not isinstance(version, str) or not version.strip():
+        why = info.get("error") or "hermes_cli has no __version__ and hermes-agent no metadata"
+        raise HermesVersionError(f"{shown} (the interpreter of {command[0]}) cannot load hermes-agent: {why}")
+    return version.strip()
+
+
+def interpreter_argv(command: Sequence[str], path_env: str | None) -> list[str] | None:
+    """The interpreter ``command`` runs under, as an argv prefix, or None when it cannot be read."""
+    if not command:
+        raise HermesVersionError("the gateway command is empty")
+    if "-m" in command[1:]:
+        return _absolute(list(command[: list(command).index("-m", 1)]))
+    exe = command[0]
+    path = exe if "/" in exe else shutil.which(exe, path=path_env)
+    if not path:
+        raise HermesVersionError(f"gateway command {exe!r} not found on PATH")
+    return interpreter_from_script(_head(path))
+
+
+def _absolute(argv: list[str]) -> list[str]:
+    """``argv`` with a relative program path made absolute (the probe runs in ``/``)."""
+    if "/" in argv[0] and not os.path.isabs(argv[0]):
+        return [os.path.abspath(argv[0]), *argv[1:]]
+    return argv
+
+
+def _head(path: str) -> bytes:
+    """The first bytes of ``path`` (never blocking on a FIFO, never reading a device)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as e:
+        raise HermesVersionError(f"cannot read the gateway command {path}: {e.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise HermesVersionError(f"the gateway command {path} is not a regular file")
+        return os.read(fd, _HEAD_BYTES)
+    except OSError as e:
+        raise HermesVersionError(f"cannot read the gateway command {path}: {e.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def _from_version_flag(command: Sequence[str], env: dict[str, str], timeout: float) -> str:
+    code, text = _run(_absolute([*command, "--version"]), env, timeout)
+    m = _VERSION_LINE.search(text)
+    if m is None:
+        last = text.strip().splitlines()[-1:] or ["no output"]
+        raise HermesVersionError(f"'{' '.join(command)} --version' printed no Hermes Agent version "
+                                 f"(exit {code}): {last[0][:200]}")
+    return m.group(1)
+
+
+def _run(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, str]:
+    """Run ``argv`` to completion or the deadline; its exit code and (capped) output."""
+    with tempfile.TemporaryFile() as out:
+        try:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, cwd="/",
+                start_new_session=True,
+            )
+        except OSError as e:
+            raise HermesVersionError(f"cannot run {argv[0]}: {e.strerror or e}") from None
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            # The leader is not reaped yet, so its process group id cannot have been reused.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise HermesVersionError(f"{argv[0]} did not answer within {timeout:g} s") from None
+        out.seek(0)
+        return code, out.read(_OUTPUT_CAP).decode("utf-8", "replace")

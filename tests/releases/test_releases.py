@@ -1,0 +1,233 @@
+"""The per-release contract table and the version probe: pure parts, then detection on real interpreters.
+
+Nothing is installed: detection runs against the test venv's own hermes (hermes-agent from
+``.[test]``) and against small scripts written here. Processes a probe leaves behind on purpose
+(a detached ``sleep``) are found by their unique command line and killed by PID.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from profiles.upstream import releases as r
+from supervisor.hermes_release import HermesVersionError, detect_version, interpreter_argv
+from tests.releases.gateway import poll
+
+TEST_HERMES = Path(sys.executable).parent / "hermes"
+
+
+# -- the table
+
+
+def test_known_rows_are_ordered_unique_and_supported_from_the_oldest_supported_on():
+    versions = [r.parse_version(c.release) for c in r.KNOWN]
+    assert versions == sorted(versions) and len(set(versions)) == len(versions)
+    assert r.KNOWN[-1].release == r.NEWEST_KNOWN
+    oldest = r.parse_version(r.OLDEST_SUPPORTED)
+    assert r.OLDEST_SUPPORTED in {c.release for c in r.KNOWN}
+    for c, v in zip(r.KNOWN, versions, strict=True):
+        assert c.supported is (v >= oldest), c.release
+        assert c.exact
+
+
+def test_every_supported_row_keeps_hermesd_s_isolation_guarantees():
+    """What makes a release supportable: argv and environment alone pin a child to one profile."""
+    for c in r.KNOWN:
+        isolates = c.s6_pins_default and c.multiplexing is not r.Multiplexing.CONFIG_ONLY and c.lazy_installs_env
+        assert isolates is c.supported, c.release
+        if c.supported:
+            assert c.exit_restart == 75 and c.exit_fatal_config == 78
+
+
+@pytest.mark.parametrize("row", r.KNOWN, ids=lambda c: c.release)
+def test_contract_for_a_known_release(row):
+    got = r.contract_for(row.release)
+    if row.supported:
+        assert got == row
+    else:
+        assert isinstance(got, r.Unsupported) and got.version == row.release
+        msg = got.message
+        assert "\n" not in msg and row.release in msg and r.OLDEST_SUPPORTED in msg and "pip install -U" in msg
+
+
+def test_unsupported_messages_name_the_reason_of_their_line():
+    assert "GATEWAY_MULTIPLEX_PROFILES" in r.contract_for("0.18.0").message
+    assert "HERMES_S6_SUPERVISED_CHILD" in r.contract_for("0.16.0").message
+    assert "HERMES_S6_SUPERVISED_CHILD" in r.contract_for("0.1").message
+
+
+def test_gateway_args_follow_the_flag():
+    assert r.contract_for("0.19.0").gateway_args == ("gateway", "run", "--external-supervisor")
+    assert r.contract_for("0.18.2").gateway_args == ("gateway", "run")
+    assert r.contract_for("0.18.1").heartbeat is False and r.contract_for("0.19.0").heartbeat_interval_s == 30.0
+
+
+@pytest.mark.parametrize(("version", "row", "exact"), [
+    ("0.18.1", "0.18.1", True),
+    ("0.18.3", "0.18.2", True),  # an unmeasured patch between measured ones: the older row
+    ("0.19.0rc1", "0.18.2", True),  # a pre-release of 0.19.0 is older than 0.19.0
+    ("0.19.0.post1", "0.19.0", True),
+    ("0.19.0+local.7", "0.19.0", True),
+    ("v0.19", "0.19.0", True),
+    ("0.19.1", "0.19.0", False),  # newer than known: the newest contract, flagged
+    ("0.20.0rc1", "0.19.0", False),
+    ("1.0", "0.19.0", False),
+])
+def test_contract_for_unmeasured_versions(version, row, exact):
+    got = r.contract_for(version)
+    assert isinstance(got, r.Contract) and got.release == row and got.exact is exact
+
+
+def test_newer_than_known_note():
+    note = r.newer_than_known_note("0.20.0")
+    assert "0.20.0" in note and r.NEWEST_KNOWN in note and "test-releases.sh" in note and "\n" not in note
+
+
+@pytest.mark.parametrize("text", ["", "junk", "0.x", "0.0.1", "-1.0"])
+def test_unreadable_or_ancient_versions_are_unsupported_not_errors(text):
+    got = r.contract_for(text)
+    assert isinstance(got, r.Unsupported) and "\n" not in got.message
+
+
+def test_parse_version_orders_like_releases():
+    p = r.parse_version
+    assert p("0.9") < p("0.10") < p("0.18.0") < p("0.18.1") < p("0.19.0.dev1") < p("0.19.0a1") \
+        < p("0.19.0b2") < p("0.19.0rc1") < p("0.19.0") < p("0.19.0.post1") < p("0.19.1")
+    assert p("0.19") == p("0.19.0") == p("V0.19.0")
+    assert p("0.19.0 junk") is None and p("latest") is None
+
+
+@given(st.text(max_size=40))
+def test_contract_for_never_raises(text):
+    assert isinstance(r.contract_for(text), r.Contract | r.Unsupported)
+
+
+# -- reading an interpreter from a script's first bytes
+
+
+@pytest.mark.parametrize(("head", "want"), [
+    (b"#!/venv/bin/python3.11\nimport sys\n", ["/venv/bin/python3.11"]),
+    (b"#! /venv/bin/python3.11 -s\n", ["/venv/bin/python3.11", "-s"]),
+    (b"#!/usr/bin/env python3\n", ["/usr/bin/env", "python3"]),
+    (b"#!/usr/bin/env -S python3 -s\n", ["/usr/bin/env", "-S python3 -s"]),  # one argument, as the kernel
+    (b"#!/bin/sh\n'''exec' \"/a b/venv/bin/python\" \"$0\" \"$@\"\n' '''\n", ["/a b/venv/bin/python"]),
+    (b"#!/bin/sh\nexec hermes\n", ["/bin/sh"]),
+    (b"\x7fELF\x02\x01\x01", None),
+    (b"", None),
+    (b"#!\n", None),
+])
+def test_interpreter_from_script(head, want):
+    assert r.interpreter_from_script(head) == want
+
+
+# -- detection on real interpreters
+
+
+def test_detects_the_test_venv_release_three_ways():
+    want = importlib.metadata.version("hermes-agent")
+    assert detect_version([str(TEST_HERMES)]) == want
+    assert detect_version([sys.executable, "-m", "hermes_cli.main"]) == want
+    assert detect_version(["hermes"], env={"PATH": str(TEST_HERMES.parent)}) == want
+
+
+def test_detection_takes_well_under_a_second():
+    t0 = time.monotonic()
+    detect_version([str(TEST_HERMES)])
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_interpreter_of_the_test_venv_hermes():
+    assert interpreter_argv([str(TEST_HERMES)], None) == [r.interpreter_from_script(TEST_HERMES.read_bytes())[0]]
+    assert interpreter_argv([sys.executable, "-X", "utf8", "-m", "hermes_cli.main"], None) == [sys.executable, "-X",
+                                                                                                "utf8"]
+
+
+def test_binary_launcher_falls_back_to_version_flag():
+    # /bin/echo is an ELF binary: no #! line, so the probe runs COMMAND --version and reads its output
+    assert detect_version(["/bin/echo", "Hermes Agent v0.19.0 (2026.7.20)"]) == "0.19.0"
+
+
+def test_shell_wrapper_falls_back_to_version_flag(tmp_path):
+    wrapper = _script(tmp_path / "hermes", f'#!/bin/sh\nexport X=1\nexec "{TEST_HERMES}" "$@"\n')
+    assert detect_version([str(wrapper)]) == importlib.metadata.version("hermes-agent")
+
+
+def _script(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def leftovers() -> Iterator[list[str]]:
+    """Command-line markers of processes a test leaves on purpose; each is killed by PID afterwards."""
+    marks: list[str] = []
+    yield marks
+    for pid in _pids_with(marks):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _pids_with(marks: list[str]) -> list[int]:
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if any(m in cmd for m in marks):
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize(("make", "expect"), [
+    (lambda d: d / "nothing-here", "cannot read the gateway command"),
+    (lambda d: _script(d / "hermes", "#!/nonexistent/python3\n"), "cannot run /nonexistent/python3"),
+    (lambda d: _script(d / "hermes", f"#!{sys.executable} -S\n"), "cannot load hermes-agent: ModuleNotFoundError"),
+    (lambda d: _script(d / "hermes", "#!/bin/sh\necho hello\n"), "version (exit 0): hello"),
+    (lambda d: (os.mkfifo(d / "hermes"), d / "hermes")[1], "is not a regular file"),
+    (lambda d: _script(d / "hermes", "#!/bin/false\n"), "printed no Hermes Agent version (exit 1): no output"),
+    (lambda d: _script(d / "hermes", "#!/bin/sh\nexit 3\n"), "printed no Hermes Agent version (exit 3)"),
+])
+def test_detection_errors_are_one_clear_line(tmp_path, make, expect):
+    path = make(tmp_path)
+    with pytest.raises(HermesVersionError) as err:
+        detect_version([str(path)], env={"PATH": "/usr/bin:/bin"}, timeout=10)
+    assert expect in str(err.value) and "\n" not in str(err.value)
+
+
+def test_missing_command_on_path(tmp_path):
+    with pytest.raises(HermesVersionError, match="'hermes' not found on PATH"):
+        detect_version(["hermes"], env={"PATH": str(tmp_path)})
+    with pytest.raises(HermesVersionError, match="empty"):
+        detect_version([])
+
+
+def test_hanging_interpreter_is_killed_at_the_deadline(tmp_path, leftovers):
+    leftovers += ["sleep 987", "sleep 986"]
+    hang = _script(tmp_path / "hang", "#!/bin/sh\nsleep 987\n")
+    hermes = _script(tmp_path / "hermes", f"#!{hang}\n")
+    t0 = time.monotonic()
+    with pytest.raises(HermesVersionError, match="did not answer within 1 s"):
+        detect_version([str(hermes)], env={"PATH": "/usr/bin:/bin"}, timeout=1)
+    assert time.monotonic() - t0 < 5
+    # its whole process group was SIGKILLed (the kernel may take a moment to finish each exit)
+    assert poll(lambda: not _pids_with(["sleep 987"]), 5), "the interpreter's child survived the deadline"
+    # A detached grandchild keeping the output open cannot make the probe wait either.
+    hang.write_text("#!/bin/sh\nsetsid sleep 986 &\nsleep 987\n")
+    t0 = time.monotonic()
+    with pytest.raises(HermesVersionError, match="did not answer"):
+        detect_version([str(hermes)], env={"PATH": "/usr/bin:/bin"}, timeout=1)
+    assert time.monotonic() - t0 < 5
