@@ -30,6 +30,9 @@ class ProfileSettings:
     enabled: bool = True
     environment: Mapping[str, str] = field(default_factory=dict)
     stop_timeout: float | None = None
+    isolation: Any = None  # isolation.settings partial, or None
+    limits: Any = None  # limits.settings.LimitsSpec, or None
+    hung: Mapping[str, float | None] = field(default_factory=dict)  # hung_after / startup_grace as given
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,34 @@ class Config:
     profiles: Mapping[str, ProfileSettings] = field(default_factory=dict)
     max_starting: int | None = None  # None: one per CPU core
     present: bool = False  # the file exists (doctor and status say where settings came from)
+    isolation: Any = None  # isolation.settings partial (the top level), or None
+    limits: Any = None  # limits.settings.LimitsSpec (the top level), or None
+    hung: Mapping[str, float | None] = field(default_factory=dict)  # top-level hung_after / startup_grace
+    observe: Any = None  # observe.settings.ObserveSettings, or None: defaults
+
+    def isolation_for(self, name: str) -> Any:
+        """The isolation settings in force for ``name`` (defaults, the top level, the profile's own)."""
+        from supervisor.isolation import merge_isolation
+
+        return merge_isolation(self.isolation, self.for_profile(name).isolation)
+
+    def limits_for(self, name: str) -> Any:
+        """The resource limits in force for ``name`` (a profile's keys override the top level's)."""
+        from supervisor.limits.settings import LimitsSpec, merge_limits
+
+        return merge_limits(self.limits or LimitsSpec(), self.for_profile(name).limits or LimitsSpec())
+
+    def hung_for(self, name: str) -> Any:
+        """Hung detection for ``name`` (``hung_after`` None: off)."""
+        from supervisor.limits.settings import merge_hung
+
+        own = self.for_profile(name).hung
+        return merge_hung(**{f"top_{k}": v for k, v in self.hung.items()}, **{f"own_{k}": v for k, v in own.items()})
+
+    def observe_settings(self) -> Any:
+        from supervisor.observe.settings import ObserveSettings
+
+        return self.observe or ObserveSettings()
 
     def for_profile(self, name: str) -> ProfileSettings:
         return self.profiles.get(name, ProfileSettings())
@@ -63,7 +94,8 @@ class Config:
         """Digest of this file's settings that shape ``name``'s child (a change restarts it)."""
         from profiles.snapshot import digest_of
 
-        return digest_of({"command": self.command, "env": self.child_environment(name)})
+        return digest_of({"command": self.command, "env": self.child_environment(name),
+                          "isolation": repr(self.isolation_for(name)), "limits": repr(self.limits_for(name))})
 
     def planner_settings(self) -> Settings:
         """What the planner needs from this file."""
@@ -209,7 +241,8 @@ class _Reader:
 
     def config(self, node: Any) -> Config:
         top = self.mapping(node, "", {"command", "restart", "stop_timeout", "logs", "environment", "profiles",
-                                      "max_starting"})
+                                      "max_starting", "isolation", "limits", "hung_after", "startup_grace",
+                                      "events", "hooks", "metrics"})
         kwargs: dict[str, Any] = {}
         if "command" in top:
             kwargs["command"] = self.command(top["command"], "command")
@@ -229,7 +262,49 @@ class _Reader:
             kwargs["profiles"] = self.profiles(top["profiles"])
         if "max_starting" in top:
             kwargs["max_starting"] = self.integer(top["max_starting"], "max_starting", minimum=1)
+        kwargs.update(self.domains(top, ""))
+        observed = {k: top[k] for k in ("events", "hooks", "metrics") if k in top}
+        if observed:
+            from supervisor.observe.settings import ObserveConfigError, parse_sections
+
+            try:
+                kwargs["observe"] = parse_sections({k: _construct(v) for k, v in observed.items()})
+            except ObserveConfigError as exc:
+                raise self.fail_at(observed.get(str(exc.path[0])), exc.path[1:], exc.key, exc.problem) from None
         return Config(**kwargs)
+
+    def domains(self, body: dict[str, Any], prefix: str) -> dict[str, Any]:
+        """``isolation``, ``limits``, ``hung_after`` and ``startup_grace``, at the top or for one profile."""
+        from supervisor.isolation import IsolationConfigError, parse_isolation
+        from supervisor.limits.settings import LimitsConfigError, parse_hung_after, parse_limits, parse_startup_grace
+
+        out: dict[str, Any] = {}
+        parsers: dict[str, Any] = {"isolation": parse_isolation, "limits": parse_limits}
+        for key, parse in parsers.items():
+            if key in body:
+                try:
+                    out[key] = parse(_construct(body[key]), prefix + key)
+                except (IsolationConfigError, LimitsConfigError) as exc:
+                    sub = str(getattr(exc, "key", "") or "")[len(prefix + key) + 1 :]
+                    raise self.fail_at(body[key], tuple(p for p in sub.split(".") if p), str(exc), "") from None
+        hung: dict[str, float | None] = {}
+        for key, parse in (("hung_after", parse_hung_after), ("startup_grace", parse_startup_grace)):
+            if key in body:
+                try:
+                    hung[key] = parse(_construct(body[key]), prefix + key)
+                except LimitsConfigError as exc:
+                    raise self.fail_at(body[key], (), str(exc), "") from None
+        if hung:
+            out["hung"] = hung
+        return out
+
+    def fail_at(self, node: Any, path: tuple[str | int, ...], key: str, problem: str) -> ConfigError:
+        """A ConfigError at the line of the node ``path`` leads to below ``node`` (as deep as it exists)."""
+        from supervisor.observe.settings import line_of
+
+        line = line_of(node, path) if node is not None else None
+        where = f":{line}" if line is not None else ""
+        return ConfigError(f"{self.path}{where}: {key}{': ' + problem if problem else ''}")
 
     def restart(self, node: Any) -> RestartPolicy:
         fields: dict[str, Callable[[Any, str], float | None]] = {
@@ -258,8 +333,10 @@ class _Reader:
                 name = validate_profile_name(normalize_name(raw_name))
             except ProfileError as exc:
                 raise self.fail(vnode, key, f"not a valid profile name: {exc}") from None
-            body = self.mapping(vnode, key, {"enabled", "environment", "stop_timeout"})
+            body = self.mapping(vnode, key, {"enabled", "environment", "stop_timeout", "isolation", "limits",
+                                             "hung_after", "startup_grace"})
             out[name] = ProfileSettings(
+                **self.domains(body, f"{key}."),
                 enabled=self.boolean(body["enabled"], f"{key}.enabled") if "enabled" in body else True,
                 environment=self.environment(body["environment"], f"{key}.environment")
                 if "environment" in body

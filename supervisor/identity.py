@@ -140,9 +140,15 @@ def session_id(pid: int) -> int | None:
 
 
 def is_gateway_cmdline(cmdline: list[str]) -> bool:
-    """The command line ends in ``gateway run --external-supervisor`` as hermesd starts it."""
+    """The command line ends in ``gateway run --external-supervisor`` as hermesd starts it.
+
+    A confinement shim that has not exec'd yet counts by the command it is about to become.
+    """
+    from supervisor.isolation.enter import unwrap
+
+    target = unwrap(cmdline) or cmdline
     n = len(GATEWAY_ARGS)
-    return len(cmdline) >= n and tuple(cmdline[-n:]) == GATEWAY_ARGS
+    return len(target) >= n and tuple(target[-n:]) == GATEWAY_ARGS
 
 
 def verify(ident: Ident, *, home: Path, root: Path, profile: str) -> bool:

@@ -33,6 +33,12 @@ _DEFAULTS: dict[str, Any] = {
     "log_problem": None,
     "down": None,
     "start_problem": None,
+    "memory_bytes": None,
+    "tasks": None,
+    "limits": None,
+    "mechanism": None,
+    "limit_mechanisms": None,
+    "isolation": None,
 }
 
 
@@ -185,7 +191,7 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
     for key in ("config_problem", "command_error", "state_problem"):
         if sup.get(key):
             lines.append(f"  ! {sup[key]}")
-    cols = ["PROFILE", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT", "GATEWAY", "PLATFORMS", "BEAT", "CPU", "RSS"]
+    cols = ["PROFILE", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT", "GATEWAY", "PLATFORMS", "BEAT", "CPU", "MEM"]
     table = [cols]
     notes = []
     for r in doc["profiles"]:
@@ -203,7 +209,7 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
             f"{ok}/{len(plats)}" if plats else "-",
             _ago(r.get("heartbeat_age_s")),
             "-" if r.get("cpu_percent") is None else f"{r['cpu_percent']:.0f}%",
-            _mb(r.get("rss_bytes")),
+            _mb(r.get("memory_bytes") if r.get("memory_bytes") is not None else r.get("rss_bytes")),
         ])
         if r["state"] != HEALTHY and r.get("reason"):
             retry = f"; retry at {_when(r['next_retry_at'])}" if r.get("next_retry_at") else ""

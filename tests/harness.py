@@ -159,9 +159,15 @@ class Hermesd:
             return None
 
     def close(self) -> list[int]:
-        """Stop the daemon and kill every leftover tagged process; return the leftovers' PIDs."""
+        """Stop the daemon and kill every leftover tagged process; return the leftovers' PIDs.
+
+        A daemon that was SIGKILLed leaves its (now empty) per-root cgroup behind: removed here,
+        so test runs do not accumulate them on the host.
+        """
         self.shutdown()
-        return kill_tagged(self.root)
+        leftovers = kill_tagged(self.root)
+        remove_cgroups(self.root)
+        return leftovers
 
 
 def tagged_pids(root: Path) -> list[int]:
@@ -174,6 +180,24 @@ def kill_tagged(root: Path) -> list[int]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return leftovers
+
+
+def remove_cgroups(root: Path) -> None:
+    """Remove the empty cgroups a hermesd of ``root`` created (after its processes are gone)."""
+    from supervisor.limits import cgroup, cgroup_io
+
+    det = cgroup.detect(cgroup_io.gather_facts(cgroup.instance_name(str(root.resolve()))),
+                        cgroup.instance_name(str(root.resolve())))
+    base = det.base
+    if not det.create_base or base is None or not os.path.isdir(base):
+        return
+    for entry in os.listdir(base):
+        path = os.path.join(base, entry)
+        if os.path.isdir(path):
+            with contextlib.suppress(OSError, cgroup_io.CgroupError):
+                cgroup_io.remove(path, timeout=2.0)
+    with contextlib.suppress(OSError, cgroup_io.CgroupError):
+        cgroup_io.remove(base, timeout=2.0)
 
 
 def pid_alive(pid: int) -> bool:

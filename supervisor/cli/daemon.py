@@ -273,6 +273,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2, sort_keys=True))
     else:
         print(status.render(doc, color=use_color(sys.stdout)))
+        if len(doc["profiles"]) == 1 and args.profiles:
+            from supervisor.observe.detail import render_detail
+
+            unicode = (sys.stdout.encoding or "").lower().replace("-", "") == "utf8"
+            print()
+            print(render_detail(root_of(args), doc["profiles"][0]["name"], now=time.time(),
+                                color=use_color(sys.stdout), unicode=unicode))
     return status.exit_code(doc)
 
 

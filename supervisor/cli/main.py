@@ -47,12 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
     daemon.register(sub, add)
     from profiles.cli import register as register_profile
     from supervisor import completion, doctor, export, probe, service
+    from supervisor.observe import cli as observe_cli
 
     doctor.register(sub)
     probe.register(sub)
     export.register(sub)  # also the hidden `_planned-stop` helper (systemd ExecStop, Kubernetes preStop)
     service.register(sub)
     completion.register(sub)
+    observe_cli.register(sub)
     register_profile(sub, stop_gateway=_stop_for_profile_change)
     return parser
 

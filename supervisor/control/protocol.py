@@ -27,6 +27,7 @@ REQUESTS: dict[str, dict[str, tuple[type, bool]]] = {
     "check": {"profile": (str, True)},
     "shutdown": {"keep_children": (bool, False)},
     "reload": {},
+    "metrics": {},
 }
 
 

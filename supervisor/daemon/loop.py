@@ -38,12 +38,14 @@ from supervisor import config as config_mod
 from supervisor import state as state_mod
 from supervisor.control.server import ControlServer
 from supervisor.daemon import adoption
+from supervisor.daemon.domains import Domains, Prepared
 from supervisor.daemon.pidlock import PidLock
 from supervisor.layout import Layout
 from supervisor.notify import Notifier
 from supervisor.plan import model as m
 from supervisor.plan.model import Ident
 from supervisor.plan.planner import Planner
+from supervisor.plan.policy import ExitKind
 from supervisor.plan.verdict import Hold, HoldKind
 from supervisor.watch.events import FsEvents, Watcher
 
@@ -72,6 +74,12 @@ class Daemon:
         self.command_error: str | None = None
         self.state_problem: str | None = None
         self.notifier = Notifier.from_env(self.env)
+        self.domains = Domains(self.root, self.layout)
+        from supervisor import __version__
+        from supervisor.observe.observer import Observer
+
+        self.observer = Observer(self.root, env=self.env, version=__version__)
+        self._watch_timer: asyncio.TimerHandle | None = None
         self.children: dict[int, tuple[str, Ident]] = {}  # our children by PID (reaped by waitpid)
         self.adopted: dict[Ident, str] = {}  # adopted children (watched through their pidfd)
         self.pidfds: dict[Ident, int] = {}
@@ -123,9 +131,13 @@ class Daemon:
         # Requests are answered from the first moment, so a stop typed during start-up wins.
         from supervisor.daemon.requests import handlers
 
-        self._server = ControlServer(self.layout.socket, handlers(self))
+        self.observer.open()
+        self._server = ControlServer(self.layout.socket, handlers(self), on_request=self._count_request)
         await self._server.start()
-        self._emit({"type": "daemon_started", "profile": None})
+        from supervisor import __version__
+
+        self._emit({"type": "daemon_started", "profile": None, "version": __version__, "root": str(self.root)})
+        self.domains.start()
         await self.load_config(initial=True)
         self.list_profiles()
         await asyncio.gather(*(self._read(n) for n in list(self.planner.profiles)))
@@ -137,6 +149,9 @@ class Daemon:
         self._follow()
         self.handle_sigchld()  # anything that died while we were starting
         self.ready = True
+        from supervisor.daemon.requests import document
+
+        await self.observer.start(status=lambda: document(self))
         log.info("ready: %s", self.summary())
         self.notifier.ready(self.summary())
         cancel_watchdog = self.notifier.schedule_watchdog(loop)
@@ -148,6 +163,9 @@ class Daemon:
         if self._watcher is not None:
             self._watcher.close()
         self._server.close()
+        await self.observer.aclose()
+        if not self.planner.keep_children:
+            self.domains.teardown()
         self.save_now()
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
@@ -171,11 +189,13 @@ class Daemon:
             self.command = childspec.resolve_gateway_command(list(cfg.command) if cfg.command else None,
                                                              self.env.get("PATH"))
             self.command_error = None
+            self.domains.set_command(self.command)
         except childspec.GatewayCommandError as exc:
             self.command, self.command_error = None, str(exc)
             root_hold = Hold(HoldKind.NO_COMMAND, str(exc))
             log.error("%s", exc)
         self._apply_config(cfg, root_hold)
+        await self.observer.reconfigure(cfg.observe_settings())
         self._emit({"type": "config_applied", "profile": None})
         return True
 
@@ -247,6 +267,7 @@ class Daemon:
                 fd = self.pidfds.get(a.ident)
                 if fd is not None:
                     child.kill_group(a.ident, fd)
+                self.domains.kill_tree(a.name, a.ident)
                 child.kill_strays(self.root, a.name, keep=set())
             elif isinstance(a, m.Sweep):
                 assert self._loop is not None
@@ -286,8 +307,16 @@ class Daemon:
             # A gateway dies at its first write to a full log; discarding its output keeps it up.
             log.error("profile %s: log file system full (%d bytes free): discarding this run's output", name, free)
             logfile = Path(os.devnull)
+        prepared = self.domains.prepare(
+            name, p.home, argv, env, isolation=self.config.isolation_for(name), limits=self.config.limits_for(name),
+            other_homes=tuple(q.home for n, q in self.planner.profiles.items() if n != name and q.present),
+        )
+        if not isinstance(prepared, Prepared):
+            self.execute(self.planner.spawn_refused(name, prepared))
+            return
         try:
-            ident = child.spawn(argv, env, logfile)
+            ident = child.spawn(prepared.argv, env, logfile)
+            self.domains.attach(name, ident, self.config.limits_for(name))
             fd = os.pidfd_open(ident.pid)
         except child.SpawnError as exc:
             self.execute(self.planner.spawn_failed(name, str(exc)))
@@ -298,8 +327,10 @@ class Daemon:
             return
         self.children[ident.pid] = (name, ident)
         self.pidfds[ident] = fd
-        logs.note(logfile, f"hermesd: started {' '.join(argv)} as PID {ident.pid}")
+        logs.note(logfile, f"hermesd: started {' '.join(argv)} as PID {ident.pid} "
+                           f"(isolation: {prepared.plan.summary()})")
         self.execute(self.planner.spawned(name, ident, output_discarded=logfile == Path(os.devnull), argv0=argv[0]))
+        self._watch_soon(name)
 
     def _signal(self, a: m.Signal) -> None:
         fd = self.pidfds.get(a.ident)
@@ -347,7 +378,8 @@ class Daemon:
                 return
             entry = self.children.pop(pid, None)
             if entry is None:
-                continue  # an orphaned grandchild; reaping it was the point
+                self.observer.child_reaped(pid, status)  # a hook of ours, or an orphan: reaping it was the point
+                continue
             name, ident = entry
             if os.WIFSIGNALED(status):
                 self._child_gone(name, ident, None, os.WTERMSIG(status))
@@ -367,12 +399,20 @@ class Daemon:
         if fd is not None:
             os.close(fd)
         self._cpu.pop(ident, None)
+        self._cancel_timer(name, "hung")
         p = self.planner.profiles.get(name)
         gstate = gf.read_gateway_state(p.home) if p is not None else {}
         ours = gstate.get("pid") == ident.pid
         state = gstate.get("gateway_state") if ours and isinstance(gstate.get("gateway_state"), str) else None
-        actions = self.planner.child_exited(name, ident, code, sig, state,
-                                            bool(gstate.get("restart_requested")) if ours else False)
+        cause = self.domains.exit_cause(name, ident)
+        unconfined = None
+        if code == _EXIT_CANNOT_CONFINE and not ours and p is not None:
+            unconfined = _last_line(self.layout.child_log(name)) or "the confinement could not be applied"
+        self.domains.forget(name, ident)
+        actions = self.planner.child_exited(
+            name, ident, code, sig, state, bool(gstate.get("restart_requested")) if ours else False,
+            killed_for=cause, detail="the kernel's OOM killer ended the tree" if cause is ExitKind.MEMORY_LIMIT else
+            ("the tree hit tasks_max" if cause is ExitKind.TASKS_LIMIT else ""), unconfined=unconfined)
         if p is not None:
             kind = (p.last_exit or {}).get("kind") or "?"
             logs.note(self.layout.child_log(name), f"hermesd: PID {ident.pid} {_describe(code, sig)} ({kind})")
@@ -381,6 +421,54 @@ class Daemon:
     def handle_timer(self, name: str, which: str) -> None:
         self.timers.pop((name, which), None)
         self.execute(self.planner.timer(name, which))
+
+    def _cancel_timer(self, name: str, which: str) -> None:
+        handle = self.timers.pop((name, which), None)
+        if handle is not None:
+            handle.cancel()
+
+    def _watch_soon(self, name: str) -> None:
+        """A child started or was adopted: judge it for hangs now, and (re)start the limits watch."""
+        assert self._loop is not None
+        self._cancel_timer(name, "hung")
+        self.timers[(name, "hung")] = self._loop.call_soon(self.handle_hung, name)  # type: ignore[assignment]
+        if self._watch_timer is None:
+            self._watch_timer = self._loop.call_soon(self.handle_watch)  # type: ignore[assignment]
+
+    def handle_hung(self, name: str) -> None:
+        """Is this profile's gateway hung (stopped, or its heartbeat too old)? Kill its tree if so."""
+        assert self._loop is not None
+        self.timers.pop((name, "hung"), None)
+        p = self.planner.profiles.get(name)
+        c = p.child if p is not None else None
+        if p is None or c is None:
+            return
+        hung = self.config.hung_for(name)
+        res = self.domains.check_hung(name, p.home, hung) if not c.stop_requested else None
+        if res is None:
+            return
+        p.extra["heartbeat_age"] = res.heartbeat_age
+        if res.hung is not None:
+            self.execute(self.planner.kill_for(name, c.ident, ExitKind.HUNG, res.hung.detail,
+                                               cause=res.hung.cause, age_s=res.heartbeat_age))
+        elif res.next_check is not None:
+            self.timers[(name, "hung")] = self._loop.call_at(res.next_check, self.handle_hung, name)
+
+    def handle_watch(self) -> None:
+        """One scan of the trees whose limits no cgroup enforces: kill a tree over its limit."""
+        assert self._loop is not None
+        self._watch_timer = None
+        running = {n: self.config.limits_for(n) for n, p in self.planner.profiles.items()
+                   if p.child is not None and not p.child.stop_requested}
+        breaches, delay = self.domains.scan(running)
+        for name, breach in breaches.items():
+            c = self.planner.profiles[name].child
+            if c is not None:
+                kind = ExitKind.MEMORY_LIMIT if breach.reason == "memory_limit" else ExitKind.TASKS_LIMIT
+                self.execute(self.planner.kill_for(name, c.ident, kind, breach.describe(), limit=breach.reason,
+                                                   value=breach.value, max=breach.limit))
+        if delay is not None and not self.planner.shutting_down:
+            self._watch_timer = self._loop.call_later(delay, self.handle_watch)
 
     def handle_strays(self, name: str) -> None:
         """Kill what is left of a profile's previous gateway (escaped descendants, diagnostics)."""
@@ -469,6 +557,7 @@ class Daemon:
                 self.check_gateway(p.name)  # in case a state-file event was missed
         if self.state_problem:
             self.save_now()
+        self.observer.housekeeping()
         if self.ready and self.notifier.enabled:
             self.notifier.status(self.summary())
         if not self.planner.shutting_down and self._loop is not None:
@@ -508,6 +597,8 @@ class Daemon:
             self._loop.add_reader(fd, self.handle_adopted_exit, name, main)
             mine = (main.pid, main.start_time) == (rec.get("pid"), rec.get("start_time"))
             home = homes.get(name) or Path(str(rec.get("home") or self.root))
+            self.domains.adopt(name, main)
+            self._watch_soon(name)
             self.execute(self.planner.adopt(
                 name, home, main, identity.proc_start_wall(main.pid) or self.wall(),
                 stopping=mine and rec.get("stopping") is True, then_restart=mine and rec.get("then_restart") is True,
@@ -579,9 +670,12 @@ class Daemon:
             self.state_problem = None
 
     def _emit(self, event: dict[str, Any]) -> None:
+        """Journal, count and hand to hooks one event (stamped with time, sequence and our PID)."""
         self._seq += 1
-        event = {"ts": self.wall(), "seq": self._seq, "daemon": os.getpid(), **event}
-        log.debug("event %s", event)
+        self.observer.record({"ts": self.wall(), "seq": self._seq, "daemon": os.getpid(), **event})
+
+    def _count_request(self, verb: str, ok: bool) -> None:
+        self.observer.control_request(verb, "ok" if ok else "error")
 
     # ------------------------------------------------------------------------- status
 
@@ -602,6 +696,15 @@ class Daemon:
         if before is None or now <= before[0]:
             return None
         return 100.0 * (usage[0] - before[1]) / (now - before[0])
+
+
+_EXIT_CANNOT_CONFINE = 125  # supervisor.isolation.enter: the plan could not be applied
+
+
+def _last_line(path: Path) -> str | None:
+    """The confinement shim's one line of explanation, from the end of the child's log."""
+    lines = [ln for ln in logs.tail_lines(path, 5) if ln.startswith(b"hermesd: isolation")]
+    return lines[-1].decode("utf-8", "replace").strip()[:300] if lines else None
 
 
 def _describe(code: int | None, sig: int | None) -> str:

@@ -72,9 +72,12 @@ def handlers(d: Daemon) -> dict[str, Callable[..., Awaitable[dict[str, Any]]]]:
         await d.reload()
         return {"ok": True, "result": "reloaded", "config_problem": d.config_problem}
 
+    async def metrics() -> dict[str, Any]:
+        return {"ok": True, "metrics": d.observer.metrics_text(document(d))}
+
     profile_ = profile
     return {"ping": ping, "status": get_status, "start": start, "stop": stop, "restart": restart,
-            "check": check, "shutdown": shutdown, "reload": reload}
+            "check": check, "shutdown": shutdown, "reload": reload, "metrics": metrics}
 
 
 def document(d: Daemon) -> dict[str, Any]:
@@ -88,6 +91,7 @@ def document(d: Daemon) -> dict[str, Any]:
                      if c is not None and c.output_discarded else None)
         rows.append(status.make_row(
             p.name, p.home, d.cpu_percent(c.ident) if c is not None else None,
+            **d.domains.fields(p.name, d.config.limits_for(p.name)),
             state=state,
             reason=reason,
             pid=c.ident.pid if c else None,
@@ -114,6 +118,15 @@ def document(d: Daemon) -> dict[str, Any]:
             "state_problem": d.state_problem,
             "command": d.command,
             "command_error": d.command_error,
+            "cgroups": _cgroups(d),
         },
         "profiles": rows,
     }
+
+
+def _cgroups(d: Daemon) -> dict[str, Any] | None:
+    det = d.domains.cgroups
+    if det is None:
+        return None
+    return {"usable": det.usable, "via": det.via, "base": det.base, "controllers": sorted(det.controllers),
+            "kill": det.kill, "problems": list(det.problems)}

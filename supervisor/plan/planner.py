@@ -39,6 +39,7 @@ from supervisor.plan.verdict import Candidate, Hold, HoldKind, judge
 log = logging.getLogger("hermesd")
 
 OPERATOR = "stopped by operator"
+_CURED_BY_CONFIG = frozenset({HoldKind.STARTUP_FAILED, HoldKind.ISOLATION})
 OUTSIDE = "stopped outside hermesd (clean exit it did not ask for)"
 
 
@@ -136,7 +137,7 @@ class Planner:
         self.settings, self.root_hold = settings, root_hold
         if changed:
             for p in self.profiles.values():
-                if p.runtime_hold is not None and p.runtime_hold.kind is HoldKind.STARTUP_FAILED:
+                if p.runtime_hold is not None and p.runtime_hold.kind in _CURED_BY_CONFIG:
                     p.runtime_hold = None
         return self._done()
 
@@ -172,7 +173,7 @@ class Planner:
                 log.info("profile %s: files changed", name)
             if facts.problems:
                 log.error("profile %s: %s", name, "; ".join(facts.problems))
-            if p.runtime_hold is not None and p.runtime_hold.kind is HoldKind.STARTUP_FAILED:
+            if p.runtime_hold is not None and p.runtime_hold.kind in _CURED_BY_CONFIG:
                 p.runtime_hold = None
         return self._done()
 
@@ -246,6 +247,13 @@ class Planner:
                        ExitFacts(None, None, False, killed_for=ExitKind.SPAWN_ERROR), detail=error)
         return self._done()
 
+    def spawn_refused(self, name: str, reason: str) -> list[m.Action]:
+        """The gateway may not be started as configured (its confinement cannot be set up): hold it."""
+        p = self.profiles[name]
+        p.spawning = False
+        p.runtime_hold = Hold(HoldKind.ISOLATION, reason)
+        return self._done()
+
     def foreign(self, name: str, pid: int) -> list[m.Action]:
         """A gateway hermesd did not start holds this profile (its gateway.pid names a live gateway)."""
         p = self.profiles.get(name)
@@ -273,16 +281,30 @@ class Planner:
         return self._done()
 
     def child_exited(self, name: str, ident: Ident, code: int | None, sig: int | None,
-                     gateway_state: str | None = None, restart_requested: bool = False) -> list[m.Action]:
-        """The child ``ident`` ended; ``gateway_state``/``restart_requested`` only when its state file names it."""
+                     gateway_state: str | None = None, restart_requested: bool = False, *,
+                     killed_for: ExitKind | None = None, detail: str = "",
+                     unconfined: str | None = None) -> list[m.Action]:
+        """The child ``ident`` ended; ``gateway_state``/``restart_requested`` only when its state file names it.
+
+        ``killed_for``: the kernel's own verdict (an OOM kill in the profile's cgroup); ``unconfined``:
+        the confinement shim could not apply the plan (the child never ran the gateway): a hold, not
+        a crash loop.
+        """
         p = self.profiles.get(name)
         if p is None or p.child is None or p.child.ident != ident:
             return []
         c = p.child
         p.child = None
         self._out += [m.Cancel(name, "kill"), m.Cancel(name, "start_slot"), m.Sweep(name)]
+        if c.killed_for is None and killed_for is not None:
+            c.killed_for, c.kill_detail = killed_for, detail
         facts = ExitFacts(code, sig, c.stop_requested, gateway_state, restart_requested, c.killed_for)
         self._conclude(p, c, facts, code=code, sig=sig, detail=c.kill_detail)
+        if unconfined is not None and not c.stop_requested:
+            p.runtime_hold = Hold(HoldKind.ISOLATION, unconfined)
+            if p.retry_at is not None:
+                p.retry_at = p.retry_at_wall = None
+                self._out.append(m.Cancel(name, "retry"))
         return self._done()
 
     def gateway_reported(self, name: str, pid: int, state: str | None,
@@ -343,7 +365,7 @@ class Planner:
     def request_start(self, name: str) -> tuple[str, list[m.Action]]:
         p = self.profiles[name]
         p.down = None
-        if p.runtime_hold is not None and p.runtime_hold.kind is HoldKind.STARTUP_FAILED:
+        if p.runtime_hold is not None and p.runtime_hold.kind in _CURED_BY_CONFIG:
             p.runtime_hold = None
         p.failures = 0
         if p.retry_at is not None:

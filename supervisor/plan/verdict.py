@@ -39,6 +39,7 @@ class HoldKind(enum.Enum):
     # Seen at run time by the daemon only.
     FOREIGN_GATEWAY = "foreign_gateway"
     STARTUP_FAILED = "startup_failed"
+    ISOLATION = "isolation_unavailable"
 
     @property
     def doctor_code(self) -> str:
@@ -81,6 +82,9 @@ _DOCTOR: dict[HoldKind, tuple[str, str, str]] = {
         "stop the other gateway (or disable the service that runs it) and let hermesd run the profile"),
     HoldKind.STARTUP_FAILED: (
         "startup_failed", ERROR, "fix the profile's configuration; hermesd retries when its files change"),
+    HoldKind.ISOLATION: (
+        "isolation_unavailable", ERROR,
+        "see 'hermesd doctor' for what the kernel lacks, or set isolation: auto (or off) for the profile"),
 }
 
 

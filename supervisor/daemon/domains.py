@@ -1,0 +1,238 @@
+"""Each profile's crash domain and trust domain, for the loop: confinement, cgroups, trees, hangs.
+
+The loop asks this one object everything about a child's domain, so that the rules live in their
+own packages (:mod:`supervisor.isolation`: what a profile may reach; :mod:`supervisor.limits`:
+how much of the machine its tree may use and whether it is alive) and the loop only says when:
+
+* :meth:`Domains.prepare` before a spawn: the confinement plan and the command that applies it,
+  the profile's cgroup created with its limits (or a reason the profile cannot start);
+* :meth:`Domains.attach` right after the spawn: the child joins its cgroup;
+* :meth:`Domains.kill_tree` for a stop's SIGKILL, a hang or a limit: the whole tree, escaped
+  ``setsid`` descendants included (``cgroup.kill``, else freeze-and-kill over the tagged tree);
+* :meth:`Domains.check_hung` on the hung timer, :meth:`Domains.scan` on the watch timer;
+* :meth:`Domains.exit_cause` at an exit: the kernel's own word on an OOM kill or a pids limit;
+* :meth:`Domains.fields` for ``status``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from supervisor.layout import Layout
+from supervisor.plan.model import Ident
+from supervisor.plan.policy import ExitKind
+
+log = logging.getLogger("hermesd")
+
+
+@dataclass(slots=True)
+class _Tree:
+    """What the domain layer remembers of one running child."""
+
+    ident: Ident
+    root: Any  # limits.ProcRoot | limits.CgroupRoot
+    cgroup: str | None
+    events: Any = None  # cgroup events at spawn (baseline for an OOM verdict)
+    start_mono: float = 0.0
+    start_wall: float | None = None
+
+
+@dataclass(slots=True)
+class Prepared:
+    argv: list[str]
+    plan: Any  # isolation.Plan
+
+
+@dataclass(slots=True)
+class Domains:
+    root: Path
+    layout: Layout
+    probe: Any = None  # isolation.Probe
+    cgroups: Any = None  # limits.Detection
+    watcher: Any = None  # limits.TreeWatcher
+    install_paths: tuple[Path, ...] = ()
+    plans: dict[str, Any] = field(default_factory=dict)
+    trees: dict[str, _Tree] = field(default_factory=dict)
+    _samples: dict[str, Any] = field(default_factory=dict)
+    _hot_until: float = 0.0
+
+    def start(self) -> None:
+        """Once per daemon: what the kernel offers (confinement, cgroup v2), and the tree watcher."""
+        from supervisor import isolation, limits
+
+        self.probe = isolation.probe()
+        self.cgroups = limits.setup(str(self.root))
+        self.watcher = limits.TreeWatcher(str(self.root), exclude=(os.getpid(),))
+        for problem in self.cgroups.problems:
+            log.warning("cgroups: %s", problem)
+        from supervisor.isolation import kanban
+
+        try:
+            kanban.migrate(self.root)
+        except kanban.KanbanBusyError as exc:
+            log.warning("kanban board not moved to its shared folder yet: %s", exc)
+
+    def set_command(self, command: list[str] | None) -> None:
+        from supervisor.isolation import install
+
+        self.install_paths = tuple(install.discover_install_paths(command)) if command else ()
+
+    # ------------------------------------------------------------------------- spawn
+
+    def prepare(self, name: str, home: Path, argv: list[str], env: Mapping[str, str], *,
+                isolation: Any, limits: Any, other_homes: tuple[Path, ...]) -> Prepared | str:
+        """The command to spawn for ``name`` under its confinement, or why it cannot be started."""
+        from supervisor import isolation as iso
+        from supervisor.isolation import install, kanban
+        from supervisor.limits import cgroup, cgroup_io
+
+        user = None
+        if isolation.user:
+            try:
+                user = install.resolve_user(isolation.user)
+            except (KeyError, ValueError, OSError) as exc:
+                return f"isolation user {isolation.user!r}: {exc}"
+        plan = iso.make_plan(iso.PlanInputs(
+            root=self.root, profile=name, home=home, probe=self.probe, settings=isolation,
+            hermesd_dir=self.layout.dir, control_socket=self.layout.socket, other_homes=other_homes,
+            install_paths=self.install_paths, lock_dir=install.credential_lock_dir(env),
+            user_home=Path(env["HOME"]) if env.get("HOME") else None, user_ids=user,
+            kanban_layout=kanban.layout(self.root),
+        ))
+        self.plans[name] = plan
+        if not plan.runnable:
+            return f"isolation: {plan.reason}"
+        try:
+            cgroup_io.apply(cgroup.profile_plan(self.cgroups, name, limits))
+        except cgroup_io.CgroupError as exc:
+            log.warning("profile %s: cgroup not prepared (%s); its limits are watched", name, exc)
+        return Prepared(iso.wrap_argv(plan, argv), plan)
+
+    def attach(self, name: str, ident: Ident, limits: Any) -> None:
+        """Right after the spawn, before the loop yields: the child joins its cgroup."""
+        from supervisor import limits as lim
+        from supervisor.limits import cgroup, cgroup_io
+
+        d = cgroup.profile_dir(self.cgroups, name)
+        events = None
+        if d is not None:
+            try:
+                cgroup_io.attach(d, ident.pid)
+                events = cgroup_io.read_events(d)
+            except cgroup_io.CgroupError as exc:
+                log.warning("profile %s: PID %d not moved into its cgroup (%s)", name, ident.pid, exc)
+                d = None
+        root = lim.CgroupRoot(d) if d is not None else lim.ProcRoot(ident.pid, ident.start_time)
+        if limits.cpu_weight and "cpu" not in self.cgroups.controllers:
+            lim.apply_nice([ident.pid], limits.cpu_weight)
+        self.trees[name] = _Tree(ident, root, d, events, *_start_clock(ident.pid))
+
+    def adopt(self, name: str, ident: Ident) -> None:
+        """A gateway found running at start-up: into its cgroup with its whole tree, if it has one."""
+        from supervisor import limits as lim
+        from supervisor.limits import cgroup, cgroup_io
+
+        d = cgroup.profile_dir(self.cgroups, name)
+        if d is not None:
+            try:
+                if cgroup_io.current_cgroup(ident.pid) != d:
+                    members = self.watcher.rescan_members(name, lim.ProcRoot(ident.pid, ident.start_time))
+                    cgroup_io.apply(cgroup.profile_plan(self.cgroups, name, lim.Limits()))
+                    cgroup_io.attach_all(d, [p for p, _ in members] or [ident.pid])
+            except cgroup_io.CgroupError as exc:
+                log.warning("profile %s: adopted PID %d not moved into its cgroup (%s)", name, ident.pid, exc)
+                d = None
+        root = lim.CgroupRoot(d) if d is not None else lim.ProcRoot(ident.pid, ident.start_time)
+        self.trees[name] = _Tree(ident, root, d, cgroup_io.read_events(d) if d else None, *_start_clock(ident.pid))
+
+    # ------------------------------------------------------------------------- ends
+
+    def kill_tree(self, name: str, ident: Ident) -> list[int]:
+        """SIGKILL everything of ``name``'s current tree (the gateway and what it started)."""
+        tree = self.trees.get(name)
+        if tree is None or tree.ident != ident or self.watcher is None:
+            return []
+        return self.watcher.kill(name, tree.root)
+
+    def exit_cause(self, name: str, ident: Ident) -> ExitKind | None:
+        """At an exit: did the kernel kill the tree for a limit (cgroup events since the spawn)?"""
+        from supervisor.limits import cgroup, cgroup_io
+
+        tree = self.trees.get(name)
+        if tree is None or tree.ident != ident or tree.cgroup is None or tree.events is None:
+            return None
+        after = cgroup_io.read_events(tree.cgroup)
+        hit = cgroup.limit_hit(tree.events, after)
+        tree.events = after
+        return {"memory_limit": ExitKind.MEMORY_LIMIT, "tasks_limit": ExitKind.TASKS_LIMIT}.get(str(hit or ""))
+
+    def forget(self, name: str, ident: Ident) -> None:
+        tree = self.trees.get(name)
+        if tree is not None and tree.ident == ident:
+            del self.trees[name]
+            self._samples.pop(name, None)
+
+    # ------------------------------------------------------------------------- watching
+
+    def check_hung(self, name: str, home: Path, hung: Any) -> Any:
+        """One hung evaluation (``limits.hung.HungCheck``), or ``None`` when the child is not ours any more."""
+        from supervisor.limits import hung as hung_mod
+
+        tree = self.trees.get(name)
+        if tree is None:
+            return None
+        state, beat = hung_mod.observe(home, tree.ident.pid)
+        return hung_mod.check_hung(pid=tree.ident.pid, start_mono=tree.start_mono, start_wall=tree.start_wall,
+                                   proc_state=state, beat=beat, settings=hung, now_mono=time.monotonic(),
+                                   now_wall=time.time())
+
+    def scan(self, limits: Mapping[str, Any]) -> tuple[dict[str, Any], float | None]:
+        """One watch scan of the running profiles whose limits no cgroup enforces: breaches and the next delay."""
+        from supervisor import limits as lim
+        from supervisor.limits import tree as tree_mod
+
+        wl = {n: lim.watch_limits(limits[n], self.cgroups) for n in limits if n in self.trees}
+        wl = {n: v for n, v in wl.items() if v.memory_max is not None or v.tasks_max is not None}
+        if not wl or self.watcher is None:
+            self._samples.clear()
+            return {}, None
+        roots = {n: self.trees[n].root for n in wl}
+        samples = self.watcher.scan(roots, wl)
+        breaches = {n: b for n, s in samples.items() if (b := tree_mod.check_tree(s, wl[n])) is not None}
+        delay, self._hot_until = tree_mod.next_scan(samples, self._samples, wl, now=time.monotonic(),
+                                                    hot_until=self._hot_until)
+        self._samples = dict(samples)
+        return breaches, delay
+
+    # ------------------------------------------------------------------------- status
+
+    def fields(self, name: str, limits: Any) -> dict[str, Any]:
+        """``memory_bytes``, ``tasks``, ``limits``, ``mechanism`` and ``isolation`` of one profile."""
+        from supervisor import limits as lim
+
+        tree = self.trees.get(name)
+        usage = lim.usage(name, tree.root, self.watcher) if tree is not None and self.watcher is not None else None
+        out = lim.status_fields(usage, limits, self.cgroups)
+        plan = self.plans.get(name)
+        out["isolation"] = plan.status_json() if plan is not None else None
+        return out
+
+    def teardown(self) -> None:
+        from supervisor import limits as lim
+
+        if self.cgroups is not None:
+            lim.teardown(self.cgroups)
+
+
+def _start_clock(pid: int) -> tuple[float, float | None]:
+    """When ``pid`` started, on the monotonic clock (now, if it is already gone) and the wall clock."""
+    from supervisor.limits import procfs
+
+    clock = procfs.start_clock(pid)
+    return (clock[0], clock[1]) if clock is not None else (time.monotonic(), None)
