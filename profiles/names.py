@@ -25,7 +25,6 @@ place that must predict upstream's listing (:mod:`profiles.discovery`).
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterable, Sequence
 
@@ -158,6 +157,8 @@ def suggest_profile(name: object, known: Iterable[str]) -> str | None:
     """The known profile name closest to ``name`` (after normalisation), or ``None``."""
     text = name if isinstance(name, str) else str(name)
     candidates = sorted(set(known))
+    import difflib  # only when a name is unknown: the daemon never needs it
+
     close = difflib.get_close_matches(text.strip().lower(), candidates, n=1, cutoff=0.6)
     return close[0] if close else None
 

@@ -17,6 +17,7 @@ from typing import Any
 from profiles.credentials import CONFIG_FILE, ENV_FILE, load_config, profile_credentials, profile_ports, view_of
 from profiles.envfile import read_env_file
 from profiles.errors import ProfileConfigError
+from profiles.upstream.platforms import enabled_platforms
 from profiles.upstream.process import FixedVariable, drain_seconds, env_overrides
 
 
@@ -96,7 +97,7 @@ def read_profile(name: str, home: Path, salt: bytes) -> ProfileFacts:
         Claim("credential", c.platform, c.kind, c.fingerprint) for c in profile_credentials(home, salt, view=view)
     ]
     claims += [Claim("port", p.platform, "port", str(p.port)) for p in profile_ports(home, view=view)]
-    platforms = sorted({c.platform for c in claims})
+    platforms = enabled_platforms(view)
     return ProfileFacts(
         name, home, env, config, (), tuple(claims), tuple(env_overrides(env, config)), tuple(platforms),
         drain_seconds(config), digest_of({"env": env, "config": config}),

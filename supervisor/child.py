@@ -27,6 +27,10 @@ _PR_SET_NAME = 15
 class SpawnError(OSError):
     """The gateway command could not be executed at all."""
 
+    def __str__(self) -> str:
+        # The reason alone: status shows it to an operator, for whom "[Errno 30]" is noise.
+        return self.strerror or super().__str__()
+
 
 def become_subreaper() -> bool:
     """Adopt our descendants' orphans (Linux), so setsid'd grandchildren are reaped by us."""

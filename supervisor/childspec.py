@@ -14,6 +14,7 @@ import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from profiles.upstream.platforms import is_platform_variable
 from profiles.upstream.process import FIXED_ENV, GATEWAY_ARGS, profile_args
@@ -34,8 +35,15 @@ class GatewayCommandError(RuntimeError):
     """No way to run ``hermes`` was found."""
 
 
-def child_argv(command: list[str], profile: str) -> list[str]:
-    """``hermes [-p NAME] gateway run --external-supervisor``; never ``--replace``."""
+def child_argv(command: list[str], profile: str, contract: Any = None) -> list[str]:
+    """``hermes [-p NAME] gateway run --external-supervisor``; never ``--replace``.
+
+    ``contract`` (:class:`profiles.upstream.releases.Contract` of the installed release, None when
+    unknown): a release without ``--external-supervisor`` (before 0.19.0) gets ``gateway run``
+    alone, because there the flag is an argparse error (exit 2) and the child could never start.
+    """
+    if contract is not None:
+        return [*command, *profile_args(profile), *contract.gateway_args]
     return [*command, *profile_args(profile), *GATEWAY_ARGS]
 
 

@@ -50,6 +50,7 @@ class Config:
     limits: Any = None  # limits.settings.LimitsSpec (the top level), or None
     hung: Mapping[str, float | None] = field(default_factory=dict)  # top-level hung_after / startup_grace
     observe: Any = None  # observe.settings.ObserveSettings, or None: defaults
+    kanban_dispatcher: str = "default"  # kanban.dispatcher: the profile whose gateway dispatches, or "off"
 
     def isolation_for(self, name: str) -> Any:
         """The isolation settings in force for ``name`` (defaults, the top level, the profile's own)."""
@@ -68,7 +69,10 @@ class Config:
         from supervisor.limits.settings import merge_hung
 
         own = self.for_profile(name).hung
-        return merge_hung(**{f"top_{k}": v for k, v in self.hung.items()}, **{f"own_{k}": v for k, v in own.items()})
+        # hermesd.yaml's keys to merge_hung's arguments (``startup_grace`` is its ``grace``).
+        arg = {"hung_after": "hung_after", "startup_grace": "grace"}
+        return merge_hung(**{f"top_{arg[k]}": v for k, v in self.hung.items()},
+                          **{f"own_{arg[k]}": v for k, v in own.items()})
 
     def observe_settings(self) -> Any:
         from supervisor.observe.settings import ObserveSettings
@@ -79,7 +83,19 @@ class Config:
         return self.profiles.get(name, ProfileSettings())
 
     def child_environment(self, name: str) -> dict[str, str]:
-        return {**self.environment, **self.for_profile(name).environment}
+        """The variables hermesd.yaml adds to ``name``'s gateway (daemon, ``exec`` and ``export`` alike).
+
+        Last, and over the operator's own ``environment``: the kanban dispatcher choice
+        (``HERMES_KANBAN_DISPATCH_IN_GATEWAY``, :func:`supervisor.kanban.dispatch.dispatcher_env`),
+        so changing ``kanban.dispatcher`` restarts exactly the old and the new dispatcher. Not here:
+        the dispatcher's ``HERMES_BIN`` and hand-off socket, which only a running daemon can serve
+        (the daemon adds them at spawn, :mod:`supervisor.kanban.handoff`); an exported unit or
+        container therefore runs upstream's own workers, in the dispatcher's tree.
+        """
+        from supervisor.kanban.dispatch import dispatcher_env
+
+        return {**self.environment, **self.for_profile(name).environment,
+                **dispatcher_env(self.kanban_dispatcher, name)}
 
     def stop_timeout_for(self, name: str, drain_s: float) -> float:
         """Seconds from SIGTERM to SIGKILL: the profile's setting, the global one, or upstream's rule."""
@@ -108,7 +124,8 @@ class Config:
             disabled=frozenset(n for n, s in self.profiles.items() if not s.enabled),
             stop_timeout=self.stop_timeout,
             stop_timeouts={n: s.stop_timeout for n, s in self.profiles.items() if s.stop_timeout is not None},
-            specs={n: self.spec_of(n) for n in self.profiles},
+            # the chosen dispatcher's environment differs from the default one: give it its own spec
+            specs={n: self.spec_of(n) for n in {*self.profiles, self.kanban_dispatcher} - {"off"}},
             default_spec=self.spec_of(""),
             max_starting=self.max_starting or max(1, os.cpu_count() or 1),
         )
@@ -242,7 +259,7 @@ class _Reader:
     def config(self, node: Any) -> Config:
         top = self.mapping(node, "", {"command", "restart", "stop_timeout", "logs", "environment", "profiles",
                                       "max_starting", "isolation", "limits", "hung_after", "startup_grace",
-                                      "events", "hooks", "metrics"})
+                                      "events", "hooks", "metrics", "kanban"})
         kwargs: dict[str, Any] = {}
         if "command" in top:
             kwargs["command"] = self.command(top["command"], "command")
@@ -263,6 +280,8 @@ class _Reader:
         if "max_starting" in top:
             kwargs["max_starting"] = self.integer(top["max_starting"], "max_starting", minimum=1)
         kwargs.update(self.domains(top, ""))
+        if "kanban" in top:
+            kwargs["kanban_dispatcher"] = self.kanban(top["kanban"])
         observed = {k: top[k] for k in ("events", "hooks", "metrics") if k in top}
         if observed:
             from supervisor.observe.settings import ObserveConfigError, parse_sections
@@ -297,6 +316,28 @@ class _Reader:
         if hung:
             out["hung"] = hung
         return out
+
+    def kanban(self, node: Any) -> str:
+        """``kanban: {dispatcher: PROFILE | off}``: which gateway runs upstream's kanban dispatcher.
+
+        The profile need not exist yet (profiles come and go while the daemon runs); ``doctor``
+        says when it does not. YAML's bare ``off`` arrives as ``False`` and is accepted.
+        """
+        from profiles.errors import ProfileError
+        from profiles.names import normalize_name, validate_profile_name
+
+        body = self.mapping(node, "kanban", {"dispatcher"})
+        if "dispatcher" not in body:
+            return "default"
+        value = self.scalar(body["dispatcher"], "kanban.dispatcher")
+        if value is False or (isinstance(value, str) and value.strip().lower() == "off"):
+            return "off"
+        if not isinstance(value, str):
+            raise self.fail(body["dispatcher"], "kanban.dispatcher", f"expected a profile name or off, got {value!r}")
+        try:
+            return validate_profile_name(normalize_name(value))
+        except ProfileError as exc:
+            raise self.fail(body["dispatcher"], "kanban.dispatcher", f"not a valid profile name: {exc}") from None
 
     def fail_at(self, node: Any, path: tuple[str | int, ...], key: str, problem: str) -> ConfigError:
         """A ConfigError at the line of the node ``path`` leads to below ``node`` (as deep as it exists)."""

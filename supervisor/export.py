@@ -8,7 +8,11 @@ hermesd.yaml), each carrying exactly the contract hermesd gives its own children
 * argv from ``contract.child_argv`` (``hermes [-p NAME] gateway run --external-supervisor``);
 * environment ``contract.FIXED_ENV`` + ``HERMES_HOME`` + hermesd.yaml's ``environment`` (the
   same extra variables hermesd gives that child). Not the ``HERMESD_*`` tags: a hermesd started
-  later on the same root must see these gateways as foreign, not adopt and kill them;
+  later on the same root must see these gateways as foreign, not adopt and kill them. The kanban
+  dispatcher choice (``HERMES_KANBAN_DISPATCH_IN_GATEWAY``) goes into the systemd units (one
+  machine, one root, one dispatcher lock) but not into containers, where each gateway has a
+  board and a lock of its own; ``HERMES_BIN`` never: the worker hand-off needs a running hermesd,
+  so exported gateways run upstream's own workers in the dispatcher's tree;
 * SIGTERM preceded by upstream's planned-stop marker (``hermesd _planned-stop``, a hidden helper
   defined here, run as systemd's ``ExecStop`` and Kubernetes' ``preStop``), and a SIGKILL deadline
   of the same stop timeout hermesd would use (hermesd.yaml ``stop_timeout``, else
@@ -58,6 +62,10 @@ class Gateway:
     stop_timeout: float
     extra_env: Mapping[str, str] = field(default_factory=dict)
     has_env_file: bool = False
+    # hermesd.yaml's environment without the kanban dispatcher choice: each container has a board
+    # and a dispatcher lock of its own (only the default profile's sees the real root), so the
+    # choice, which is about one shared lock, does not apply there (None: same as extra_env)
+    container_env: Mapping[str, str] | None = None
 
     @property
     def stop_seconds(self) -> int:
@@ -94,37 +102,55 @@ def collect(root: Path) -> list[Gateway]:
     if problems:
         raise ExportError("cannot export; hermesd itself would hold these profiles:\n  " + "\n  ".join(problems))
     return [Gateway(f.name, f.home, cfg.stop_timeout_for(f.name, f.drain_s), cfg.child_environment(f.name),
-                    (f.home / ".env").is_file()) for f in facts]
+                    (f.home / ".env").is_file(),
+                    {**cfg.environment, **cfg.for_profile(f.name).environment}) for f in facts]
 
 
-def _environment(gw: Gateway, home: str) -> dict[str, str]:
+def _environment(gw: Gateway, home: str, *, container: bool = False) -> dict[str, str]:
     from profiles.upstream.process import FIXED_ENV
 
-    return {"HERMES_HOME": home, **FIXED_ENV, **gw.extra_env}
+    extra = gw.container_env if container and gw.container_env is not None else gw.extra_env
+    return {"HERMES_HOME": home, **FIXED_ENV, **extra}
 
 
 def _container_home(gw: Gateway) -> str:
     return CONTAINER_ROOT if gw.name == "default" else f"{CONTAINER_ROOT}/profiles/{gw.name}"
 
 
-def _argv(command: Sequence[str], gw: Gateway) -> list[str]:
+def _argv(command: Sequence[str], gw: Gateway, contract: Any = None) -> list[str]:
     from supervisor.childspec import child_argv
 
-    return child_argv(list(command), gw.name)
+    return child_argv(list(command), gw.name, contract)
+
+
+def _local_contract(command: Sequence[str]) -> Any:
+    """The contract of the release ``command`` runs on this machine (the systemd units run it here);
+    ``None`` when it cannot be read. An unsupported release refuses the export, as the daemon would
+    hold every profile."""
+    from profiles.upstream.releases import Unsupported, contract_for
+    from supervisor.requirements import interpreter_facts
+
+    facts = interpreter_facts(list(command))
+    if not facts.version:
+        return None
+    contract = contract_for(facts.version)
+    if isinstance(contract, Unsupported):
+        raise ExportError(f"cannot export; hermesd itself would hold every profile: {contract.message}")
+    return contract
 
 
 # --------------------------------------------------------------------------- systemd
 
 
 def render_systemd(gateways: Sequence[Gateway], *, root: Path, gateway_command: Sequence[str],
-                   hermesd: Sequence[str]) -> dict[str, str]:
+                   hermesd: Sequence[str], contract: Any = None) -> dict[str, str]:
     """``{unit file name: text}``: one ``hermes-gw-<profile>.service`` user unit per profile."""
     from supervisor.service import env_line, systemd_quote
 
     out = {}
     for gw in gateways:
         unit = f"{UNIT_PREFIX}{gw.name}.service"
-        exec_start = " ".join(systemd_quote(a) for a in _argv(gateway_command, gw))
+        exec_start = " ".join(systemd_quote(a) for a in _argv(gateway_command, gw, contract))
         exec_stop = " ".join(systemd_quote(a) for a in [*hermesd, "_planned-stop", str(gw.home)])
         env = _environment(gw, str(gw.home))
         lines = [
@@ -178,7 +204,7 @@ def render_compose(gateways: Sequence[Gateway], *, root: Path, image: str) -> st
         svc: dict[str, Any] = {
             "image": image,
             "command": _argv(["hermes"], gw),
-            "environment": _environment(gw, home),
+            "environment": _environment(gw, home, container=True),
             "volumes": [{"type": "bind", "source": str(gw.home), "target": home}],
         }
         hidden = [f"{home}/{d}" for d in ("profiles", ".hermesd") if gw.name == "default" and (gw.home / d).is_dir()]
@@ -255,7 +281,7 @@ def render_kubernetes(gateways: Sequence[Gateway], *, image: str, storage: str) 
             "name": "gateway",
             "image": image,
             "command": _argv(["hermes"], gw),
-            "env": [{"name": k, "value": v} for k, v in _environment(gw, home).items()],
+            "env": [{"name": k, "value": v} for k, v in _environment(gw, home, container=True).items()],
             # Required when the profile has a .env (a forgotten Secret fails loudly), optional otherwise.
             "envFrom": [{"secretRef": {"name": f"{name}-env", "optional": not gw.has_env_file}}],
             "volumeMounts": [{"name": "home", "mountPath": home}],
@@ -363,7 +389,7 @@ def export_files(fmt: str, root: Path, *, image: str = DEFAULT_IMAGE, storage: s
             except GatewayCommandError as exc:
                 raise ExportError(str(exc)) from None
         return render_systemd(gateways, root=root, gateway_command=gateway_command,
-                              hermesd=hermesd or hermesd_command())
+                              hermesd=hermesd or hermesd_command(), contract=_local_contract(gateway_command))
     if fmt == "compose":
         return {"compose.yaml": render_compose(gateways, root=root, image=image)}
     import yaml

@@ -67,14 +67,14 @@ def detect_version(command: Sequence[str], *, env: Mapping[str, str] | None = No
     env = dict(os.environ if env is None else env)
     interp = interpreter_argv(command, env.get("PATH"))
     if interp is None:
-        return _from_version_flag(command, env, timeout)
-    _code, text = _run([*interp, "-c", SNIPPET], env, timeout)
+        return version_from_flag(command, env, timeout)
+    _code, text = run_capped([*interp, "-c", SNIPPET], env, timeout)
     line = next((ln for ln in text.splitlines() if ln.startswith(_MARK)), None)
     shown = " ".join(interp)
     if line is None:
         # Not a Python interpreter (a shell wrapper that sets things up and execs hermes, say): ask
         # the command itself; its answer (or its failure) is what the gateway would do too.
-        return _from_version_flag(command, env, timeout)
+        return version_from_flag(command, env, timeout)
     try:
         info = json.loads(line[len(_MARK):])
     except ValueError:
@@ -122,8 +122,8 @@ def _head(path: str) -> bytes:
         os.close(fd)
 
 
-def _from_version_flag(command: Sequence[str], env: dict[str, str], timeout: float) -> str:
-    code, text = _run(_absolute([*command, "--version"]), env, timeout)
+def version_from_flag(command: Sequence[str], env: dict[str, str], timeout: float) -> str:
+    code, text = run_capped(_absolute([*command, "--version"]), env, timeout)
     m = _VERSION_LINE.search(text)
     if m is None:
         last = text.strip().splitlines()[-1:] or ["no output"]
@@ -132,7 +132,7 @@ def _from_version_flag(command: Sequence[str], env: dict[str, str], timeout: flo
     return m.group(1)
 
 
-def _run(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, str]:
+def run_capped(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, str]:
     """Run ``argv`` to completion or the deadline; its exit code and (capped) output."""
     with tempfile.TemporaryFile() as out:
         try:

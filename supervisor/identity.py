@@ -142,13 +142,19 @@ def session_id(pid: int) -> int | None:
 def is_gateway_cmdline(cmdline: list[str]) -> bool:
     """The command line ends in ``gateway run --external-supervisor`` as hermesd starts it.
 
+    Or in ``gateway run`` alone: that is how hermesd starts a release without the flag
+    (:func:`supervisor.childspec.child_argv` follows the release's contract), and a gateway started
+    under one release must still be recognised after hermesd restarts. The hermesd tags in its
+    environment, checked by the callers, keep a hand-started ``hermes gateway run`` out.
     A confinement shim that has not exec'd yet counts by the command it is about to become.
     """
     from supervisor.isolation.enter import unwrap
 
     target = unwrap(cmdline) or cmdline
     n = len(GATEWAY_ARGS)
-    return len(target) >= n and tuple(target[-n:]) == GATEWAY_ARGS
+    if len(target) >= n and tuple(target[-n:]) == GATEWAY_ARGS:
+        return True
+    return len(target) >= n - 1 and tuple(target[-(n - 1):]) == GATEWAY_ARGS[:-1]
 
 
 def verify(ident: Ident, *, home: Path, root: Path, profile: str) -> bool:

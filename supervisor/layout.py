@@ -85,11 +85,17 @@ class Layout:
             check_private(d)
 
     def socket_checked(self) -> Path:
-        """The socket path, after checking its folder is ours (clients call this before connecting)."""
-        if self.socket.parent != self.dir:
-            check_private(self.socket.parent)
-        return self.socket
+        """The socket path, after checking that nobody else can have put it there (clients call this
+        before connecting).
 
+        The root's own ``.hermesd`` must be a real directory of ours that no other user can write: a
+        link to a shared folder, or a folder others can write, would let them stand in for the
+        daemon. Read bits are tolerated there (an operator's ``chmod 755`` does not let anyone plant
+        a socket); the short-path fallback in a shared ``/tmp`` must be strictly private.
+        """
+        parent = self.socket.parent
+        check_private(parent, allow_read=parent == self.dir)
+        return self.socket
 
     def salt(self) -> bytes:
         """The per-root salt for credential fingerprints, created on first use.
@@ -124,8 +130,9 @@ class UnsafeFolderError(PermissionError):
     """A folder hermesd relies on is not a private directory of this user."""
 
 
-def check_private(folder: Path) -> None:
-    """Raise :class:`UnsafeFolderError` unless ``folder`` is a real directory of ours, mode 0700."""
+def check_private(folder: Path, *, allow_read: bool = False) -> None:
+    """Raise :class:`UnsafeFolderError` unless ``folder`` is a real directory of ours, mode 0700
+    (``allow_read``: no group or other write bit, read and search allowed)."""
     st = folder.lstat()
     if stat.S_ISLNK(st.st_mode):
         raise UnsafeFolderError(
@@ -133,7 +140,12 @@ def check_private(folder: Path) -> None:
         )
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafeFolderError(f"{folder} is not a directory; hermesd keeps its own files there (move it away)")
-    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+    if st.st_uid != os.getuid():
+        raise UnsafeFolderError(
+            f"permission denied: {folder} belongs to uid {st.st_uid}, not to uid {os.getuid()}; run hermesd as "
+            "the user that owns this root"
+        )
+    if st.st_mode & (0o022 if allow_read else 0o077):
         raise UnsafeFolderError(
             f"{folder} must be owned by uid {os.getuid()} with mode 0700 (found uid {st.st_uid}, mode "
             f"{stat.S_IMODE(st.st_mode):04o}); hermesd does not change folders it did not create: "

@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 
 def note(path: Path, line: str) -> None:
@@ -174,3 +174,19 @@ def _copy_range(path: Path, start: int, out: TextIO) -> int:
     out.write(data.decode("utf-8", "replace"))
     out.flush()
     return start + len(data)
+
+
+def housekeep(layout: Any, names: list[str], max_bytes: int, backups: int, space_min: int) -> dict[str, str | None]:
+    """Rotate every profile's log when due; per profile, the problem to show in status (a full log
+    file system, a failed rotation), or None."""
+    free = free_bytes(layout.logs)
+    full = (f"log file system full ({free} bytes free in {layout.logs})"
+            if free is not None and free < space_min else None)
+    out: dict[str, str | None] = {}
+    for name in names:
+        out[name] = full
+        try:
+            rotate_if_needed(layout.child_log(name), max_bytes, backups)
+        except OSError as exc:
+            out[name] = f"log rotation failed: {exc}"
+    return out

@@ -23,6 +23,21 @@ Evidence, strongest first:
    visible and this fallback never applies. A PID that exists with another start time is a
    recycled PID and always fails.
 
+``--ready`` additionally fails (the rule, also in ``--help``):
+
+4. while any platform in ``gateway_state.json`` is in the ``fatal`` state (it will not come back
+   without a change: a bad token, a port in use). ``retrying``, ``connecting`` and the rest pass:
+   they are transient and the gateway keeps trying.
+5. while a platform the profile's files enable lacks a library, a program or a file it needs in the
+   gateway's own interpreter (``/proc/<pid>/exe``, asked once per probe through
+   :mod:`supervisor.requirements`): such a platform is silently never started under
+   ``HERMES_DISABLE_LAZY_INSTALLS=1``, so the gateway looks healthy while it cannot serve. This
+   step (the only one that leaves the standard library) reads the profile's YAML and runs the
+   interpreter (about 0.2 s); ``--no-requirements`` skips it where that is too slow, and it is
+   skipped when the interpreter cannot be seen (another PID namespace), when the profile has
+   neither ``.env`` nor ``config.yaml`` (nothing can enable a platform), and when PyYAML or the
+   profile's files cannot be read (the state rules have spoken).
+
 Exit 0 with one line on stdout, or 1 with the reason on one line on stderr.
 """
 
@@ -41,8 +56,12 @@ LIVE_STATES = frozenset({"running", "degraded", "draining"})
 DEFAULT_MAX_AGE = 90.0
 
 
-def check(home: Path, mode: str, max_age: float = DEFAULT_MAX_AGE) -> tuple[bool, str]:
-    """``(ok, reason)`` for the gateway of ``home``; ``mode`` is ``ready`` or ``live``."""
+def check(home: Path, mode: str, max_age: float = DEFAULT_MAX_AGE, *,
+          requirements: bool = False) -> tuple[bool, str]:
+    """``(ok, reason)`` for the gateway of ``home``; ``mode`` is ``ready`` or ``live``.
+
+    ``requirements``: for ``ready``, also check the enabled platforms' requirements (rule 5).
+    """
     accepted = READY_STATES if mode == "ready" else LIVE_STATES
     state = gf.read_gateway_state(home)
     pid, start = _pid_of(state)
@@ -73,8 +92,60 @@ def check(home: Path, mode: str, max_age: float = DEFAULT_MAX_AGE) -> tuple[bool
         return False, f"gateway PID {pid} is {gstate}" + _error_hint(state)
     if beat_age is not None and beat_age > max_age:
         return False, f"gateway PID {pid} heartbeat is {beat_age:.0f}s old (limit {max_age:.0f}s): event loop stuck?"
+    if mode == "ready":
+        fatal = _fatal_platforms(state)
+        if fatal:
+            return False, f"gateway PID {pid} is {gstate}, but platform {fatal}"
+        if requirements and seen is True:
+            lacking = _lacking(home, pid)
+            if lacking:
+                return False, f"gateway PID {pid} is {gstate}, but {lacking}"
     beat_text = f", heartbeat {beat_age:.0f}s ago" if beat_age is not None else ", no heartbeat yet"
     return True, f"{gstate or 'alive'} (PID {pid}{beat_text})"
+
+
+def _fatal_platforms(state: dict[str, Any]) -> str | None:
+    """``telegram is fatal: <reason>`` for the first platform in the ``fatal`` state, else None."""
+    plats = state.get("platforms")
+    if not isinstance(plats, dict):
+        return None
+    for name, info in sorted(plats.items(), key=lambda kv: str(kv[0])):
+        if isinstance(info, dict) and info.get("state") == "fatal":
+            why = info.get("error_message") or info.get("error_code") or "no reason given"
+            return f"{name} is fatal: {' '.join(str(why).split())[:200]}"
+    return None
+
+
+_LOOKUP_VARIABLES = frozenset({"PATH", "HOME", "PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUSERBASE",
+                               "VIRTUAL_ENV", "LANG", "LC_ALL"})
+
+
+def _lacking(home: Path, pid: int) -> str | None:
+    """What an enabled platform lacks in the interpreter of gateway ``pid``, or None (also when unknown)."""
+    if not (home / ".env").is_file() and not (home / "config.yaml").is_file():
+        return None  # no file can enable a platform: stay stdlib-only and fast
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    # Only what decides which modules and programs that interpreter finds: nothing else of the
+    # gateway's environment (which may hold secrets) is passed on.
+    env = {k: v for item in raw.decode("utf-8", "replace").split("\0") if "=" in item
+           for k, v in [item.split("=", 1)] if k in _LOOKUP_VARIABLES}
+    try:
+        from supervisor import requirements
+
+        reqs = requirements.profile_requirements(home, None, None)
+        report = requirements.check_requirements([exe, "-m", "hermes_cli.main"], reqs, env=env)
+    except Exception:  # unreadable files, no yaml here: the state rules above have spoken
+        return None
+    missing = report.missing
+    if not missing:
+        return None
+    first = missing[0]
+    fix = f" (install: {report.install})" if report.install else (f" ({first.hint})" if first.hint else "")
+    return f"platform {first.platform} cannot start: missing {', '.join(first.missing)}{fix}"
 
 
 def _pid_of(state: dict[str, Any]) -> tuple[int | None, int | None]:
@@ -136,7 +207,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if not home.is_dir():
         print(f"{name}: no such profile ({home} is not a directory)", file=sys.stderr)
         return 1
-    ok, reason = check(home, "ready" if args.ready else "live", args.max_age)
+    ok, reason = check(home, "ready" if args.ready else "live", args.max_age,
+                       requirements=bool(args.ready and not args.no_requirements))
     print(f"{name}: {reason}", file=sys.stdout if ok else sys.stderr)
     return 0 if ok else 1
 
@@ -144,15 +216,23 @@ def cmd_probe(args: argparse.Namespace) -> int:
 def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("profile", metavar="PROFILE", help="profile name ('default' is the root)")
     mode = p.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--ready", action="store_true", help="exit 0 only when the gateway state is 'running'")
+    mode.add_argument("--ready", action="store_true",
+                      help="exit 0 only when the gateway state is 'running', no platform is 'fatal' and every "
+                           "enabled platform has its libraries in the gateway's interpreter")
     mode.add_argument("--live", action="store_true",
                       help="exit 0 when the gateway is running, degraded or draining")
     p.add_argument("--max-age", type=float, default=DEFAULT_MAX_AGE, metavar="SECONDS",
                    help=f"oldest acceptable heartbeat (default {DEFAULT_MAX_AGE:.0f}; the gateway beats every 30)")
+    p.add_argument("--no-requirements", action="store_true",
+                   help="--ready: skip the requirements check (it reads config.yaml and runs the gateway's "
+                        "interpreter, about 0.2 s)")
     p.add_argument("--root", help="Hermes root (default: resolved from HERMES_HOME as upstream does)")
     p.set_defaults(func=cmd_probe)
 
 
+READY_RULE = ("--ready fails while the gateway is not 'running', while any platform in gateway_state.json is "
+              "'fatal', or while a platform the profile enables lacks a library, program or file in the "
+              "gateway's interpreter (such a platform is silently never started).")
 HELP = "health probe for one profile's gateway, from its files (no daemon needed; for Kubernetes)"
 EXAMPLE = "hermesd probe coder --ready --root /opt/hermes"
 
@@ -160,7 +240,7 @@ EXAMPLE = "hermesd probe coder --ready --root /opt/hermes"
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``hermesd probe`` to the CLI."""
     p = subparsers.add_parser(
-        "probe", help=HELP, description=HELP + ".\nExit 0 healthy, 1 not (the reason on stderr).",
+        "probe", help=HELP, description=HELP + ".\nExit 0 healthy, 1 not (the reason on stderr).\n" + READY_RULE,
         epilog=f"example:\n  {EXAMPLE}", formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _configure(p)
@@ -169,7 +249,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m supervisor.probe``: the same probe without loading the rest of the CLI."""
-    parser = argparse.ArgumentParser(prog="hermesd probe", description=HELP, epilog=f"example:\n  {EXAMPLE}",
+    parser = argparse.ArgumentParser(prog="hermesd probe", description=HELP + ".\n" + READY_RULE,
+                                     epilog=f"example:\n  {EXAMPLE}",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     _configure(parser)
     args = parser.parse_args(argv)

@@ -39,6 +39,8 @@ _DEFAULTS: dict[str, Any] = {
     "mechanism": None,
     "limit_mechanisms": None,
     "isolation": None,
+    "kanban": None,  # {dispatcher, dispatcher_pid, dispatcher_supervised, workers}: supervisor.kanban.observe
+    "requirements_missing": [],
 }
 
 
@@ -46,6 +48,9 @@ def make_row(name: str, home: Path, cpu_percent: float | None = None, **fields: 
     """One profile's row: the given fields over the defaults, then what the gateway's files and /proc say."""
     row: dict[str, Any] = {"name": name, "home": str(home), **_DEFAULTS, **fields}
     add_live_fields(row, home, cpu_percent)
+    from supervisor.kanban.observe import kanban_fields
+
+    row.update(kanban_fields(name, home))
     return row
 
 
@@ -94,8 +99,12 @@ def _platforms(raw: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
-def offline_document(root: Path) -> dict[str, Any]:
-    """Status without a daemon: what hermesd's state file, the gateways' files and /proc say."""
+def offline_document(root: Path, why: str = "hermesd is not running") -> dict[str, Any]:
+    """Status without a daemon's answer: what hermesd's state file, the gateways' files and /proc say.
+
+    ``why`` heads each row's reason: the daemon is absent, or it holds the root but does not answer
+    (frozen, overloaded), which is not the same thing and must never read as "not running".
+    """
     from profiles.discovery import profiles_to_serve
     from supervisor import identity
     from supervisor import state as state_mod
@@ -118,7 +127,7 @@ def offline_document(root: Path) -> dict[str, Any]:
         rows.append(make_row(
             name, home,
             state="running" if pid else "stopped",
-            reason=("hermesd is not running" + (" (gateway running unsupervised)" if pid else ""))
+            reason=(why + (" (gateway running unsupervised)" if pid else ""))
             + (f"; {down}" if down else ""),
             pid=pid,
             started_at=started,
@@ -128,6 +137,7 @@ def offline_document(root: Path) -> dict[str, Any]:
             should_run=down is None,
             down=down,
         ))
+    _add_offline_requirements(root, rows)
     return {
         "root": str(root),
         "supervisor": {"pid": None, "running": False, "state_problem": saved.problem},
@@ -135,11 +145,36 @@ def offline_document(root: Path) -> dict[str, Any]:
     }
 
 
+def _add_offline_requirements(root: Path, rows: list[dict[str, Any]]) -> None:
+    """With the daemon down, ask the gateway command's interpreter ourselves (once for every row).
+
+    Never fails the status: a root without a usable command or hermesd.yaml simply shows nothing
+    here (``doctor`` says why).
+    """
+    from supervisor import requirements
+
+    try:
+        findings = requirements.requirement_findings(root, profiles=[r["name"] for r in rows])
+    except Exception:
+        return
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for f in findings:
+        by_name.setdefault(f.profile, []).append(
+            {k: v for k, v in f.to_json().items() if k != "profile"})
+    for r in rows:
+        r["requirements_missing"] = by_name.get(r["name"], [])
+
+
 def exit_code(doc: dict[str, Any]) -> int:
-    """0 when every profile that should run is running and the supervisor is up; else 1 (3: down)."""
+    """0 when every profile that should run is running, with what its platforms need, and the
+    supervisor is up; else 1 (3: down, 4: holds the root but does not answer). A running gateway
+    whose enabled platform lacks its library is not healthy: upstream silently never starts it."""
     if not doc["supervisor"].get("running"):
         return 3
-    bad = [r for r in doc["profiles"] if r.get("should_run") and r["state"] != HEALTHY]
+    if doc["supervisor"].get("answering") is False:
+        return 4  # held but silent: neither "up" nor "down" (cli.common.EXIT_NOT_ANSWERING)
+    bad = [r for r in doc["profiles"]
+           if r.get("should_run") and (r["state"] != HEALTHY or r.get("requirements_missing"))]
     bad += [r for r in doc["profiles"] if not r.get("should_run") and r["state"] in ("held", "backoff")]
     return 1 if bad else 0
 
@@ -173,6 +208,35 @@ def _mb(n: int | None) -> str:
     return "-" if n is None else f"{n / 1048576:.0f}M"
 
 
+def _platforms_cell(ok: int, plats: dict[str, Any], missing: list[dict[str, Any]]) -> str:
+    """``connected/known``, plus ``!req`` when an enabled platform cannot start for lack of a library."""
+    cell = f"{ok}/{len(plats)}" if plats else "-"
+    return f"{cell} !req" if missing else cell
+
+
+def platform_notes(row: dict[str, Any]) -> list[str]:
+    """One line per platform that is not connected (its state and the gateway's reason), and one per
+    enabled platform whose requirements the gateway's interpreter lacks (with the install command).
+
+    Lock conflicts have their own line (see :func:`render`), so they are not repeated here.
+    """
+    out = []
+    for name, info in sorted((row.get("platforms") or {}).items()):
+        state = info.get("state")
+        code = str(info.get("error_code") or "")
+        if state in (None, "connected") or code.endswith("_lock"):
+            continue
+        why = " ".join(str(info.get("error_message") or code or "").split())[:200]
+        out.append(f"{name}: {state}" + (f": {why}" if why else ""))
+    for m in row.get("requirements_missing") or []:
+        what = ", ".join(m.get("missing") or [])
+        fix = f"; install with: {m['install']}" if m.get("install") else ""
+        hint = f"; {m['hint']}" if m.get("hint") else ""
+        also = " (or: hermesd install-deps)" if m.get("install") else ""
+        out.append(f"{m.get('platform')}: cannot start, missing {what}{fix}{hint}{also}")
+    return out
+
+
 _COLORS = {"running": "32", "starting": "36", "stopping": "36", "backoff": "33", "held": "31", "stopped": "90"}
 
 
@@ -183,12 +247,14 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
     """
     now = time.time() if now is None else now
     sup = doc["supervisor"]
-    head = (
-        f"hermesd for {doc['root']}: "
-        + (f"running (PID {sup['pid']})" if sup.get("running") else "NOT RUNNING (showing files on disk)")
-    )
-    lines = [head]
-    for key in ("config_problem", "command_error", "state_problem"):
+    if sup.get("answering") is False:
+        state = "NOT ANSWERING (it holds the root; showing files on disk)"
+    elif sup.get("running"):
+        state = f"running (PID {sup['pid']})"
+    else:
+        state = "NOT RUNNING (showing files on disk)"
+    lines = [f"hermesd for {doc['root']}: {state}"]
+    for key in ("problem", "config_problem", "command_error", "state_problem"):
         if sup.get(key):
             lines.append(f"  ! {sup[key]}")
     cols = ["PROFILE", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT", "GATEWAY", "PLATFORMS", "BEAT", "CPU", "MEM"]
@@ -206,7 +272,7 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
             str(r.get("restarts", 0)),
             _last_exit_cell(last, now),
             r.get("gateway_state") or "-",
-            f"{ok}/{len(plats)}" if plats else "-",
+            _platforms_cell(ok, plats, r.get("requirements_missing") or []),
             _ago(r.get("heartbeat_age_s")),
             "-" if r.get("cpu_percent") is None else f"{r['cpu_percent']:.0f}%",
             _mb(r.get("memory_bytes") if r.get("memory_bytes") is not None else r.get("rss_bytes")),
@@ -223,6 +289,7 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
         for c in r.get("lock_conflicts") or []:
             why = c["message"] or c["error_code"]
             notes.append(f"  {r['name']}: {c['platform']} blocked by another gateway: {why}")
+        notes.extend(f"  {r['name']}: {line}" for line in platform_notes(r))
     widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
     for n, row in enumerate(table):
         cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=True)]

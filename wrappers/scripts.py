@@ -9,8 +9,12 @@ ways, each for a reason:
   asks ``hermesd ping --root R``; if the daemon is up, ``gateway start|stop|restart|status``
   become ``hermesd <verb> --root R coder`` (any further arguments are passed along, so
   hermesd rejects a flag it does not support instead of the flag being dropped silently;
-  the Windows script passes none). Otherwise, and for every other command, it execs
-  ``hermes -p coder``.
+  the Windows script passes none). Every other command (``coder chat``, and gateway verbs
+  while hermesd is down) runs through ``hermesd exec --root R coder -- hermes -p coder …``:
+  the profile's environment contract and confinement, so a chat is kept to its profile exactly
+  as that profile's gateway is. When the hermesd the script was written with is gone (it was
+  uninstalled), the script falls back to plain ``hermes -p coder``; the Windows script always
+  runs hermes directly (no confinement exists there).
 * **It is pinned to its root.** The script exports ``HERMES_HOME`` as the profile's home,
   so ``-p coder`` resolves under the root the wrapper was made for even when the user's
   shell points ``HERMES_HOME`` somewhere else (custom roots, Docker volumes).
@@ -155,7 +159,8 @@ def render_posix_wrapper(profile: str, root: Path, hermes: str, hermesd: str) ->
     return (
         "#!/bin/sh\n"
         f"# {_marker_line(profile, root)}\n"
-        f"# Runs Hermes profile {profile!r}; gateway {verbs} go to hermesd while it supervises this root.\n"
+        f"# Runs Hermes profile {profile!r} confined as its gateway is (hermesd exec); gateway {verbs} go to\n"
+        f"# hermesd while it supervises this root.\n"
         f"HERMES_HOME={q(str(_home_of(profile, root)))}\n"
         "export HERMES_HOME\n"
         'case "$1" in\n'
@@ -171,6 +176,9 @@ def render_posix_wrapper(profile: str, root: Path, hermes: str, hermesd: str) ->
         "    esac\n"
         "    ;;\n"
         "esac\n"
+        f"if [ -x {q(hermesd)} ]; then\n"
+        f'  exec {q(hermesd)} exec --root {q(str(root))} {q(profile)} -- {q(hermes)} -p {q(profile)} "$@"\n'
+        "fi\n"
         f'exec {q(hermes)} -p {q(profile)} "$@"\n'
     )
 

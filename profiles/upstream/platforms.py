@@ -25,20 +25,32 @@ How a profile's files turn into an enabled platform was read from hermes-agent 0
 * Credential-looking ``.env`` keys (``*_TOKEN``, ``*_KEY``, ``*_SECRET``, ``*_API_KEY``) have
   non-ASCII characters stripped, as upstream's loader does.
 
+Which platforms a profile *enables* (:func:`enabled_platforms`) follows the same two passes
+upstream runs in ``_apply_env_overrides``: the explicit per-platform ``.env`` blocks, then the
+registry pass for plugin platforms (``is_connected`` on a probe config seeded by the plugin's
+``env_enablement_fn``, then ``check_fn``), then the placeholder-token check. Requirement checks are
+assumed to pass: a platform whose library is missing is still *enabled* here, because the user
+configured it, and :func:`requirements_of` says what it needs (upstream silently never enables
+the plugin platforms that have no ``.env`` block, line, teams, google_chat, photon, raft …, when
+their libraries are missing; that silence is what hermesd must not copy).
+
 Not modelled (documented so nobody relies on it): tokens a platform persists in its own state
-files (Slack workspaces, Weixin accounts) and plugin platforms not shipped with hermes-agent.
+files (Slack workspaces, Weixin accounts), plugin platforms not shipped with hermes-agent, the
+legacy ``gateway.json`` layer under ``config.yaml``, and variables the gateway inherits from the
+supervisor's own environment (``GOOGLE_CLOUD_PROJECT`` for Google Chat, say).
 
 Values never leave the rules except to :mod:`profiles.credentials`, which fingerprints them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from profiles.upstream.bools import TRUTHY, coerce_bool
+from profiles.upstream.files import read_json
 
 SRC_ENV = ".env"
 SRC_CONFIG = "config.yaml"
@@ -447,8 +459,438 @@ def _feishu_port(v: View) -> PortBinding | None:
     return PortBinding("feishu", _int_or(port, 8765), _text(host) or None)
 
 
+# --------------------------------------------------------------------------- enabled platforms
+#
+# One rule per platform: whether upstream's ``load_gateway_config`` (hermes-agent 0.19.0) ends with
+# ``platforms.<name>.enabled`` true for these files, with every requirement check passing. Line
+# numbers are ``gateway/config.py``'s unless another file is named.
+
+
+def _from_env(v: View, name: str, by_env: bool) -> bool:
+    """``_enable_from_env`` (1703): the ``.env`` enables it unless YAML explicitly says ``enabled: false``."""
+    return v.cfg_enabled(name) or (by_env and not v.explicitly_off(name))
+
+
+def _forced(v: View, name: str, by_env: bool) -> bool:
+    """The blocks that set ``enabled = True`` outright: ``.env`` wins over an explicit ``enabled: false``."""
+    return by_env or v.cfg_enabled(name)
+
+
+def _token_usable(v: View, name: str, env_name: str) -> bool:
+    """``_validate_gateway_config``: a placeholder ``token`` disables the platforms upstream checks it for."""
+    token = v.e(env_name) or _text(v.block(name).get("token"))
+    return not (token.strip() and not _usable_secret(token))
+
+
+def _seeded(extra: Mapping[str, Any], seed: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The registry pass's probe config: the platform's ``extra`` with the env seed ``setdefault``-ed in."""
+    merged = dict(extra)
+    for key, value in (seed or {}).items():
+        if key != "home_channel":
+            merged.setdefault(key, value)
+    return merged
+
+
+def _on_telegram(v: View) -> bool:  # 1720 + telegram _is_connected (env token) + placeholder check
+    return _bot_token(v, "telegram", "TELEGRAM_BOT_TOKEN") is not None
+
+
+def _on_discord(v: View) -> bool:  # 1750
+    return _bot_token(v, "discord", "DISCORD_BOT_TOKEN") is not None
+
+
+def _on_slack(v: View) -> bool:  # 1849: same as _enable_from_env, written out
+    return _bot_token(v, "slack", "SLACK_BOT_TOKEN") is not None
+
+
+def _on_mattermost(v: View) -> bool:  # 1901; the plugin pass needs the token too, so adds nothing
+    return _bot_token(v, "mattermost", "MATTERMOST_TOKEN") is not None
+
+
+def _on_matrix(v: View) -> bool:  # 1919; the plugin pass needs MATRIX_ACCESS_TOKEN/PASSWORD too
+    by_env = bool(v.e("MATRIX_ACCESS_TOKEN") or v.e("MATRIX_PASSWORD"))
+    return _from_env(v, "matrix", by_env) and _token_usable(v, "matrix", "MATRIX_ACCESS_TOKEN")
+
+
+def _on_signal(v: View) -> bool:  # 1882
+    return _from_env(v, "signal", bool(v.e("SIGNAL_HTTP_URL") and v.e("SIGNAL_ACCOUNT")))
+
+
+def _on_homeassistant(v: View) -> bool:  # 1955 (!)
+    return _forced(v, "homeassistant", bool(v.e("HASS_TOKEN")))
+
+
+def _on_email(v: View) -> bool:  # 1966 (!); the plugin pass needs all four too (stripped), so adds nothing
+    names = ("EMAIL_ADDRESS", "EMAIL_PASSWORD", "EMAIL_IMAP_HOST", "EMAIL_SMTP_HOST")
+    return _forced(v, "email", all(v.e(n) for n in names))
+
+
+def _on_sms(v: View) -> bool:  # 1989 (!)
+    return _forced(v, "sms", bool(v.e("TWILIO_ACCOUNT_SID")))
+
+
+def _on_api_server(v: View) -> bool:  # 2005 (!)
+    return _forced(v, "api_server", v.e_true("API_SERVER_ENABLED") or bool(v.e("API_SERVER_KEY")))
+
+
+def _on_webhook(v: View) -> bool:  # 2032 (!)
+    return _forced(v, "webhook", v.e_true("WEBHOOK_ENABLED"))
+
+
+def _on_msgraph_webhook(v: View) -> bool:  # 2048: other MSGRAPH_WEBHOOK_* only create the entry
+    return _forced(v, "msgraph_webhook", v.e_true("MSGRAPH_WEBHOOK_ENABLED"))
+
+
+def _on_dingtalk(v: View) -> bool:  # 2100 (!); the plugin pass's check_fn needs both env vars too
+    return _forced(v, "dingtalk", bool(v.e("DINGTALK_CLIENT_ID") and v.e("DINGTALK_CLIENT_SECRET")))
+
+
+def _on_feishu(v: View) -> bool:  # 2120 (!), then the plugin pass: is_connected = extra app_id
+    by_env = bool(v.e("FEISHU_APP_ID") and v.e("FEISHU_APP_SECRET"))
+    return by_env or v.plugin_enabled("feishu", bool(v.extra("feishu").get("app_id")))
+
+
+def _on_wecom(v: View) -> bool:  # 2148 (!), then the plugin pass: is_connected = extra bot_id
+    by_env = bool(v.e("WECOM_BOT_ID") and v.e("WECOM_SECRET"))
+    return by_env or v.plugin_enabled("wecom", bool(v.extra("wecom").get("bot_id")))
+
+
+def _on_wecom_callback(v: View) -> bool:  # 2171 (!), then extra corp_id or apps
+    return _wecom_callback(v) is not None
+
+
+def _on_weixin(v: View) -> bool:  # 2188 (!), placeholder check on its token
+    by_env = bool(v.e("WEIXIN_TOKEN") or v.e("WEIXIN_ACCOUNT_ID"))
+    return _forced(v, "weixin", by_env) and _token_usable(v, "weixin", "WEIXIN_TOKEN")
+
+
+def _on_bluebubbles(v: View) -> bool:  # 2230 (!)
+    return _forced(v, "bluebubbles", bool(v.e("BLUEBUBBLES_SERVER_URL") and v.e("BLUEBUBBLES_PASSWORD")))
+
+
+def _on_qqbot(v: View) -> bool:  # 2270 (!)
+    return _forced(v, "qqbot", bool(v.e("QQ_APP_ID") or v.e("QQ_CLIENT_SECRET")))
+
+
+def _on_yuanbao(v: View) -> bool:  # 2312 (!)
+    by_env = bool((v.e("YUANBAO_APP_ID") or v.e("YUANBAO_APP_KEY")) and v.e("YUANBAO_APP_SECRET"))
+    return _forced(v, "yuanbao", by_env)
+
+
+def _on_whatsapp_cloud(v: View) -> bool:  # 1794 (!)
+    return _whatsapp_cloud(v) is not None
+
+
+def _on_whatsapp(v: View) -> bool:  # 1772 + the plugin pass (see _whatsapp)
+    return bool(_whatsapp(v))
+
+
+def _on_irc(v: View) -> bool:  # plugin pass: check_fn wants IRC_SERVER and IRC_CHANNEL in the environment
+    return v.plugin_enabled("irc", bool(v.e("IRC_SERVER") and v.e("IRC_CHANNEL")))
+
+
+def _on_line(v: View) -> bool:  # plugin pass: check_fn wants both variables (and aiohttp)
+    return v.plugin_enabled("line", bool(v.e("LINE_CHANNEL_ACCESS_TOKEN") and v.e("LINE_CHANNEL_SECRET")))
+
+
+def _on_ntfy(v: View) -> bool:  # plugin pass: check_fn wants NTFY_TOPIC (stripped)
+    return v.plugin_enabled("ntfy", bool(v.e("NTFY_TOPIC").strip()))
+
+
+def _on_simplex(v: View) -> bool:  # plugin pass: check_fn wants SIMPLEX_WS_URL
+    return v.plugin_enabled("simplex", bool(v.e("SIMPLEX_WS_URL")))
+
+
+def _on_teams(v: View) -> bool:  # plugin pass: validate_config, each value from the env or extra
+    extra = v.extra("teams")
+    configured = all(v.e(f"TEAMS_{k.upper()}") or extra.get(k) for k in ("client_id", "client_secret", "tenant_id"))
+    return v.plugin_enabled("teams", configured)
+
+
+def _on_google_chat(v: View) -> bool:  # plugin pass: env seed, _validate_config, _check_for_registry's env part
+    project = v.e("GOOGLE_CHAT_PROJECT_ID") or v.e("GOOGLE_CLOUD_PROJECT")
+    subscription = v.e("GOOGLE_CHAT_SUBSCRIPTION_NAME") or v.e("GOOGLE_CHAT_SUBSCRIPTION")
+    url = v.e("GOOGLE_CHAT_HTTP_EVENTS_URL")
+    if not (url or (project and subscription)):
+        return v.cfg_enabled("google_chat")
+    seed = {k: val for k, val in
+            (("project_id", project), ("subscription_name", subscription), ("http_events_url", url)) if val}
+    probe = _seeded(v.extra("google_chat"), seed)
+    configured = bool(probe.get("http_events_url") or (probe.get("project_id") and probe.get("subscription_name")))
+    return v.plugin_enabled("google_chat", configured)
+
+
+class _Unreadable(Exception):
+    """Upstream would raise reading this file (and skip the platform)."""
+
+
+def _photon_stored(v: View) -> tuple[object, object]:
+    """photon/auth.py ``load_project_credentials``: the env pair, else ``auth.json``'s first pool entry."""
+    env_id, env_sec = v.e("PHOTON_PROJECT_ID"), v.e("PHOTON_PROJECT_SECRET")
+    if env_id and env_sec:
+        return env_id, env_sec
+    path = v.home / "auth.json"
+    auth = read_json(path)
+    if auth is None:
+        if path.exists():
+            raise _Unreadable(str(path))  # upstream: json.load → {} only for empty values; a list raises
+        auth = {}
+    pool = auth.get("credential_pool", {})
+    if not isinstance(pool, dict):
+        raise _Unreadable(str(path))
+    proj = pool.get("photon_project") or []
+    if isinstance(proj, list) and proj:
+        entry = proj[0]
+        if not isinstance(entry, dict):
+            raise _Unreadable(str(path))
+        sid = entry.get("spectrum_project_id") or entry.get("project_id")
+        return env_id or sid, env_sec or entry.get("project_secret")
+    return env_id, env_sec
+
+
+def _on_photon(v: View) -> bool:  # plugin pass: env seed from stored credentials, then validate_config
+    try:
+        pid, psec = _photon_stored(v)
+        seed = {"project_id": pid, "project_secret": psec} if pid and psec else None
+    except _Unreadable:
+        seed = None
+    probe = _seeded(v.extra("photon"), seed)
+    if (probe.get("project_id") or v.e("PHOTON_PROJECT_ID")) and (
+        probe.get("project_secret") or v.e("PHOTON_PROJECT_SECRET")
+    ):
+        configured = True
+    else:
+        try:
+            sid, ssec = _photon_stored(v)
+            configured = bool(sid and ssec)
+        except _Unreadable:
+            configured = False
+    return v.plugin_enabled("photon", configured)
+
+
+def _on_raft(v: View) -> bool:  # plugin pass: RAFT_PROFILE seeds extra.enabled (setdefault)
+    probe = _seeded(v.extra("raft"), {"enabled": True} if v.e("RAFT_PROFILE") else None)
+    return v.plugin_enabled("raft", bool(probe.get("enabled") or probe.get("bridge_token")))
+
+
+def _on_relay(v: View) -> bool:  # 2524: GATEWAY_RELAY_URL or extra relay_url, through _enable_from_env
+    by_env = bool(v.e("GATEWAY_RELAY_URL").strip() or _text(v.extra("relay").get("relay_url") or ""))
+    return _from_env(v, "relay", by_env)
+
+
+# --------------------------------------------------------------------------- requirements
+#
+# What each platform's requirement check (``check_fn``, or the built-in ``check_*_requirements``
+# that ``_create_adapter`` calls) needs, read from hermes-agent 0.19.0, and what installs it. The
+# pins below are 0.19.0's; :mod:`supervisor.requirements` asks the gateway's own interpreter for
+# its release's pins (``tools.lazy_deps.LAZY_DEPS`` and hermes-agent's ``Requires-Dist``) and uses
+# these only where that interpreter has none.
+
+# tools/lazy_deps.py LAZY_DEPS, the platform features (0.19.0).
+LAZY_FEATURES: dict[str, tuple[str, ...]] = {
+    "platform.telegram": ("python-telegram-bot[webhooks]==22.6",),
+    "platform.discord": ("discord.py[voice]==2.7.1", "brotlicffi==1.2.0.1", "aiohttp==3.14.1"),
+    "platform.slack": ("slack-bolt==1.29.0", "slack-sdk==3.43.0", "aiohttp==3.14.1"),
+    "platform.matrix": (
+        "mautrix[encryption]==0.21.0", "aiosqlite==0.22.1", "asyncpg==0.31.0", "aiohttp-socks==0.11.0",
+        "aiohttp==3.14.1",
+    ),
+    "platform.dingtalk": ("dingtalk-stream==0.24.3", "alibabacloud-dingtalk==2.2.42", "qrcode==7.4.2"),
+    "platform.feishu": ("lark-oapi==1.6.8", "qrcode==7.4.2"),
+    "platform.wecom_callback": ("defusedxml==0.7.1",),
+    "platform.teams": ("microsoft-teams-apps==2.0.13.4", "aiohttp==3.14.1"),
+}
+
+# The distribution that provides an import name, pinned as hermes-agent 0.19.0 pins it (its
+# ``Requires-Dist``; unpinned where upstream pins nothing). The longest dotted prefix wins.
+MODULE_SPECS: dict[str, str] = {
+    "telegram": "python-telegram-bot[webhooks]==22.6",
+    "discord": "discord.py[voice]==2.7.1",
+    "slack_bolt": "slack-bolt==1.29.0",
+    "slack_sdk": "slack-sdk==3.43.0",
+    "aiohttp": "aiohttp==3.14.1",
+    "mautrix": "mautrix[encryption]==0.21.0",
+    "asyncpg": "asyncpg==0.31.0",
+    "aiosqlite": "aiosqlite==0.22.1",
+    "dingtalk_stream": "dingtalk-stream==0.24.3",
+    "lark_oapi": "lark-oapi==1.6.8",
+    "defusedxml": "defusedxml==0.7.1",
+    "microsoft_teams": "microsoft-teams-apps==2.0.13.4",
+    "httpx": "httpx[socks]==0.28.1",
+    "websockets": "websockets==15.0.1",
+    "cryptography": "cryptography==46.0.7",
+    "httplib2": "httplib2",
+    "google.cloud.pubsub_v1": "google-cloud-pubsub",
+    "google.api_core": "google-api-core",
+    "google.oauth2": "google-auth",
+    "google_auth_httplib2": "google-auth-httplib2==0.3.1",
+    "googleapiclient": "google-api-python-client==2.194.0",
+}
+
+
+def spec_for_module(module: str) -> str | None:
+    """The pip spec that provides ``module`` (longest dotted prefix in :data:`MODULE_SPECS`), or None."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        spec = MODULE_SPECS.get(".".join(parts[:n]))
+        if spec is not None:
+            return spec
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Needs:
+    """What a platform's requirement check needs, as upstream checks it (hermes-agent 0.19.0).
+
+    ``imports``: the import names the check (or the adapter module's guarded top-level imports it
+    reports) uses; all must import. ``feature``: its ``tools/lazy_deps.py`` feature, the specs
+    upstream's own installer would install. ``exact``: the check is ``feature_missing`` itself,
+    every spec installed at its pinned version (matrix), not an import. ``extra``: the
+    hermes-agent extra that provides all of it, when one really exists (``hermes-agent[telegram]``
+    does not). ``programs``: executables the check looks for on PATH (pip cannot install them).
+    ``hint``: what upstream says to do where pip cannot help.
+    """
+
+    imports: tuple[str, ...] = ()
+    feature: str | None = None
+    exact: bool = False
+    extra: str | None = None
+    programs: tuple[str, ...] = ()
+    hint: str = ""
+
+    @property
+    def specs(self) -> tuple[str, ...]:
+        """Upstream's pins (0.19.0) that make the check pass: the feature's, then any import it misses."""
+        out = list(LAZY_FEATURES.get(self.feature or "", ()))
+        have = {dist_key(s) for s in out}
+        for module in self.imports:
+            spec = spec_for_module(module)
+            if spec is not None and dist_key(spec) not in have:
+                out.append(spec)
+                have.add(dist_key(spec))
+        return tuple(out)
+
+
+def dist_key(spec: str) -> str:
+    """A pip spec's distribution name, normalised (PEP 503): ``discord.py[voice]==2.7.1`` → ``discord-py``."""
+    name = spec.split(";")[0].strip()
+    for i, ch in enumerate(name):
+        if not (ch.isalnum() or ch in "._-"):
+            name = name[:i]
+            break
+    return "-".join(part for part in name.replace("_", "-").replace(".", "-").lower().split("-") if part)
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """An executable a requirement check looks for: in ``dirs`` first, then on the gateway's PATH."""
+
+    name: str
+    dirs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One enabled platform's requirements for one profile (what :mod:`supervisor.requirements` checks)."""
+
+    platform: str
+    imports: tuple[str, ...]
+    feature: str | None
+    exact: bool
+    extra: str | None
+    specs: tuple[str, ...]  # hermes-agent 0.19.0's pins; the gateway's interpreter may know its own
+    programs: tuple[Program, ...] = ()
+    files: tuple[str, ...] = ()  # paths under hermes-agent's ``plugins`` package that must exist
+    hint: str = ""
+
+
+_AIOHTTP = "aiohttp"
+_AIOHTTP_WEB = "aiohttp.web"
+_MATRIX_E2EE = ("mautrix.crypto", "mautrix.crypto.store.asyncpg", "asyncpg", "aiosqlite")  # _check_e2ee_deps
+_PHOTON_SIDECAR = "platforms/photon/sidecar/node_modules"
+
+_NEEDS: dict[str, Needs] = {
+    # check_telegram_requirements (telegram/adapter.py:367): the module-level imports, else ensure()
+    "telegram": Needs(("telegram", "telegram.ext", "telegram.constants", "telegram.request"),
+                      "platform.telegram", extra="messaging"),
+    "discord": Needs(("discord", "discord.ext.commands"), "platform.discord", extra="messaging"),
+    "slack": Needs(("slack_bolt.async_app", "slack_bolt.adapter.socket_mode.async_handler",
+                    "slack_sdk.web.async_client", _AIOHTTP), "platform.slack", extra="slack"),
+    # check_matrix_requirements (matrix/adapter.py:719): feature_missing("platform.matrix") decides
+    "matrix": Needs((), "platform.matrix", exact=True, extra="matrix"),
+    "mattermost": Needs((_AIOHTTP,)),
+    "email": Needs(),
+    "sms": Needs((_AIOHTTP,), extra="sms"),
+    "homeassistant": Needs((_AIOHTTP,), extra="homeassistant"),
+    "dingtalk": Needs(("dingtalk_stream", "dingtalk_stream.frames", "httpx"), "platform.dingtalk", extra="dingtalk"),
+    "feishu": Needs(("lark_oapi", "lark_oapi.api.application.v6", "lark_oapi.api.im.v1", "lark_oapi.core",
+                     "lark_oapi.core.const", "lark_oapi.core.model",
+                     "lark_oapi.event.callback.model.p2_card_action_trigger",
+                     "lark_oapi.event.dispatcher_handler", "lark_oapi.ws"), "platform.feishu", extra="feishu"),
+    "wecom": Needs((_AIOHTTP, "httpx")),
+    "wecom_callback": Needs(("defusedxml.ElementTree", _AIOHTTP_WEB, "httpx"), "platform.wecom_callback"),
+    "whatsapp": Needs(programs=("node",),
+                      hint="WhatsApp requires a Node.js bridge (node on PATH or under HERMES_HOME/node/bin)"),
+    "irc": Needs(),
+    "line": Needs((_AIOHTTP,)),
+    "teams": Needs((_AIOHTTP_WEB, "microsoft_teams.apps", "microsoft_teams.common.http.client",
+                    "microsoft_teams.api", "microsoft_teams.apps.http.adapter", "microsoft_teams.cards"),
+                   "platform.teams", extra="teams"),
+    "google_chat": Needs(("httplib2", "google.cloud.pubsub_v1", "google.api_core.exceptions",
+                          "google.oauth2.service_account", "google_auth_httplib2", "googleapiclient.discovery",
+                          "googleapiclient.errors", "googleapiclient.http")),
+    "ntfy": Needs(("httpx",)),
+    "simplex": Needs(("websockets",)),
+    "photon": Needs(("httpx",), programs=("node",),
+                    hint="run 'hermes photon setup' (installs Node.js sidecar dependencies)"),
+    "raft": Needs((_AIOHTTP_WEB,), programs=("raft",), hint="install the Raft CLI from https://raft.build"),
+    "whatsapp_cloud": Needs((_AIOHTTP_WEB, "httpx")),
+    "signal": Needs(),
+    "weixin": Needs((_AIOHTTP, "cryptography.hazmat.backends", "cryptography.hazmat.primitives.ciphers")),
+    "api_server": Needs((_AIOHTTP_WEB,)),
+    "webhook": Needs((_AIOHTTP_WEB,)),
+    "msgraph_webhook": Needs((_AIOHTTP_WEB,)),
+    "bluebubbles": Needs((_AIOHTTP, "httpx")),
+    "qqbot": Needs((_AIOHTTP, "httpx")),
+    "yuanbao": Needs(("websockets", "websockets.exceptions")),
+    "relay": Needs(),
+}
+
+
+def _matrix_e2ee_required(v: View) -> bool:
+    """matrix/adapter.py ``_resolve_e2ee_mode()`` as the check calls it (no extra: the env only)."""
+    explicit = v.e("MATRIX_E2EE_MODE")
+    if explicit:
+        return explicit.strip().lower() in ("required", "require", "true", "1", "yes", "on")
+    return v.e("MATRIX_ENCRYPTION").lower() in ("true", "1", "yes")
+
+
+def requirement_of(view: View, name: str) -> Requirement:
+    """``name``'s requirements for this profile (its ``.env`` picks Matrix E2EE and Photon's node)."""
+    needs = platform(name).needs
+    imports = needs.imports
+    programs = tuple(Program(p) for p in needs.programs)
+    files: tuple[str, ...] = ()
+    if name == "matrix" and _matrix_e2ee_required(view):
+        imports = (*imports, *_MATRIX_E2EE)
+    if name == "whatsapp":  # hermes_constants.find_node_executable: the managed Node first
+        node = view.home / "node"
+        programs = (Program("node", (str(node / "bin"), str(node))),)
+    if name == "photon":
+        programs = (Program(view.e("PHOTON_NODE_BIN") or "node"),)
+        files = (_PHOTON_SIDECAR,)
+    specs = list(needs.specs)
+    for module in imports:
+        spec = spec_for_module(module)
+        if spec is not None and dist_key(spec) not in {dist_key(s) for s in specs}:
+            specs.append(spec)
+    return Requirement(name, imports, needs.feature, needs.exact, needs.extra, tuple(specs), programs, files,
+                       needs.hint)
+
+
 CredentialRule = Callable[[View], list[Found]]
 PortRule = Callable[[View], PortBinding | None]
+EnableRule = Callable[[View], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,33 +901,49 @@ class Platform:
     env_prefixes: tuple[str, ...]
     credential: CredentialRule | None = None
     port: PortRule | None = None
+    enabled: EnableRule | None = None
+    needs: Needs = Needs()
 
 
 PLATFORMS: tuple[Platform, ...] = (
-    Platform("telegram", ("TELEGRAM_",), credential=_telegram),
-    Platform("discord", ("DISCORD_",), credential=_discord),
-    Platform("slack", ("SLACK_",), credential=_slack),
-    Platform("signal", ("SIGNAL_",), credential=_signal),
-    Platform("weixin", ("WEIXIN_",), credential=_weixin),
-    Platform("qqbot", ("QQ_",), credential=_qqbot),
-    Platform("yuanbao", ("YUANBAO_",), credential=_yuanbao),
-    Platform("feishu", ("FEISHU_",), credential=_feishu, port=_feishu_port),
-    Platform("whatsapp", ("WHATSAPP_",), credential=_whatsapp),
-    Platform("whatsapp_cloud", ("WHATSAPP_CLOUD_",), port=_whatsapp_cloud),
-    Platform("irc", ("IRC_",), credential=_irc),
-    Platform("line", ("LINE_",), credential=_line, port=_line_port),
-    Platform("api_server", ("API_SERVER_",), port=_api_server),
-    Platform("webhook", ("WEBHOOK_",), port=_webhook),
-    Platform("msgraph_webhook", ("MSGRAPH_",), port=_msgraph_webhook),
-    Platform("sms", ("SMS_", "TWILIO_"), port=_sms),
-    Platform("bluebubbles", ("BLUEBUBBLES_",), port=_bluebubbles),
-    Platform("wecom_callback", ("WECOM_",), port=_wecom_callback),
-    Platform("matrix", ("MATRIX_",)),
-    Platform("mattermost", ("MATTERMOST_",)),
-    Platform("email", ("EMAIL_",)),
-    Platform("dingtalk", ("DINGTALK_",)),
-    Platform("homeassistant", ("HASS_",)),
+    Platform("telegram", ("TELEGRAM_",), credential=_telegram, enabled=_on_telegram, needs=_NEEDS["telegram"]),
+    Platform("discord", ("DISCORD_",), credential=_discord, enabled=_on_discord, needs=_NEEDS["discord"]),
+    Platform("slack", ("SLACK_",), credential=_slack, enabled=_on_slack, needs=_NEEDS["slack"]),
+    Platform("signal", ("SIGNAL_",), credential=_signal, enabled=_on_signal, needs=_NEEDS["signal"]),
+    Platform("weixin", ("WEIXIN_",), credential=_weixin, enabled=_on_weixin, needs=_NEEDS["weixin"]),
+    Platform("qqbot", ("QQ_",), credential=_qqbot, enabled=_on_qqbot, needs=_NEEDS["qqbot"]),
+    Platform("yuanbao", ("YUANBAO_",), credential=_yuanbao, enabled=_on_yuanbao, needs=_NEEDS["yuanbao"]),
+    Platform("feishu", ("FEISHU_",), credential=_feishu, port=_feishu_port, enabled=_on_feishu,
+             needs=_NEEDS["feishu"]),
+    Platform("whatsapp", ("WHATSAPP_",), credential=_whatsapp, enabled=_on_whatsapp, needs=_NEEDS["whatsapp"]),
+    Platform("whatsapp_cloud", ("WHATSAPP_CLOUD_",), port=_whatsapp_cloud, enabled=_on_whatsapp_cloud,
+             needs=_NEEDS["whatsapp_cloud"]),
+    Platform("irc", ("IRC_",), credential=_irc, enabled=_on_irc, needs=_NEEDS["irc"]),
+    Platform("line", ("LINE_",), credential=_line, port=_line_port, enabled=_on_line, needs=_NEEDS["line"]),
+    Platform("api_server", ("API_SERVER_",), port=_api_server, enabled=_on_api_server, needs=_NEEDS["api_server"]),
+    Platform("webhook", ("WEBHOOK_",), port=_webhook, enabled=_on_webhook, needs=_NEEDS["webhook"]),
+    Platform("msgraph_webhook", ("MSGRAPH_",), port=_msgraph_webhook, enabled=_on_msgraph_webhook,
+             needs=_NEEDS["msgraph_webhook"]),
+    Platform("sms", ("SMS_", "TWILIO_"), port=_sms, enabled=_on_sms, needs=_NEEDS["sms"]),
+    Platform("bluebubbles", ("BLUEBUBBLES_",), port=_bluebubbles, enabled=_on_bluebubbles,
+             needs=_NEEDS["bluebubbles"]),
+    Platform("wecom_callback", ("WECOM_",), port=_wecom_callback, enabled=_on_wecom_callback,
+             needs=_NEEDS["wecom_callback"]),
+    Platform("matrix", ("MATRIX_",), enabled=_on_matrix, needs=_NEEDS["matrix"]),
+    Platform("mattermost", ("MATTERMOST_",), enabled=_on_mattermost, needs=_NEEDS["mattermost"]),
+    Platform("email", ("EMAIL_",), enabled=_on_email, needs=_NEEDS["email"]),
+    Platform("dingtalk", ("DINGTALK_",), enabled=_on_dingtalk, needs=_NEEDS["dingtalk"]),
+    Platform("homeassistant", ("HASS_",), enabled=_on_homeassistant, needs=_NEEDS["homeassistant"]),
+    Platform("wecom", ("WECOM_",), enabled=_on_wecom, needs=_NEEDS["wecom"]),
+    Platform("teams", ("TEAMS_",), enabled=_on_teams, needs=_NEEDS["teams"]),
+    Platform("google_chat", ("GOOGLE_CHAT_",), enabled=_on_google_chat, needs=_NEEDS["google_chat"]),
+    Platform("ntfy", ("NTFY_",), enabled=_on_ntfy, needs=_NEEDS["ntfy"]),
+    Platform("simplex", ("SIMPLEX_",), enabled=_on_simplex, needs=_NEEDS["simplex"]),
+    Platform("photon", ("PHOTON_",), enabled=_on_photon, needs=_NEEDS["photon"]),
+    Platform("raft", ("RAFT_",), enabled=_on_raft, needs=_NEEDS["raft"]),
+    Platform("relay", ("GATEWAY_RELAY_",), enabled=_on_relay, needs=_NEEDS["relay"]),
 )
+_BY_NAME: dict[str, Platform] = {p.name: p for p in PLATFORMS}
 
 ENV_PREFIXES: tuple[str, ...] = tuple(sorted({p for plat in PLATFORMS for p in plat.env_prefixes}))
 
@@ -503,3 +961,23 @@ def credentials_of(view: View) -> list[Found]:
 def ports_of(view: View) -> list[PortBinding]:
     """Every TCP listener the profile's gateway would open, in registry order."""
     return [b for plat in PLATFORMS if plat.port is not None and (b := plat.port(view)) is not None]
+
+
+def platform(name: str) -> Platform:
+    """The registry entry for ``name``; KeyError for a platform hermesd does not know."""
+    return _BY_NAME[name]
+
+
+def enabled_platforms(view: View) -> list[str]:
+    """The platforms upstream's config loader enables for these files, in registry order.
+
+    Requirement checks count as passing (see the module docstring): a configured platform whose
+    library is missing is listed, so that :func:`requirements_of` can say what it lacks.
+    """
+    return [p.name for p in PLATFORMS if p.enabled is not None and p.enabled(view)]
+
+
+def requirements_of(view: View, names: Iterable[str] | None = None) -> dict[str, Requirement]:
+    """Each enabled platform's requirements (or those of ``names``), in registry order."""
+    chosen = enabled_platforms(view) if names is None else [n for n in _BY_NAME if n in set(names)]
+    return {n: requirement_of(view, n) for n in chosen}

@@ -86,29 +86,15 @@ def call(args: argparse.Namespace, cmd: str, *, wait: float = 30.0, **payload: A
 
 
 def check_names(names: list[str], known: list[str]) -> list[str]:
-    """Canonical names, after checking every one of them (nothing acts before all are known)."""
+    """Canonical names, after checking every one of them (nothing acts before all are known); the
+    wording is :func:`profiles.names.no_such_profile`'s, the one every command uses."""
     from profiles.errors import ProfileError
-    from profiles.names import normalize_name
+    from profiles.names import resolve_profile_names
 
-    out, unknown = [], []
-    for raw in names:
-        try:
-            canon = normalize_name(raw)
-        except ProfileError as exc:
-            raise UserError(str(exc)) from None
-        (out if canon in known else unknown).append(canon if canon in known else raw)
-    if unknown:
-        raise UserError("; ".join(no_such_profile(n, known) for n in unknown))
-    return out
-
-
-def no_such_profile(name: str, known: list[str]) -> str:
-    """The one wording for an unknown profile, with a suggestion when one is close."""
-    import difflib
-
-    close = difflib.get_close_matches(name.strip().lower(), known, n=1, cutoff=0.6)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"no such profile: {name!r}{hint}"
+    try:
+        return resolve_profile_names(names, known)
+    except ProfileError as exc:
+        raise UserError(str(exc)) from None
 
 
 def use_color(stream: Any) -> bool:

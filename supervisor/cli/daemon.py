@@ -253,7 +253,7 @@ def _status_document(args: argparse.Namespace) -> dict[str, Any]:
     except DaemonNotRunning:
         doc = status.offline_document(root)
     except DaemonNotAnswering as exc:
-        doc = status.offline_document(root)
+        doc = status.offline_document(root, why="hermesd does not answer")
         doc["supervisor"].update(running=True, answering=False, problem=str(exc))
     except ControlError as exc:
         raise Failure(str(exc)) from None

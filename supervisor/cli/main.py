@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     daemon.register(sub, add)
+    from supervisor.cli import exec as exec_cli
+    exec_cli.register(sub, add)
     from profiles.cli import register as register_profile
     from supervisor import completion, doctor, export, probe, service
     from supervisor.observe import cli as observe_cli
@@ -55,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     service.register(sub)
     completion.register(sub)
     observe_cli.register(sub)
+    __import__("supervisor.cli.deps", fromlist=["register"]).register(sub)  # hermesd install-deps
     register_profile(sub, stop_gateway=_stop_for_profile_change)
     return parser
 

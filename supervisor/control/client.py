@@ -88,22 +88,27 @@ class Client:
     def _once(self, cmd: str, args: dict[str, Any], timeout: float) -> dict[str, Any]:
         try:
             path = self.layout.socket_checked()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             raise _NotListening from None
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(timeout)
         try:
             try:
                 s.connect(str(path))
-            except (FileNotFoundError, ConnectionRefusedError) as exc:
+            except (FileNotFoundError, NotADirectoryError, ConnectionRefusedError) as exc:
                 raise _NotListening from exc
-            s.sendall(encode({"cmd": cmd, **args}))
             chunks = []
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
+            try:
+                s.sendall(encode({"cmd": cmd, **args}))
+                while True:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+            except (ConnectionResetError, BrokenPipeError):
+                # Reset without an answer: the daemon is going away (a stop got there first); the
+                # same as a close without an answer below, never a traceback.
+                raise _NotListening from None
         finally:
             s.close()
         raw = b"".join(chunks)

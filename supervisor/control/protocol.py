@@ -28,6 +28,9 @@ REQUESTS: dict[str, dict[str, tuple[type, bool]]] = {
     "shutdown": {"keep_children": (bool, False)},
     "reload": {},
     "metrics": {},
+    # HERMES_BIN of a dispatching gateway (supervisor.kanban.worker): run a kanban worker in its assignee's domain
+    "kanban_worker": {"assignee": (str, True), "argv": (list, True), "env": (dict, True), "log": (str, True)},
+    "kanban_wait": {"pid": (int, True)},
 }
 
 
@@ -36,12 +39,17 @@ class RequestError(ValueError):
 
 
 def peer_uid(sock: socket.socket) -> int | None:
+    return peer_pid_uid(sock)[1]
+
+
+def peer_pid_uid(sock: socket.socket) -> tuple[int | None, int | None]:
+    """The connecting process's PID (in our PID namespace) and uid, from ``SO_PEERCRED``."""
     try:
         creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     except OSError:
-        return None
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid
+        return None, None
+    pid, uid, _gid = struct.unpack("3i", creds)
+    return (pid or None), uid
 
 
 def decode_request(line: bytes) -> tuple[str, dict[str, Any]]:

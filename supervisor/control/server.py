@@ -24,7 +24,7 @@ from supervisor.control.protocol import (
     RequestError,
     decode_request,
     encode,
-    peer_uid,
+    peer_pid_uid,
 )
 
 log = logging.getLogger("hermesd")
@@ -36,13 +36,21 @@ class ControlServer:
     """Serve ``handlers`` (one per verb of :data:`REQUESTS`) on the unix socket ``path``."""
 
     def __init__(self, path: Path, handlers: Mapping[str, Handler],
-                 on_request: Callable[[str, bool], None] | None = None) -> None:
+                 on_request: Callable[[str, bool], None] | None = None, *,
+                 peer_check: Callable[[int, int], str | None] | None = None,
+                 max_request: int = MAX_REQUEST, mode: int = 0o600) -> None:
+        """``peer_check(pid, uid)`` (a restricted server, e.g. the kanban hand-off socket): returns
+        why the peer is refused, or ``None``; it replaces the same-user check, and only the verbs
+        in ``handlers`` are served. Without it every verb of :data:`REQUESTS` needs a handler."""
         missing = set(REQUESTS) - set(handlers)
-        if missing:
+        if missing and peer_check is None:
             raise ValueError(f"no handler for {sorted(missing)}")
         self.path = path
         self.handlers = handlers
         self.on_request = on_request  # (verb, ok) for metrics
+        self.peer_check = peer_check
+        self.max_request = min(max_request, MAX_REQUEST)
+        self.mode = mode
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:
@@ -51,10 +59,11 @@ class ControlServer:
             self.path.unlink()  # the caller holds the root lock, so a socket file here is stale
         old = os.umask(0o177)
         try:
-            self._server = await asyncio.start_unix_server(self._serve, path=str(self.path), limit=MAX_REQUEST + 1)
+            self._server = await asyncio.start_unix_server(self._serve, path=str(self.path),
+                                                           limit=self.max_request + 1)
         finally:
             os.umask(old)
-        os.chmod(self.path, 0o600)
+        os.chmod(self.path, self.mode)
 
     def close(self) -> None:
         if self._server is not None:
@@ -82,22 +91,28 @@ class ControlServer:
 
     async def _reply(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> dict[str, Any]:
         sock = writer.get_extra_info("socket")
-        uid = peer_uid(sock) if sock is not None else None
-        if uid is None or (uid != os.getuid() and uid != 0):
+        pid, uid = peer_pid_uid(sock) if sock is not None else (None, None)
+        if self.peer_check is not None:
+            refused = "no peer credentials" if pid is None or uid is None else self.peer_check(pid, uid)
+            if refused:
+                return {"ok": False, "error": f"permission denied: {refused}"}
+        elif uid is None or (uid != os.getuid() and uid != 0):
             return {"ok": False, "error": "permission denied: not the daemon's user"}
         try:
             line = await asyncio.wait_for(reader.readuntil(b"\n"), READ_TIMEOUT)
             verb, args = decode_request(line.strip())
-        except asyncio.LimitOverrunError:
-            return {"ok": False, "error": f"request too large (limit {MAX_REQUEST} bytes)"}
+            if verb not in self.handlers:
+                raise RequestError(f"request {verb!r} is not served on this socket")
+        except (asyncio.LimitOverrunError, ValueError) as exc:
+            if isinstance(exc, RequestError):
+                return {"ok": False, "error": str(exc)}
+            return {"ok": False, "error": f"request too large (limit {self.max_request} bytes)"}
         except asyncio.IncompleteReadError as exc:
             if not exc.partial.strip():
                 raise _Silent from None
             return {"ok": False, "error": "malformed request: no newline before end of input"}
         except TimeoutError:
             return {"ok": False, "error": f"request not received within {READ_TIMEOUT:.0f}s"}
-        except RequestError as exc:
-            return {"ok": False, "error": str(exc)}
         try:
             reply = await self.handlers[verb](**args)
         except (KeyError, ValueError) as exc:

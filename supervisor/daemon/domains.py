@@ -60,6 +60,8 @@ class Domains:
     plans: dict[str, Any] = field(default_factory=dict)
     trees: dict[str, _Tree] = field(default_factory=dict)
     _samples: dict[str, Any] = field(default_factory=dict)
+    facts: Any = None  # requirements.Facts of the gateway command's interpreter (the daemon's loop sets it)
+    requirements: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # per profile, what is missing
     _hot_until: float = 0.0
 
     def start(self) -> None:
@@ -86,7 +88,8 @@ class Domains:
     # ------------------------------------------------------------------------- spawn
 
     def prepare(self, name: str, home: Path, argv: list[str], env: Mapping[str, str], *,
-                isolation: Any, limits: Any, other_homes: tuple[Path, ...]) -> Prepared | str:
+                isolation: Any, limits: Any, other_homes: tuple[Path, ...],
+                grants: tuple[tuple[Path, str], ...] = (), placeholders: tuple[Path, ...] = ()) -> Prepared | str:
         """The command to spawn for ``name`` under its confinement, or why it cannot be started."""
         from supervisor import isolation as iso
         from supervisor.isolation import install, kanban
@@ -103,7 +106,7 @@ class Domains:
             hermesd_dir=self.layout.dir, control_socket=self.layout.socket, other_homes=other_homes,
             install_paths=self.install_paths, lock_dir=install.credential_lock_dir(env),
             user_home=Path(env["HOME"]) if env.get("HOME") else None, user_ids=user,
-            kanban_layout=kanban.layout(self.root),
+            kanban_layout=kanban.layout(self.root), grants=grants, placeholders=placeholders,
         ))
         self.plans[name] = plan
         if not plan.runnable:
@@ -132,6 +135,22 @@ class Domains:
         if limits.cpu_weight and "cpu" not in self.cgroups.controllers:
             lim.apply_nice([ident.pid], limits.cpu_weight)
         self.trees[name] = _Tree(ident, root, d, events, *_start_clock(ident.pid))
+
+    def join(self, name: str, pid: int) -> bool:
+        """Put a process hermesd runs *for* ``name`` (a kanban worker's keeper, right after its spawn,
+        before it forks the worker) into ``name``'s cgroup: the profile's limits count it, and a
+        kill of the profile's tree ends it. False: no cgroup for the profile (limits are not shared)."""
+        from supervisor.limits import cgroup, cgroup_io
+
+        d = cgroup.profile_dir(self.cgroups, name) if self.cgroups is not None else None
+        if d is None or not os.path.isdir(d):
+            return False
+        try:
+            cgroup_io.attach(d, pid)
+        except (cgroup_io.CgroupError, OSError) as exc:
+            log.warning("profile %s: PID %d not moved into its cgroup (%s)", name, pid, exc)
+            return False
+        return True
 
     def adopt(self, name: str, ident: Ident) -> None:
         """A gateway found running at start-up: into its cgroup with its whole tree, if it has one."""
@@ -221,6 +240,7 @@ class Domains:
         out = lim.status_fields(usage, limits, self.cgroups)
         plan = self.plans.get(name)
         out["isolation"] = plan.status_json() if plan is not None else None
+        out["requirements_missing"] = list(self.requirements.get(name, []))
         return out
 
     def teardown(self) -> None:

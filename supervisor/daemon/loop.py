@@ -35,11 +35,13 @@ from profiles.snapshot import ProfileFacts, read_profile
 from profiles.upstream import files as gf
 from supervisor import child, childspec, identity, logs
 from supervisor import config as config_mod
-from supervisor import state as state_mod
 from supervisor.control.server import ControlServer
-from supervisor.daemon import adoption
+from supervisor.daemon import adoption, interpreter
+from supervisor.daemon.board import Board
 from supervisor.daemon.domains import Domains, Prepared
+from supervisor.daemon.guard import Guard
 from supervisor.daemon.pidlock import PidLock
+from supervisor.daemon.requests import summary
 from supervisor.layout import Layout
 from supervisor.notify import Notifier
 from supervisor.plan import model as m
@@ -72,6 +74,8 @@ class Daemon:
         self.config_problem: str | None = None
         self.command: list[str] | None = None
         self.command_error: str | None = None
+        self.contract: Any = None  # releases.Contract of the installed hermes-agent (None: unknown)
+        self.release_problem: str | None = None  # why the release could not be read
         self.state_problem: str | None = None
         self.notifier = Notifier.from_env(self.env)
         self.domains = Domains(self.root, self.layout)
@@ -79,7 +83,7 @@ class Daemon:
         from supervisor.observe.observer import Observer
 
         self.observer = Observer(self.root, env=self.env, version=__version__)
-        self._watch_timer: asyncio.TimerHandle | None = None
+        self.guard = Guard(self)
         self.children: dict[int, tuple[str, Ident]] = {}  # our children by PID (reaped by waitpid)
         self.adopted: dict[Ident, str] = {}  # adopted children (watched through their pidfd)
         self.pidfds: dict[Ident, int] = {}
@@ -92,15 +96,21 @@ class Daemon:
         self._done: asyncio.Event | None = None
         self._server: ControlServer | None = None
         self._watcher: Watcher | None = None
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="hermesd-read")
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="hermesd-read")
         self._reading: set[str] = set()
         self._reread: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._save_pending = False
         self._seq = 0
-        self._cpu: dict[Ident, tuple[float, float]] = {}
+        self.cpu_samples: dict[Ident, tuple[float, float]] = {}
+        self.board = Board(self)  # kanban (issue 16): workers run for the board, the dispatcher's hand-off
 
     # ------------------------------------------------------------------------- lifetime
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop (set by :meth:`run`; the collaborators in this package schedule on it)."""
+        assert self._loop is not None
+        return self._loop
 
     def acquire(self) -> None:
         if self.lock_fd is not None:
@@ -110,7 +120,7 @@ class Daemon:
 
     def release(self) -> None:
         self.lock.release()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
     async def run(self) -> int:
         """Supervise until told to stop; returns the process exit code."""
@@ -132,7 +142,8 @@ class Daemon:
         from supervisor.daemon.requests import handlers
 
         self.observer.open()
-        self._server = ControlServer(self.layout.socket, handlers(self), on_request=self._count_request)
+        self._server = ControlServer(self.layout.socket, handlers(self), on_request=lambda verb, ok:
+                                     self.observer.control_request(verb, "ok" if ok else "error"))
         await self._server.start()
         from supervisor import __version__
 
@@ -141,7 +152,7 @@ class Daemon:
         await self.load_config(initial=True)
         self.list_profiles()
         await asyncio.gather(*(self._read(n) for n in list(self.planner.profiles)))
-        self.adopt_existing()
+        adoption.adopt_existing(self)
         self.execute(self.planner.start())
         from supervisor.watch.choose import make_watcher
 
@@ -152,13 +163,14 @@ class Daemon:
         from supervisor.daemon.requests import document
 
         await self.observer.start(status=lambda: document(self))
-        log.info("ready: %s", self.summary())
-        self.notifier.ready(self.summary())
+        log.info("ready: %s", summary(self))
+        self.notifier.ready(summary(self))
         cancel_watchdog = self.notifier.schedule_watchdog(loop)
         loop.call_later(HOUSEKEEPING_S, self.handle_housekeeping)
         await self._done.wait()
+        self.board.close()
         if not self.planner.keep_children:
-            self._final_sweep()
+            adoption.final_sweep(self)
         cancel_watchdog()
         if self._watcher is not None:
             self._watcher.close()
@@ -175,7 +187,7 @@ class Daemon:
         """(Re)read hermesd.yaml off the loop; on error keep the last good configuration and say why."""
         assert self._loop is not None
         try:
-            cfg = await self._loop.run_in_executor(self._pool, config_mod.load, self.layout.config)
+            cfg = await self._loop.run_in_executor(self.pool, config_mod.load, self.layout.config)
         except config_mod.ConfigError as exc:
             self.config_problem = str(exc)
             log.error("%s%s", exc, "" if initial else " (keeping the previous configuration)")
@@ -194,7 +206,13 @@ class Daemon:
             self.command, self.command_error = None, str(exc)
             root_hold = Hold(HoldKind.NO_COMMAND, str(exc))
             log.error("%s", exc)
+        if self.command is not None:
+            root_hold = await interpreter.learn_release(self, self.command) or root_hold
+        await self.board.sync(cfg)
         self._apply_config(cfg, root_hold)
+        if not initial and self.command is not None:
+            known = [n for n, p in self.planner.profiles.items() if p.facts]
+            self._spawn_task(interpreter.check_requirements(self, known))
         await self.observer.reconfigure(cfg.observe_settings())
         self._emit({"type": "config_applied", "profile": None})
         return True
@@ -236,8 +254,9 @@ class Daemon:
                 p = self.planner.profiles.get(name)
                 if p is None or not p.present:
                     return None
-                facts = await self._loop.run_in_executor(self._pool, read_profile, name, p.home, self.salt)
+                facts = await self._loop.run_in_executor(self.pool, read_profile, name, p.home, self.salt)
                 self.execute(self.planner.set_facts(name, facts))
+                await interpreter.check_requirements(self, [name])
                 if name not in self._reread:
                     return facts
                 self._reread.discard(name)
@@ -263,7 +282,10 @@ class Daemon:
                 self._spawn(a.name)
             elif isinstance(a, m.Signal):
                 self._signal(a)
+                if a.planned:  # hermesd stops or restarts this profile: its kanban workers end too
+                    self.board.stop_workers(a.name, "stopped")
             elif isinstance(a, m.KillTree):
+                self.board.stop_workers(a.name, "killed")
                 fd = self.pidfds.get(a.ident)
                 if fd is not None:
                     child.kill_group(a.ident, fd)
@@ -298,9 +320,9 @@ class Daemon:
         if problem is not None or self.command is None:
             self.execute(self.planner.spawn_failed(name, problem or self.command_error or "no gateway command"))
             return
-        argv = childspec.child_argv(self.command, name)
+        argv = childspec.child_argv(self.command, name, self.contract)
         env = childspec.child_env(self.env, root=self.root, profile=name, home=p.home,
-                                  extra=self.config.child_environment(name))
+                                  extra={**self.config.child_environment(name), **self.board.env_for(name)})
         logfile = self.layout.child_log(name)
         free = logs.free_bytes(self.layout.logs)
         if free is not None and free < LOG_SPACE_MIN:
@@ -310,6 +332,7 @@ class Daemon:
         prepared = self.domains.prepare(
             name, p.home, argv, env, isolation=self.config.isolation_for(name), limits=self.config.limits_for(name),
             other_homes=tuple(q.home for n, q in self.planner.profiles.items() if n != name and q.present),
+            **self.board.plan_extras(name),
         )
         if not isinstance(prepared, Prepared):
             self.execute(self.planner.spawn_refused(name, prepared))
@@ -330,7 +353,7 @@ class Daemon:
         logs.note(logfile, f"hermesd: started {' '.join(argv)} as PID {ident.pid} "
                            f"(isolation: {prepared.plan.summary()})")
         self.execute(self.planner.spawned(name, ident, output_discarded=logfile == Path(os.devnull), argv0=argv[0]))
-        self._watch_soon(name)
+        self.guard.start(name)
 
     def _signal(self, a: m.Signal) -> None:
         fd = self.pidfds.get(a.ident)
@@ -398,8 +421,8 @@ class Daemon:
         fd = self.pidfds.pop(ident, None)
         if fd is not None:
             os.close(fd)
-        self._cpu.pop(ident, None)
-        self._cancel_timer(name, "hung")
+        self.cpu_samples.pop(ident, None)
+        self.guard.stop(name)
         p = self.planner.profiles.get(name)
         gstate = gf.read_gateway_state(p.home) if p is not None else {}
         ours = gstate.get("pid") == ident.pid
@@ -421,54 +444,6 @@ class Daemon:
     def handle_timer(self, name: str, which: str) -> None:
         self.timers.pop((name, which), None)
         self.execute(self.planner.timer(name, which))
-
-    def _cancel_timer(self, name: str, which: str) -> None:
-        handle = self.timers.pop((name, which), None)
-        if handle is not None:
-            handle.cancel()
-
-    def _watch_soon(self, name: str) -> None:
-        """A child started or was adopted: judge it for hangs now, and (re)start the limits watch."""
-        assert self._loop is not None
-        self._cancel_timer(name, "hung")
-        self.timers[(name, "hung")] = self._loop.call_soon(self.handle_hung, name)  # type: ignore[assignment]
-        if self._watch_timer is None:
-            self._watch_timer = self._loop.call_soon(self.handle_watch)  # type: ignore[assignment]
-
-    def handle_hung(self, name: str) -> None:
-        """Is this profile's gateway hung (stopped, or its heartbeat too old)? Kill its tree if so."""
-        assert self._loop is not None
-        self.timers.pop((name, "hung"), None)
-        p = self.planner.profiles.get(name)
-        c = p.child if p is not None else None
-        if p is None or c is None:
-            return
-        hung = self.config.hung_for(name)
-        res = self.domains.check_hung(name, p.home, hung) if not c.stop_requested else None
-        if res is None:
-            return
-        p.extra["heartbeat_age"] = res.heartbeat_age
-        if res.hung is not None:
-            self.execute(self.planner.kill_for(name, c.ident, ExitKind.HUNG, res.hung.detail,
-                                               cause=res.hung.cause, age_s=res.heartbeat_age))
-        elif res.next_check is not None:
-            self.timers[(name, "hung")] = self._loop.call_at(res.next_check, self.handle_hung, name)
-
-    def handle_watch(self) -> None:
-        """One scan of the trees whose limits no cgroup enforces: kill a tree over its limit."""
-        assert self._loop is not None
-        self._watch_timer = None
-        running = {n: self.config.limits_for(n) for n, p in self.planner.profiles.items()
-                   if p.child is not None and not p.child.stop_requested}
-        breaches, delay = self.domains.scan(running)
-        for name, breach in breaches.items():
-            c = self.planner.profiles[name].child
-            if c is not None:
-                kind = ExitKind.MEMORY_LIMIT if breach.reason == "memory_limit" else ExitKind.TASKS_LIMIT
-                self.execute(self.planner.kill_for(name, c.ident, kind, breach.describe(), limit=breach.reason,
-                                                   value=breach.value, max=breach.limit))
-        if delay is not None and not self.planner.shutting_down:
-            self._watch_timer = self._loop.call_later(delay, self.handle_watch)
 
     def handle_strays(self, name: str) -> None:
         """Kill what is left of a profile's previous gateway (escaped descendants, diagnostics)."""
@@ -534,6 +509,7 @@ class Daemon:
         await asyncio.gather(*(self._read(n) for n, p in list(self.planner.profiles.items()) if p.present))
 
     def shutdown(self, *, keep_children: bool) -> None:
+        self.board.stop_all()
         self.notifier.stopping("leaving the gateways running" if keep_children else "stopping every gateway")
         if keep_children:
             log.info("exiting and leaving children running for the next hermesd to adopt")
@@ -541,15 +517,10 @@ class Daemon:
 
     def handle_housekeeping(self) -> None:
         """Every few seconds: log rotation, full log file systems, gateway states, a failed save."""
-        free = logs.free_bytes(self.layout.logs)
-        full = (f"log file system full ({free} bytes free in {self.layout.logs})"
-                if free is not None and free < LOG_SPACE_MIN else None)
+        problems = logs.housekeep(self.layout, list(self.planner.profiles), self.config.log_max_bytes,
+                                  self.config.log_backups, LOG_SPACE_MIN)
         for p in self.planner.profiles.values():
-            problem = full
-            try:
-                logs.rotate_if_needed(self.layout.child_log(p.name), self.config.log_max_bytes, self.config.log_backups)
-            except OSError as exc:
-                problem = f"log rotation failed: {exc}"
+            problem = problems.get(p.name)
             if problem and problem != p.extra.get("log_problem"):
                 log.error("profile %s: %s", p.name, problem)
             p.extra["log_problem"] = problem
@@ -559,90 +530,9 @@ class Daemon:
             self.save_now()
         self.observer.housekeeping()
         if self.ready and self.notifier.enabled:
-            self.notifier.status(self.summary())
+            self.notifier.status(summary(self))
         if not self.planner.shutting_down and self._loop is not None:
             self._loop.call_later(HOUSEKEEPING_S, self.handle_housekeeping)
-
-    # ------------------------------------------------------------------------- adoption
-
-    def adopt_existing(self) -> None:
-        """Take over every gateway a previous hermesd of this root left running.
-
-        Also finishes what that hermesd left half done: a stop or restart it had begun is issued
-        again, a gateway that ended while nobody watched is accounted for like any exit, and
-        leftovers of dead gateways are killed.
-        """
-        saved = state_mod.load(self.layout.state, self.boot)
-        self.state_problem = saved.problem
-        if saved.problem:
-            log.error("%s", saved.problem)
-        homes = {n: p.home for n, p in self.planner.profiles.items() if p.present}
-        for name, rec in saved.profiles.items():
-            down = rec.get("down")
-            self.planner.restore(
-                name, homes.get(name, self.root), present=name in homes,
-                restarts=state_mod.saved_int(rec, "restarts"), failures=state_mod.saved_int(rec, "failures"),
-                last_exit=state_mod.exit_record(rec.get("last_exit")), down=down if isinstance(down, str) else None,
-            )
-        found = adoption.scan(self.root, homes, saved.profiles)
-        for name, idents in found.gateways.items():
-            rec = saved.profiles.get(name, {})
-            main, extras = idents[0], idents[1:]
-            fd = identity.open_pidfd(main)
-            if fd is None:
-                continue
-            assert self._loop is not None
-            self.pidfds[main] = fd
-            self.adopted[main] = name
-            self._loop.add_reader(fd, self.handle_adopted_exit, name, main)
-            mine = (main.pid, main.start_time) == (rec.get("pid"), rec.get("start_time"))
-            home = homes.get(name) or Path(str(rec.get("home") or self.root))
-            self.domains.adopt(name, main)
-            self._watch_soon(name)
-            self.execute(self.planner.adopt(
-                name, home, main, identity.proc_start_wall(main.pid) or self.wall(),
-                stopping=mine and rec.get("stopping") is True, then_restart=mine and rec.get("then_restart") is True,
-            ))
-            for extra in extras:
-                xfd = identity.open_pidfd(extra)
-                if xfd is not None:
-                    log.warning("profile %s: duplicate gateway PID %d; killing it", name, extra.pid)
-                    child.kill_group(extra, xfd)
-                    os.close(xfd)
-        for name, rec in saved.profiles.items():
-            p = self.planner.profiles.get(name)
-            pid, start = rec.get("pid"), rec.get("start_time")
-            if p is not None and p.child is None and isinstance(pid, int) and isinstance(start, int):
-                started = rec.get("started_at")
-                self.execute(self.planner.ended_while_down(
-                    name, Ident(pid, start), float(started) if isinstance(started, int | float) else self.wall(),
-                    stopping=rec.get("stopping") is True, then_restart=rec.get("then_restart") is True,
-                ))
-        keep: set[int] = set()
-        for ident in self.adopted:
-            keep |= {ident.pid, *identity.descendants(ident.pid)}
-        for name in found.tagged:
-            strays = child.kill_strays(self.root, name, keep=keep)
-            if strays:
-                log.warning("profile %s: killed leftovers of a dead gateway: %s", name, strays)
-
-    def _final_sweep(self, budget: float = 2.0) -> None:
-        """Before exiting, kill every process still tagged with this root.
-
-        A gateway's last act may be a detached helper (upstream's diagnostic shell) that forks
-        after the per-exit sweep looked; repeat until a pass finds nothing, within ``budget``.
-        """
-        deadline = time.monotonic() + budget
-        while True:
-            names = {name for _pid, name, _env in identity.find_tagged(self.root)}
-            killed = [pid for name in names for pid in child.kill_strays(self.root, name, keep=set())]
-            self.handle_sigchld()  # reap what we just killed (we are their subreaper)
-            if not killed or time.monotonic() > deadline:
-                if killed:
-                    log.warning("processes still appearing at exit: %s", killed)
-                return
-            log.info("killed %d leftover process(es) at exit: %s", len(killed), killed)
-            time.sleep(0.02)
 
     # ------------------------------------------------------------------------- persistence and events
 
@@ -654,48 +544,16 @@ class Daemon:
 
     def save_now(self) -> None:
         self._save_pending = False
-        if self.ready and self.notifier.enabled:
-            self.notifier.status(self.summary())  # repeats are dropped by the notifier
-        try:
-            state_mod.save(self.layout.state, self.boot, os.getpid(), state_mod.records(self.planner), self.wall())
-        except OSError as exc:
-            problem = f"cannot write {self.layout.state}: {exc.strerror or exc} (operator stops and restart counts " \
-                      "will not survive a hermesd restart until this is fixed)"
-            if problem != self.state_problem:
-                log.error("%s", problem)
-            self.state_problem = problem
-            return
-        if self.state_problem and self.state_problem.startswith(f"cannot write {self.layout.state}"):
-            log.info("%s is writable again", self.layout.state)
-            self.state_problem = None
+        adoption.save_state(self)
 
     def _emit(self, event: dict[str, Any]) -> None:
         """Journal, count and hand to hooks one event (stamped with time, sequence and our PID)."""
         self._seq += 1
         self.observer.record({"ts": self.wall(), "seq": self._seq, "daemon": os.getpid(), **event})
 
-    def _count_request(self, verb: str, ok: bool) -> None:
-        self.observer.control_request(verb, "ok" if ok else "error")
 
     # ------------------------------------------------------------------------- status
 
-    def summary(self) -> str:
-        counts: dict[str, int] = {}
-        for p in self.planner.profiles.values():
-            state = self.planner.state_of(p)[0]
-            counts[state] = counts.get(state, 0) + 1
-        return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no profiles"
-
-    def cpu_percent(self, ident: Ident) -> float | None:
-        """CPU use since the previous status request (None on the first one)."""
-        usage = identity.proc_usage(ident.pid)
-        if usage is None:
-            return None
-        now, before = time.monotonic(), self._cpu.get(ident)
-        self._cpu[ident] = (now, usage[0])
-        if before is None or now <= before[0]:
-            return None
-        return 100.0 * (usage[0] - before[1]) / (now - before[0])
 
 
 _EXIT_CANNOT_CONFINE = 125  # supervisor.isolation.enter: the plan could not be applied

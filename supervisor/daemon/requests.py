@@ -8,14 +8,15 @@ they are now start a gateway?) never works from a stale read.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from supervisor import status
+from supervisor import identity, status
 
 if TYPE_CHECKING:
     from supervisor.daemon.loop import Daemon
-    from supervisor.plan.model import Profile
+    from supervisor.plan.model import Ident, Profile
 
 
 def handlers(d: Daemon) -> dict[str, Callable[..., Awaitable[dict[str, Any]]]]:
@@ -27,9 +28,9 @@ def handlers(d: Daemon) -> dict[str, Callable[..., Awaitable[dict[str, Any]]]]:
         canon = normalize_name(name)
         p = d.planner.profiles.get(canon)
         if p is None or not p.present:
-            from supervisor.cli.common import no_such_profile
+            from profiles.names import no_such_profile
 
-            raise KeyError(no_such_profile(name, [n for n, q in d.planner.profiles.items() if q.present]))
+            raise KeyError(str(no_such_profile(name, [n for n, q in d.planner.profiles.items() if q.present])))
         return p
 
     async def ping() -> dict[str, Any]:
@@ -77,7 +78,43 @@ def handlers(d: Daemon) -> dict[str, Callable[..., Awaitable[dict[str, Any]]]]:
 
     profile_ = profile
     return {"ping": ping, "status": get_status, "start": start, "stop": stop, "restart": restart,
-            "check": check, "shutdown": shutdown, "reload": reload, "metrics": metrics}
+            "check": check, "shutdown": shutdown, "reload": reload, "metrics": metrics,
+            **kanban_handlers(d)}
+
+
+def kanban_handlers(d: Daemon) -> dict[str, Callable[..., Awaitable[dict[str, Any]]]]:
+    """``kanban_worker`` and ``kanban_wait``: served on the control socket (the operator) and, alone,
+    on the dispatcher's hand-off socket (:mod:`supervisor.kanban.handoff`)."""
+    from supervisor.kanban.workers import WorkerError
+
+    async def kanban_worker(assignee: str, argv: list[Any], env: dict[str, Any], log: str) -> dict[str, Any]:
+        from profiles.names import normalize_name
+
+        name = normalize_name(assignee)
+        p = d.planner.profiles.get(name)
+        if p is None or not p.present:
+            return {"ok": False, "error": f"kanban_worker: no profile {assignee[:80]!r}"}
+        if d.command is None:
+            return {"ok": False, "error": d.command_error or "no hermes command"}
+        if not d.config.isolation_for(p.name).kanban:
+            return {"ok": False, "error": f"kanban_worker: profile {p.name} does not share the kanban board"
+                                          " (isolation.kanban: false)"}
+        if not all(isinstance(a, str) for a in argv) or not all(isinstance(v, str) for v in env.values()):
+            return {"ok": False, "error": "kanban_worker: argv and env must hold strings"}
+        try:
+            run = d.board.workers.start(assignee=p.name, command=d.command, argv=argv, env=env, log=log)
+        except WorkerError as exc:
+            return {"ok": False, "error": f"kanban_worker: {exc}"}
+        d.domains.join(p.name, run.pid)  # the assignee's limits, not the dispatcher's (nor none)
+        return {"ok": True, "pid": run.pid}
+
+    async def kanban_wait(pid: int) -> dict[str, Any]:
+        try:
+            return {"ok": True, "code": await d.board.workers.wait(pid)}
+        except WorkerError as exc:
+            return {"ok": False, "error": f"kanban_wait: {exc}"}
+
+    return {"kanban_worker": kanban_worker, "kanban_wait": kanban_wait}
 
 
 def document(d: Daemon) -> dict[str, Any]:
@@ -90,7 +127,7 @@ def document(d: Daemon) -> dict[str, Any]:
         discarded = ("this run's output is discarded: the log file system was full when it started"
                      if c is not None and c.output_discarded else None)
         rows.append(status.make_row(
-            p.name, p.home, d.cpu_percent(c.ident) if c is not None else None,
+            p.name, p.home, cpu_percent(d, c.ident) if c is not None else None,
             **d.domains.fields(p.name, d.config.limits_for(p.name)),
             state=state,
             reason=reason,
@@ -118,6 +155,9 @@ def document(d: Daemon) -> dict[str, Any]:
             "state_problem": d.state_problem,
             "command": d.command,
             "command_error": d.command_error,
+            # The hermes-agent release the gateway command runs, as the daemon last read it.
+            "hermes_release": getattr(d.domains.facts, "version", None),
+            "release_problem": d.release_problem,
             "cgroups": _cgroups(d),
         },
         "profiles": rows,
@@ -130,3 +170,24 @@ def _cgroups(d: Daemon) -> dict[str, Any] | None:
         return None
     return {"usable": det.usable, "via": det.via, "base": det.base, "controllers": sorted(det.controllers),
             "kill": det.kill, "problems": list(det.problems)}
+
+
+def cpu_percent(d: Daemon, ident: Ident) -> float | None:
+    """CPU use since the previous status request (None on the first one)."""
+    usage = identity.proc_usage(ident.pid)
+    if usage is None:
+        return None
+    now, before = time.monotonic(), d.cpu_samples.get(ident)
+    d.cpu_samples[ident] = (now, usage[0])
+    if before is None or now <= before[0]:
+        return None
+    return 100.0 * (usage[0] - before[1]) / (now - before[0])
+
+
+def summary(d: Daemon) -> str:
+    """One line of counts per state (the service manager's STATUS=, the log's "ready" line)."""
+    counts: dict[str, int] = {}
+    for p in d.planner.profiles.values():
+        state = d.planner.state_of(p)[0]
+        counts[state] = counts.get(state, 0) + 1
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no profiles"

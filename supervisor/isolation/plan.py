@@ -449,6 +449,10 @@ def make_plan(inp: PlanInputs) -> Plan:
         gaps.append(f"!signals are not scoped (Landlock ABI {p.landlock_abi} < 6): this profile can kill other"
                     " profiles' gateways and hermesd")
 
+    if inp.placeholders:
+        gaps.append("kanban dispatcher: the other profiles' names are visible (their homes as empty read-only"
+                    " folders), and it can ask hermesd to run upstream's worker for a task on the board as that"
+                    " task's assignee (in the assignee's own domain, only upstream's worker command)")
     user = inp.user_ids if s.user else None
     root_without_account = p.is_root and user is None
     if root_without_account:

@@ -27,8 +27,9 @@ adoption. Each evaluation costs one ``stat`` read and one ~150-byte file read. `
 the moment the current beat turns ``hung_after`` old (or the grace ends, or, before the first beat,
 at most ``hung_after`` later), so a gateway that stops beating at time t is judged at
 t + ``hung_after`` (+ 5 ms), whichever way it froze; the kill and respawn then take milliseconds,
-which meets "restarted within hung_after + 1 s". A stopped gateway is caught at the same moment
-(it stopped beating too). With 20 profiles and the defaults this is one wake-up per profile per
+which meets "restarted within hung_after + 1 s". A stopped gateway is caught at the next
+evaluation, which comes no later than that moment (its state ``T`` is seen at once, its beat need
+not age first). With 20 profiles and the defaults this is one wake-up per profile per
 ~90-120 s. No inotify: a watch on the heartbeat would wake the daemon on every beat (20 profiles:
 2 wake-ups every 3 s) and still needs a timer, because hung is the *absence* of a write; upstream
 also writes it by temp file + rename, so a watch on the file itself is lost after the first beat.

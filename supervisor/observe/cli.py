@@ -185,7 +185,9 @@ def metrics_text(root: Path) -> str:
         except (links.DaemonDown, links.RequestRefused):
             doc = None
     if doc is None:
-        doc = links.offline_status(root)
+        from supervisor.status import offline_document
+
+        doc = offline_document(root)
         counters = Counters()
     else:
         counters = Counters.replay(last_run(default_folder(root), daemon=doc["supervisor"].get("pid")))

@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.observe.events import EVENT_TYPES, summary
-from supervisor.observe.settings import ObserveConfigError, integer, mapping, number
+from supervisor.observe.values import ObserveConfigError, integer, mapping, number
 
 log = logging.getLogger("hermesd")
 
@@ -134,7 +134,7 @@ def parse_hook(item: Any, path: tuple[str | int, ...]) -> Hook:
 
 
 def render_index(path: tuple[str | int, ...]) -> str:
-    from supervisor.observe.settings import render_path
+    from supervisor.observe.values import render_path
 
     return render_path(path)
 

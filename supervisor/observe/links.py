@@ -1,9 +1,11 @@
-"""The only module of ``supervisor.observe`` that imports the rest of hermesd.
+"""The only module of ``supervisor.observe`` that imports the rest of hermesd's leaf modules.
 
-Everything else in this package is self-contained; what it needs from the lead's modules (the
+Everything else in this package is self-contained; what it needs from elsewhere (the
 platform-variable rule, hermesd's process tags, the CLI's error and root conventions, the control
-client, the offline status document) is imported here, lazily, so a move elsewhere in the tree is
-one edit in one file.
+client) is imported here, lazily, so a move elsewhere in the tree is one edit in one file. The
+status document is the exception: it is read by :mod:`supervisor.observe.cli` itself, because
+status depends on the configuration, which depends on this package's settings (importing it here
+would close that loop).
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ def user_error(message: str) -> Exception:
 
 
 def no_such_profile(name: str, known: list[str]) -> str:
-    from supervisor.cli.common import no_such_profile as wording
+    from profiles.names import no_such_profile as wording
 
-    return wording(name, known)
+    return str(wording(name, known))
 
 
 def root_of(args: argparse.Namespace) -> Path:
@@ -70,12 +72,6 @@ def served_profiles(root: Path) -> list[str]:
     from profiles.discovery import profiles_to_serve
 
     return [name for name, _home in profiles_to_serve(True, root=root)]
-
-
-def offline_status(root: Path) -> dict[str, Any]:
-    from supervisor import status
-
-    return status.offline_document(root)
 
 
 class DaemonDown(Exception):

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.observe.events import EXIT_KINDS
-from supervisor.observe.settings import ObserveConfigError, mapping
+from supervisor.observe.values import ObserveConfigError, mapping
 
 log = logging.getLogger("hermesd")
 

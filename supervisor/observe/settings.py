@@ -21,42 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from supervisor.observe.values import ObserveConfigError, integer, line_of, mapping, render_path
+
+__all__ = ["ObserveConfigError", "ObserveSettings", "line_of", "parse_journal", "parse_sections", "render_path"]
+
 SECTIONS = ("events", "hooks", "metrics")
-
-
-class ObserveConfigError(ValueError):
-    """One key of ``events:``/``hooks:``/``metrics:`` is wrong; ``str()`` is ``key: problem``."""
-
-    def __init__(self, path: tuple[str | int, ...], message: str) -> None:
-        self.path = path
-        self.key = render_path(path)
-        self.problem = message
-        super().__init__(f"{self.key}: {message}")
-
-
-def render_path(path: tuple[str | int, ...]) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def line_of(node: Any, path: tuple[str | int, ...]) -> int | None:
-    """1-based line of the YAML node at ``path`` below ``node`` (the deepest one that exists)."""
-    import yaml
-
-    if node is None:
-        return None
-    for part in path:
-        nxt = None
-        if isinstance(node, yaml.MappingNode) and isinstance(part, str):
-            nxt = next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part), None)
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
-            nxt = node.value[part]
-        if nxt is None:
-            break
-        node = nxt
-    return node.start_mark.line + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,28 +49,6 @@ def parse_sections(top: Mapping[str, Any]) -> ObserveSettings:
     hooks = parse_hooks(top["hooks"]) if top.get("hooks") is not None else ()
     metrics = parse_metrics(top["metrics"]) if top.get("metrics") is not None else None
     return ObserveSettings(journal=journal, hooks=hooks, metrics=metrics)
-
-
-def mapping(value: Any, path: tuple[str | int, ...], allowed: set[str]) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ObserveConfigError(path, "expected a mapping")
-    for key in value:
-        if not isinstance(key, str) or key not in allowed:
-            raise ObserveConfigError((*path, str(key)), f"unknown key (known keys: {', '.join(sorted(allowed))})")
-    return value
-
-
-def integer(value: Any, path: tuple[str | int, ...], *, minimum: int, maximum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (maximum and value > maximum):
-        top = f" and <= {maximum}" if maximum else ""
-        raise ObserveConfigError(path, f"expected a whole number >= {minimum}{top}, got {value!r}")
-    return value
-
-
-def number(value: Any, path: tuple[str | int, ...], *, minimum: float, maximum: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not minimum < value <= maximum:
-        raise ObserveConfigError(path, f"expected a number > {minimum:g} and <= {maximum:g}, got {value!r}")
-    return float(value)
 
 
 def parse_journal(value: Any) -> Any:

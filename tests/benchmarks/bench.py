@@ -450,7 +450,7 @@ class Supervisor:
 class Hermesd(Supervisor):
     label = "hermesd"
 
-    def __init__(self, work: Path, n: int, clean: Cleanup) -> None:
+    def __init__(self, work: Path, n: int, clean: Cleanup, extra: dict[str, Any] | None = None) -> None:
         super().__init__(work, n, clean)
         import yaml
 
@@ -460,6 +460,7 @@ class Hermesd(Supervisor):
                         "healthy_after": HEALTHY_AFTER},
             "stop_timeout": 10,
             "profiles": {"default": {"enabled": False}},  # exactly the N named profiles
+            **(extra or {}),
         }
         (self.root / "hermesd.yaml").write_text(yaml.safe_dump(cfg))
         self.hermesd = hermesd_argv()
@@ -480,10 +481,11 @@ class Hermesd(Supervisor):
             return ""
 
     def request(self, payload: dict[str, Any]) -> dict[str, Any]:
-        from supervisor import control
+        from supervisor.control.client import Client
         from supervisor.layout import Layout
 
-        return control.request(Layout(self.root.resolve()).socket, payload)
+        payload = dict(payload)
+        return Client(Layout(self.root.resolve())).call(payload.pop("cmd"), wait=10.0, **payload)
 
     def rows(self) -> dict[str, dict[str, Any]]:
         return {r["name"]: r for r in self.request({"cmd": "status"})["status"]["profiles"]}
@@ -799,6 +801,66 @@ def run_one(kind: str, n: int, args: argparse.Namespace, clean: Cleanup, events:
 
 
 # ----------------------------------------------------------------------------------------------
+# what hermesd's optional features cost (issues 12, 13, 14): one daemon per variant at N = 20
+
+
+def variant_configs(work: Path) -> dict[str, dict[str, Any]]:
+    """hermesd.yaml additions per variant; ``baseline`` is hermesd's defaults (isolation: auto)."""
+    return {
+        "baseline": {},
+        "limits on": {"limits": {"memory_max": "1G", "tasks_max": 512}},
+        "metrics on": {"metrics": {"listen": f"unix:{work}/metrics.sock"}},
+        "isolation off": {"isolation": "off"},
+    }
+
+
+def run_variant(label: str, n: int, args: argparse.Namespace, clean: Cleanup, events: ProcEvents) -> dict[str, Any]:
+    work = clean.mkdtemp(f"hbench-variant-{n}-")
+    sup = Hermesd(work, n, clean, variant_configs(work)[label])
+    res: dict[str, Any] = {"n": n, "variant": label}
+    try:
+        start_s, pids = measure_start(sup)
+        res["start_s"] = start_s
+        time.sleep(args.settle)
+        rows = sup.rows()
+        mine = [r for name, r in rows.items() if name in sup.names]
+        res["limits_mechanism"] = sorted({str(r.get("mechanism")) for r in mine})
+        res["isolation"] = sorted({(iso.get("mechanism") or "none") + ("" if iso.get("enforced") else " (not enforced)")
+                                   if isinstance(iso := r.get("isolation"), dict) else "none" for r in mine})
+        res["rss_idle_bytes"] = rss_bytes(sup.pid)
+        res["idle_cpu_s_per_min"], res["idle_wakeups_per_s"] = measure_idle_cpu(sup, args.idle_seconds)
+        rsp = measure_respawn(sup, args.kills, pids, events)
+        res["respawn_median_ms"] = median(rsp.fork_ms)
+        res["respawn_p90_ms"] = pct(rsp.fork_ms, 0.9)
+        res["respawn_exec_median_ms"] = median(rsp.exec_ms)
+        pids = {name: wait_until(lambda nm=name: sup.child_pid(nm), 30, f"{name} running") for name in sup.names}
+        res["rss_after_bytes"] = rss_bytes(sup.pid)
+        res.update(measure_stop(sup, pids))
+    except BaseException:
+        sys.stderr.write(f"--- hermesd variant {label!r} N={n} log tail:\n{sup.log_tail()}\n")
+        raise
+    finally:
+        clean.kill_procs()
+        clean.remove_dir(work)
+    return res
+
+
+def variants_table(rows: list[dict[str, Any]]) -> str:
+    head = (f"hermesd at N={rows[0]['n']}", "RSS idle MiB", "RSS after MiB", "idle CPU s/min", "wake-ups/s",
+            "respawn med ms", "to exec med ms", "start s")
+    body = [(r["variant"], fmt(r["rss_idle_bytes"], "MiB"), fmt(r["rss_after_bytes"], "MiB"),
+             fmt(r["idle_cpu_s_per_min"], "cpu"), f"{r['idle_wakeups_per_s']:.1f}", fmt(r["respawn_median_ms"], "ms"),
+             fmt(r["respawn_exec_median_ms"], "ms"), fmt(r["start_s"], "s")) for r in rows]
+    widths = [max(len(str(x[i])) for x in [head, *body]) for i in range(len(head))]
+    lines = ["  ".join(str(c).rjust(w) if i else str(c).ljust(w)
+                       for i, (c, w) in enumerate(zip(x, widths, strict=True))) for x in [head, *body]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    notes = [f"  {r['variant']}: limits mechanism {', '.join(r['limits_mechanism'])}; "
+             f"isolation {', '.join(r['isolation'])}" for r in rows]
+    return "\n".join(lines + notes)
+
+
+# ----------------------------------------------------------------------------------------------
 # conflict scan over many profiles
 
 
@@ -877,65 +939,49 @@ def generate_profiles(root: Path, count: int, seed: int = 1) -> dict[str, int]:
 
 
 def scan_library(root: Path, salt: bytes) -> tuple[int, int]:
-    """What ``Daemon.refresh_files`` does for every profile, then ``find_conflicts`` once.
+    """What the daemon does for every profile on a rescan, then one conflict resolution.
 
     Library calls only, in the daemon's order: list the profiles; per profile read .env and
-    config.yaml and derive the credential and port claims (``supervisor.claims.read_profile_files``,
-    the daemon's reader, or the same ``profiles.credentials`` calls where that module is absent),
-    and the content digest; then one conflict resolution over all of them.
+    config.yaml and derive the credential and port claims and the content digest
+    (``profiles.snapshot.read_profile``, the one reader the daemon, doctor and export share); then
+    ``supervisor.plan.conflicts.find_conflicts`` once over all of them.
     """
     from profiles.discovery import profiles_to_serve
-    from supervisor.conflicts import Claim, find_conflicts
-    from supervisor.daemon import _digest
-
-    try:
-        from supervisor.claims import read_profile_files
-    except ImportError:  # older tree: the daemon composed the same calls itself
-        read_profile_files = None
+    from profiles.snapshot import read_profile
+    from supervisor.plan.conflicts import find_conflicts
 
     served = profiles_to_serve(True, root=root)
-    claims: dict[str, tuple[Claim, ...]] = {}
+    claims = {}
     for name, home in served:
-        if read_profile_files is not None:
-            files = read_profile_files(home, salt)
-            env, cfg, found = files.env, files.config, files.claims
-        else:
-            from profiles.credentials import load_config, profile_credentials, profile_ports, read_env_file
-
-            env = read_env_file(home / ".env") if (home / ".env").exists() else {}
-            cfg = load_config(home)
-            found = tuple(
-                [Claim("credential", c.platform, c.kind, c.fingerprint) for c in profile_credentials(home, salt)]
-                + [Claim("port", p.platform, "port", str(p.port)) for p in profile_ports(home)]
-            )
-        _digest({"env": env, "config": cfg})
-        claims[name] = found
+        facts = read_profile(name, Path(home), salt)
+        claims[name] = facts.claims
     conflicts = find_conflicts([n for n, _ in served], claims, set())
     return len(served), len(conflicts)
 
 
 def scan_daemon(root: Path) -> tuple[float, float, int]:
-    """The daemon's own methods on a non-running Daemon: refresh_files for all, then conflict_for for all."""
+    """The daemon's own planner, not running: every profile's facts read and handed to it
+    (``Planner.set_facts``, as ``Daemon._read`` does), then its first judgement (``Planner.start``)."""
     import logging
 
-    from supervisor.daemon import Daemon, Slot
+    from profiles.discovery import profiles_to_serve
+    from profiles.snapshot import read_profile
+    from supervisor import config as config_mod
+    from supervisor.plan.planner import Planner
 
     logging.getLogger("hermesd").setLevel(logging.CRITICAL)
-    d = Daemon(root)
-    d.load_config(initial=True)
-    d._salt = b"0123456789abcdef"
-    from profiles.discovery import profiles_to_serve
-
+    salt = b"0123456789abcdef"
+    cfg = config_mod.load(root / "hermesd.yaml")
+    planner = Planner(cfg.planner_settings(), clock=time.monotonic, wall=time.time)
     t0 = time.perf_counter()
     served = profiles_to_serve(True, root=root)
-    d.order = [n for n, _ in served]
+    planner.set_served([(n, Path(h)) for n, h in served])
     for name, home in served:
-        slot = Slot(name, Path(home))
-        d.slots[name] = slot
-        d.refresh_files(slot)
+        planner.set_facts(name, read_profile(name, Path(home), salt))
     t1 = time.perf_counter()
-    held = sum(d.conflict_for(slot) is not None for slot in d.slots.values())
+    planner.start()  # the first judgement: every profile's own files, then every contested claim
     t2 = time.perf_counter()
+    held = sum(p.hold is not None for p in planner.profiles.values())
     return t1 - t0, t2 - t1, held
 
 
@@ -944,7 +990,8 @@ def scan_worker(root: Path) -> None:
     salt = b"0123456789abcdef"
     import importlib
 
-    for module in ("profiles.credentials", "profiles.discovery", "supervisor.conflicts", "supervisor.daemon"):
+    for module in ("profiles.snapshot", "profiles.discovery", "supervisor.plan.conflicts",
+                   "supervisor.plan.planner", "supervisor.daemon.loop"):
         importlib.import_module(module)  # import cost is not part of the scan
 
     t0 = time.perf_counter()
@@ -1224,6 +1271,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scan-reps", type=int, default=5, help="fresh-process repetitions of the scan")
     p.add_argument("--only", choices=["hermesd", "supervisord"], help="run one supervisor only")
     p.add_argument("--no-scan", action="store_true", help="skip the conflict scan")
+    p.add_argument("--no-variants", action="store_true",
+                   help="skip hermesd's feature variants at N=20 (limits, metrics, isolation off vs baseline)")
     p.add_argument("--soak", type=float, nargs="?", const=600.0, metavar="SECONDS",
                    help="soak mode instead of the benchmark: random SIGKILLs across 20 children (default 600 s)")
     p.add_argument("--seed", type=int, default=12345)
@@ -1341,6 +1390,15 @@ def main(argv: list[str] | None = None) -> int:
                 doc["scan"] = scan
                 print(f" cold {scan['cold_median_s']:.3f}s, warm {scan['warm_median_s']:.3f}s, "
                       f"{scan['conflicts_found']} profiles held", flush=True)
+            variant_rows: list[dict[str, Any]] = []
+            if not args.no_variants and args.only != "supervisord":
+                for label in variant_configs(Path("/nonexistent")):
+                    print(f"hermesd variant {label!r}: N=20 ...", end="", flush=True)
+                    t0 = time.perf_counter()
+                    r = run_variant(label, 20, args, clean, events)
+                    variant_rows.append(r)
+                    print(f" {time.perf_counter() - t0:.0f}s", flush=True)
+                doc["variants"] = variant_rows
             doc["meta"]["loadavg_end"] = os.getloadavg()
             doc["meta"]["commit_end"] = git_commit()
             if doc["meta"]["commit_end"] != doc["meta"]["commit"]:
@@ -1353,9 +1411,12 @@ def main(argv: list[str] | None = None) -> int:
                       f"cold median {scan['cold_median_s'] * 1000:.0f} ms, "
                       f"warm median {scan['warm_median_s'] * 1000:.0f} ms; "
                       f"{scan['conflicts_found']} held")
-                print(f"daemon methods on a Daemon object: refresh_files x{scan['profiles']} "
-                      f"{scan['daemon_refresh_all_s'] * 1000:.0f} ms, conflict_for x{scan['profiles']} "
+                print(f"daemon planner: read_profile+set_facts x{scan['profiles']} "
+                      f"{scan['daemon_refresh_all_s'] * 1000:.0f} ms, first judgement "
                       f"{scan['daemon_conflict_for_all_s'] * 1000:.0f} ms")
+            if variant_rows:
+                print("\nwhat the optional features cost (same workload, one daemon per variant):")
+                print(variants_table(variant_rows))
             ps = doc["meta"]["python_startup"]
             print("\npython -c pass (the floor under both status commands): " + ", ".join(
                 f"{k.replace('_venv', '')} venv {v['median_ms']:.0f} ms wall / {v['cpu_median_ms']:.0f} ms CPU"

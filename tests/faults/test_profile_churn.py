@@ -4,7 +4,7 @@ The gateways here are a four-line shell script rather than the Python fake: 200 
 two-core machine shared with other test runs would measure the machine, not hermesd. The script
 keeps what matters to a supervisor: it is a session leader with the gateway command line, it says
 ``running`` in its ``gateway_state.json``, it has a child (``sleep``) that must be killed with it,
-and it dies on SIGTERM.
+it dies on SIGTERM, and it answers ``--version`` as ``hermes`` does.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from tests.faults.helpers import fd_count, gateway_leaders, rss_bytes, tagged_by
 from tests.harness import make_root, wait_for, write_config
 
 MINI_GATEWAY = """#!/bin/sh
+# hermesd asks the gateway command for its Hermes Agent release (``--version``) before serving.
+if [ "$1" = --version ]; then echo "Hermes Agent v0.19.0"; exit 0; fi
 printf '{"pid": %s, "gateway_state": "running"}' "$$" > "$HERMES_HOME/gateway_state.json"
 while :; do sleep 600; done
 """

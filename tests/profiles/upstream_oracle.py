@@ -8,8 +8,14 @@ scrubbed environment). The identity of each platform is then read off its
 
 Platform SDKs are not installed in the test environment; upstream's plugin pass would
 then refuse to enable any plugin platform. hermesd assumes a platform is installable, so
-the oracle replaces each plugin's requirement check with its credential part only
-(IRC, LINE and SMS look for environment variables; the rest need nothing).
+the oracle replaces each plugin's requirement check with its configuration part only (the
+environment variables it reads: IRC, LINE, SMS, email, DingTalk, Matrix, Google Chat, ntfy,
+SimpleX; libraries, programs and files count as present). ``enabled`` lists every platform
+``load_gateway_config`` enables, sorted.
+
+``python upstream_oracle.py --real-checks HOME...`` keeps upstream's own requirement checks
+(lazy installs disabled, as hermesd runs gateways): what upstream enables with this
+interpreter's libraries, including the plugin platforms it then silently never enables.
 """
 
 from __future__ import annotations
@@ -28,6 +34,21 @@ def _env_check(*names: str) -> Any:
     return lambda: all(os.environ.get(n) for n in names)
 
 
+def _stripped(*names: str) -> Any:
+    return lambda: all(os.environ.get(n, "").strip() for n in names)
+
+
+def _google_chat_env() -> bool:  # _check_for_registry without check_google_chat_requirements
+    project = os.getenv("GOOGLE_CHAT_PROJECT_ID") or os.getenv("GOOGLE_CLOUD_PROJECT")
+    subscription = os.getenv("GOOGLE_CHAT_SUBSCRIPTION_NAME") or os.getenv("GOOGLE_CHAT_SUBSCRIPTION")
+    return bool(os.getenv("GOOGLE_CHAT_HTTP_EVENTS_URL") or (project and subscription))
+
+
+def _matrix_env() -> bool:  # check_matrix_requirements before feature_missing
+    token = os.getenv("MATRIX_ACCESS_TOKEN", "") or os.getenv("MATRIX_PASSWORD", "")
+    return bool(token and os.getenv("MATRIX_HOMESERVER", ""))
+
+
 def _patch_requirement_checks() -> None:
     from gateway.platform_registry import platform_registry
     from hermes_cli.plugins import discover_plugins
@@ -37,6 +58,12 @@ def _patch_requirement_checks() -> None:
         "irc": _env_check("IRC_SERVER", "IRC_CHANNEL"),
         "line": _env_check("LINE_CHANNEL_ACCESS_TOKEN", "LINE_CHANNEL_SECRET"),
         "sms": _env_check("TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN"),
+        "email": _stripped("EMAIL_ADDRESS", "EMAIL_PASSWORD", "EMAIL_IMAP_HOST", "EMAIL_SMTP_HOST"),
+        "dingtalk": _env_check("DINGTALK_CLIENT_ID", "DINGTALK_CLIENT_SECRET"),
+        "matrix": _matrix_env,
+        "google_chat": _google_chat_env,
+        "ntfy": _stripped("NTFY_TOPIC"),
+        "simplex": _env_check("SIMPLEX_WS_URL"),
     }
     for entry in platform_registry.plugin_entries():
         entry.check_fn = special.get(entry.name, lambda: True)
@@ -130,6 +157,9 @@ def listeners(cfg: Any) -> dict[str, int]:
 
 
 def main(homes: list[str]) -> None:
+    real_checks = bool(homes) and homes[0] == "--real-checks"
+    if real_checks:
+        homes = homes[1:]
     os.environ.clear()
     os.environ.update(BASE_ENV)
     import logging
@@ -138,7 +168,8 @@ def main(homes: list[str]) -> None:
     from gateway.config import load_gateway_config
     from hermes_cli.env_loader import load_hermes_dotenv
 
-    _patch_requirement_checks()
+    if not real_checks:
+        _patch_requirement_checks()
     result = {}
     for home in homes:
         os.environ.clear()
@@ -146,7 +177,11 @@ def main(homes: list[str]) -> None:
         os.environ["HERMES_HOME"] = home
         load_hermes_dotenv(hermes_home=home)
         cfg = load_gateway_config()
-        result[home] = {"credentials": identities(cfg, Path(home)), "ports": listeners(cfg)}
+        result[home] = {
+            "credentials": identities(cfg, Path(home)),
+            "ports": listeners(cfg),
+            "enabled": sorted(p.value for p, pc in cfg.platforms.items() if pc.enabled),
+        }
     json.dump(result, sys.stdout)
 
 

@@ -85,12 +85,29 @@ def sigterm(sb: Sandbox, *, flag: bool, marker: bool) -> dict[str, Any]:
     run = sb.start(flag=flag)
     if not run.wait_state("running", timeout=START):
         return {"exit": "never running", "output": run.text()[-2000:]}
+    _wait_startup_tail(run, sb)
     if marker:
         gf.write_planned_stop_marker(run.home, run.pid, gf.proc_start_time(run.pid))
     t0 = time.monotonic()
     run.send(signal.SIGTERM)
     code = run.wait_exit(EXIT)
     return {"exit": code, "exit_s": round(time.monotonic() - t0, 2), **_final(run)}
+
+
+def _wait_startup_tail(run: Run, sb: Sandbox, timeout: float = 15.0) -> None:
+    """Wait until upstream's start-up has returned, not just written "running".
+
+    The gateway writes ``gateway_state: running`` inside ``runner.start()``; a SIGTERM before that
+    call returns takes the "start-up aborted" path, which exits 0 whatever the marker says (the
+    cause of this test's occasional exit 0). The first thing ``start_gateway`` does after
+    ``start()`` returns is start the cron scheduler, which logs "cron scheduler started"; releases
+    that do not log it are measured as before once the deadline passes.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if "cron scheduler started" in run.text() + _logs(sb.root):
+            return
+        time.sleep(0.05)
 
 
 def marker_without_signal(sb: Sandbox, *, flag: bool) -> dict[str, Any]:

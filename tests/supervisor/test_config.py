@@ -26,7 +26,8 @@ profiles:
     assert cfg.restart.max_delay == 30 and cfg.restart.factor == 3
     assert cfg.stop_timeout == 5 and cfg.log_max_bytes == 65536 and cfg.log_backups == 2
     assert cfg.for_profile("coder").enabled is False
-    assert cfg.child_environment("coder") == {"FOO": "bar", "DEBUG": "true", "X": "1"}
+    assert cfg.child_environment("coder") == {"FOO": "bar", "DEBUG": "true", "X": "1",
+                                              "HERMES_KANBAN_DISPATCH_IN_GATEWAY": "false"}  # not the dispatcher
     assert cfg.for_profile("other").enabled is True
 
 
@@ -77,3 +78,14 @@ def test_hostile_values_are_config_errors(tmp_path, text):
     path = tmp_path / "hermesd.yaml"
     with pytest.raises(ConfigError, match=str(path)):
         parse(text, path)
+
+
+def test_hung_settings_merge_top_and_profile(tmp_path):
+    """``startup_grace`` and ``hung_after`` reach hung detection, the profile's keys over the top's."""
+    path = tmp_path / "hermesd.yaml"
+    path.write_text("hung_after: 90\nstartup_grace: 200\nprofiles:\n  coder:\n    startup_grace: 50\n"
+                    "  writer:\n    hung_after: null\n")
+    cfg = load(path)
+    assert (cfg.hung_for("default").hung_after, cfg.hung_for("default").startup_grace) == (90, 200)
+    assert (cfg.hung_for("coder").hung_after, cfg.hung_for("coder").startup_grace) == (90, 50)
+    assert cfg.hung_for("writer").hung_after is None

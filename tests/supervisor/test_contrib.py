@@ -53,6 +53,7 @@ def test_systemd_units_keep_gateways_alive_across_a_hermesd_crash(name):
     text = (CONTRIB / "systemd" / name).read_text()
     directives = dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
     assert directives["KillMode"] == "process"  # control-group or mixed would kill every gateway with hermesd
+    assert directives["Delegate"] == "yes"  # a cgroup v2 subtree for per-profile limits and cgroup.kill
     assert directives["Type"] == "notify" and directives["NotifyAccess"] == "main"
     assert directives["Restart"] == "on-failure" and directives["RestartPreventExitStatus"] == "2"
     assert int(directives["WatchdogSec"]) > 0 and int(directives["TimeoutStopSec"]) >= 90

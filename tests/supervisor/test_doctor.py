@@ -190,7 +190,7 @@ def test_every_mistake_at_once(tmp_path, gateway_like):
     assert not missing, render(findings)
     assert exit_code(findings) == 1
     assert {f.severity for f in findings} <= {"error", "warning", "info"}
-    severities = [doctor._RANK[f.severity] for f in findings]
+    severities = [doctor.RANK[f.severity] for f in findings]
     assert severities == sorted(severities)  # errors first
     # Two invalid folders, two invalid route names: each reported on its own.
     assert len(only(findings, "unserved_profile_dir")) == 2
@@ -215,7 +215,9 @@ def clean_root(tmp_path: Path) -> Path:
     root = make_root(tmp_path, "coder", "writer")
     write_env(root, "default", f"TELEGRAM_BOT_TOKEN={TOKEN}\n")
     write_env(root, "coder", f"TELEGRAM_BOT_TOKEN={OTHER_TOKEN}\nAPI_SERVER_ENABLED=true\n")
-    write_env(root, "writer", "DISCORD_BOT_TOKEN=discord-token-for-writer-000\n")
+    # A platform whose library the test environment has (python-telegram-bot comes with hermes-agent's
+    # pins here); a discord token would be a real finding: discord.py is not installed.
+    write_env(root, "writer", "TELEGRAM_BOT_TOKEN=222222:writer-token-000000000000000000000\n")
     write_config(root, "default", "model: {default: x}\n")
     return root
 
@@ -666,3 +668,39 @@ def test_malformed_profile_files_name_file_and_line_and_others_still_checked(tmp
     assert len(by_profile["both"]) == 2  # both files named, not only the first
     assert ("duplicate_credential", "beta") in codes(findings)  # the rest of the root is still checked
     assert exit_code(findings) == 1
+
+
+def test_missing_platform_library_is_an_error_with_the_install_command(tmp_path):
+    """Issue #9: a configured platform whose library the gateway's interpreter lacks never starts
+    (lazy installs are off under hermesd): doctor says so, with the command for that interpreter."""
+    root = tmp_path / "root"
+    (root / "profiles" / "coder").mkdir(parents=True)
+    (root / "hermesd.yaml").write_text(f"command: [{sys.executable}, -m, hermes_cli.main]\n")
+    (root / "profiles" / "coder" / ".env").write_text("DISCORD_BOT_TOKEN=" + "x" * 59 + "\n")
+    pytest.importorskip("hermes_cli")
+    if __import__("importlib").util.find_spec("discord") is not None:
+        pytest.skip("discord.py is installed in this environment: nothing is missing")
+    [found] = only(run(root, tmp_path), "platform_requirements_missing")
+    assert found.severity == "error" and found.profile == "coder" and "discord" in found.message
+    assert sys.executable in found.fix and "pip install" in found.fix and "install-deps coder" in found.fix
+    assert "x" * 20 not in found.message + found.fix  # the token is never quoted
+
+
+@pytest.mark.parametrize("kind", ["symlink", "file", "world_writable"])
+def test_hermesd_folder_that_is_not_ours_is_refused(tmp_path, kind):
+    """Issue #15: the daemon refuses a .hermesd it cannot trust; doctor says why before it does."""
+    root = tmp_path / "root"
+    root.mkdir()
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    os.chmod(shared, 0o1777)
+    if kind == "symlink":
+        (root / ".hermesd").symlink_to(shared)
+    elif kind == "file":
+        (root / ".hermesd").write_text("")
+    else:
+        (root / ".hermesd").mkdir()
+        os.chmod(root / ".hermesd", 0o777)
+    [found] = only(run(root, tmp_path), "hermesd_folder_unsafe")
+    assert found.severity == "error" and ".hermesd" in found.message
+    assert os.stat(shared).st_mode & 0o7777 == 0o1777  # doctor changed nothing

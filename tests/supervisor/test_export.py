@@ -75,7 +75,9 @@ def test_systemd_units_carry_the_child_contract(root):
         unit = dict(ln.split("=", 1) for ln in lines)
         assert shlex.split(unit["ExecStart"]) == childspec.child_argv([sys.executable, "-m", "hermes_cli.main"], name)
         env = dict(shlex.split(ln.split("=", 1)[1])[0].split("=", 1) for ln in lines if ln.startswith("Environment="))
-        assert env == {"HERMES_HOME": str(home_of(root, name)), **contract.FIXED_ENV}
+        # one machine, one root, one dispatcher lock: the kanban dispatcher choice (default) goes with them
+        assert env == {"HERMES_HOME": str(home_of(root, name)), **contract.FIXED_ENV,
+                       "HERMES_KANBAN_DISPATCH_IN_GATEWAY": "true" if name == "default" else "false"}
         assert childspec.TAG_ROOT not in text  # a later hermesd must not adopt (and kill) these
         assert unit["ExecStop"] == f"-{sys.executable} -m supervisor _planned-stop {home_of(root, name)}"
         assert unit["KillMode"] == "mixed" and unit["KillSignal"] == "SIGTERM"

@@ -33,6 +33,9 @@ with open({log!r}, "a") as fh:
     fh.write(json.dumps({{"prog": name, "argv": sys.argv[1:], "home": os.environ.get("HERMES_HOME")}}) + "\\n")
 if name == "hermesd" and sys.argv[1:2] == ["ping"]:
     sys.exit(0 if os.path.exists({flag!r}) else 1)
+if name == "hermesd" and sys.argv[1:2] == ["exec"]:  # as hermesd exec does: run what follows "--"
+    rest = sys.argv[sys.argv.index("--") + 1:]
+    os.execv(rest[0], rest)
 sys.exit(7 if name == "hermes" else 0)
 """
 
@@ -107,8 +110,21 @@ def test_daemon_down_everything_goes_to_hermes(root: Path, wdir: Path, fakes: Fa
     calls = fakes.calls()
     home = str(root / "profiles" / "coder")
     assert calls[0] == {"prog": "hermesd", "argv": ["ping", "--root", str(root)], "home": home}
-    assert calls[1] == {"prog": "hermes", "argv": ["-p", "coder", "gateway", "start"], "home": home}
-    assert len(calls) == 2
+    # Confined as the profile's gateway: through hermesd exec, which runs hermes -p coder.
+    assert calls[1] == {"prog": "hermesd", "home": home, "argv": [
+        "exec", "--root", str(root), "coder", "--", fakes.hermes, "-p", "coder", "gateway", "start"]}
+    assert calls[2] == {"prog": "hermes", "argv": ["-p", "coder", "gateway", "start"], "home": home}
+    assert len(calls) == 3
+
+
+def test_without_hermesd_the_alias_still_runs_hermes(root: Path, wdir: Path, fakes: Fakes) -> None:
+    """hermesd uninstalled after the alias was written: the alias falls back to plain hermes."""
+    script = make("coder", "coder", root, wdir, fakes)
+    os.unlink(fakes.hermesd)
+    proc = run(script, "chat")
+    assert proc.returncode == 7
+    home = str(root / "profiles" / "coder")
+    assert fakes.calls() == [{"prog": "hermes", "argv": ["-p", "coder", "chat"], "home": home}]
 
 
 @pytest.mark.parametrize("verb", ["start", "stop", "restart", "status"])

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Regenerate README.md's "## Command reference" section from hermesd's real parser.
+
+The section holds every visible command's ``--help`` (``supervisor.cli.main.build_parser``), one
+``<details>`` block per command, nested verbs (``hermesd profile list``) included and hidden helpers
+(names starting with ``_``) left out. Help is formatted at a fixed width of 80 columns with colour
+off, so the text does not depend on the terminal this runs in.
+
+    python scripts/readme_reference.py           # rewrite the section in README.md
+    python scripts/readme_reference.py --check   # exit 1 when README.md's section is stale
+
+``tests/test_readme.py`` runs the check, so a parser change without a regenerated README fails
+the suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+HEADING = "## Command reference"
+INTRO = (
+    "Every command's `--help`, as the parser prints it (`hermesd COMMAND --help` shows the same).\n"
+    "This section is generated: after changing a command, run `python scripts/readme_reference.py`\n"
+    "(`tests/test_readme.py` fails while it is stale)."
+)
+WIDTH = "80"
+
+
+def _help_text(parser: argparse.ArgumentParser) -> str:
+    return parser.format_help().rstrip("\n")
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.ArgumentParser]]:
+    """The visible subcommands of ``parser``, in the order the parser lists them."""
+    out: list[tuple[str, argparse.ArgumentParser]] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:  # only those with help: hidden ones are absent
+                name = choice.dest
+                if not name.startswith("_"):
+                    out.append((name, action.choices[name]))
+    return out
+
+
+def _blocks(parser: argparse.ArgumentParser, prefix: str) -> list[str]:
+    blocks: list[str] = []
+    for name, sub in _subparsers(parser):
+        title = f"{prefix} {name}"
+        text = _help_text(sub)
+        if "```" in text:
+            raise SystemExit(f"readme_reference: the help of {title!r} contains a code fence")
+        blocks.append(f"<details><summary><code>{title}</code></summary>\n\n```\n{text}\n```\n\n</details>")
+        blocks.extend(_blocks(sub, title))
+    return blocks
+
+
+def render() -> str:
+    """The whole section, heading included, ending with one newline."""
+    os.environ["COLUMNS"] = WIDTH  # argparse wraps at the terminal width
+    os.environ["NO_COLOR"] = "1"  # newer Pythons colour help on a terminal
+    os.environ["PYTHON_COLORS"] = "0"
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from supervisor.cli.main import build_parser
+
+    parser = build_parser()
+    parts = [HEADING, INTRO, *_blocks(parser, "hermesd")]
+    return "\n\n".join(parts) + "\n"
+
+
+def split(readme: str) -> tuple[str, str, str]:
+    """``readme`` as (before, the section, after); the section runs to the next level-2 heading
+    outside a code fence."""
+    lines = readme.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.rstrip("\n") == HEADING), None)
+    if start is None:
+        raise SystemExit(f"readme_reference: README.md has no '{HEADING}' heading")
+    fenced = False
+    end = len(lines)
+    for i in range(start + 1, len(lines)):
+        if lines[i].lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and lines[i].startswith("## "):
+            end = i
+            break
+    return "".join(lines[:start]), "".join(lines[start:end]), "".join(lines[end:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 when the README's section is stale")
+    ap.add_argument("--readme", type=Path, default=REPO / "README.md", help="default: the repository's README.md")
+    args = ap.parse_args(argv)
+    readme = args.readme.read_text(encoding="utf-8")
+    before, current, after = split(readme)
+    wanted = render() + ("\n" if after else "")
+    if current == wanted:
+        if not args.check:
+            print(f"{args.readme}: command reference already current")
+        return 0
+    if args.check:
+        diff = difflib.unified_diff(current.splitlines(), wanted.splitlines(), "README.md (now)",
+                                    "README.md (from the parser)", lineterm="", n=1)
+        print("\n".join(list(diff)[:80]))
+        print(f"\n{args.readme}: the command reference is stale; run: python scripts/readme_reference.py",
+              file=sys.stderr)
+        return 1
+    args.readme.write_text(before + wanted + after, encoding="utf-8")
+    print(f"{args.readme}: command reference regenerated")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

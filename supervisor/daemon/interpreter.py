@@ -1,0 +1,66 @@
+"""What the gateway command's interpreter says, asked off the loop: the hermes-agent release it runs
+(and so the contract hermesd follows with it) and which enabled platforms lack their libraries.
+
+Both come from one cached probe (:mod:`supervisor.requirements`), run in the daemon's reader pool
+so a slow interpreter never delays a respawn or a control request.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from supervisor import childspec
+from supervisor.plan.verdict import Hold, HoldKind
+
+if TYPE_CHECKING:
+    from supervisor.daemon.loop import Daemon
+
+log = logging.getLogger("hermesd")
+
+
+async def learn_release(d: Daemon, command: list[str]) -> Hold | None:
+    """Ask the gateway command's interpreter its release (in the reader pool, never on the loop).
+
+    Cached per interpreter and its site-packages, so a reload that changes nothing costs a few
+    ``stat`` calls. An unsupported release holds every profile with its message (never a crash
+    loop); an unreadable one is logged and the newest contract is used.
+    """
+    import functools
+
+    from profiles.upstream.releases import Unsupported, contract_for, newer_than_known_note
+    from supervisor import requirements
+
+    facts = await d.loop().run_in_executor(
+        d.pool, functools.partial(requirements.interpreter_facts, command, env=d.env))
+    d.domains.facts = facts
+    if facts.version is None:
+        d.contract, d.release_problem = None, facts.version_error or facts.error
+        log.warning("cannot read the hermes-agent release: %s", d.release_problem)
+        return None
+    contract = contract_for(facts.version)
+    if isinstance(contract, Unsupported):
+        d.contract, d.release_problem = None, contract.message
+        log.error("%s", contract.message)
+        return Hold(HoldKind.UNSUPPORTED_RELEASE, contract.message)
+    d.contract, d.release_problem = contract, None
+    if not contract.exact:
+        log.warning("%s", newer_than_known_note(facts.version))
+    return None
+
+async def check_requirements(d: Daemon, names: list[str]) -> None:
+    """Which enabled platforms of these profiles lack a library, for status and ``probe --ready``."""
+    import functools
+
+    from supervisor import requirements
+
+    for name in names:
+        p = d.planner.profiles.get(name)
+        command = d.command
+        if p is None or not p.present or p.facts is None or command is None:
+            d.domains.requirements.pop(name, None)
+            continue
+        env = childspec.child_env(d.env, root=d.root, profile=name, home=p.home,
+                                  extra=d.config.child_environment(name))
+        d.domains.requirements[name] = await d.loop().run_in_executor(d.pool, functools.partial(
+            requirements.missing_for_profile, command, p.home, p.facts.env, p.facts.config, child_env=env))

@@ -1,0 +1,111 @@
+"""Doctor checks of the failure and trust domains: what the kernel offers for isolation and limits,
+and settings that would make them misfire (a ``hung_after`` healthy gateways cannot meet, memory
+nearly spent by profiles that have no ``memory_max``)."""
+
+from __future__ import annotations
+
+from supervisor.doctor.scan import Scan
+from supervisor.plan.verdict import ERROR, INFO, WARNING
+
+_LEVEL = {"ok": INFO, "info": INFO, "warning": WARNING}
+
+
+def check_isolation(scan: Scan) -> None:
+    """What confinement each profile gets here; a warning only matters when some profile wants it."""
+    from supervisor.isolation.probing import best_mechanism, doctor_lines, probe
+
+    if scan.config is None:
+        return
+    modes = {p.name: scan.config.isolation_for(p.name).mode for p in scan.profiles}
+    wanted = [n for n, m in modes.items() if m != "off"]
+    p = probe()
+    best = best_mechanism(p)
+    for level, text in doctor_lines(p):
+        severity = _LEVEL.get(level, INFO) if wanted else INFO
+        scan.add(severity, f"isolation_{level}" if level != "ok" else "isolation_available", None, text,
+                 "see the README's isolation section for what each mechanism hides"
+                 if level != "ok" else "nothing to do")
+    if best == "none":
+        for name in sorted(n for n, m in modes.items() if m == "required"):
+            scan.add(ERROR, "isolation_unavailable", name,
+                     f"profile {name!r} requires isolation, and this machine offers no mechanism: hermesd "
+                     "holds it (isolation_unavailable)",
+                     "enable Landlock or mount namespaces (see the isolation lines above), or set isolation: auto")
+    off = sorted(n for n, m in modes.items() if m == "off")
+    if off:
+        scan.add(WARNING, "isolation_off", None,
+                 f"isolation is off for {', '.join(repr(n) for n in off)}: their gateways and every command their "
+                 "agents run can read the other profiles' tokens and signal their gateways",
+                 "remove isolation: off from hermesd.yaml (auto is the default)")
+
+
+def check_limits(scan: Scan) -> None:
+    """cgroup v2 delegation (or why limits are enforced by watching), and ``hung_after`` sanity."""
+    from supervisor.limits.settings import hung_after_warning
+
+    if scan.config is None:
+        return
+    limits = {p.name: scan.config.limits_for(p.name) for p in scan.profiles}
+    configured = any(not lim.empty for lim in limits.values())
+    for f in _cgroup_findings(str(scan.root), configured):
+        scan.add(f.severity, f.code, None, f.message, f.fix or "nothing to do")
+    for prof in scan.profiles:
+        warning = hung_after_warning(scan.config.hung_for(prof.name).hung_after)
+        if warning:
+            scan.add(WARNING, "hung_after_too_short", prof.name, warning,
+                     f"raise hung_after for {prof.name!r} in hermesd.yaml (or set it to null to turn it off)")
+    usage = _tree_memory(scan)
+    if usage:
+        from supervisor.limits.cgroup import memory_pressure_findings
+
+        for f in memory_pressure_findings(usage, limits, _host_memory()):
+            scan.add(f.severity, f.code, None, f.message, f.fix or "")
+
+
+def _cgroup_findings(root: str, configured: bool) -> list:
+    from supervisor.limits import detect_only
+    from supervisor.limits.cgroup import doctor_findings
+
+    try:
+        return doctor_findings(detect_only(root), limits_configured=configured)
+    except OSError:
+        return []
+
+
+def _tree_memory(scan: Scan) -> dict[str, int]:
+    """Each running profile's tree memory, from the daemon when it answers (doctor never measures
+    trees itself: the daemon's figure is the one its limits act on)."""
+    from supervisor.control.client import Client, ControlError, DaemonNotAnswering, DaemonNotRunning
+    from supervisor.layout import Layout
+
+    try:
+        reply = Client(Layout(scan.root)).call("status", wait=2.0)
+    except (DaemonNotRunning, DaemonNotAnswering, ControlError, OSError):
+        return {}
+    rows = reply.get("profiles") if isinstance(reply, dict) else None
+    out: dict[str, int] = {}
+    for row in rows if isinstance(rows, list) else []:
+        if isinstance(row, dict) and isinstance(row.get("memory_bytes"), int) and isinstance(row.get("name"), str):
+            out[row["name"]] = row["memory_bytes"]
+    return out
+
+
+def _host_memory() -> int | None:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_kanban(scan: Scan) -> None:
+    """Who dispatches the shared kanban board, against hermesd.yaml's choice (read, never locked)."""
+    from supervisor.kanban.dispatch import kanban_findings
+
+    if scan.config is None:
+        return
+    for severity, code, profile, message, fix in kanban_findings(scan.root, scan.config):
+        scan.add(severity, code, profile, message, fix)

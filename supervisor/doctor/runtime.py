@@ -1,0 +1,200 @@
+"""Doctor checks of what is on disk and running now: PID and lock files, foreign gateways, services."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from profiles.upstream.process import hermes_command
+from supervisor.doctor.scan import DEFAULT, Scan
+from supervisor.plan.verdict import ERROR, INFO, WARNING
+
+SYSTEMD_PREFIX = "hermes-gateway"
+LAUNCHD_PREFIX = "ai.hermes.gateway"
+
+
+def service_profile_name(filename: str) -> str | None:
+    """The profile an upstream service file is for, from its name alone; ``None`` if not one.
+
+    Upstream names units after the profile: ``hermes-gateway.service`` and
+    ``ai.hermes.gateway.plist`` serve the root (``default``), ``hermes-gateway-<name>.service``
+    and ``ai.hermes.gateway-<name>.plist`` serve profile ``<name>``.
+    """
+    for prefix, suffix in ((SYSTEMD_PREFIX, ".service"), (LAUNCHD_PREFIX, ".plist")):
+        if not filename.endswith(suffix):
+            continue
+        stem = filename[: -len(suffix)]
+        if stem == prefix:
+            return DEFAULT
+        if stem.startswith(prefix + "-") and len(stem) > len(prefix) + 1:
+            return stem[len(prefix) + 1 :]
+    return None
+
+
+def default_service_dirs(env: Mapping[str, str]) -> list[Path]:
+    """Where upstream's ``hermes gateway install`` puts units: systemd user, system, launchd."""
+    home = Path(env.get("HOME") or Path.home())
+    return [home / ".config" / "systemd" / "user", Path("/etc/systemd/system"), home / "Library" / "LaunchAgents"]
+
+
+def check_runtime_files(scan: Scan) -> None:
+    from profiles.upstream import files as gf
+
+    for prof in scan.profiles:
+        pid_path = prof.home / gf.PID_FILE
+        if pid_path.exists():
+            live = gf.live_gateway(prof.home)
+            if live is None:
+                why = _stale_reason(gf.read_pid_record(prof.home))
+                scan.add(
+                    WARNING, "stale_pid_file", prof.name,
+                    f"{pid_path} {why}: left by a gateway that died without cleaning up. With a dead PID "
+                    "file, 'hermes gateway stop' falls back to signalling any gateway whose command line "
+                    "matches the profile",
+                    f"make sure no gateway runs for {prof.name!r}, then remove {pid_path}",
+                )
+            elif not _ours(scan, live.pid):
+                scan.add(
+                    WARNING, "foreign_gateway", prof.name,
+                    f"a gateway hermesd did not start (PID {live.pid}) is running for profile {prof.name!r}; "
+                    "hermesd will hold the profile (foreign_gateway) until it exits",
+                    f"stop it ('{hermes_command(prof.name)} gateway stop', or disable the service that runs it) "
+                    "and let hermesd run the profile",
+                )
+        lock = gf.read_json(prof.home / gf.LOCK_FILE)
+        if lock is not None and isinstance(lock.get("pid"), int) and not isinstance(lock.get("pid"), bool):
+            start = lock.get("start_time")
+            live_start = gf.proc_start_time(lock["pid"])
+            if live_start is None or (isinstance(start, int) and start != live_start):
+                state = "is no longer running" if live_start is None else "was recycled by another process"
+                scan.add(
+                    INFO, "stale_lock_file", prof.name,
+                    f"{prof.home / gf.LOCK_FILE} names PID {lock['pid']}, which {state}. The kernel lock "
+                    "itself is gone (harmless); only the file's text is stale",
+                    "nothing is required; the next gateway rewrites it",
+                )
+
+def _ours(scan: Scan, pid: int) -> bool:
+    """Whether ``pid`` was started by hermesd for this root (its children carry HERMESD_ROOT).
+
+    Unknown (unreadable environment) counts as ours: a false "foreign" claim is worse
+    than a missed one.
+    """
+    from supervisor.childspec import TAG_ROOT
+
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return True
+    tag = f"{TAG_ROOT}=".encode()
+    for item in raw.split(b"\0"):
+        if item.startswith(tag):
+            try:
+                return Path(item[len(tag) :].decode()).resolve() == scan.root
+            except (UnicodeDecodeError, OSError):
+                return True
+    return False
+
+def check_services(scan: Scan) -> None:
+    served = {p.name for p in scan.profiles}
+    for folder in scan.service_dirs:
+        folder = Path(folder)
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError:
+            continue
+        for unit in entries:
+            by_name = service_profile_name(unit.name)
+            if by_name is None:
+                continue
+            target = _service_target(scan, unit)
+            if target == _ELSEWHERE:
+                continue  # a unit for another root's profile
+            name = target or by_name
+            if name not in served:
+                continue
+            enabled = any(folder.glob(f"*.wants/{unit.name}")) if unit.suffix == ".service" else True
+            state = "enabled" if enabled else "installed"
+            basis = " (assumed from its name)" if target is None else ""
+            manager = "launchd" if unit.suffix == ".plist" else "systemd"
+            scan.add(
+                ERROR, "upstream_service_installed", name,
+                f"{unit} ({manager}, {state}) runs the gateway of profile {name!r}{basis} and restarts it "
+                "on its own; it races hermesd for the same profile, and 'hermes gateway start|restart' "
+                "acts on it",
+                _service_fix(unit, manager, name),
+            )
+
+def _service_target(scan: Scan, unit: Path) -> str | None:
+    """The profile a unit's ``HERMES_HOME`` names; ``None`` when it names none, ``_ELSEWHERE`` for another root.
+
+    Upstream writes ``HERMES_HOME`` into every unit it installs, which is more reliable than
+    the name: a unit named ``hermes-gateway.service`` may serve ``~/.hermes`` while this
+    doctor checks a custom root.
+    """
+    import re
+
+    try:
+        text = unit.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    m = re.search(r'HERMES_HOME=([^"\s]+)', text) or re.search(
+        r"<key>HERMES_HOME</key>\s*<string>([^<]*)</string>", text
+    )
+    if m is None:
+        return None
+    home = Path(m.group(1).strip()).expanduser()
+    try:
+        home = home.resolve()
+    except OSError:
+        return _ELSEWHERE
+    if home == scan.root:
+        return DEFAULT
+    if home.parent == scan.root / "profiles":
+        return home.name
+    return _ELSEWHERE
+
+
+_ELSEWHERE = ""  # never a profile name
+
+
+def _stale_reason(rec: Any) -> str:
+    from profiles.upstream.files import proc_start_time
+
+    if rec is None:
+        return "is not a gateway PID record (empty or unreadable)"
+    live = proc_start_time(rec.pid)
+    if live is None:
+        return f"names PID {rec.pid}, which is not running"
+    return f"names PID {rec.pid}, which now belongs to another process (PID recycled)"
+
+
+def _service_fix(unit: Path, manager: str, profile: str) -> str:
+    if manager == "launchd":
+        return f"launchctl bootout gui/$(id -u) {unit} && rm {unit}"
+    # Units under the system folders are system units; anything else (the user folder, or a
+    # folder a caller passed in) is managed with ``systemctl --user``.
+    if str(unit).startswith(("/etc/", "/usr/", "/lib/", "/run/")):
+        return f"sudo systemctl disable --now {unit.name} && sudo rm {unit} (hermesd runs profile {profile!r} itself)"
+    return f"systemctl --user disable --now {unit.name} && rm {unit} (hermesd runs profile {profile!r} itself)"
+
+
+def check_wrappers(scan: Scan) -> None:
+    """Aliases written by ``hermes profile create`` run ``hermes -p NAME`` directly: their gateway verbs
+    stop the supervised gateway and run another in the foreground, behind hermesd's back."""
+    import shlex
+
+    from wrappers.scripts import non_routing_wrappers
+
+    served = {p.name for p in scan.profiles}
+    for w in non_routing_wrappers(scan.root, env=scan.env):
+        if w.profile not in served:
+            continue
+        scan.add(
+            WARNING, "upstream_wrapper", w.profile,
+            f"{w.path} runs 'hermes -p {w.profile}' directly: '{w.alias} gateway restart' (or stop/start) acts "
+            f"behind hermesd's back and runs its own gateway in the foreground",
+            f"hermesd profile alias {w.profile} --adopt --name {w.alias} --root {shlex.quote(str(scan.root))} "
+            "(keeps its name and target; gateway verbs then go to hermesd)",
+        )

@@ -1,0 +1,170 @@
+"""Doctor checks of hermesd.yaml and of what every child inherits (command, lock folders, .env modes)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from supervisor.doctor.scan import DEFAULT, Scan
+from supervisor.plan.verdict import ERROR, INFO, WARNING, HoldKind
+
+
+def check_hermesd_config(scan: Scan) -> None:
+    from supervisor import config as config_mod
+    from supervisor.layout import Layout
+
+    path = Layout(scan.root).config
+    try:
+        scan.config = config_mod.load(path)
+    except config_mod.ConfigError as exc:
+        scan.config, scan.config_ok = config_mod.Config(), False
+        scan.fallback_command = _command_as_written(path)
+        scan.add(
+            ERROR, "hermesd_config_invalid", None,
+            f"{exc}. hermesd starts no gateway until it can read this file (a running daemon keeps "
+            "its last good configuration)",
+            f"fix the line named above in {path}",
+        )
+
+def check_command(scan: Scan) -> None:
+    from supervisor.childspec import GatewayCommandError, resolve_gateway_command
+
+    assert scan.config is not None
+    if scan.config_ok:
+        configured = list(scan.config.command) if scan.config.command else None
+    elif scan.fallback_command is False:
+        return  # not even YAML: the command cannot be known, and the config finding says why
+    else:
+        configured = scan.fallback_command if isinstance(scan.fallback_command, list) else None
+    try:
+        resolve_gateway_command(configured, scan.env.get("PATH"))
+    except GatewayCommandError as exc:
+        fix = (
+            "point 'command' in hermesd.yaml at the hermes executable (or remove it to use 'hermes' on PATH)"
+            if configured
+            else "install hermes-agent beside hermesd, put 'hermes' on PATH, or set 'command' in hermesd.yaml"
+        )
+        scan.add(ERROR, "gateway_command_not_found", None,
+                 f"{exc}; hermesd would hold every profile ({HoldKind.NO_COMMAND.value})", fix)
+
+def check_config_profiles(scan: Scan) -> None:
+    assert scan.config is not None
+    served = {p.name for p in scan.profiles}
+    for name, settings in sorted(scan.config.profiles.items()):
+        if name not in served:
+            scan.add(
+                WARNING, "config_unknown_profile", None,
+                f"hermesd.yaml has settings for profile {name!r}, but no such profile is served under "
+                f"{scan.root / 'profiles'}; they apply to nothing",
+                f"fix the name under 'profiles:' in hermesd.yaml or remove the {name!r} entry",
+            )
+        elif not settings.enabled:
+            scan.add(
+                INFO, "profile_disabled", name,
+                f"profile {name!r} is disabled in hermesd.yaml (enabled: false): hermesd will not run it "
+                "and it does not take part in credential or port conflicts",
+                "set enabled: true (or remove the line) in hermesd.yaml to run it",
+            )
+
+
+def check_lock_environment(scan: Scan) -> None:
+    """Every child must agree on HOME, XDG_STATE_HOME and HERMES_GATEWAY_LOCK_DIR.
+
+    hermesd passes its own values unchanged to every child; a per-profile ``environment:``
+    in hermesd.yaml, or the profile's ``.env`` (loaded with override by Hermes), can still
+    change them for one profile, and then that gateway's credential locks live in another
+    directory where no other profile's gateway looks.
+    """
+    from profiles.upstream.process import LOCK_VARIABLES, lock_dir
+    from supervisor.childspec import child_env
+
+    assert scan.config is not None
+    shared = child_env(scan.env, root=scan.root, profile=DEFAULT, home=scan.root,
+                       extra=scan.config.environment)
+    shared_dir = lock_dir(shared)
+    for prof in scan.profiles:
+        extra = scan.config.child_environment(prof.name)
+        effective = child_env(scan.env, root=scan.root, profile=prof.name, home=prof.home, extra=extra)
+        sources = {v: f"hermesd.yaml profiles.{prof.name}.environment" for v in LOCK_VARIABLES
+                   if v in scan.config.for_profile(prof.name).environment}
+        for var in LOCK_VARIABLES:
+            if prof.env is not None and var in prof.env:
+                effective[var] = prof.env[var]
+                sources[var] = str(prof.home / ".env")
+        # Only a profile-level source can make one child differ, so each differing one has a source.
+        differing = [v for v in LOCK_VARIABLES if effective.get(v) != shared.get(v) and v in sources]
+        if not differing:
+            continue
+        details = "; ".join(
+            f"{v}={effective.get(v)!r} from {sources.get(v, 'its environment')} (others: {shared.get(v)!r})"
+            for v in differing
+        )
+        scan.add(
+            WARNING, "lock_dir_mismatch", prof.name,
+            f"the gateway of profile {prof.name!r} would run with {details}. Its credential locks go to "
+            f"{lock_dir(effective)} instead of {shared_dir}, so upstream's cross-profile token protection "
+            "silently stops working between it and the other profiles",
+            f"remove {', '.join(differing)} from {' and '.join(sorted({sources[v] for v in differing}))}; "
+            "set them, if at all, once for every child in hermesd.yaml's top-level environment:",
+        )
+
+def check_env_permissions(scan: Scan) -> None:
+    import stat
+
+    for prof in scan.profiles:
+        path = prof.home / ".env"
+        try:
+            mode = path.stat().st_mode
+        except OSError:
+            continue
+        if mode & 0o077:
+            scan.add(
+                WARNING, "env_file_permissions", prof.name,
+                f"{path} is readable or writable by group or others (mode {stat.S_IMODE(mode):04o}); "
+                "it holds this profile's tokens",
+                f"chmod 600 {path}",
+            )
+
+
+def _command_as_written(path: Path) -> list[str] | bool | None:
+    """``command`` from a hermesd.yaml that failed validation; ``False`` when it is not even YAML."""
+    import shlex
+
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):  # ValueError: UnicodeDecodeError, impossible dates
+        return False
+    command = data.get("command") if isinstance(data, dict) else None
+    if isinstance(command, str):
+        try:
+            return shlex.split(command) or None
+        except ValueError:
+            return None
+    if isinstance(command, list) and command and all(isinstance(p, str) and p for p in command):
+        return list(command)
+    return None
+
+
+def check_hermesd_folder(scan: Scan) -> None:
+    """``<root>/.hermesd`` must be a private directory of this user, as the daemon demands before it
+    starts (a link to a shared folder, a plain file, or a folder others can write is refused)."""
+    from supervisor.layout import Layout, UnsafeFolderError, check_private
+
+    layout = Layout(scan.root)
+    for folder in (layout.dir, layout.logs):
+        if not os.path.lexists(folder):
+            continue
+        try:
+            check_private(folder)
+        except UnsafeFolderError as exc:
+            scan.add(ERROR, "hermesd_folder_unsafe", None,
+                     f"{exc}; hermesd refuses to start on this root until it is fixed",
+                     f"move {folder} away (hermesd recreates it, mode 0700) or make it a private directory of "
+                     f"uid {os.getuid()}")
+            return
+        except OSError as exc:
+            scan.add(ERROR, "hermesd_folder_unreadable", None, f"{folder}: {exc.strerror or exc}",
+                     f"make {folder} readable by uid {os.getuid()}")
+            return

@@ -1,0 +1,52 @@
+"""The doctor's report of the daemon's own verdict: every hold, from the one function the daemon calls."""
+
+from __future__ import annotations
+
+from supervisor.doctor.scan import Scan
+from supervisor.plan.verdict import WARNING, HoldKind
+
+
+def check_verdicts(scan: Scan) -> None:
+    """Report exactly what the daemon would hold, and why, from :func:`supervisor.plan.verdict.judge`."""
+    from profiles.upstream.files import live_gateway
+    from supervisor.plan.conflicts import all_conflicts
+    from supervisor.plan.verdict import Candidate, judge
+
+    assert scan.config is not None
+    running = {p.name for p in scan.profiles if live_gateway(p.home) is not None}
+    candidates = [
+        Candidate(p.facts, p.name, active=p.name in running, wants=scan.config.for_profile(p.name).enabled)
+        for p in scan.profiles
+    ]
+    facts = {p.name: p.facts for p in scan.profiles}
+    shared = {claim: names for claim, names in all_conflicts(
+        list(facts), {n: f.claims for n, f in facts.items() if f is not None})}
+    for name, hold in judge(candidates).items():
+        if hold is None:
+            continue
+        effect = (f"its running gateway keeps its last good configuration; hermesd holds {name!r} "
+                  f"({hold.kind.value}) at its next start" if name in running
+                  else f"hermesd holds {name!r} ({hold.kind.value})")
+        f = facts.get(name)
+        if hold.kind is HoldKind.CONFIG_ERROR and f is not None and f.problems:
+            messages = list(f.problems)  # one finding per broken file, each with its file and line
+        elif hold.kind in (HoldKind.CREDENTIAL_CONFLICT, HoldKind.PORT_CONFLICT):
+            sharing = next((names for claim, names in shared.items()
+                            if name in names and claim.describe() in hold.message), [])
+            listed = f" (configured in profiles {', '.join(repr(n) for n in sharing)})" if sharing else ""
+            note = scan.salt_note if hold.kind is HoldKind.CREDENTIAL_CONFLICT else ""
+            messages = [f"{hold.message}{listed}{note}"]
+        else:
+            messages = [hold.message]
+        for what in messages:
+            scan.add(hold.kind.severity, hold.kind.doctor_code, name, f"{what}; {effect}", hold.kind.fix)
+    # Two profiles that both run with one credential: nobody is held, and upstream's lock makes
+    # them take turns with it. Worth saying, but it is not a hold.
+    claims = {p.name: p.facts.claims for p in scan.profiles if p.name in running and p.facts is not None}
+    for claim, names in all_conflicts(list(claims), claims):
+        scan.add(
+            WARNING, "shared_while_running", names[1],
+            f"{claim.describe()} is used by the running gateways of {', '.join(repr(n) for n in names)}: upstream "
+            "makes them take turns with it (or one cannot bind the port)",
+            f"give profile {names[1]!r} its own {claim.platform} settings, then 'hermesd restart {names[1]}'",
+        )

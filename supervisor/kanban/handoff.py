@@ -1,0 +1,169 @@
+"""The dispatcher's hand-off: a restricted socket and a ``HERMES_BIN`` only the chosen dispatcher sees.
+
+Why not the control socket: it can stop and restart every profile, so it is hidden from every
+confined profile on purpose (issue 13). The dispatching gateway needs exactly two verbs of it,
+``kanban_worker`` and ``kanban_wait`` (:mod:`supervisor.kanban.worker`), so the daemon serves
+those two, and nothing else, on a second socket:
+
+* where: ``<root>/.hermesd/handoff/<dispatcher>/worker.sock``, with the messenger's launcher
+  (``hermes`` in the same folder, the dispatcher's ``HERMES_BIN``) beside it. The folder is put
+  back **read-only** into the dispatcher's confinement only (the plan's ``grants``); every other
+  profile still sees an empty ``.hermesd`` (or none), and the dispatcher cannot replace the
+  launcher or the socket, nor reach the control socket;
+* who: the connecting process (``SO_PEERCRED``, which a process cannot forge) must be a
+  descendant of the chosen dispatcher's *current* gateway, and that profile must still be the
+  configured dispatcher. Anything else — another profile, a process of the right account outside
+  that tree, a stale dispatcher — is refused before its request is read;
+* what: requests of at most :data:`MAX_REQUEST` bytes, read within the control protocol's
+  timeout; ``kanban_worker`` only accepts upstream's worker command line for a task
+  (:func:`supervisor.kanban.workers.check_argv`) and only for an assignee that keeps the board
+  (``isolation.kanban``), and passes on only upstream's per-task variables.
+
+So the hand-off gives the dispatcher what upstream's dispatcher already does without hermesd —
+start ``hermes -p <assignee> chat -q "work kanban task <id>"`` — but the worker now runs in the
+assignee's own domain instead of the dispatcher's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from supervisor.kanban.dispatch import LAUNCHER_NAME, OFF, SOCKET_NAME, handoff_dir
+
+__all__ = ["MAX_REQUEST", "Handoff", "is_descendant", "launcher_text"]
+
+log = logging.getLogger("hermesd")
+
+MAX_REQUEST = 16 * 1024  # upstream's worker argv and per-task variables fit many times over
+_ANCESTRY_MAX = 64
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def is_descendant(pid: int, ancestor: int) -> bool:
+    """``pid`` is ``ancestor`` or below it (parent links from ``/proc``; PIDs in our namespace)."""
+    for _ in range(_ANCESTRY_MAX):
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+        parent = _ppid(pid)
+        if parent is None:
+            return False
+        pid = parent
+    return False
+
+
+def launcher_text(python: str | None = None) -> str:
+    """The dispatcher's ``HERMES_BIN``: one executable path that runs the messenger with hermesd's code.
+
+    Written by the daemon (never by a profile), with the daemon's own interpreter and the folder
+    hermesd's code is imported from, so it works from a venv, a system install or a checkout,
+    without any console script and without changing the worker's ``PYTHONPATH``.
+    """
+    import shlex
+
+    import supervisor
+
+    code_dir = str(Path(supervisor.__file__).resolve().parents[1])
+    prog = (f"import sys; sys.path.insert(0, {code_dir!r}); "
+            "from supervisor.kanban.worker import main; sys.exit(main())")
+    return (f"#!/bin/sh\n# hermesd: HERMES_BIN of the kanban dispatcher (supervisor.kanban.handoff)\n"
+            f"exec {shlex.quote(python or sys.executable)} -c {shlex.quote(prog)} \"$@\"\n")
+
+
+class Handoff:
+    """The hand-off folder and server of the chosen dispatcher (at most one per daemon)."""
+
+    def __init__(self, hermesd_dir: Path, handlers: Mapping[str, Callable[..., Any]],
+                 gateway_pid: Callable[[str], int | None]) -> None:
+        self.hermesd_dir = hermesd_dir
+        self.handlers = dict(handlers)
+        self.gateway_pid = gateway_pid  # the profile's current gateway PID (None: not running)
+        self.profile: str | None = None
+        self._server: Any = None
+
+    def folder(self, profile: str) -> Path:
+        return handoff_dir(self.hermesd_dir, profile)
+
+    def socket_path(self, profile: str) -> Path:
+        return self.folder(profile) / SOCKET_NAME
+
+    def launcher(self, profile: str) -> Path:
+        return self.folder(profile) / LAUNCHER_NAME
+
+    def env_for(self, profile: str) -> dict[str, str]:
+        """What the daemon adds to ``profile``'s gateway environment (nothing unless it dispatches)."""
+        if profile != self.profile or self._server is None:
+            return {}
+        from supervisor.kanban.dispatch import HANDOFF_ENV
+
+        return {"HERMES_BIN": str(self.launcher(profile)), HANDOFF_ENV: str(self.socket_path(profile))}
+
+    def _check(self, pid: int, _uid: int) -> str | None:
+        profile = self.profile
+        if profile is None:
+            return "no kanban dispatcher is configured"
+        gw = self.gateway_pid(profile)
+        if gw is None:
+            return f"the kanban dispatcher {profile} is not running"
+        if not is_descendant(pid, gw):
+            return f"PID {pid} is not part of {profile}'s gateway (PID {gw})"
+        return None
+
+    async def sync(self, choice: str, owner: tuple[int, int] | None = None) -> None:
+        """Serve the hand-off for ``choice`` (a profile, or ``off``): create, move or close it."""
+        want = None if choice == OFF else choice
+        if want == self.profile and (want is None or self._server is not None):
+            return
+        old = self.profile
+        self.close()
+        if old is not None and old != want:  # that gateway is restarted without HERMES_BIN
+            with contextlib.suppress(OSError):
+                self.launcher(old).unlink()
+        if want is None:
+            return
+        from supervisor.control.server import ControlServer
+
+        folder = self.folder(want)
+        try:
+            folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+            os.chmod(folder, 0o755)
+            launcher = self.launcher(want)
+            tmp = launcher.with_name(launcher.name + ".tmp")
+            tmp.write_text(launcher_text())
+            os.chmod(tmp, 0o755)
+            os.replace(tmp, launcher)
+            if len(os.fsencode(self.socket_path(want))) > 107:
+                raise OSError(f"socket path {self.socket_path(want)} is too long for a unix socket")
+            server = ControlServer(self.socket_path(want), self.handlers, peer_check=self._check,
+                                   max_request=MAX_REQUEST, mode=0o666)
+            await server.start()
+            if owner is not None:  # a dispatcher with an account of its own (isolation.user)
+                with contextlib.suppress(OSError):
+                    os.chown(self.socket_path(want), *owner)
+        except OSError as exc:
+            log.error("kanban: hand-off for dispatcher %s not served (%s); its workers run in its own tree",
+                      want, exc)
+            return
+        self.profile, self._server = want, server
+        log.info("kanban: %s dispatches; workers are handed to hermesd through %s", want, self.socket_path(want))
+
+    def close(self) -> None:
+        """Stop serving. The launcher stays: a gateway left running for the next hermesd keeps a
+        working ``HERMES_BIN`` (with no socket to ask, the messenger runs the worker itself)."""
+        if self._server is not None:
+            self._server.close()
+        self.profile, self._server = None, None

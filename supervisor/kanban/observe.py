@@ -1,0 +1,139 @@
+"""Running kanban workers and the dispatcher, as ``status`` shows them per profile.
+
+Why a ``/proc`` scan: upstream's dispatcher starts workers itself (``_default_spawn``) and tells
+no one but its database; hermesd learns of them from the environment upstream gives every
+worker: ``HERMES_KANBAN_TASK`` (the task id), ``HERMES_PROFILE`` (the assignee) and
+``HERMES_KANBAN_DB`` (which board, hence which root). Whose tree it lives in: ``hermesd`` for a
+worker the daemon runs (its keeper carries ``HERMESD_KANBAN_WORKER``; the normal case, through the
+dispatcher's hand-off), else the profile of the hermesd tag it inherited (``HERMESD_PROFILE``: a
+dispatcher whose hand-off is not served, or a gateway outside hermesd), whose restart ends it.
+
+One scan serves every row of one status document: :func:`snapshot` caches its result for
+:data:`CACHE_S` per root.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CACHE_S", "Snapshot", "Worker", "root_of_home", "scan_workers", "snapshot"]
+
+CACHE_S = 0.25
+_cache: dict[str, tuple[float, Snapshot]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """One running worker: its top process (children of a worker are not listed again)."""
+
+    pid: int
+    task: str
+    assignee: str
+    board: str | None
+    tree: str | None  # whose tree it runs in: a profile (its HERMESD_PROFILE tag) or "hermesd" (the daemon's)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "task": self.task, "board": self.board, "tree": self.tree}
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    holder: Any  # dispatch.Holder | None
+    workers: tuple[Worker, ...] = field(default_factory=tuple)
+
+    def workers_of(self, profile: str) -> list[dict[str, Any]]:
+        return [w.to_json() for w in self.workers if w.assignee == profile]
+
+
+def root_of_home(name: str, home: Path) -> Path:
+    """The root a profile's home belongs to (the default profile *is* the root)."""
+    return home if name == "default" else home.parent.parent
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+        return int(raw.rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def scan_workers(root: Path, proc: str = "/proc") -> list[Worker]:
+    """Every readable process of ``root``'s board carrying upstream's worker environment."""
+    from supervisor.childspec import TAG_PROFILE, TAG_ROOT
+    from supervisor.identity import proc_environ
+    from supervisor.kanban.workers import WORKER_TAG
+
+    board_base = str(root / "kanban")
+    root_db = str(root / "kanban.db")
+    found: dict[int, tuple[str, Worker]] = {}
+    me = os.getpid()
+    try:
+        entries = os.listdir(proc)
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        pid = int(entry)
+        try:  # cheap filter first: every worker, keeper and messenger runs upstream's `… chat -q …`
+            with open(f"{proc}/{entry}/cmdline", "rb") as fh:
+                cmdline = fh.read()
+        except OSError:
+            continue
+        if b"\0chat\0" not in cmdline or b"supervisor.kanban.worker" in cmdline:
+            continue  # not a worker; or HERMES_BIN's messenger (the worker it asked for is the daemon's)
+        env = proc_environ(pid)
+        task = env.get("HERMES_KANBAN_TASK")
+        assignee = env.get("HERMES_PROFILE")
+        if not task or not assignee:
+            continue
+        db = env.get("HERMES_KANBAN_DB", "")
+        if not (db == root_db or db.startswith(board_base + os.sep)) and env.get(TAG_ROOT) != str(root):
+            continue
+        tree = env.get(TAG_PROFILE) if env.get(TAG_ROOT) == str(root) else None
+        if tree is None and env.get(WORKER_TAG):
+            tree = "hermesd"  # run by the daemon (supervisor.kanban.workers), in the assignee's domain
+        found[pid] = (task, Worker(pid, task, assignee, env.get("HERMES_KANBAN_BOARD"), tree))
+    # keep only the top process of each worker: its parent is not part of the same task
+    return sorted((w for pid, (task, w) in found.items()
+                   if (pp := _ppid(pid)) is None or found.get(pp, ("",))[0] != task),
+                  key=lambda w: w.pid)
+
+
+def snapshot(root: Path) -> Snapshot:
+    """The dispatcher lock's holder and the running workers of ``root`` (cached briefly)."""
+    from supervisor.kanban import dispatch
+
+    key = str(root)
+    now = time.monotonic()
+    hit = _cache.get(key)
+    if hit is not None and now - hit[0] < CACHE_S:
+        return hit[1]
+    snap = Snapshot(dispatch.holder(root), tuple(scan_workers(root)))
+    _cache[key] = (now, snap)
+    return snap
+
+
+def kanban_fields(name: str, home: Path) -> dict[str, Any]:
+    """The ``kanban`` field of ``name``'s status row.
+
+    ``dispatcher``: this profile's gateway (by its hermesd tag or its ``HERMES_HOME``) holds the
+    dispatcher lock; ``dispatcher_pid``/``dispatcher_supervised`` then say which process and
+    whether it is this daemon's child. ``workers``: running workers assigned to this profile,
+    each with ``tree``, the profile whose process tree it lives in.
+    """
+    snap = snapshot(root_of_home(name, home))
+    h = snap.holder
+    mine = h is not None and h.profile == name
+    return {"kanban": {
+        "dispatcher": mine,
+        "dispatcher_pid": h.pid if mine else None,
+        "dispatcher_supervised": h.supervised if mine else None,
+        "workers": snap.workers_of(name),
+    }}

@@ -1,0 +1,228 @@
+"""The kanban pieces without gateways: the hermesd.yaml key, reading the lock, the worker gate."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from supervisor.config import ConfigError, parse
+from supervisor.kanban.dispatch import DISPATCH_ENV, dispatcher_env, holder, lock_path, lock_pids
+from supervisor.kanban.workers import WorkerError, check_argv, task_env
+from tests.harness import wait_for
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("{}", "default"), ("kanban: {}", "default"), ("kanban: {dispatcher: p1}", "p1"),
+    ("kanban: {dispatcher: off}", "off"), ("kanban: {dispatcher: 'OFF'}", "off"),
+    ("kanban: {dispatcher: Default}", "default"),
+])
+def test_dispatcher_key(text: str, expected: str) -> None:
+    assert parse(text, Path("hermesd.yaml")).kanban_dispatcher == expected
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("kanban: {dispatcher: 3}", "kanban.dispatcher"), ("kanban: {dispatcher: 'no way'}", "kanban.dispatcher"),
+    ("kanban: {dispatcher: test}", "kanban.dispatcher"), ("kanban: {other: 1}", "kanban.other"),
+    ("kanban: off", "kanban"),
+])
+def test_dispatcher_key_errors_name_the_line_and_key(text: str, where: str) -> None:
+    with pytest.raises(ConfigError, match=rf"hermesd.yaml:1: {where}: "):
+        parse(text, Path("hermesd.yaml"))
+
+
+def test_dispatcher_env() -> None:
+    assert dispatcher_env("p1", "p1") == {DISPATCH_ENV: "true"}
+    assert dispatcher_env("p1", "default") == {DISPATCH_ENV: "false"}
+    assert dispatcher_env("off", "default") == {DISPATCH_ENV: "false"}
+
+
+def test_lock_holder_is_read_from_proc_locks(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    path = lock_path(root)
+    assert lock_pids(path) == [] and holder(root) is None  # no file yet
+    path.parent.mkdir(parents=True)
+    path.touch()
+    assert holder(root) is None
+    home = root / "profiles" / "p1"
+    code = (f"import fcntl, sys; f = open({str(path)!r}, 'a+'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('held', flush=True); sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env={"HERMES_HOME": str(home), "PATH": "/usr/bin:/bin"})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"held\n"
+        h = holder(root)
+        assert h is not None and (h.pid, h.profile, h.supervised) == (proc.pid, "p1", False)
+        # reading never takes the lock: the holder keeps it, and a waiter is not a holder
+        with open(path) as fh, pytest.raises(BlockingIOError):
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        proc.kill()
+        proc.wait()
+    wait_for(lambda: holder(root) is None, 5, what="the lock released by the kernel")
+
+
+def test_lock_pids_parses_waiters_and_other_files(tmp_path: Path) -> None:
+    path = tmp_path / ".dispatcher.lock"
+    path.touch()
+    st = os.stat(path)
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    text = (f"1: FLOCK  ADVISORY  WRITE 111 {dev} 0 EOF\n"
+            f"1: -> FLOCK  ADVISORY  WRITE 222 {dev} 0 EOF\n"
+            f"2: POSIX  ADVISORY  WRITE 333 00:01:{st.st_ino + 1} 0 EOF\n")
+    assert lock_pids(path, text) == [111]
+
+
+def test_only_upstreams_worker_command_is_accepted() -> None:
+    ok = ["-p", "p2", "--cli", "--accept-hooks", "--skills", "x", "-m", "m", "--toolsets", "a,b", "chat", "-q",
+          "work kanban task t_1a2b", "-Q"]
+    check_argv(ok, "p2", "t_1a2b")
+    for bad, task in [
+        (["-p", "p1", "chat", "-q", "work kanban task t_1"], "t_1"),  # another profile
+        (["-p", "p2", "chat", "-q", "work kanban task t_2"], "t_1"),  # another task
+        (["-p", "p2", "chat", "-q", "rm -rf ~"], "t_1"),  # a prompt of the caller's choice
+        (["-p", "p2", "gateway", "run"], "t_1"),
+        (["-p", "p2", "--yolo", "chat", "-q", "work kanban task t_1"], "t_1"),
+        (["-p", "p2", "chat", "-q", "work kanban task t_1", "--extra"], "t_1"),
+    ]:
+        with pytest.raises(WorkerError):
+            check_argv(bad, "p2", task)
+
+
+def test_task_env_passes_only_the_task_variables() -> None:
+    env = {"HERMES_KANBAN_TASK": "t_1", "HERMES_KANBAN_DB": "/r/kanban.db", "TERMINAL_CWD": "/w",
+           "OPENAI_API_KEY": "k", "TELEGRAM_BOT_TOKEN": "t", "HERMES_HOME": "/r/profiles/p1", "PATH": "/bin"}
+    assert task_env(env) == {"HERMES_KANBAN_TASK": "t_1", "HERMES_KANBAN_DB": "/r/kanban.db", "TERMINAL_CWD": "/w"}
+
+
+def test_dispatcher_choice_is_in_the_child_environment_and_restarts_only_the_affected() -> None:
+    """The daemon, `hermesd exec` and `export` read the choice from one place; a change of
+    `kanban.dispatcher` changes the spec (hence restarts) of exactly the old and the new dispatcher."""
+    old = parse("environment: {X: '1', HERMES_KANBAN_DISPATCH_IN_GATEWAY: 'true'}\nkanban: {dispatcher: p1}\n",
+                Path("hermesd.yaml"))
+    new = parse("environment: {X: '1', HERMES_KANBAN_DISPATCH_IN_GATEWAY: 'true'}\nkanban: {dispatcher: p2}\n",
+                Path("hermesd.yaml"))
+    assert old.child_environment("p1") == {"X": "1", DISPATCH_ENV: "true"}
+    assert old.child_environment("p2")[DISPATCH_ENV] == "false"  # over the operator's own value
+    assert "HERMES_BIN" not in old.child_environment("p1")  # only a running daemon can serve it
+
+    def spec(cfg: object, name: str) -> str:
+        s = cfg.planner_settings()  # type: ignore[attr-defined]
+        return s.specs.get(name, s.default_spec)
+
+    changed = {n for n in ("default", "p1", "p2", "p3") if spec(old, n) != spec(new, n)}
+    assert changed == {"p1", "p2"}
+    off = parse("kanban: {dispatcher: off}\n", Path("hermesd.yaml"))
+    assert off.child_environment("default")[DISPATCH_ENV] == "false"
+
+
+def test_kanban_findings(tmp_path: Path) -> None:
+    from supervisor.kanban.dispatch import kanban_findings
+
+    root = tmp_path / "root"
+    (root / "profiles" / "p1").mkdir(parents=True)
+    cfg = parse("kanban: {dispatcher: p1}\n", Path("hermesd.yaml"))
+    assert kanban_findings(root, cfg) == []
+    (root / "profiles" / "p1" / ".env").write_text("# x\nHERMES_KANBAN_DISPATCH_IN_GATEWAY='off'\n")
+    (root / "profiles" / "p1" / "config.yaml").write_text("kanban:\n  dispatch_in_gateway: false\n")
+    found = kanban_findings(root, cfg)
+    assert [(f[0], f[1], f[2]) for f in found] == [("warning", "kanban_dispatcher_disabled", "p1")] * 2
+    assert all(len(f) == 5 and f[3] and f[4] for f in found)
+    assert [f[1] for f in kanban_findings(root, parse("kanban: {dispatcher: nope}\n", Path("y")))] == [
+        "kanban_dispatcher_unknown_profile"]
+    closed = parse("kanban: {dispatcher: p1}\nprofiles: {p1: {isolation: {kanban: false}}}\n", Path("y"))
+    assert "kanban_dispatcher_closed" in [f[1] for f in kanban_findings(root, closed)]
+    # a gateway outside hermesd holding the lock (the holder is read, never taken)
+    path = lock_path(root)
+    path.parent.mkdir(parents=True)
+    path.touch()
+    code = (f"import fcntl, sys; f = open({str(path)!r}, 'a+'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('held', flush=True); sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env={"HERMES_HOME": str(root / "profiles" / "p1"), "PATH": "/usr/bin:/bin"})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"held\n"
+        codes = {(f[1], f[2]) for f in kanban_findings(root, parse("{}", Path("y")))}
+        assert ("kanban_dispatcher_foreign", "p1") in codes
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_handoff_launcher_and_ancestry(tmp_path: Path) -> None:
+    from supervisor.kanban.handoff import is_descendant, launcher_text
+
+    assert is_descendant(os.getpid(), os.getppid()) and is_descendant(os.getpid(), os.getpid())
+    assert not is_descendant(os.getppid(), os.getpid())
+    launcher = tmp_path / "hermes"
+    launcher.write_text(launcher_text())
+    launcher.chmod(0o755)
+    # no daemon, no task: the messenger runs upstream's hermes itself (here: --version of the real one)
+    r = subprocess.run([str(launcher), "--version"], capture_output=True, text=True, timeout=60,
+                       env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin"}, cwd="/")
+    assert r.returncode == 0 and "ermes" in r.stdout + r.stderr
+
+
+def test_handoff_socket_serves_only_the_dispatchers_tree(tmp_path: Path) -> None:
+    """Only kanban_worker/kanban_wait, only from a descendant of the dispatcher's gateway, bounded."""
+    import asyncio
+    import json
+    import socket
+
+    from supervisor.kanban.handoff import MAX_REQUEST, Handoff
+
+    calls: list[str] = []
+
+    async def kanban_wait(pid: int) -> dict:
+        calls.append(f"wait {pid}")
+        return {"ok": True, "code": 7}
+
+    async def kanban_worker(**_kw: object) -> dict:
+        return {"ok": True, "pid": 1}
+
+    gateway = {"p1": os.getpid()}  # this test process stands for p1's gateway
+
+    def ask(path: str, line: bytes) -> dict:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(10)
+            s.connect(path)
+            s.sendall(line)
+            buf = b""
+            while not buf.endswith(b"\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+        return json.loads(buf)
+
+    async def main() -> None:
+        h = Handoff(tmp_path / ".hermesd", {"kanban_worker": kanban_worker, "kanban_wait": kanban_wait},
+                    gateway.get)
+        await h.sync("p1")
+        try:
+            env = h.env_for("p1")
+            assert h.env_for("p2") == {} and Path(env["HERMES_BIN"]).is_file()
+            path = env["HERMESD_KANBAN_SOCKET"]
+            run = lambda line: asyncio.to_thread(ask, path, line)  # noqa: E731
+            assert await run(b'{"cmd": "kanban_wait", "pid": 5}\n') == {"ok": True, "code": 7}
+            r = await run(b'{"cmd": "stop", "profile": "p1"}\n')
+            assert not r["ok"] and "not served" in r["error"]
+            r = await run(b'{"cmd": "kanban_wait", "pid": 5, "x": "' + b"a" * MAX_REQUEST + b'"}\n')
+            assert not r["ok"] and "too large" in r["error"]
+            gateway["p1"] = -5  # a gateway PID this test process does not descend from
+            r = await run(b'{"cmd": "kanban_wait", "pid": 5}\n')
+            assert not r["ok"] and "permission denied" in r["error"]
+            gateway.pop("p1")
+            r = await run(b'{"cmd": "kanban_wait", "pid": 5}\n')
+            assert not r["ok"] and "not running" in r["error"]
+            assert calls == ["wait 5"]
+            await h.sync("off")
+            assert not Path(path).exists() and h.env_for("p1") == {}
+        finally:
+            h.close()
+
+    asyncio.run(main())

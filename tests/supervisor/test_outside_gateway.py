@@ -1,0 +1,55 @@
+"""A gateway started outside hermesd for a supervised profile (issue #9): upstream's own
+``hermes -p alpha gateway restart`` stops the supervised gateway and runs one in the foreground.
+hermesd watches it as foreign, and when it exits takes the profile back instead of leaving it
+"stopped outside hermesd" for good. Real gateways: the outside command is upstream's."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness import wait_for, write_config
+
+pytestmark = [pytest.mark.slow, pytest.mark.real_gateway]
+
+HERMES = Path(sys.executable).parent / "hermes"
+
+
+def test_outside_restart_is_watched_then_taken_back(root: Path, hermesd_factory):
+    write_config(root, command=[str(HERMES)], stop_timeout=60,
+                 profiles={"default": {"enabled": False}, "writer": {"enabled": False}})
+    d = hermesd_factory(root)
+    first = d.wait_running("coder", timeout=120)["coder"]
+    env = {**d.env, "HERMES_HOME": str(root)}
+    outside = subprocess.Popen([str(HERMES), "-p", "coder", "gateway", "restart"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        # Upstream stops the supervised gateway (a clean exit hermesd did not ask for) and runs its own:
+        # the profile reads "stopped outside hermesd" and names the foreign gateway that now runs it.
+        row = wait_for(lambda: (r := d.row("coder"))["state"] == "stopped" and "did not start" in r["reason"] and r,
+                       120, what="coder stopped outside, with the foreign gateway named")
+        assert not _alive(first), row
+        assert d.row("coder")["state"] == "stopped"  # hermesd does not fight the outside gateway
+        # The outside gateway ends (its user pressed Ctrl-C): hermesd runs the profile again itself.
+        os.killpg(outside.pid, signal.SIGTERM)
+        outside.wait(90)
+        back = wait_for(lambda: (r := d.row("coder"))["state"] == "running" and not r["adopted"] and r, 120,
+                        what="coder taken back by hermesd")
+        assert back["pid"] not in (first, outside.pid)
+    finally:
+        if outside.poll() is None:
+            os.killpg(outside.pid, signal.SIGKILL)
+            outside.wait(10)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -1,0 +1,157 @@
+"""The shape the code promised (issue #11): no import cycle among the project's modules, counting
+imports inside functions too, and no class over 500 lines.
+
+Read from the source with ``ast``, so a lazy import that closes a loop is caught as surely as a
+top-level one, and nothing is imported to find out.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("supervisor", "profiles", "wrappers")
+MAX_CLASS_LINES = 500
+
+
+def _modules() -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for pkg in PACKAGES:
+        for path in sorted((REPO / pkg).rglob("*.py")):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The project module an import names (``a.b.c`` may be module ``a.b`` with attribute ``c``)."""
+    while name:
+        if name in modules:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _imports(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    is_pkg = path.name == "__init__.py"
+    found: set[str] = set()
+    # ``if TYPE_CHECKING:`` imports never run: they are annotations, not dependencies.
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        for stmt in node.body
+        for inner in ast.walk(stmt)
+    }
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base if is_pkg else base[:-1]
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                prefix = ".".join(base)
+                head = f"{prefix}.{node.module}" if node.module else prefix
+            else:
+                head = node.module or ""
+            names = [f"{head}.{a.name}" for a in node.names] or [head]
+        for name in names:
+            target = _resolve(name, modules)
+            if target and target != module:
+                found.add(target)
+    found.discard(module)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {m: _imports(m, p, modules) for m, p in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on.add(start)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in graph:
+                    continue
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                    break
+                if child in on:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    comp = []
+                    while True:
+                        top = stack.pop()
+                        on.discard(top)
+                        comp.append(top)
+                        if top == node:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+    return out
+
+
+def _package_cycle_free(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Drop the edges from a package's ``__init__`` to its own submodules (it re-exports them)."""
+    return {m: {t for t in ts if not t.startswith(m + ".")} for m, ts in graph.items()}
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    """The check itself can fail: a two-module loop and a three-module loop are both reported."""
+    graph = {"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"e"}, "e": {"c"}, "f": {"a"}}
+    assert sorted(_cycles(graph)) == [["a", "b"], ["c", "d", "e"]]
+
+
+def test_imports_inside_functions_count(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from supervisor.config import Config\n"
+                    "def f():\n    from supervisor.layout import Layout\n    return Layout\n")
+    assert _imports("supervisor.fake", path, _modules()) == {"supervisor.layout"}
+
+
+def test_no_import_cycles():
+    cycles = _cycles(_package_cycle_free(_graph()))
+    assert not cycles, "import cycles (imports inside functions count):\n" + "\n".join(
+        " <-> ".join(c) for c in cycles
+    )
+
+
+def test_no_class_over_500_lines():
+    big = []
+    for path in _modules().values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES:
+                big.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1})")
+    assert not big, "classes over 500 lines: " + ", ".join(big)
