@@ -184,6 +184,12 @@ def test_lazy_installs_variable(sb, expected, facts):
 
 
 def test_heartbeat_interval(sb, expected, facts):
+    """Two beats are ``heartbeat_interval_s`` (30 s) apart, so this costs half a minute per release: it
+    runs in the release matrix (scripts/test-releases.sh sets HERMESD_TEST_HERMES), not in every suite
+    run, where the pinned 0.19.0's interval is already in releases.py and hung detection's own tests
+    use gateways that beat faster."""
+    if not os.environ.get("HERMESD_TEST_HERMES"):
+        pytest.skip("measured per release by scripts/test-releases.sh (takes 30 s a release)")
     run = sb.start(flag=expected.external_supervisor_flag)
     assert run.wait_state("running", timeout=m.START), run.text()[-2000:]
     if not expected.heartbeat:
