@@ -27,13 +27,26 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from supervisor.doctor.runtime import default_service_dirs, service_profile_name
-from supervisor.doctor.scan import RANK, Finding, Scan
-from supervisor.plan.verdict import ERROR, INFO, WARNING
-
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable
+
+    from supervisor.doctor.scan import Finding, Scan
+
+# The severities (supervisor.plan.verdict's, spelled here so that registering the command, which
+# every hermesd invocation does, imports nothing else).
+ERROR, WARNING, INFO = "error", "warning", "info"
+_LAZY = {"RANK": "supervisor.doctor.scan", "Finding": "supervisor.doctor.scan", "Scan": "supervisor.doctor.scan",
+         "default_service_dirs": "supervisor.doctor.runtime", "service_profile_name": "supervisor.doctor.runtime"}
+
+
+def __getattr__(name: str) -> Any:
+    """The public names of the check modules, imported on first use (``hermesd status`` never does)."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'supervisor.doctor' has no attribute {name!r}")
 
 __all__ = ["RANK", "Finding", "diagnose", "exit_code", "register", "render", "service_profile_name", "to_json"]
 
@@ -69,6 +82,9 @@ def diagnose(
     import os
 
     e = os.environ if env is None else env
+    from supervisor.doctor.runtime import default_service_dirs
+    from supervisor.doctor.scan import Scan
+
     dirs = default_service_dirs(e) if service_dirs is None else list(service_dirs)
     s = Scan(Path(root).expanduser().resolve(), e, dirs)
     if not s.root.is_dir():

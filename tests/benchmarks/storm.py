@@ -70,7 +70,7 @@ def tagged(root: Path) -> list[int]:
     return out
 
 
-def run_mode(n: int, max_starting: int, work: Path, timeout: float = 300.0) -> dict[str, float | list[float]]:
+def run_mode(n: int, max_starting: int | None, work: Path, timeout: float = 300.0) -> dict[str, float | list[float]]:
     import yaml
 
     root = work / f"root-{max_starting}"
@@ -79,9 +79,10 @@ def run_mode(n: int, max_starting: int, work: Path, timeout: float = 300.0) -> d
     names = [f"s{i:02d}" for i in range(n)]
     for name in names:
         (root / "profiles" / name).mkdir(parents=True)
-    (root / "hermesd.yaml").write_text(yaml.safe_dump({
-        "command": [str(HERMES)], "max_starting": max_starting, "profiles": {"default": {"enabled": False}},
-    }))
+    cfg: dict = {"command": [str(HERMES)], "profiles": {"default": {"enabled": False}}}
+    if max_starting:
+        cfg["max_starting"] = max_starting  # 0: hermesd's default
+    (root / "hermesd.yaml").write_text(yaml.safe_dump(cfg))
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
            "PYTHONPATH": str(REPO)}
     t0 = time.monotonic()
@@ -116,7 +117,8 @@ def run_mode(n: int, max_starting: int, work: Path, timeout: float = 300.0) -> d
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=20)
-    ap.add_argument("--modes", default="cores,all")
+    ap.add_argument("--modes", default="default,cores,all",
+                    help="comma-separated: default (hermesd's own), cores, all, or a number of slots")
     args = ap.parse_args()
     if not HERMES.exists():
         print(f"{HERMES} is missing: install hermesd with its test extra", file=sys.stderr)
@@ -128,12 +130,14 @@ def main() -> int:
         floor = args.n * float(single["cpu"]) / cores
         print(f"one gateway alone: running after {single['last']:.2f}s, {single['cpu']:.2f} CPU-s; "
               f"floor for N={args.n} on {cores} cores: {floor:.2f}s")
-        print(f"{'mode':<22}{'first':>8}{'mean':>8}{'last':>8}{'mean/floor':>12}{'last/floor':>12}")
+        print(f"{'mode':<26}{'first':>8}{'mean':>8}{'last':>8}{'mean/floor':>12}{'last/floor':>12}")
         for mode in args.modes.split(","):
-            m = cores if mode == "cores" else args.n
+            named = {"default": None, "cores": cores, "all": args.n}
+            m = named[mode] if mode in named else int(mode)
             r = run_mode(args.n, m, work / mode)
-            label = f"max_starting={m} ({mode})"
-            print(f"{label:<22}{r['first']:>7.2f}s{r['mean']:>7.2f}s{r['last']:>7.2f}s"
+            label = ("default (cores + 1)" if m is None
+                     else f"max_starting={m}" + (f" ({mode})" if mode in named else ""))
+            print(f"{label:<26}{r['first']:>7.2f}s{r['mean']:>7.2f}s{r['last']:>7.2f}s"
                   f"{float(r['mean']) / floor:>12.2f}{float(r['last']) / floor:>12.2f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -375,6 +375,7 @@ def test_64_descriptors_and_60_profiles(tmp_path, faults, hard):
             faults.inject()
             got = respawn_after_kill(d.proc.pid, victim["pid"])
             faults.check(got is not None, f"{victim['name']} not respawned under the limit")
+            assert got is not None, f"{victim['name']} not respawned under the limit"
         assert not strays, strays
 
         # stop. Under the hard limit of 64, 40 idle clients first take the daemon's last descriptors:

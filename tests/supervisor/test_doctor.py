@@ -704,3 +704,10 @@ def test_hermesd_folder_that_is_not_ours_is_refused(tmp_path, kind):
     [found] = only(run(root, tmp_path), "hermesd_folder_unsafe")
     assert found.severity == "error" and ".hermesd" in found.message
     assert os.stat(shared).st_mode & 0o7777 == 0o1777  # doctor changed nothing
+
+
+def test_severity_words_are_the_verdicts():
+    """doctor spells the severities itself (so registering the command imports nothing): the same words."""
+    from supervisor.plan import verdict
+
+    assert (doctor.ERROR, doctor.WARNING, doctor.INFO) == (verdict.ERROR, verdict.WARNING, verdict.INFO)
