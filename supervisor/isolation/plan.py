@@ -435,9 +435,10 @@ def make_plan(inp: PlanInputs) -> Plan:
                     " socket path; a private mount namespace can)")
         gaps.append("names, sizes and dates inside hidden folders can still be probed with stat() on guessed"
                     " names (Landlock does not restrict path lookups; contents stay unreadable)")
-        gaps.append("folders on the way to a hidden one (e.g. the home folder holding the root, and /) are"
-                    " readable file by file but cannot be listed, and nothing new can be created directly in"
-                    " them; entries added there after the start are out of reach until a restart")
+        gaps.append("folders on the way to a hidden or read-only one (e.g. the home folder holding the root,"
+                    " and /, or /tmp when hermes or hermesd is installed under it) are readable file by file"
+                    " but cannot be listed, and nothing new can be created directly in them; entries added"
+                    " there after the start are out of reach until a restart")
         landlock_fs = "carve"
     else:
         landlock_fs = "everything"

@@ -212,12 +212,14 @@ def test_no_credential_value_in_any_output(tmp_path, gateway_like):
 
 
 def clean_root(tmp_path: Path) -> Path:
+    # Platforms whose requirements every test environment meets (Signal needs no library, the API
+    # server needs aiohttp, which the test extra pins): a token of a platform whose library is not
+    # installed would be a real finding (platform_requirements_missing), not a clean root.
     root = make_root(tmp_path, "coder", "writer")
-    write_env(root, "default", f"TELEGRAM_BOT_TOKEN={TOKEN}\n")
-    write_env(root, "coder", f"TELEGRAM_BOT_TOKEN={OTHER_TOKEN}\nAPI_SERVER_ENABLED=true\n")
-    # A platform whose library the test environment has (python-telegram-bot comes with hermes-agent's
-    # pins here); a discord token would be a real finding: discord.py is not installed.
-    write_env(root, "writer", "TELEGRAM_BOT_TOKEN=222222:writer-token-000000000000000000000\n")
+    write_env(root, "default", "SIGNAL_HTTP_URL=http://127.0.0.1:8080\nSIGNAL_ACCOUNT=+15550000001\n")
+    write_env(root, "coder", "SIGNAL_HTTP_URL=http://127.0.0.1:8080\nSIGNAL_ACCOUNT=+15550000002\n"
+                             "API_SERVER_ENABLED=true\n")
+    write_env(root, "writer", "SIGNAL_HTTP_URL=http://127.0.0.1:8080\nSIGNAL_ACCOUNT=+15550000003\n")
     write_config(root, "default", "model: {default: x}\n")
     return root
 
@@ -249,12 +251,13 @@ def test_cli_clean_root_exit_0_and_json(tmp_path, monkeypatch, capsys):
 def test_cli_human_output_exit_1_on_error(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HOME", str(tmp_path / "user-home"))
     root = clean_root(tmp_path)
-    write_env(root, "writer", f"TELEGRAM_BOT_TOKEN={TOKEN}\n")
+    account = "+15550000001"  # the default profile's Signal account, now claimed by writer too
+    write_env(root, "writer", f"SIGNAL_HTTP_URL=http://127.0.0.1:8080\nSIGNAL_ACCOUNT={account}\n")
     args = cli(["doctor", "--root", str(root)])
     assert args.func(args) == 1
     out = capsys.readouterr().out
     assert "ERROR" in out and "[writer] duplicate_credential" in out and "fix:" in out
-    assert TOKEN not in out
+    assert account not in out
 
 
 def test_cli_root_from_hermes_home(tmp_path, monkeypatch, capsys):
