@@ -201,8 +201,10 @@ def test_a_hanging_hook_is_killed_with_its_group_at_its_timeout_and_the_loop_doe
         took, worst, respawn = asyncio.run(main())
     print(f"\nhanging hook: ended after {took:.2f}s (timeout 0.5s); loop latency worst {worst * 1000:.1f} ms;"
           f" a callback queued after fire() ran {respawn * 1000:.2f} ms later")
-    assert 0.5 <= took < 2.0
-    assert worst < 0.05 and respawn < 0.02
+    # Bounds that tell "never waits for the hook" from "waits for it" (the hook hangs for 60 s and is
+    # killed at 0.5 s), not timing targets: the figures above are printed, and the benchmark owns speed.
+    assert 0.5 <= took < 5.0
+    assert worst < 0.4 and respawn < 0.4
     for pid in (int(p) for p in pids.read_text().split()):
         wait_for(lambda pid=pid: not _alive(pid), timeout=5, what=f"PID {pid} gone")
     assert any("still running after 0.5s; killed its process group" in r.getMessage() for r in caplog.records)
@@ -265,7 +267,9 @@ def test_slow_hooks_do_not_delay_the_loop(tmp_path):
     print(f"\nslow hooks: fire() {max(fire_cost) * 1e6:.0f} µs worst; a callback queued after fire() waited"
           f" {max(delays) * 1000:.2f} ms worst; one spawn {spawns[len(spawns) // 2] * 1000:.2f} ms median;"
           f" loop latency worst {loop.worst * 1000:.1f} ms over {loop.ticks} ticks of 5 ms")
-    assert loop.ticks > 200 and loop.worst < 0.05 and max(delays) < 0.02 and max(fire_cost) < 0.005
+    # A fire() that waited for its hook would cost 1.5 s and stop the ticks for the 3 s the hooks run;
+    # the bounds tell those apart with margin (two suites at once on 2 cores gave a 63 ms worst tick).
+    assert loop.ticks > 50 and loop.worst < 0.75 and max(delays) < 0.5 and max(fire_cost) < 0.5
 
 
 def test_output_is_bounded_and_logged_line_by_line(caplog):

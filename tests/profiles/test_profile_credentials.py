@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,6 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from profile_helpers import make_profile
 
 from profiles.credentials import (
     Credential,
@@ -263,25 +261,8 @@ def test_edits_are_seen_immediately(tmp_path: Path) -> None:
     assert creds(home)["discord-bot-token"][0] == fp("second-token-longer")
 
 
-def test_scanning_a_thousand_profiles_is_fast(tmp_path: Path) -> None:
-    homes = []
-    for i in range(1000):
-        homes.append(
-            make_profile(
-                tmp_path,
-                f"p{i}",
-                {
-                    ".env": f"# profile {i}\nTELEGRAM_BOT_TOKEN={i}:token-value\nOPENAI_API_KEY=sk-{i}\n",
-                    **({"config.yaml": f"model: m{i}\nplatforms:\n  api_server: {{enabled: true}}\n"} if i % 2 else {}),
-                },
-            )
-        )
-    start = time.perf_counter()
-    for home in homes:
-        profile_credentials(home, SALT)
-        profile_ports(home)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 0.5, f"scanning 1,000 profiles took {elapsed:.3f}s"
+# Speed is the benchmark's (tests/benchmarks/run.sh: "scan of 1000 profiles <= 0.5 s"), not a timed
+# assertion here, which the load of another process could fail.
 
 
 # --------------------------------------------------------------------------- differential test against hermes-agent
