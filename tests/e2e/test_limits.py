@@ -24,6 +24,7 @@ import yaml
 from tests.e2e.conftest import make_real_root
 from tests.e2e.helpers import alive, events, rss_bytes, threads, wait_events
 from tests.harness import wait_for
+from tests.limits.helpers import FORK_BOMB
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_gateway]
 
@@ -31,30 +32,6 @@ MEMORY_MAX = "40M"  # a real gateway needs about 80 MiB
 TASKS_MAX = 80  # the gateway's threads plus a margin; the bomb goes far past it
 BOMB_BUDGET = 200  # processes at most, whatever happens (each also dies after 60 s)
 WATCH_PERIOD = 1.5  # the watch scans every tree once a second (plus scheduling slack)
-
-# A slow fork bomb with a hard budget (as in tests/limits): every member forks one child per
-# `pause` seconds, splitting its budget, every second one in a new session; PIDs to a file.
-FORK_BOMB = r"""
-import os, signal, sys, time
-pidfile, budget, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-def live(budget, n=0):
-    signal.alarm(60)
-    with open(pidfile, "a") as fh:
-        fh.write(f"{os.getpid()}\n")
-    while budget > 0:
-        time.sleep(pause)
-        give = (budget - 1) // 2
-        budget -= give + 1
-        n += 1
-        if os.fork() == 0:
-            if n % 2 == 0:
-                os.setsid()
-            live(give)
-            os._exit(0)
-    while True:
-        time.sleep(1)
-live(budget - 1)
-"""
 
 # Imported by every Python process of the bomb profile's tree (its gateway included). Only a
 # process with E2E_FORK_BOMB in its environment arms; the bomb itself is started without it.

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.helpers import Sleeper
+from tests.harness import make_root, write_config
 
 _LEDGER = pytest.StashKey[list["FaultLedger"]]()
 _OUTCOME = pytest.StashKey[str]()
@@ -125,3 +126,20 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
         if noted:
             text += "\n" + "\n".join(f"- {x.scenario}: {n}" for x in noted for n in x.notes[:6]) + "\n"
         Path(target).write_text(text, encoding="utf-8")
+
+
+@pytest.fixture
+def open_root() -> Iterator[Path]:
+    """A root whose every ancestor other users may traverse, so that only hermesd's own checks (the
+    socket's permissions, SO_PEERCRED, ownership tests) stand between another user and the daemon."""
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="hermesd-faults-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    try:
+        root = make_root(base)
+        write_config(root)
+        yield root
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -7,9 +7,7 @@ import errno
 import json
 import os
 import random
-import shutil
 import socket
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +17,7 @@ import pytest
 
 from supervisor.control.protocol import MAX_REQUEST, READ_TIMEOUT
 from tests.faults.helpers import fd_count
-from tests.harness import make_root, wait_for, write_config
+from tests.harness import wait_for
 
 NOBODY = 65534
 
@@ -185,22 +183,7 @@ def as_nobody(sock: Path, cmd: str) -> dict:
     return json.loads(data)
 
 
-@pytest.fixture
-def open_root():
-    """A root whose every ancestor other users may traverse, so that only the socket's own
-    permissions (and then SO_PEERCRED) stand between ``nobody`` and the daemon."""
-    if os.getuid() != 0:
-        pytest.skip("needs root to run a client as another user")
-    base = Path(tempfile.mkdtemp(prefix="hermesd-faults-", dir="/tmp"))
-    os.chmod(base, 0o755)
-    try:
-        root = make_root(base)
-        write_config(root)
-        yield root
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-
-
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to run a client as another user")
 def test_another_uid_is_refused(open_root, hermesd_factory, faults):
     d = hermesd_factory(open_root)
     before = d.wait_running("default", "coder", "writer")

@@ -19,7 +19,6 @@ import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,23 +29,10 @@ from profiles.upstream import files as gf
 from supervisor import identity
 from tests.fakegw import FAKEGW, write_behaviour
 from tests.faults.helpers import NOBODY, alive_exact, as_nobody, converged, lost_on_failure
-from tests.harness import REPO, make_root, tagged_pids, wait_for, write_config
+from tests.harness import REPO, tagged_pids, wait_for, write_config
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0 or not shutil.which("setpriv"),
                                 reason="needs root and setpriv to act as another user")
-
-
-@pytest.fixture
-def open_root() -> Iterator[Path]:
-    """A root whose ancestors other users may traverse, so only hermesd's own checks stand in their way."""
-    base = Path(tempfile.mkdtemp(prefix="hermesd-faults-", dir="/tmp"))
-    os.chmod(base, 0o755)
-    try:
-        root = make_root(base)
-        write_config(root)
-        yield root
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def nobody_cli(root: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
