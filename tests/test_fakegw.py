@@ -698,7 +698,17 @@ def test_same_as_upstream_planned_stop(gw: Gateways, impl: str) -> None:
     assert proc.popen.poll() is None
     write_planned_stop_marker(proc.home, proc.pid, proc_start_time(proc.pid))
     proc.signal(signal.SIGTERM)
-    assert proc.wait(60) == 0
+    code = proc.wait(60)
+    if impl == "real" and code == 1:
+        # Upstream's own race: its marker watcher (a 0.5 s poll) can consume the marker between our
+        # write and our SIGTERM; the SIGTERM then finds no marker and counts as unexpected (exit 1).
+        # hermesd classifies any exit after its own stop request as planned, so this costs nothing;
+        # the test accepts it only with the log showing the watcher's stop came first.
+        log = (proc.home / "logs" / "gateway.log").read_text()
+        watcher, sigterm = log.find("as a planned gateway stop"), log.find("Received SIGTERM — initiating shutdown")
+        assert 0 <= watcher < sigterm, "exit 1 after marker + SIGTERM, and not from the marker watcher's race"
+    else:
+        assert code == 0
     assert not (proc.home / "gateway.pid").exists()
     assert not (proc.home / PLANNED_STOP_MARKER).exists()
     assert read_gateway_state(proc.home)["gateway_state"] == "stopped"

@@ -21,9 +21,57 @@ examples:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Which commands each command module registers, in the order ``--help`` lists them. Parsing a
+# command imports only its own module (``hermesd status`` need not build completion's tables or
+# export's records); anything else (no command, ``--help``, a typo, ``completion``, which walks the
+# whole tree) builds every group. tests/supervisor/test_cli_groups.py holds this table to the truth.
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("daemon", ("run", "start", "stop", "restart", "status", "logs", "ping", "reload")),
+    ("exec", ("exec",)),
+    ("doctor", ("doctor",)),
+    ("probe", ("probe",)),
+    ("export", ("export", "_planned-stop")),  # _planned-stop: systemd ExecStop, Kubernetes preStop
+    ("service", ("install-service",)),
+    ("completion", ("completion",)),
+    ("observe", ("events", "metrics")),
+    ("deps", ("install-deps",)),
+    ("profile", ("profile",)),
+)
+
+
+def _register(group: str, sub: Any, add: Any) -> None:
+    if group == "daemon":
+        from supervisor.cli import daemon
+
+        daemon.register(sub, add)
+    elif group == "exec":
+        from supervisor.cli import exec as exec_cli
+
+        exec_cli.register(sub, add)
+    elif group == "profile":
+        from profiles.cli import register as register_profile
+
+        register_profile(sub, stop_gateway=_stop_for_profile_change)
+    else:
+        module = {
+            "doctor": "supervisor.doctor", "probe": "supervisor.probe", "export": "supervisor.export",
+            "service": "supervisor.service", "completion": "supervisor.completion",
+            "observe": "supervisor.observe.cli", "deps": "supervisor.cli.deps",
+        }[group]
+        __import__(module, fromlist=["register"]).register(sub)
+
+
+def _group_of(argv: list[str]) -> str | None:
+    """The one group that can parse ``argv``, or None when the whole tree is needed."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command is None or command == "completion" or "-h" in argv[:argv.index(command)] or "--help" in argv:
+        return None
+    return next((group for group, names in GROUPS if command in names), None)
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The command-line parser: every command, or (given ``argv``) only the group that parses it."""
     from supervisor import __version__
-    from supervisor.cli import daemon
     from supervisor.cli.common import add_root
 
     parser = argparse.ArgumentParser(
@@ -44,21 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    daemon.register(sub, add)
-    from supervisor.cli import exec as exec_cli
-    exec_cli.register(sub, add)
-    from profiles.cli import register as register_profile
-    from supervisor import completion, doctor, export, probe, service
-    from supervisor.observe import cli as observe_cli
-
-    doctor.register(sub)
-    probe.register(sub)
-    export.register(sub)  # also the hidden `_planned-stop` helper (systemd ExecStop, Kubernetes preStop)
-    service.register(sub)
-    completion.register(sub)
-    observe_cli.register(sub)
-    __import__("supervisor.cli.deps", fromlist=["register"]).register(sub)  # hermesd install-deps
-    register_profile(sub, stop_gateway=_stop_for_profile_change)
+    only = _group_of(argv) if argv is not None else None
+    for group, _names in GROUPS:
+        if only is None or group == only:
+            _register(group, sub, add)
     return parser
 
 
@@ -69,9 +106,16 @@ def _stop_for_profile_change(name: str, home: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if "hashlib" not in sys.modules:
+        # No hermesd command speaks TLS, and every hash it takes (salted fingerprints, short
+        # digests) is built into CPython, which hashlib falls back to without OpenSSL's _hashlib.
+        # Loading libcrypto would cost every command ~2 ms and the daemon 3.5 MiB resident.
+        sys.modules["_hashlib"] = None  # type: ignore[assignment]
     from supervisor.cli.common import EXIT_USAGE, Failure, UserError, fail_line
 
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -208,7 +208,9 @@ def _migrate(src: str, dst: str, rounds: int) -> None:
 def attach(cgdir: str, pid: int) -> None:
     """Move ``pid`` (the whole process) into ``cgdir``. Call it right after spawning the gateway,
     before the loop yields: what the gateway forks before the move stays behind (python needs
-    tens of milliseconds before it could fork, the move takes microseconds)."""
+    tens of milliseconds before it could fork). The move takes ~50 us, but the first one after an
+    idle spell waits for an RCU grace period in the kernel (cgroup_threadgroup_rwsem): ~12-17 ms
+    measured here, so each respawn holds the loop that long."""
     path = os.path.join(cgdir, "cgroup.procs")
     try:
         _write(path, str(pid))

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiles.snapshot import ProfileFacts, digest_of
+from profiles.snapshot import ProfileFacts
 from profiles.upstream.process import GatewayState, stop_timeout
 from supervisor.plan import model as m
 from supervisor.plan.model import Child, Ident, Profile
@@ -94,9 +94,10 @@ class Planner:
     # ------------------------------------------------------------------------- queries
 
     def spec(self, p: Profile) -> str:
-        """Digest of everything a spawn of ``p`` would use; a difference means restart."""
+        """Everything a spawn of ``p`` would use, as its files' and its settings' digests; a difference
+        means restart. Asked for every profile at every step, so it joins two digests, not hashes again."""
         own = self.settings.specs.get(p.name, self.settings.default_spec)
-        return digest_of([p.facts.digest if p.facts else "", own])
+        return f"{p.facts.digest if p.facts else ''}/{own}"
 
     def wants(self, p: Profile) -> bool:
         return p.present and not self.shutting_down and self.settings.enabled(p.name) and p.down is None

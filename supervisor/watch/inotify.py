@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import logging
 import os
@@ -61,7 +60,7 @@ def _lib() -> ctypes.CDLL | None:
     global _libc
     if _libc is None:
         try:
-            lib = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+            lib = ctypes.CDLL(None, use_errno=True)  # libc is already in the process: no ldconfig run
             lib.inotify_init1  # noqa: B018 - probe for the symbol
         except (OSError, AttributeError):
             return None
