@@ -26,6 +26,11 @@ from supervisor.layout import CONFIG_NAME
 PROFILE_FILES = frozenset({".env", "config.yaml", "profile.yaml"})
 GATEWAY_FILES = frozenset({STATE_FILE, PID_FILE})
 DEBOUNCE_S = 0.3  # a burst of writes (an editor's save) becomes one batch
+# A gateway renames whole files into place, so its writes are reported at once (a start-up slot
+# frees the moment a gateway runs), from a budget per folder: a burst of STATE_BURST batches, then
+# one per STATE_THROTTLE_S, so a gateway rewriting its files in a loop cannot busy the daemon.
+STATE_BURST = 5
+STATE_THROTTLE_S = 0.3
 RETRY_S = 0.5  # after a watcher error (a folder vanished mid-update), rescan this soon
 
 

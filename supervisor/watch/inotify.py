@@ -23,6 +23,8 @@ from supervisor.watch.events import (
     GATEWAY_FILES,
     PROFILE_FILES,
     RETRY_S,
+    STATE_BURST,
+    STATE_THROTTLE_S,
     FsEvents,
     classify,
     watched_dirs,
@@ -96,6 +98,11 @@ class InotifyWatcher:
         self._dir_wd: dict[Path, int] = {}
         self._pending: set[str] = set()
         self._flush: asyncio.TimerHandle | None = None
+        # Gateway files, per folder: throttled, not debounced (see STATE_THROTTLE_S). Per folder, so
+        # one gateway rewriting its file in a loop never delays another gateway's news.
+        self._states: dict[str, set[str]] = {}
+        self._states_flush: dict[str, asyncio.TimerHandle] = {}
+        self._budget: dict[str, tuple[float, float]] = {}  # folder -> (batches left, when counted)
 
     def follow(self, homes: Iterable[Path]) -> None:
         """Watch exactly the folders that matter now: add new ones, drop vanished ones."""
@@ -113,6 +120,7 @@ class InotifyWatcher:
             loop.add_reader(fd, self._readable)
         want = set(watched_dirs(self.root, homes))
         for gone in set(self._dir_wd) - want:
+            self._budget.pop(str(gone), None)
             wd = self._dir_wd.pop(gone)
             self._wd_dir.pop(wd, None)
             lib.inotify_rm_watch(self._fd, wd)
@@ -133,9 +141,12 @@ class InotifyWatcher:
     def close(self) -> None:
         import asyncio
 
-        if self._flush is not None:
-            self._flush.cancel()
-            self._flush = None
+        for handle in (self._flush, *self._states_flush.values()):
+            if handle is not None:
+                handle.cancel()
+        self._flush = None
+        self._states_flush.clear()
+        self._states.clear()
         if self._fd is not None:
             with contextlib.suppress(RuntimeError):
                 asyncio.get_running_loop().remove_reader(self._fd)
@@ -167,10 +178,31 @@ class InotifyWatcher:
         if rescan:  # look again at every folder and every profile's files
             self._pending.add(str(self.root / "profiles"))
             self._pending.update(str(d / f) for d in self._dir_wd for f in PROFILE_FILES | GATEWAY_FILES)
-        if self._pending and self._flush is None:
-            import asyncio
+        import asyncio
 
-            self._flush = asyncio.get_running_loop().call_later(DEBOUNCE_S, self._deliver)
+        loop = asyncio.get_running_loop()
+        for path in [p for p in self._pending if os.path.basename(p) in GATEWAY_FILES]:
+            self._pending.discard(path)
+            folder = os.path.dirname(path)
+            self._states.setdefault(folder, set()).add(path)
+            if folder not in self._states_flush:
+                delay = self._spend(folder, loop.time())
+                self._states_flush[folder] = loop.call_later(delay, self._deliver_states, folder)
+        if self._pending and self._flush is None:
+            self._flush = loop.call_later(DEBOUNCE_S, self._deliver)
+
+    def _spend(self, folder: str, now: float) -> float:
+        """Take one batch from ``folder``'s budget; the delay before it may be delivered."""
+        left, counted = self._budget.get(folder, (float(STATE_BURST), now))
+        left = min(float(STATE_BURST), left + (now - counted) / STATE_THROTTLE_S) - 1.0
+        self._budget[folder] = (left, now)
+        return max(0.0, -left * STATE_THROTTLE_S)
+
+    def _deliver_states(self, folder: str) -> None:
+        self._states_flush.pop(folder, None)
+        events = classify(self.root, self._states.pop(folder, ()))
+        if events:
+            self.on_events(events)
 
     def _deliver(self) -> None:
         self._flush = None

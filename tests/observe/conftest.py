@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-CLI = Path(__file__).resolve().parent / "hermesd_cli.py"
+CLI = ["-m", "supervisor"]  # the real entry point, as `hermesd` runs it
 
 
 @pytest.fixture
@@ -28,10 +28,10 @@ def root(events_dir: Path) -> Path:
 
 
 def run_cli(*args: str, timeout: float = 30.0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``hermesd ARGS`` (with the observe commands) in a fresh interpreter, as a user would run it."""
+    """``hermesd ARGS`` in a fresh interpreter, as a user would run it."""
     full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO), "LANG": "C.UTF-8",
                 "HOME": os.environ.get("HOME", "/root"), "NO_COLOR": "1", **(env or {})}
-    return subprocess.run([sys.executable, str(CLI), *args], capture_output=True, text=True, timeout=timeout,
+    return subprocess.run([sys.executable, *CLI, *args], capture_output=True, text=True, timeout=timeout,
                           env=full_env, cwd="/")
 
 

@@ -134,7 +134,7 @@ def test_follow_prints_new_events_across_rotation_until_interrupted(root):
         j.append({"ts": 1_700_000_000.0 + i, "seq": i, "daemon": 1, "type": "started", "profile": "coder",
                   "pid": i, "argv0": "hermes"})
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
-    proc = subprocess.Popen([sys.executable, str(CLI), "events", "-f", "--json", "coder", "--root", str(root)],
+    proc = subprocess.Popen([sys.executable, *CLI, "events", "-f", "--json", "coder", "--root", str(root)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     try:
         lines = LineReader(proc)

@@ -100,3 +100,48 @@ def test_parse_events():
     buf = ev(1, watch_inotify.IN_CREATE, b"coder") + ev(2, watch_inotify.IN_CLOSE_WRITE, b".env")
     assert parse_events(buf) == [(1, watch_inotify.IN_CREATE, "coder"), (2, watch_inotify.IN_CLOSE_WRITE, ".env")]
     assert parse_events(b"") == [] and parse_events(b"\x01\x02") == []
+
+
+def test_gateway_files_come_first_and_bursts_are_throttled(tree):
+    """A gateway's state file is reported without the editors' debounce (a start-up slot frees when
+    a gateway runs), yet a gateway rewriting it in a loop cannot make the daemon react to each write."""
+    root, homes = tree
+    coder = root / "profiles" / "coder"
+    batches: list[FsEvents] = []
+
+    async def scenario() -> None:
+        w = InotifyWatcher(root, batches.append)
+        w.follow(homes)
+        try:
+            (coder / ".env").write_text("A=1\n")  # written first, delivered after the debounce
+            for i in range(200):
+                tmp = coder / ".gateway_state.json.tmp"
+                tmp.write_text(f'{{"n": {i}}}')
+                tmp.rename(coder / "gateway_state.json")
+            deadline = time.monotonic() + 10
+            while not any(b.profiles for b in batches) and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+        finally:
+            w.close()
+
+    asyncio.run(scenario())
+    assert batches and batches[0].states == {"coder"} and not batches[0].profiles
+    assert any(b.profiles == {"coder"} for b in batches)
+    state_batches = [b for b in batches if b.states]
+    assert 1 <= len(state_batches) < 20  # 200 writes, coalesced
+
+
+def test_gateway_file_budget_per_folder(tree):
+    """The budget itself, on an explicit clock: a burst, then one batch per STATE_THROTTLE_S, per folder."""
+    from supervisor.watch.events import STATE_BURST, STATE_THROTTLE_S
+
+    root, _homes = tree
+    w = InotifyWatcher(root, lambda ev: None)
+    assert [w._spend("/a", 100.0) for _ in range(STATE_BURST)] == [0.0] * STATE_BURST
+    assert w._spend("/a", 100.0) == pytest.approx(STATE_THROTTLE_S)
+    assert w._spend("/b", 100.0) == 0.0  # another gateway's folder has its own budget
+    # Once the debt is paid back in time, the folder is back to one batch per STATE_THROTTLE_S ...
+    assert w._spend("/a", 100.0 + 2 * STATE_THROTTLE_S) == pytest.approx(0.0, abs=1e-9)
+    assert w._spend("/a", 100.0 + 2 * STATE_THROTTLE_S) == pytest.approx(STATE_THROTTLE_S)
+    # ... and after a quiet spell the whole burst is available again, never more.
+    assert [w._spend("/a", 1000.0) for _ in range(STATE_BURST + 1)][-2:] == [0.0, pytest.approx(STATE_THROTTLE_S)]
