@@ -445,9 +445,17 @@ def _line_port(v: View) -> PortBinding | None:
 
 
 def _feishu_port(v: View) -> PortBinding | None:
-    if not _feishu(v):
-        return None
+    # The adapter's connect() binds nothing without an app id and secret, nor in webhook mode
+    # without a verification token or encrypt key (each from extra, else the environment).
     extra = v.extra("feishu")
+
+    def setting(key: str, env_name: str) -> str:
+        return _text(extra.get(key)) or v.e(env_name).strip()
+
+    if not (_on_feishu(v) and setting("app_id", "FEISHU_APP_ID") and setting("app_secret", "FEISHU_APP_SECRET")):
+        return None
+    if not (setting("verification_token", "FEISHU_VERIFICATION_TOKEN") or setting("encrypt_key", "FEISHU_ENCRYPT_KEY")):
+        return None
     if v.e("FEISHU_APP_ID") and v.e("FEISHU_APP_SECRET"):
         mode = v.e("FEISHU_CONNECTION_MODE") or "websocket"
     else:

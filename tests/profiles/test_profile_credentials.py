@@ -183,7 +183,7 @@ def test_port_defaults(tmp_path: Path) -> None:
             "WHATSAPP_CLOUD_PHONE_NUMBER_ID=1\nWHATSAPP_CLOUD_ACCESS_TOKEN=t\n"
             "WECOM_CALLBACK_CORP_ID=c\nWECOM_CALLBACK_CORP_SECRET=s\n"
             "LINE_CHANNEL_ACCESS_TOKEN=lt\nLINE_CHANNEL_SECRET=ls\n"
-            "FEISHU_APP_ID=f\nFEISHU_APP_SECRET=s\nFEISHU_CONNECTION_MODE=webhook\n"
+            "FEISHU_APP_ID=f\nFEISHU_APP_SECRET=s\nFEISHU_CONNECTION_MODE=webhook\nFEISHU_VERIFICATION_TOKEN=v\n"
         ),
     )
     assert sorted(profile_ports(home), key=lambda b: b.platform) == sorted([
@@ -212,9 +212,16 @@ def test_port_overrides_follow_upstream_precedence(tmp_path: Path) -> None:
         PortBinding("api_server", 9001, "127.0.0.1")
     ]
     feishu = {"platforms": {"feishu": {"extra": {"app_id": "x", "connection_mode": "webhook", "webhook_port": 9300}}}}
-    assert profile_ports(home_with(tmp_path, env="FEISHU_WEBHOOK_PORT=9400\n", config=feishu, name="d")) == [
+    ready = "FEISHU_APP_SECRET=s\nFEISHU_ENCRYPT_KEY=k\n"
+    assert profile_ports(home_with(tmp_path, env=f"FEISHU_WEBHOOK_PORT=9400\n{ready}", config=feishu, name="d")) == [
         PortBinding("feishu", 9300, "127.0.0.1")
     ]
+    # The adapter's connect() gives up before binding without its secret, or in webhook mode
+    # without a verification token or encrypt key: no port to claim.
+    assert profile_ports(home_with(tmp_path, env="FEISHU_APP_SECRET=s\n", config=feishu, name="d2")) == []
+    assert profile_ports(home_with(tmp_path, env="FEISHU_ENCRYPT_KEY=k\n", config=feishu, name="d3")) == []
+    enabled_no_id = {"platforms": {"feishu": {"enabled": "yes", "extra": {"connection_mode": "webhook"}}}}
+    assert profile_ports(home_with(tmp_path, env=ready, config=enabled_no_id, name="d4")) == []
     websocket = {"platforms": {"feishu": {"extra": {"app_id": "x"}}}}
     assert profile_ports(home_with(tmp_path, config=websocket, name="e")) == []
     assert profile_ports(home_with(tmp_path, env="API_SERVER_ENABLED=true\nAPI_SERVER_PORT=bad\n", name="f")) == [
@@ -277,7 +284,7 @@ ENV_KEYS = [
     "TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN", "SMS_WEBHOOK_PORT", "BLUEBUBBLES_SERVER_URL",
     "BLUEBUBBLES_PASSWORD", "BLUEBUBBLES_WEBHOOK_PORT", "WHATSAPP_CLOUD_PHONE_NUMBER_ID",
     "WHATSAPP_CLOUD_ACCESS_TOKEN", "WHATSAPP_CLOUD_WEBHOOK_PORT", "WECOM_CALLBACK_CORP_ID",
-    "WECOM_CALLBACK_CORP_SECRET", "WECOM_CALLBACK_PORT",
+    "WECOM_CALLBACK_CORP_SECRET", "WECOM_CALLBACK_PORT", "FEISHU_VERIFICATION_TOKEN", "FEISHU_ENCRYPT_KEY",
 ]
 VALUES = ["tok-aaaa", "tok-bbbb", "9100", "9200", "true", "false", "webhook", "abc", "changeme", "yes", "", "0", "on"]
 PLATFORMS = [
@@ -287,6 +294,7 @@ PLATFORMS = [
 EXTRA_KEYS = [
     "app_id", "app_secret", "port", "webhook_port", "connection_mode", "account", "http_url", "server",
     "channel", "nickname", "channel_access_token", "channel_secret", "corp_id", "session_path", "token",
+    "verification_token", "encrypt_key",
 ]
 ENABLED = st.sampled_from([True, False, "yes", "off", None])
 

@@ -150,8 +150,15 @@ def listeners(cfg: Any) -> dict[str, int]:
         out["line"] = port(env.get("LINE_PORT") or extra.get("port", 8646), 8646)
     if "feishu" in plats:
         extra = plats["feishu"].extra
+
+        def setting(key: str, env_name: str) -> str:  # the adapter's own settings (plugins/platforms/feishu)
+            return _s(extra.get(key) or env.get(env_name, ""))
+
         mode = _s(extra.get("connection_mode") or env.get("FEISHU_CONNECTION_MODE", "websocket")).lower()
-        if mode == "webhook":
+        # connect() returns before binding without these:
+        ready = setting("app_id", "FEISHU_APP_ID") and setting("app_secret", "FEISHU_APP_SECRET") and (
+            setting("verification_token", "FEISHU_VERIFICATION_TOKEN") or setting("encrypt_key", "FEISHU_ENCRYPT_KEY"))
+        if mode == "webhook" and ready:
             out["feishu"] = port(extra.get("webhook_port") or env.get("FEISHU_WEBHOOK_PORT", "8765"), 8765)
     return out
 
