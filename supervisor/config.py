@@ -44,7 +44,7 @@ class Config:
     log_backups: int = 5
     environment: Mapping[str, str] = field(default_factory=dict)
     profiles: Mapping[str, ProfileSettings] = field(default_factory=dict)
-    max_starting: int | None = None  # None: one more than the CPU cores (see planner_settings)
+    max_starting: int | None = None  # None: the CPU cores (see planner_settings)
     present: bool = False  # the file exists (doctor and status say where settings came from)
     isolation: Any = None  # isolation.settings partial (the top level), or None
     limits: Any = None  # limits.settings.LimitsSpec (the top level), or None
@@ -127,10 +127,11 @@ class Config:
             # the chosen dispatcher's environment differs from the default one: give it its own spec
             specs={n: self.spec_of(n) for n in {*self.profiles, self.kanban_dispatcher} - {"off"}},
             default_spec=self.spec_of(""),
-            # One more than the cores: a gateway's start-up waits on disk and imports part of the time,
-            # so cores + 1 keeps every core busy (tests/benchmarks/storm.py: with N = 20 real gateways
-            # on 2 cores, 2 slots end 1.5x the CPU floor, 3 slots 1.15x, all at once 1.36x).
-            max_starting=self.max_starting or (os.cpu_count() or 1) + 1,
+            # The cores: a slot frees the moment a gateway reports running, so one start-up per core
+            # keeps them busy (tests/benchmarks/storm.py, N = 20 real gateways on 2 cores: 2 slots
+            # reach the mean/last running at 0.61-0.66/1.08-1.18x the CPU floor, 3 slots at
+            # 0.67-0.71/1.16-1.26x, all at once 1.29/1.35x).
+            max_starting=self.max_starting or (os.cpu_count() or 1),
         )
 
 

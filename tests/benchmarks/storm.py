@@ -135,7 +135,7 @@ def main() -> int:
             named = {"default": None, "cores": cores, "all": args.n}
             m = named[mode] if mode in named else int(mode)
             r = run_mode(args.n, m, work / mode)
-            label = ("default (cores + 1)" if m is None
+            label = ("default (the cores)" if m is None
                      else f"max_starting={m}" + (f" ({mode})" if mode in named else ""))
             print(f"{label:<26}{r['first']:>7.2f}s{r['mean']:>7.2f}s{r['last']:>7.2f}s"
                   f"{float(r['mean']) / floor:>12.2f}{float(r['last']) / floor:>12.2f}")
