@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +31,19 @@ def hermesd_factory(tmp_path: Path) -> Iterator:
     yield make
     for d in reversed(made):
         d.close()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give SIGINT back its default when the suite was started with it ignored.
+
+    A shell without job control starts background commands (``cmd &``, nohup, some CI runners)
+    with SIGINT ignored; an ignored signal stays ignored across exec, and Python then installs no
+    KeyboardInterrupt handler. The tests that stop ``status --watch`` or ``events -f`` with
+    SIGINT, as a user's Ctrl-C would, then wait on a child that cannot hear it. A handled signal is
+    reset to the default at exec, so every child the tests start hears SIGINT again.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

@@ -65,7 +65,12 @@ def test_status_watch_plain_when_piped(root, hermesd_factory):
         wait_for(two_snapshots, 10)
     finally:
         proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=10)
+        try:
+            rest, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:  # never leave it behind
+            proc.kill()
+            proc.communicate()
+            raise
     assert proc.returncode == 0
     assert b"\x1b[" not in b"".join(chunks) + rest
 
@@ -88,8 +93,15 @@ def _pty_output(args: list[str], env: dict[str, str], until: bytes, times: int =
         wait_for(more, 10)
     finally:
         os.kill(pid, signal.SIGINT)
-        os.waitpid(pid, 0)
-        os.close(fd)
+        try:
+            wait_for(lambda: os.waitpid(pid, os.WNOHANG)[0] == pid, 10, what="status --watch to end on SIGINT")
+        except AssertionError:  # never leave it behind, nor wait on it forever
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
+        finally:
+            os.close(fd)
+
     return out
 
 
