@@ -24,53 +24,42 @@ examples:
 # Which commands each command module registers, in the order ``--help`` lists them. Parsing a
 # command imports only its own module (``hermesd status`` need not build completion's tables or
 # export's records); anything else (no command, ``--help``, a typo, ``completion``, which walks the
-# whole tree) builds every group. tests/supervisor/test_cli_groups.py holds this table to the truth.
+# whole tree) builds every module's. tests/supervisor/test_cli_groups.py holds this table to the truth.
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("daemon", ("run", "start", "stop", "restart", "status", "logs", "ping", "reload")),
-    ("exec", ("exec",)),
-    ("doctor", ("doctor",)),
-    ("probe", ("probe",)),
-    ("export", ("export", "_planned-stop")),  # _planned-stop: systemd ExecStop, Kubernetes preStop
-    ("service", ("install-service",)),
-    ("completion", ("completion",)),
-    ("observe", ("events", "metrics")),
-    ("deps", ("install-deps",)),
-    ("profile", ("profile",)),
+    ("supervisor.cli.daemon", ("run", "start", "stop", "restart", "status", "logs", "ping", "reload")),
+    ("supervisor.cli.exec", ("exec",)),
+    ("supervisor.doctor", ("doctor",)),
+    ("supervisor.probe", ("probe",)),
+    ("supervisor.export", ("export", "_planned-stop")),  # _planned-stop: systemd ExecStop, Kubernetes preStop
+    ("supervisor.service", ("install-service",)),
+    ("supervisor.completion", ("completion",)),
+    ("supervisor.observe.cli", ("events", "metrics")),
+    ("supervisor.cli.deps", ("install-deps",)),
+    ("profiles.cli", ("profile",)),
 )
 
 
-def _register(group: str, sub: Any, add: Any) -> None:
-    if group == "daemon":
-        from supervisor.cli import daemon
-
-        daemon.register(sub, add)
-    elif group == "exec":
-        from supervisor.cli import exec as exec_cli
-
-        exec_cli.register(sub, add)
-    elif group == "profile":
-        from profiles.cli import register as register_profile
-
-        register_profile(sub, stop_gateway=_stop_for_profile_change)
+def _register(module: str, sub: Any, add: Any) -> None:
+    """Call ``module.register``: the daemon's and exec's commands take ``add`` (a subparser with --root)."""
+    register = __import__(module, fromlist=["register"]).register
+    if module == "profiles.cli":
+        register(sub, stop_gateway=_stop_for_profile_change)
+    elif module in ("supervisor.cli.daemon", "supervisor.cli.exec"):
+        register(sub, add)
     else:
-        module = {
-            "doctor": "supervisor.doctor", "probe": "supervisor.probe", "export": "supervisor.export",
-            "service": "supervisor.service", "completion": "supervisor.completion",
-            "observe": "supervisor.observe.cli", "deps": "supervisor.cli.deps",
-        }[group]
-        __import__(module, fromlist=["register"]).register(sub)
+        register(sub)
 
 
 def _group_of(argv: list[str]) -> str | None:
-    """The one group that can parse ``argv``, or None when the whole tree is needed."""
+    """The one module whose commands can parse ``argv``, or None when the whole tree is needed."""
     command = next((a for a in argv if not a.startswith("-")), None)
     if command is None or command == "completion" or "-h" in argv[:argv.index(command)] or "--help" in argv:
         return None
-    return next((group for group, names in GROUPS if command in names), None)
+    return next((module for module, names in GROUPS if command in names), None)
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The command-line parser: every command, or (given ``argv``) only the group that parses it."""
+    """The command-line parser: every command, or (given ``argv``) only the module's that parse it."""
     from supervisor import __version__
     from supervisor.cli.common import add_root
 
@@ -93,9 +82,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         return p
 
     only = _group_of(argv) if argv is not None else None
-    for group, _names in GROUPS:
-        if only is None or group == only:
-            _register(group, sub, add)
+    for module, _names in GROUPS:
+        if only is None or module == only:
+            _register(module, sub, add)
     return parser
 
 

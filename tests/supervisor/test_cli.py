@@ -101,7 +101,6 @@ def _pty_output(args: list[str], env: dict[str, str], until: bytes, times: int =
             raise
         finally:
             os.close(fd)
-
     return out
 
 
