@@ -1,7 +1,7 @@
-"""README.md stays true to the parser and renders: the command reference is regenerated from
-``build_parser`` (``scripts/readme_reference.py``), code fences are balanced, every ``<details>``
-is closed, every table row has its header's number of cells, and relative links point at files
-that exist."""
+"""The docs stay true and render: ``docs/reference.md`` is what ``build_parser`` prints
+(``scripts/docs_reference.py``); in every page code fences are balanced, every ``<details>`` is
+closed, every table row has its header's number of cells and relative links point at files that
+exist; the README stays short and links every page of ``docs/``."""
 
 from __future__ import annotations
 
@@ -10,12 +10,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
+PAGES = sorted([README, REPO / "CHANGELOG.md", REPO / "contrib" / "README.md", *(REPO / "docs").glob("*.md")])
+README_MAX_LINES = 250
 
 
-def _lines() -> list[str]:
-    return README.read_text(encoding="utf-8").splitlines()
+def _lines(page: Path) -> list[str]:
+    return page.read_text(encoding="utf-8").splitlines()
+
+
+def _name(page: Path) -> str:
+    return str(page.relative_to(REPO))
 
 
 def _outside_fences(lines: list[str]) -> list[tuple[int, str]]:
@@ -38,18 +46,27 @@ def _outside_fences(lines: list[str]) -> list[tuple[int, str]]:
 
 def test_command_reference_is_generated_from_the_parser() -> None:
     result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "readme_reference.py"), "--check"],
+        [sys.executable, str(REPO / "scripts" / "docs_reference.py"), "--check"],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, (
-        "README.md's command reference differs from the parser; run: python scripts/readme_reference.py\n"
+        "docs/reference.md differs from the parser; run: python scripts/docs_reference.py\n"
         + result.stdout[-4000:] + result.stderr[-2000:]
     )
 
 
-def test_code_fences_are_balanced() -> None:
+def test_readme_is_short_and_links_every_page() -> None:
+    lines = _lines(README)
+    assert len(lines) < README_MAX_LINES, f"README.md has {len(lines)} lines; keep it under {README_MAX_LINES}"
+    text = "\n".join(lines)
+    unlinked = [_name(p) for p in (REPO / "docs").glob("*.md") if f"]({_name(p)})" not in text]
+    assert not unlinked, f"README.md does not link: {unlinked}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_code_fences_are_balanced(page: Path) -> None:
     fence: tuple[int, str] | None = None
-    for no, line in enumerate(_lines(), 1):
+    for no, line in enumerate(_lines(page), 1):
         m = re.match(r"\s*(`{3,}|~{3,})", line)
         if not m:
             continue
@@ -58,20 +75,21 @@ def test_code_fences_are_balanced() -> None:
             fence = (no, mark)
         elif mark[0] == fence[1][0] and len(mark) >= len(fence[1]) and not line.strip()[len(mark):].strip():
             fence = None
-    assert fence is None, f"README.md: the code fence opened on line {fence[0]} is never closed"
+    assert fence is None, f"{_name(page)}: the code fence opened on line {fence[0]} is never closed"
 
 
-def test_every_details_block_is_closed_and_has_a_summary() -> None:
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_every_details_block_is_closed_and_has_a_summary(page: Path) -> None:
     stack: list[int] = []
-    for no, line in _outside_fences(_lines()):
+    for no, line in _outside_fences(_lines(page)):
         for tag in re.findall(r"</?details>", re.sub(r"`[^`]*`", "", line)):  # not inside code spans
             if tag == "<details>":
                 stack.append(no)
-                assert "<summary>" in line and "</summary>" in line, f"README.md:{no}: <details> without a summary"
+                assert "<summary>" in line and "</summary>" in line, f"{_name(page)}:{no}: <details> without a summary"
             else:
-                assert stack, f"README.md:{no}: </details> without an open <details>"
+                assert stack, f"{_name(page)}:{no}: </details> without an open <details>"
                 stack.pop()
-    assert not stack, f"README.md: <details> opened on line(s) {stack} never closed"
+    assert not stack, f"{_name(page)}: <details> opened on line(s) {stack} never closed"
 
 
 def _cells(row: str) -> int:
@@ -83,8 +101,9 @@ def _cells(row: str) -> int:
     return len(re.split(r"(?<!\\)\|", body))
 
 
-def test_tables_have_consistent_rows() -> None:
-    lines = _outside_fences(_lines())
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_tables_have_consistent_rows(page: Path) -> None:
+    lines = _outside_fences(_lines(page))
     problems = []
     i = 0
     while i < len(lines) - 1:
@@ -102,15 +121,16 @@ def test_tables_have_consistent_rows() -> None:
             i = j
         else:
             i += 1
-    assert not problems, "README.md tables:\n" + "\n".join(problems)
+    assert not problems, f"{_name(page)} tables:\n" + "\n".join(problems)
 
 
-def test_relative_links_point_at_files() -> None:
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_relative_links_point_at_files(page: Path) -> None:
     missing = []
-    for no, line in _outside_fences(_lines()):
+    for no, line in _outside_fences(_lines(page)):
         for target in re.findall(r"\]\(([^)\s]+)\)", line):
             if re.match(r"[a-z]+:|#", target):
                 continue
-            if not (REPO / target.split("#")[0]).exists():
+            if not (page.parent / target.split("#")[0]).exists():
                 missing.append(f"line {no}: {target}")
-    assert not missing, "README.md links to files that do not exist:\n" + "\n".join(missing)
+    assert not missing, f"{_name(page)} links to files that do not exist:\n" + "\n".join(missing)

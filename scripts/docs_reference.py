@@ -1,16 +1,15 @@
 #!/usr/bin/env python3
-"""Regenerate README.md's "## Command reference" section from hermesd's real parser.
+"""Regenerate ``docs/reference.md``, the command reference, from hermesd's real parser.
 
-The section holds every visible command's ``--help`` (``supervisor.cli.main.build_parser``), one
+The page holds every visible command's ``--help`` (``supervisor.cli.main.build_parser``), one
 ``<details>`` block per command, nested verbs (``hermesd profile list``) included and hidden helpers
 (names starting with ``_``) left out. Help is formatted at a fixed width of 80 columns with colour
 off, so the text does not depend on the terminal this runs in.
 
-    python scripts/readme_reference.py           # rewrite the section in README.md
-    python scripts/readme_reference.py --check   # exit 1 when README.md's section is stale
+    python scripts/docs_reference.py           # rewrite docs/reference.md
+    python scripts/docs_reference.py --check   # exit 1 when it is stale
 
-``tests/test_readme.py`` runs the check, so a parser change without a regenerated README fails
-the suite.
+``tests/test_docs.py`` runs the check, so a parser change without a regenerated page fails the suite.
 """
 
 from __future__ import annotations
@@ -22,11 +21,12 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-HEADING = "## Command reference"
+HEADING = "# Command reference"
+REFERENCE = REPO / "docs" / "reference.md"
 INTRO = (
     "Every command's `--help`, as the parser prints it (`hermesd COMMAND --help` shows the same).\n"
-    "This section is generated: after changing a command, run `python scripts/readme_reference.py`\n"
-    "(`tests/test_readme.py` fails while it is stale)."
+    "This page is generated: after changing a command, run `python scripts/docs_reference.py`\n"
+    "(`tests/test_docs.py` fails while it is stale)."
 )
 WIDTH = "80"
 
@@ -53,7 +53,7 @@ def _blocks(parser: argparse.ArgumentParser, prefix: str) -> list[str]:
         title = f"{prefix} {name}"
         text = _help_text(sub)
         if "```" in text:
-            raise SystemExit(f"readme_reference: the help of {title!r} contains a code fence")
+            raise SystemExit(f"docs_reference: the help of {title!r} contains a code fence")
         blocks.append(f"<details><summary><code>{title}</code></summary>\n\n```\n{text}\n```\n\n</details>")
         blocks.extend(_blocks(sub, title))
     return blocks
@@ -73,45 +73,25 @@ def render() -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def split(readme: str) -> tuple[str, str, str]:
-    """``readme`` as (before, the section, after); the section runs to the next level-2 heading
-    outside a code fence."""
-    lines = readme.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip("\n") == HEADING), None)
-    if start is None:
-        raise SystemExit(f"readme_reference: README.md has no '{HEADING}' heading")
-    fenced = False
-    end = len(lines)
-    for i in range(start + 1, len(lines)):
-        if lines[i].lstrip().startswith("```"):
-            fenced = not fenced
-        elif not fenced and lines[i].startswith("## "):
-            end = i
-            break
-    return "".join(lines[:start]), "".join(lines[start:end]), "".join(lines[end:])
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 when the README's section is stale")
-    ap.add_argument("--readme", type=Path, default=REPO / "README.md", help="default: the repository's README.md")
+    ap.add_argument("--check", action="store_true", help="exit 1 when docs/reference.md is stale")
+    ap.add_argument("--out", type=Path, default=REFERENCE, help="default: the repository's docs/reference.md")
     args = ap.parse_args(argv)
-    readme = args.readme.read_text(encoding="utf-8")
-    before, current, after = split(readme)
-    wanted = render() + ("\n" if after else "")
+    current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
+    wanted = render()
     if current == wanted:
         if not args.check:
-            print(f"{args.readme}: command reference already current")
+            print(f"{args.out}: already current")
         return 0
     if args.check:
-        diff = difflib.unified_diff(current.splitlines(), wanted.splitlines(), "README.md (now)",
-                                    "README.md (from the parser)", lineterm="", n=1)
+        diff = difflib.unified_diff(current.splitlines(), wanted.splitlines(), f"{args.out.name} (now)",
+                                    f"{args.out.name} (from the parser)", lineterm="", n=1)
         print("\n".join(list(diff)[:80]))
-        print(f"\n{args.readme}: the command reference is stale; run: python scripts/readme_reference.py",
-              file=sys.stderr)
+        print(f"\n{args.out}: stale; run: python scripts/docs_reference.py", file=sys.stderr)
         return 1
-    args.readme.write_text(before + wanted + after, encoding="utf-8")
-    print(f"{args.readme}: command reference regenerated")
+    args.out.write_text(wanted, encoding="utf-8")
+    print(f"{args.out}: regenerated")
     return 0
 
 
