@@ -15,11 +15,11 @@ injected ``stop_gateway``; without it both refuse while a gateway runs), ``renam
 A user mistake is one line on stderr, ``hermesd: error: ...``, and exit status 2 (argument
 errors of the verbs included); never a traceback. ``register`` is the supervisor's entry point:
 
-    register(subparsers, stop_gateway=fn(name, home), gateway_command=fn(root) -> [argv prefix] | None)
+    register(subparsers, stop_gateway=fn(name, home), upstream_python=fn(root) -> [argv prefix])
 
-``gateway_command(root)`` is the command hermesd runs ``hermes`` with for that root (from
-``hermesd.yaml``); ``create --clone`` runs upstream's config migration in *its* interpreter.
-Without it, ``hermes`` on ``PATH`` (else this interpreter's ``hermes_cli``) is used.
+``upstream_python(root)`` is the interpreter hermesd runs that root's gateways with; ``create``
+runs upstream's own ``create_profile`` there (see :mod:`profiles.lifecycle`). Without it,
+``create`` refuses.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 StopGateway = Callable[[str, Path], None]
-GatewayCommand = Callable[[Path], Sequence[str] | None]
+UpstreamPython = Callable[[Path], Sequence[str]]
 
 
 class VerbParser(argparse.ArgumentParser):
@@ -105,15 +105,15 @@ def register(
     subparsers: argparse._SubParsersAction,
     *,
     stop_gateway: StopGateway | None = None,
-    gateway_command: GatewayCommand | None = None,
+    upstream_python: UpstreamPython | None = None,
 ) -> None:
     """Add the ``profile`` command and its verbs to ``subparsers``.
 
     ``stop_gateway(name, home)`` is what ``delete --stop`` and ``rename --stop`` call to stop a
     running gateway first; the supervisor provides it, this package never signals a process.
-    ``gateway_command(root)`` returns the command prefix hermesd runs ``hermes`` with for ``root``.
+    ``upstream_python(root)`` returns the interpreter (argv prefix) that runs ``root``'s gateways.
     """
-    ctx = {"stop_gateway": stop_gateway, "gateway_command": gateway_command}
+    ctx = {"stop_gateway": stop_gateway, "upstream_python": upstream_python}
     profile = subparsers.add_parser("profile", help="manage Hermes profiles (isolated HERMES_HOMEs)")
     profile.set_defaults(func=_lazy("_cmd_status", ctx), root=None)
     verbs = profile.add_subparsers(dest="profile_action", metavar="VERB", parser_class=VerbParser)
@@ -137,7 +137,7 @@ def register(
     )
     p.add_argument("profile_name", metavar="NAME")
     p.add_argument("--clone", action="store_true",
-                   help="copy config.yaml, .env, SOUL.md, skills and memories (config migrated as upstream does)")
+                   help="copy config.yaml, .env, SOUL.md, skills and memories, as upstream does (no link out of it)")
     p.add_argument("--clone-all", action="store_true",
                    help="full copy, excluding history and runtime files (wins over --clone)")
     p.add_argument("--clone-from", metavar="SOURCE", default=None, help="source profile (default: the active one)")

@@ -34,7 +34,6 @@ from profiles.errors import ProfileError
 from profiles.info import ProfileSummary, list_profiles, read_distribution, show_profile
 from profiles.lifecycle import create_profile, delete_profile, rename_profile
 from profiles.meta import read_profile_meta, write_profile_meta
-from profiles.migration import MigrationResult, default_gateway_command, migrate_cloned_config
 from profiles.names import DEFAULT_PROFILE, parse_profile_name
 from profiles.paths import existing_root, hermes_home
 from profiles.progress import Progress
@@ -52,7 +51,7 @@ from wrappers.scripts import (
 )
 
 StopGateway = Callable[[str, Path], None]
-GatewayCommand = Callable[[Path], Sequence[str] | None]
+UpstreamPython = Callable[[Path], Sequence[str]]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -65,10 +64,10 @@ class UsageError(ProfileError):
 
 @dataclass(frozen=True)
 class Context:
-    """What the supervisor injects: how to stop a gateway, and which command runs ``hermes``."""
+    """What the supervisor injects: how to stop a gateway, and which interpreter runs a root's gateways."""
 
     stop_gateway: StopGateway | None = None
-    gateway_command: GatewayCommand | None = None
+    upstream_python: UpstreamPython | None = None
 
 
 Handler = Callable[[argparse.Namespace, Context], int]
@@ -276,25 +275,19 @@ def _cmd_info(args: argparse.Namespace, ctx: Context) -> int:
 # --------------------------------------------------------------------------- create / delete / rename
 
 
-def _migrator(ctx: Context, root: Path) -> Callable[[Path], MigrationResult]:
-    def migrate(home: Path) -> MigrationResult:
-        command = ctx.gateway_command(root) if ctx.gateway_command is not None else default_gateway_command()
-        return migrate_cloned_config(home, command)
-
-    return migrate
-
-
 def _cmd_create(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
+    if ctx.upstream_python is None:
+        raise UsageError("profile create is not available here: this command has no way to run hermes-agent")
     result = create_profile(
         args.profile_name,
         root,
+        python=ctx.upstream_python(root),
         clone=args.clone,
         clone_all=args.clone_all,
         clone_from=args.clone_from,
         description=args.description,
         no_skills=args.no_skills,
-        migrate=_migrator(ctx, root),
     )
     print(f"Profile {result.name!r} created at {result.path}")
     if result.source is not None:
@@ -303,8 +296,8 @@ def _cmd_create(args: argparse.Namespace, ctx: Context) -> int:
                   "runtime files).")
         else:
             print(f"Cloned config, .env, SOUL.md, skills and memories from {result.source!r}.")
-    if result.migration is not None and result.migration.status == "migrated":
-        print(result.migration.describe())
+    if result.migrated:
+        print(result.migrated)
     if args.no_skills:
         print("No bundled skills will be seeded (--no-skills). Delete .no-bundled-skills in the profile to opt "
               "back in.")

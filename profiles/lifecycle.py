@@ -1,52 +1,43 @@
-"""Create, delete and rename profiles: folder operations that never leave half a profile behind.
+"""Create, delete and rename profiles: a profile appears or disappears whole, never half.
 
 Every change is built or dismantled under a dot-named scratch folder inside ``profiles/``
 (ignored by discovery) and switched into place with one ``rename``: a concurrent scan by
 the supervisor sees the profile fully present or fully absent, never a partial copy that
 it might try to serve.
 
-Creation follows upstream ``hermes profile create``:
+Creation is upstream's own: :func:`create_profile` runs ``hermes_cli.profiles.create_profile``
+in the gateway's interpreter (:mod:`profiles.upstream.calls`), with its root and home inside the
+scratch folder, so the folders a profile gets, what ``--clone`` and ``--clone-all`` copy and
+leave out, the migration of a cloned ``config.yaml``, the seeded ``SOUL.md``, ``--no-skills``
+and the description are whatever the installed release does. hermesd adds only this:
 
-* blank: the standard sub-folders and an empty owner-only ``.env`` (so the profile never
-  silently inherits credentials from a shell); ``SOUL.md`` and bundled skills are left for
-  Hermes to seed on first run, because that content belongs to the installed Hermes;
-* ``--clone``: ``config.yaml``, ``.env``, ``SOUL.md``, the installed ``skills/`` and
-  ``memories/MEMORY.md`` / ``memories/USER.md`` of the source;
-* ``--clone-all``: everything except history (``state.db*``, ``sessions``, ``backups``,
-  ``state-snapshots``, ``checkpoints``), the root's infrastructure when the source is
-  ``default`` (``hermes-agent``, ``.worktrees``, ``profiles``, ``bin``, ``node_modules``,
-  ``active_profile``), byte-code, sockets and temp files at any depth, special files, and —
-  beyond upstream — hermesd's ``.hermesd`` folder and the gateway's runtime files
-  (``gateway.pid``, ``gateway.lock``, ``gateway_state.json``, ``.gateway-planned-stop.json``,
-  ``.drain_request.json``, ``processes.json``, ``state/gateway.heartbeat``), which would make
-  the clone look like a running gateway.
+* the source of a clone is the active profile of the root (upstream: whatever ``HERMES_HOME``
+  is), and upstream clones from a copy of it that holds no link out of it
+  (:mod:`profiles.mirror`), never from the source itself: a ``.env`` that links to another
+  profile's is left out and named, not followed. The copy also leaves out hermesd's ``.hermesd``
+  folder, the gateway's runtime files (``gateway.lock``, the planned-stop and drain markers,
+  ``state/gateway.heartbeat``, ...), which would make a clone look like a running gateway, and
+  the root's ``active_profile``;
+* the result's ``.env`` is ``0600`` and no file keeps a set-id bit, whatever the source had;
+* cloning copies bot tokens, which is exactly how two profiles end up polling one token, so
+  the result names the credential kinds that were copied (never their values).
 
-The source defaults to the active profile. A copied ``.env`` always ends up ``0600``. Cloning
-copies bot tokens, which is exactly how two profiles end up polling one token, so the
-result names the credential kinds that were copied (never their values). ``--clone`` (not
-``--clone-all``, as upstream) then migrates the copied ``config.yaml`` with upstream's own
-code through the injected ``migrate(home)`` (see :mod:`profiles.migration`). ``no_skills``
-writes upstream's ``.no-bundled-skills`` marker, so Hermes never seeds bundled skills there.
-
-Aliases follow the profile as upstream's do: delete removes every alias of the profile
-(hermesd's and upstream-style ones, custom names included); rename re-points them and, as
-upstream, creates the profile-named alias for the new name when none collides (unless
-``create_alias=False``).
-
-Delete and rename refuse while the profile's gateway is alive (``gateway.pid`` verified by
-start time) unless the caller injects ``stop_gateway(name, home)``; this package never
-signals a process itself. ``default`` can be neither deleted nor renamed, and a profile
-entry that is a symlink is refused rather than followed.
+Delete and rename are hermesd's: upstream's stop the gateway named by ``gateway.pid`` and write
+through links as root, and the supervisor owns the process. Aliases follow the profile as
+upstream's do: delete removes every alias of the profile (hermesd's and upstream-style ones,
+custom names included); rename re-points them and, as upstream, creates the profile-named alias
+for the new name when none collides (unless ``create_alias=False``). Both refuse while the
+profile's gateway is alive (``gateway.pid`` verified by start time) unless the caller injects
+``stop_gateway(name, home)``; this package never signals a process itself. ``default`` can be
+neither deleted nor renamed, and a profile entry that is a symlink is refused rather than followed.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,10 +58,10 @@ from profiles.errors import (
     ProfileExistsError,
     ProfileNotFoundError,
 )
-from profiles.meta import write_profile_meta
-from profiles.migration import MigrationResult
-from profiles.names import DEFAULT_PROFILE, parse_profile_name
+from profiles.mirror import mirror_tree, remove_tree
+from profiles.names import DEFAULT_PROFILE, parse_profile_name, shown
 from profiles.paths import ACTIVE_PROFILE_FILE, HERMESD_DIRNAME, PROFILES_DIRNAME, root_or_env
+from profiles.upstream import calls
 from profiles.upstream.files import HEARTBEAT_FILE, RUNTIME_TOP_FILES, live_gateway
 from wrappers.scripts import (
     KIND_UPSTREAM,
@@ -81,39 +72,11 @@ from wrappers.scripts import (
 )
 
 StopGateway = Callable[[str, Path], None]
-MigrateConfig = Callable[[Path], MigrationResult]
 
-PROFILE_SUBDIRS: tuple[str, ...] = (
-    "memories", "sessions", "skills", "skins", "logs", "plans", "workspace", "cron", "home",
-)
-CLONE_FILES: tuple[str, ...] = ("config.yaml", ".env", "SOUL.md")
-CLONE_SUBDIR_FILES: tuple[str, ...] = ("memories/MEMORY.md", "memories/USER.md")
-CLONE_ALL_HISTORY: frozenset[str] = frozenset(
-    {"state.db", "state.db-wal", "state.db-shm", "sessions", "backups", "state-snapshots", "checkpoints"}
-)
-ROOT_INFRASTRUCTURE: frozenset[str] = frozenset(
-    {"hermes-agent", ".worktrees", PROFILES_DIRNAME, "bin", "node_modules", ACTIVE_PROFILE_FILE}
-)
-GATEWAY_RUNTIME_FILES: frozenset[str] = frozenset(
-    {*RUNTIME_TOP_FILES, HERMESD_DIRNAME}
-)
-_HEARTBEAT_DIR, _HEARTBEAT_NAME = HEARTBEAT_FILE.split("/", 1)
-# Runtime files that live below the top level, as (parent folder, name).
-NESTED_RUNTIME_FILES: frozenset[tuple[str, str]] = frozenset({(_HEARTBEAT_DIR, _HEARTBEAT_NAME)})
-_ANY_DEPTH_SUFFIXES = (".pyc", ".pyo", ".sock", ".tmp")
-
-NO_BUNDLED_SKILLS_MARKER = ".no-bundled-skills"
-NO_BUNDLED_SKILLS_TEXT = (  # upstream's text, byte for byte
-    "This profile opted out of bundled-skill seeding "
-    "(`hermes profile create --no-skills`).\n"
-    "Delete this file to re-enable sync on the next `hermes update`.\n"
-)
-
-ENV_HEADER = (
-    "# Per-profile secrets for this Hermes profile.\n"
-    "# API keys and tokens set here override the shell environment.\n"
-    "# Behavioral settings belong in config.yaml, not here.\n"
-)
+# Never copied out of a clone's source (besides what upstream never copies, skipped for speed).
+NOT_CLONED_TOP: frozenset[str] = frozenset({*RUNTIME_TOP_FILES, HERMESD_DIRNAME, *calls.NEVER_CLONED_TOP})
+NOT_CLONED_FROM_ROOT: frozenset[str] = frozenset({*calls.NEVER_CLONED_FROM_ROOT, ACTIVE_PROFILE_FILE})
+_HEARTBEAT = tuple(HEARTBEAT_FILE.split("/"))
 
 
 @dataclass
@@ -126,7 +89,8 @@ class CreateResult:
     source: str | None = None
     credential_kinds: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    migration: MigrationResult | None = None
+    migrated: str | None = None  # "config.yaml migrated from schema vN to vM (hermes-agent X)"
+    release: str = ""
 
 
 @dataclass
@@ -141,7 +105,7 @@ class ChangeResult:
     warnings: list[str] = field(default_factory=list)
 
 
-# --------------------------------------------------------------------------- helpers
+# --------------------------------------------------------------------------- create
 
 
 def _scratch(root: Path, purpose: str, name: str) -> Path:
@@ -150,70 +114,40 @@ def _scratch(root: Path, purpose: str, name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{purpose}-{name}-", dir=folder))
 
 
-def _force_remove(path: Path) -> None:
-    """``rmtree`` that also removes read-only entries (copies from immutable stores have them)."""
-
-    def retry_writable(func: Callable[[str], object], failed: str, _exc: object) -> None:
-        for target in (failed, os.path.dirname(failed)):
-            with contextlib.suppress(OSError):
-                os.chmod(target, os.lstat(target).st_mode | stat.S_IWUSR | stat.S_IXUSR)
-        func(failed)
-
-    shutil.rmtree(path, onerror=retry_writable)
-
-
-def _tighten_env(home: Path) -> None:
-    env = home / ".env"
-    if env.is_file() and not env.is_symlink():
-        os.chmod(env, 0o600)
+def _clone_source(base: Path, clone_from: str | None, env: Mapping[str, str] | None) -> tuple[str, Path]:
+    """The source's name and home: ``clone_from``, else the root's active profile."""
+    if clone_from is not None:
+        return parse_profile_name(clone_from), existing_profile_home(clone_from, base)
+    name = active_profile(base, env)
+    if name == CUSTOM_PROFILE and not (base / PROFILES_DIRNAME / CUSTOM_PROFILE).is_dir():
+        raise ProfileNotFoundError(
+            "HERMES_HOME is neither this root nor one of its profiles, so there is no active profile "
+            "to clone; name the source with --clone-from"
+        )
+    return name, existing_profile_home(name, base)
 
 
-def _clone_all_ignore(source: Path, is_root: bool) -> Callable[[str, list[str]], set[str]]:
-    source_abs = os.path.abspath(source)
+def _skipper(from_root: bool) -> Callable[[tuple[str, ...]], bool]:
+    def skip(parts: tuple[str, ...]) -> bool:
+        if len(parts) == 1:
+            return parts[0] in NOT_CLONED_TOP or (from_root and parts[0] in NOT_CLONED_FROM_ROOT)
+        return parts == _HEARTBEAT
 
-    def ignore(directory: str, names: list[str]) -> set[str]:
-        skipped: set[str] = set()
-        rel = os.path.relpath(os.path.abspath(directory), source_abs)
-        for entry in names:
-            if entry == "__pycache__" or entry.endswith(_ANY_DEPTH_SUFFIXES):
-                skipped.add(entry)
+    return skip
+
+
+def _harden(home: Path) -> None:
+    """``.env`` owner-only, and no set-id bit anywhere: the copy is root's, its content the source's."""
+    for folder, _subdirs, files, fd in os.fwalk(home):
+        for name in files:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode):
                 continue
-            if rel == ".":
-                if entry in CLONE_ALL_HISTORY or entry in GATEWAY_RUNTIME_FILES:
-                    skipped.add(entry)
-                    continue
-                if is_root and entry in ROOT_INFRASTRUCTURE:
-                    skipped.add(entry)
-                    continue
-            elif (rel, entry) in NESTED_RUNTIME_FILES:
-                skipped.add(entry)
-                continue
-            try:
-                mode = os.lstat(os.path.join(directory, entry)).st_mode
-            except OSError:
-                skipped.add(entry)
-                continue
-            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
-                skipped.add(entry)  # fifos, sockets, devices: copying would block or fail
-        return skipped
-
-    return ignore
-
-
-def _copy_if_file(src: Path, dst: Path) -> None:
-    if src.is_file():
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dst)
-
-
-def _clone_config(source: Path, build: Path) -> None:
-    for rel in CLONE_FILES:
-        _copy_if_file(source / rel, build / rel)
-    skills = source / "skills"
-    if skills.is_dir():
-        shutil.copytree(skills, build / "skills", symlinks=True, dirs_exist_ok=True)
-    for rel in CLONE_SUBDIR_FILES:
-        _copy_if_file(source / rel, build / rel)
+            mode = stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID)
+            if folder == str(home) and name == ".env":
+                mode = 0o600
+            if mode != stat.S_IMODE(st.st_mode):
+                os.chmod(name, mode, dir_fd=fd)
 
 
 def _credential_warning(name: str, source: str, home: Path, final: Path) -> tuple[list[str], list[str]]:
@@ -229,28 +163,37 @@ def _credential_warning(name: str, source: str, home: Path, final: Path) -> tupl
     ]
 
 
-# --------------------------------------------------------------------------- create
+def _migration_note(made: calls.Created, result: CreateResult) -> None:
+    """Say what upstream's migration of a cloned ``config.yaml`` did; warn when it stopped short."""
+    before, after = made.schema_before, made.schema_after
+    if before is None or after is None:
+        return
+    if after[0] < after[1]:
+        result.warnings.append(f"config.yaml copied at schema v{after[0]}, older than this release's "
+                               f"v{after[1]}: hermes-agent's migration did not finish")
+    elif after[0] > before[0]:
+        result.migrated = f"config.yaml migrated from schema v{before[0]} to v{after[0]} (hermes-agent {made.release})"
 
 
 def create_profile(
     name: str,
     root: Path | str | None = None,
     *,
+    python: Sequence[str],
     clone: bool = False,
     clone_all: bool = False,
     clone_from: str | None = None,
     description: str | None = None,
     env: Mapping[str, str] | None = None,
     no_skills: bool = False,
-    migrate: MigrateConfig | None = None,
 ) -> CreateResult:
-    """Create profile ``name`` (blank, ``clone`` or ``clone_all``) atomically.
+    """Create profile ``name`` (blank, ``clone`` or ``clone_all``) with upstream's code, atomically.
 
-    ``clone_from`` implies ``clone`` unless ``clone_all`` is set (``clone_all`` wins over
-    ``clone``, as upstream); without it the source is the active profile. ``no_skills`` cannot
-    be combined with a clone. ``migrate(home)`` is called on the new folder after a config-only
-    clone (never after ``clone_all``, as upstream); ``None`` leaves the copy as is. Raises
-    :class:`ProfileExistsError`, :class:`InvalidNameError` or :class:`ProfileNotFoundError`.
+    ``python`` is the gateway's interpreter (argv prefix). ``clone_from`` implies ``clone``;
+    ``clone_all`` wins over ``clone``, as upstream. Every name is checked and the source found
+    before anything is written. Raises :class:`ProfileExistsError`, :class:`InvalidNameError`,
+    :class:`ProfileNotFoundError`, or :class:`profiles.upstream.calls.UpstreamCallError` when
+    upstream's code cannot run or refuses.
     """
     copying = clone or clone_all or clone_from is not None
     if no_skills and copying:
@@ -263,58 +206,43 @@ def create_profile(
     target = base / PROFILES_DIRNAME / canon
     if os.path.lexists(target):
         raise ProfileExistsError(f"profile {canon!r} already exists at {target}")
-    source_name: str | None = None
-    source: Path | None = None
-    if copying:
-        if clone_from is not None:
-            source_name = parse_profile_name(clone_from)
-            source = existing_profile_home(clone_from, base)
-        else:
-            source_name = active_profile(base, env)
-            if source_name == CUSTOM_PROFILE and not (base / PROFILES_DIRNAME / CUSTOM_PROFILE).is_dir():
-                raise ProfileNotFoundError(
-                    "HERMES_HOME is neither this root nor one of its profiles, so there is no active profile "
-                    "to clone; name the source with --clone-from"
-                )
-            source = existing_profile_home(source_name, base)
+    source_name, source = _clone_source(base, clone_from, env) if copying else (None, None)
     mode = "clone-all" if clone_all else ("clone" if copying else "blank")
+    result = CreateResult(canon, target, mode, source_name)
 
     scratch = _scratch(base, "creating", canon)
-    build = scratch / canon
     try:
-        if clone_all and source is not None:
-            shutil.copytree(
-                source, build, symlinks=True, ignore=_clone_all_ignore(source, source_name == DEFAULT_PROFILE)
-            )
-        else:
-            build.mkdir()
-            for sub in PROFILE_SUBDIRS:
-                (build / sub).mkdir(exist_ok=True)
-            if source is not None:
-                _clone_config(source, build)
-        env_file = build / ".env"
-        if not os.path.lexists(env_file):
-            env_file.write_text(ENV_HEADER, encoding="utf-8")
-        if no_skills:
-            (build / NO_BUNDLED_SKILLS_MARKER).write_text(NO_BUNDLED_SKILLS_TEXT, encoding="utf-8")
-        migration: MigrationResult | None = None
-        if mode == "clone" and migrate is not None:
-            migration = migrate(build)
-        _tighten_env(build)
-        if description and description.strip():
-            write_profile_meta(build, description=description, description_auto=False)
-        kinds: list[str] = []
-        warnings: list[str] = []
+        work_root, work_home = scratch / "root", scratch / "home"
+        work_home.mkdir()
+        mirrored: Path | None = None
+        if source is not None and source_name is not None:
+            from_root = source_name == DEFAULT_PROFILE
+            mirrored = work_root if from_root else work_root / PROFILES_DIRNAME / source_name
+            if not from_root:
+                (work_root / PROFILES_DIRNAME).mkdir(parents=True)
+            for left_out in mirror_tree(source, mirrored, _skipper(from_root)):
+                result.warnings.append(f"not copied from {source_name!r}: {shown(left_out)} is a link that "
+                                       "could lead out of the profile (hermesd follows none)")
+        made = calls.create_profile(
+            python, canon, work_root=work_root, work_home=work_home, clone_from=source_name,
+            clone_all=clone_all, clone_config=mode == "clone", no_skills=no_skills, description=description,
+            schema_of=mirrored if mode == "clone" else None, env=env,
+        )
+        build = work_root / PROFILES_DIRNAME / canon
+        if build.is_symlink() or not build.is_dir() or made.path.resolve() != build.resolve():
+            raise calls.UpstreamCallError(f"hermes-agent's create_profile made {made.path}, not {build}")
+        result.release = made.release
+        _harden(build)
+        _migration_note(made, result)
         if source_name is not None:
-            kinds, warnings = _credential_warning(canon, source_name, build, target)
-        if migration is not None and not migration.ok:
-            warnings.append(migration.describe())
+            result.credential_kinds, warnings = _credential_warning(canon, source_name, build, target)
+            result.warnings.extend(warnings)
         if os.path.lexists(target):
             raise ProfileExistsError(f"profile {canon!r} already exists at {target}")
         os.rename(build, target)
     finally:
-        _force_remove(scratch)
-    return CreateResult(canon, target, mode, source_name, kinds, warnings, migration)
+        remove_tree(scratch)
+    return result
 
 
 # --------------------------------------------------------------------------- delete / rename
@@ -358,7 +286,7 @@ def delete_profile(
     scratch = _scratch(base, "deleting", canon)
     os.rename(home, scratch / canon)
     try:
-        _force_remove(scratch)
+        remove_tree(scratch)
     except OSError as exc:
         result.warnings.append(f"profile removed from the list, but {scratch} could not be fully deleted: {exc}")
     try:

@@ -33,8 +33,12 @@ import stat
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from profiles.upstream.releases import interpreter_from_script
+from supervisor import childspec
+from supervisor import config as config_mod
+from supervisor.layout import Layout
 
 _MARK = "HERMESD-VERSION "
 # Prints one marked JSON line; never raises (a failure is reported in the JSON).
@@ -97,6 +101,24 @@ def interpreter_argv(command: Sequence[str], path_env: str | None) -> list[str] 
     if not path:
         raise HermesVersionError(f"gateway command {exe!r} not found on PATH")
     return interpreter_from_script(_head(path))
+
+
+def gateway_python(root: Path, env: Mapping[str, str]) -> list[str]:
+    """The interpreter that runs ``root``'s gateways (argv prefix): where upstream's own profile code runs.
+
+    The gateway command is hermesd.yaml's ``command``, else ``hermes`` on ``PATH``, else this
+    interpreter's ``hermes_cli``, exactly as the daemon resolves it. Raises
+    :class:`config_mod.ConfigError`, :class:`childspec.GatewayCommandError` or
+    :class:`HermesVersionError` (a command that is not a Python script), each one line.
+    """
+    cfg = config_mod.load(Layout(root).config)
+    command = childspec.resolve_gateway_command(list(cfg.command) if cfg.command else None, env.get("PATH"))
+    interp = interpreter_argv(command, env.get("PATH"))
+    if interp is None:
+        raise HermesVersionError(f"the gateway command {command[0]} is not a Python script, so hermes-agent's own "
+                                 "profile code cannot run in its interpreter; point 'command' in hermesd.yaml at "
+                                 "the hermes script or at [python, -m, hermes_cli.main]")
+    return interp
 
 
 def _absolute(argv: list[str]) -> list[str]:

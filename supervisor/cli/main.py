@@ -43,7 +43,7 @@ def _register(module: str, sub: Any, add: Any) -> None:
     """Call ``module.register``: the daemon's and exec's commands take ``add`` (a subparser with --root)."""
     register = __import__(module, fromlist=["register"]).register
     if module == "profiles.cli":
-        register(sub, stop_gateway=_stop_for_profile_change)
+        register(sub, stop_gateway=_stop_for_profile_change, upstream_python=_upstream_python)
     elif module in ("supervisor.cli.daemon", "supervisor.cli.exec"):
         register(sub, add)
     else:
@@ -92,6 +92,20 @@ def _stop_for_profile_change(name: str, home: Any) -> None:
     from supervisor.stopper import stop_for_profile_change
 
     stop_for_profile_change(name, home)
+
+
+def _upstream_python(root: Any) -> list[str]:
+    import os
+
+    from supervisor.childspec import GatewayCommandError
+    from supervisor.cli.common import UserError
+    from supervisor.config import ConfigError
+    from supervisor.hermes_release import HermesVersionError, gateway_python
+
+    try:
+        return gateway_python(root, os.environ)
+    except (ConfigError, GatewayCommandError, HermesVersionError) as exc:
+        raise UserError(f"cannot run hermes-agent's profile code: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

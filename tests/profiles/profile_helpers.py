@@ -13,6 +13,9 @@ from pathlib import Path
 
 from profiles.upstream.files import proc_start_time
 
+# The interpreter upstream's profile code runs in: this virtualenv's, which has hermes-agent 0.19.0.
+PYTHON = [sys.executable]
+
 
 def make_profile(root: Path, name: str, files: dict[str, str] | None = None) -> Path:
     """A named profile folder with the given files (relative path -> text)."""

@@ -18,7 +18,6 @@ import yaml
 from profile_helpers import make_profile
 
 from profiles.info import read_distribution
-from profiles.lifecycle import NO_BUNDLED_SKILLS_MARKER
 
 up = pytest.importorskip("hermes_cli.profiles")
 HERMES = Path(sys.executable).with_name("hermes")
@@ -113,7 +112,7 @@ def test_upstream_accepts_a_piped_confirmation(tmp_path: Path) -> None:
 def test_no_skills_writes_upstreams_marker(cli, root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     r = cli("profile", "create", "orch", "--no-skills", "--no-alias", "--root", str(root))
     assert r.rc == 0, r.err
-    mine = (root / "profiles" / "orch" / NO_BUNDLED_SKILLS_MARKER).read_bytes()
+    mine = (root / "profiles" / "orch" / up.NO_BUNDLED_SKILLS_MARKER).read_bytes()
     with monkeypatch.context() as m:
         m.setenv("HOME", str(tmp_path / "uphome"))
         m.delenv("HERMES_HOME", raising=False)

@@ -1,13 +1,19 @@
-"""Create (blank, clone, clone-all), delete and rename, on real folders."""
+"""Create (blank, clone, clone-all) through upstream's own code, delete and rename, on real folders.
+
+Create runs hermes-agent 0.19.0's ``create_profile`` in this virtualenv's interpreter (a real
+helper process); what a profile gets is upstream's, read from upstream's module where it names it.
+"""
 
 from __future__ import annotations
 
 import os
 import stat
+import sys
 from pathlib import Path
 
 import pytest
-from profile_helpers import FakeLiveGateway, env_for, make_profile, scratch_left
+import yaml
+from profile_helpers import PYTHON, FakeLiveGateway, env_for, make_profile, scratch_left
 
 from profiles.discovery import read_active_profile, set_active_profile
 from profiles.errors import (
@@ -17,10 +23,12 @@ from profiles.errors import (
     ProfileNotFoundError,
     UnsafePathError,
 )
-from profiles.lifecycle import PROFILE_SUBDIRS, create_profile, delete_profile, rename_profile
+from profiles.lifecycle import create_profile, delete_profile, rename_profile
 from profiles.meta import read_profile_meta
+from profiles.upstream.calls import UpstreamCallError
 from wrappers.scripts import create_wrapper, list_wrappers
 
+up = pytest.importorskip("hermes_cli.profiles")
 TOKEN = "123456:telegram-secret-token"
 
 
@@ -28,16 +36,26 @@ def tree(home: Path) -> set[str]:
     return {str(p.relative_to(home)) for p in home.rglob("*")}
 
 
+def model_of(home: Path) -> object:
+    """The model a (possibly migrated) config.yaml names."""
+    model = yaml.safe_load((home / "config.yaml").read_text())["model"]
+    return model["default"] if isinstance(model, dict) else model
+
+
 # --------------------------------------------------------------------------- create
 
 
-def test_blank_create(root: Path) -> None:
-    result = create_profile("Coder", root, description="  Writes code.  ")
+def test_blank_create_is_upstreams(root: Path) -> None:
+    result = create_profile("Coder", root, description="  Writes code.  ", python=PYTHON)
     home = root / "profiles" / "coder"
     assert result.path == home and result.mode == "blank" and result.source is None
-    assert all((home / sub).is_dir() for sub in PROFILE_SUBDIRS)
+    assert result.release == "0.19.0"
+    assert all((home / sub).is_dir() for sub in up._PROFILE_DIRS)
     assert stat.S_IMODE((home / ".env").stat().st_mode) == 0o600
     assert (home / ".env").read_text().startswith("#")
+    from hermes_cli.default_soul import DEFAULT_SOUL_MD
+
+    assert (home / "SOUL.md").read_text() == DEFAULT_SOUL_MD
     assert read_profile_meta(home)["description"] == "Writes code."
     assert result.credential_kinds == [] and result.warnings == []
     assert scratch_left(root) == []
@@ -46,17 +64,17 @@ def test_blank_create(root: Path) -> None:
 @pytest.mark.parametrize("name", ["default", "Default", "test", "../evil", "sudo", ""])
 def test_create_refuses_bad_names(root: Path, name: str) -> None:
     with pytest.raises(InvalidNameError):
-        create_profile(name, root)
+        create_profile(name, root, python=PYTHON)
     assert list((root / "profiles").iterdir()) == []
 
 
 def test_create_refuses_existing(root: Path, tmp_path: Path) -> None:
     make_profile(root, "coder")
     with pytest.raises(ProfileExistsError, match="coder"):
-        create_profile("coder", root)
+        create_profile("coder", root, python=PYTHON)
     (root / "profiles" / "linked").symlink_to(tmp_path)
     with pytest.raises(ProfileExistsError):
-        create_profile("linked", root)
+        create_profile("linked", root, python=PYTHON)
 
 
 def test_clone_copies_config_and_memories_only(root: Path) -> None:
@@ -77,33 +95,38 @@ def test_clone_copies_config_and_memories_only(root: Path) -> None:
         },
     )
     os.chmod(src / ".env", 0o644)
-    result = create_profile("dst", root, clone_from="src")
+    result = create_profile("dst", root, clone_from="src", python=PYTHON)
     home = result.path
     assert result.mode == "clone" and result.source == "src"
-    for rel in ("config.yaml", ".env", "SOUL.md", "skills/coding/SKILL.md", "memories/MEMORY.md", "memories/USER.md"):
+    for rel in (".env", "SOUL.md", "skills/coding/SKILL.md", "memories/MEMORY.md", "memories/USER.md"):
         assert (home / rel).read_text() == (src / rel).read_text()
+    assert model_of(home) == "gpt"
     for rel in ("memories/other.md", "sessions/s1.json", "state.db", "logs/gateway.log"):
         assert not (home / rel).exists()
     assert stat.S_IMODE((home / ".env").stat().st_mode) == 0o600
     assert result.credential_kinds == ["telegram-bot-token"]
     assert len(result.warnings) == 1
     assert "telegram-bot-token" in result.warnings[0] and TOKEN not in result.warnings[0]
+    # the source is untouched: the mirror upstream read shared its inodes and is gone
+    assert stat.S_IMODE((src / ".env").stat().st_mode) == 0o644
+    assert (src / "config.yaml").read_text() == "model: gpt\n" and (src / "config.yaml").stat().st_nlink == 1
+    assert scratch_left(root) == []
 
 
 def test_clone_source_defaults_to_active_profile(root: Path) -> None:
     (root / "config.yaml").write_text("model: root-model\n")
     make_profile(root, "writer", {"config.yaml": "model: writer-model\n"})
     env = env_for(root)
-    assert create_profile("a", root, clone=True, env=env).source == "default"
-    assert (root / "profiles" / "a" / "config.yaml").read_text() == "model: root-model\n"
+    assert create_profile("a", root, clone=True, env=env, python=PYTHON).source == "default"
+    assert model_of(root / "profiles" / "a") == "root-model"
     set_active_profile("writer", root)
-    assert create_profile("b", root, clone=True, env=env).source == "writer"
-    assert (root / "profiles" / "b" / "config.yaml").read_text() == "model: writer-model\n"
+    assert create_profile("b", root, clone=True, env=env, python=PYTHON).source == "writer"
+    assert model_of(root / "profiles" / "b") == "writer-model"
 
 
 def test_clone_from_missing_source(root: Path) -> None:
     with pytest.raises(ProfileNotFoundError, match="ghost"):
-        create_profile("dst", root, clone_from="ghost")
+        create_profile("dst", root, clone_from="ghost", python=PYTHON)
     assert scratch_left(root) == [] and not (root / "profiles" / "dst").exists()
 
 
@@ -130,28 +153,99 @@ def test_clone_all_from_default_excludes_infrastructure_history_and_runtime(root
     make_profile(root, "coder", {"config.yaml": "sibling"})
     os.mkfifo(root / "a.fifo")
 
-    result = create_profile("full", root, clone_all=True, clone_from="default")
+    result = create_profile("full", root, clone_all=True, clone_from="default", python=PYTHON)
     assert result.mode == "clone-all"
     assert tree(result.path) == {
         "config.yaml", ".env", "SOUL.md", "skills", "skills/x", "skills/x/SKILL.md", "cron", "cron/jobs.json",
         "state", "state/keep.json", "plugins", "plugins/p.py",
     }
+    assert (result.path / "config.yaml").read_text() == "a: 1\n"  # a full copy is not migrated (upstream)
     assert stat.S_IMODE((result.path / ".env").stat().st_mode) == 0o600
     assert result.credential_kinds == ["discord-bot-token"]
 
 
 def test_clone_all_from_named_profile_keeps_its_bin_and_profiles_folders(root: Path) -> None:
     make_profile(root, "src", {"bin/tool": "x", "profiles/note": "y", "sessions/s": "", "gateway.pid": "1"})
-    result = create_profile("dst", root, clone_all=True, clone_from="src")
-    assert tree(result.path) == {"bin", "bin/tool", "profiles", "profiles/note", ".env"}
+    result = create_profile("dst", root, clone_all=True, clone_from="src", python=PYTHON)
+    assert tree(result.path) == {"bin", "bin/tool", "profiles", "profiles/note", ".env", "SOUL.md"}
     assert result.credential_kinds == [] and result.warnings == []
 
 
 def test_clone_reports_malformed_copied_config_as_warning(root: Path) -> None:
     make_profile(root, "src", {"config.yaml": "platforms: [unclosed\n"})
-    result = create_profile("dst", root, clone_from="src")
+    result = create_profile("dst", root, clone_from="src", python=PYTHON)
     assert result.path.is_dir()
+    assert (result.path / "config.yaml").read_text() == "platforms: [unclosed\n"
     assert "config.yaml" in result.warnings[0]
+
+
+@pytest.mark.parametrize("mode", ["clone", "clone_all"])
+def test_a_clone_follows_no_link_out_of_its_source(root: Path, tmp_path: Path, mode: str) -> None:
+    """A source's .env linked to another profile's (or any link that can climb out) is left out and named."""
+    bravo = make_profile(root, "bravo", {".env": f"TELEGRAM_BOT_TOKEN={TOKEN}\n"})
+    outside = tmp_path / "shared-skills"
+    (outside / "evil").mkdir(parents=True)
+    (outside / "evil" / "SKILL.md").write_text("from outside")
+    src = make_profile(root, "alpha", {"config.yaml": "model: m\n", "skills/own/SKILL.md": "own",
+                                       "memories/MEMORY.md": "mem"})
+    (src / ".env").symlink_to(bravo / ".env")
+    (src / "skills" / "abs").symlink_to(outside / "evil")
+    (src / "skills" / "climb").symlink_to("../../bravo")
+    (src / "skills" / "own" / "alias.md").symlink_to("SKILL.md")  # stays inside: kept as a link
+    result = create_profile("dst", root, clone_from="alpha", clone_all=mode == "clone_all", python=PYTHON)
+    home = result.path
+    assert TOKEN not in (home / ".env").read_text() and not (home / ".env").is_symlink()
+    assert stat.S_IMODE((home / ".env").stat().st_mode) == 0o600
+    assert not os.path.lexists(home / "skills" / "abs") and not os.path.lexists(home / "skills" / "climb")
+    assert os.readlink(home / "skills" / "own" / "alias.md") == "SKILL.md"
+    assert (home / "skills" / "own" / "alias.md").read_text() == "own"
+    assert result.credential_kinds == []
+    named = " ".join(result.warnings)
+    for rel in (".env", "skills/abs", "skills/climb"):
+        assert repr(rel) in named
+    assert "own" not in named
+    assert (bravo / ".env").read_text() == f"TELEGRAM_BOT_TOKEN={TOKEN}\n"  # the victim is untouched
+
+
+def test_a_clone_keeps_no_set_id_bit(root: Path) -> None:
+    src = make_profile(root, "src", {"skills/tool/run.sh": "#!/bin/sh\n"})
+    os.chmod(src / "skills" / "tool" / "run.sh", 0o6755)
+    for flags in ({"clone_from": "src"}, {"clone_from": "src", "clone_all": True}):
+        name = "c" + str(len(flags))
+        home = create_profile(name, root, python=PYTHON, **flags).path
+        assert stat.S_IMODE((home / "skills" / "tool" / "run.sh").stat().st_mode) == 0o755
+    assert stat.S_IMODE((src / "skills" / "tool" / "run.sh").stat().st_mode) == 0o6755
+
+
+def test_the_profile_appears_only_when_upstream_is_done(root: Path, tmp_path: Path) -> None:
+    """Upstream builds in place; hermesd gives it a scratch root, so profiles/ never holds half a profile."""
+    seen = tmp_path / "seen"
+    spy = tmp_path / "python-spy"
+    spy.write_text(f"#!/bin/sh\nls -A {root / 'profiles'} > {seen}\nenv | grep ^HERMES_HOME= >> {seen}\n"
+                   f'exec {sys.executable} "$@"\n')
+    spy.chmod(0o755)
+    create_profile("coder", root, python=[str(spy)])
+    listing = seen.read_text().splitlines()
+    assert "coder" not in listing and listing[0].startswith(".creating-coder-")
+    assert listing[-1].startswith(f"HERMES_HOME={root / 'profiles' / '.creating-coder-'}")
+    assert (root / "profiles" / "coder" / "SOUL.md").is_file() and scratch_left(root) == []
+
+
+@pytest.mark.parametrize("python", [["/bin/true"], ["/bin/sh", "-c", "echo not python"]])
+def test_upstream_that_cannot_run_leaves_nothing(root: Path, python: list[str]) -> None:
+    make_profile(root, "src", {"config.yaml": "model: m\n"})
+    with pytest.raises(UpstreamCallError, match="not a Python that can run hermes-agent"):
+        create_profile("dst", root, clone_from="src", python=python)
+    assert not (root / "profiles" / "dst").exists() and scratch_left(root) == []
+
+
+def test_upstream_missing_from_the_interpreter_is_an_error(root: Path) -> None:
+    bare = "/usr/bin/python3"
+    if not os.access(bare, os.X_OK):
+        pytest.skip("no system python3")
+    with pytest.raises(UpstreamCallError, match="cannot import hermes-agent"):
+        create_profile("dst", root, python=[bare, "-s"])
+    assert list((root / "profiles").iterdir()) == []
 
 
 # --------------------------------------------------------------------------- delete
