@@ -61,6 +61,11 @@ def _lazy(name: str, ctx: Any) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+def _existing(action: argparse.Action) -> None:
+    """Mark an argument that names an existing profile: shell completion offers the profiles."""
+    action.complete = "profile"  # type: ignore[attr-defined]
+
+
 def _verb(verbs: Any, name: str, *, help: str, example: str) -> argparse.ArgumentParser:
     return verbs.add_parser(
         name,
@@ -124,7 +129,7 @@ def register(
     p.set_defaults(func=_lazy("_cmd_list", ctx))
 
     p = _verb(verbs, "show", help="show one profile", example="hermesd profile show coder")
-    p.add_argument("profile_name", metavar="NAME")
+    _existing(p.add_argument("profile_name", metavar="NAME"))
     _common(p, aliases=True)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_lazy("_cmd_show", ctx))
@@ -150,7 +155,7 @@ def register(
 
     p = _verb(verbs, "delete", help="delete a profile and its aliases",
               example="hermesd profile delete coder -y --stop")
-    p.add_argument("profile_name", metavar="NAME")
+    _existing(p.add_argument("profile_name", metavar="NAME"))
     p.add_argument("-y", "--yes", action="store_true",
                    help="do not ask for confirmation (otherwise type NAME, on a terminal or a pipe)")
     p.add_argument("--stop", action="store_true", help="stop the profile's running gateway first")
@@ -159,7 +164,7 @@ def register(
 
     p = _verb(verbs, "rename", help="rename a profile (its aliases follow)",
               example="hermesd profile rename coder dev --stop")
-    p.add_argument("old_name", metavar="OLD")
+    _existing(p.add_argument("old_name", metavar="OLD"))
     p.add_argument("new_name", metavar="NEW")
     p.add_argument("--stop", action="store_true", help="stop the profile's running gateway first")
     p.add_argument("--no-alias", action="store_true",
@@ -173,14 +178,14 @@ def register(
         help="set the sticky active profile ('default' or --clear to reset)",
         example="hermesd profile use coder",
     )
-    p.add_argument("profile_name", metavar="NAME", nargs="?", default=None)
+    _existing(p.add_argument("profile_name", metavar="NAME", nargs="?", default=None))
     p.add_argument("--clear", action="store_true", help="make default active again")
     _common(p)
     p.set_defaults(func=_lazy("_cmd_use", ctx))
 
     p = _verb(verbs, "describe", help="show or set a profile's description (profile.yaml)",
               example="hermesd profile describe coder --text 'Writes and reviews code.'")
-    p.add_argument("profile_name", metavar="NAME", nargs="?", default=None)
+    _existing(p.add_argument("profile_name", metavar="NAME", nargs="?", default=None))
     p.add_argument("--text", default=None, help="set the description to this text")
     p.add_argument("--auto", action="store_true", help="(upstream only: asks a model; refused here)")
     p.add_argument("--all", dest="all_missing", action="store_true", help="(upstream only, with --auto)")
@@ -190,7 +195,7 @@ def register(
 
     p = _verb(verbs, "info", help="show a profile's distribution manifest (distribution.yaml)",
               example="hermesd profile info coder")
-    p.add_argument("profile_name", metavar="NAME")
+    _existing(p.add_argument("profile_name", metavar="NAME"))
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _common(p)
     p.set_defaults(func=_lazy("_cmd_info", ctx))
@@ -201,7 +206,7 @@ def register(
         help="export a profile to a .tar.gz (no credentials)",
         example="hermesd profile export coder -o coder.tar.gz",
     )
-    p.add_argument("profile_name", metavar="NAME")
+    _existing(p.add_argument("profile_name", metavar="NAME"))
     p.add_argument("-o", "--output", default=None,
                    help="output file (default: ./NAME.tar.gz; '.tgz'/'.tar.gz' stripped, '.tar.gz' added)")
     _common(p)
@@ -226,7 +231,7 @@ def register(
         epilog=ALIAS_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("profile_name", metavar="NAME", nargs="?", default=None)
+    _existing(p.add_argument("profile_name", metavar="NAME", nargs="?", default=None))
     p.add_argument("--name", dest="alias_name", metavar="ALIAS", default=None, help="alias name (default: NAME)")
     p.add_argument("--remove", action="store_true", help="remove the alias(es) instead")
     p.add_argument("--list", action="store_true", help="list the aliases of this root (hermesd's and upstream's)")

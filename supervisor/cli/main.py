@@ -8,6 +8,7 @@ root parser is handed to the commands that need it (completion) instead of being
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -95,8 +96,6 @@ def _stop_for_profile_change(name: str, home: Any) -> None:
 
 
 def _upstream_python(root: Any) -> list[str]:
-    import os
-
     from supervisor.childspec import GatewayCommandError
     from supervisor.cli.common import UserError
     from supervisor.config import ConfigError
@@ -119,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     parser = build_parser(argv)
+    if "_ARGCOMPLETE" in os.environ:  # a shell asking for completions (argcomplete's protocol): answer, exit
+        from supervisor.completion import complete
+
+        complete(parser)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
