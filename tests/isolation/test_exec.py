@@ -104,6 +104,27 @@ kill -TERM {daemon_pid} 2>/dev/null; echo signal_hermesd={'$'}?
     assert r.hermesd.row("b")["pid"] == pids["b"]
 
 
+def test_cloning_a_profile_never_copies_what_its_links_point_at(running: tuple[Root, dict[str, int]]) -> None:
+    """A confined profile links its .env to another's; ``profile create --clone`` (root) must not follow it."""
+    r, _ = running
+    b_env = r.home("b") / ".env"
+    res = r.exec("a", f"ln -s {b_env} $HERMES_HOME/.env.new && mv -f $HERMES_HOME/.env.new $HERMES_HOME/.env")
+    assert res.returncode == 0, res.stderr
+    assert (r.home("a") / ".env").is_symlink()
+    for flag in ("--clone", "--clone-all"):
+        name = "copy" + flag.replace("-", "")
+        done = subprocess.run(
+            [sys.executable, "-m", "supervisor", "profile", "create", name, flag, "--clone-from", "a", "--no-alias",
+             "--root", str(r.root)],
+            capture_output=True, text=True, env=r.hermesd.env, cwd=str(REPO), timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        env = r.home(name) / ".env"
+        assert not env.is_symlink() and "secret-of-b" not in env.read_text()
+        assert "'.env' is a link" in done.stderr
+    assert b_env.read_text() == "SOME_KEY=secret-of-b\n"
+
+
 def test_own_home_tmp_elsewhere_and_grandchildren(running: tuple[Root, dict[str, int]]) -> None:
     r, _ = running
     a, b = r.home("a"), r.home("b")

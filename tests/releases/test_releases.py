@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from profiles.upstream import releases as r
-from supervisor.hermes_release import HermesVersionError, detect_version, interpreter_argv
+from supervisor.hermes_release import HermesVersionError, detect_version, gateway_python, interpreter_argv
 from tests.releases.gateway import poll
 
 TEST_HERMES = Path(sys.executable).parent / "hermes"
@@ -151,6 +151,17 @@ def test_interpreter_of_the_test_venv_hermes():
     assert interpreter_argv([str(TEST_HERMES)], None) == [r.interpreter_from_script(TEST_HERMES.read_bytes())[0]]
     assert interpreter_argv([sys.executable, "-X", "utf8", "-m", "hermes_cli.main"], None) == [sys.executable, "-X",
                                                                                                 "utf8"]
+
+
+def test_gateway_python_is_where_upstreams_profile_code_runs(tmp_path):
+    """The interpreter of the root's gateway command, as hermesd.yaml and PATH make it."""
+    path = {"PATH": f"{TEST_HERMES.parent}:/usr/bin:/bin"}
+    assert gateway_python(tmp_path, path) == interpreter_argv([str(TEST_HERMES)], path["PATH"])
+    (tmp_path / "hermesd.yaml").write_text(f"command: [{sys.executable}, /some/script.py]\n")
+    assert gateway_python(tmp_path, path) == [sys.executable]
+    (tmp_path / "hermesd.yaml").write_text("command: /bin/echo\n")
+    with pytest.raises(HermesVersionError, match="not a Python script"):
+        gateway_python(tmp_path, path)
 
 
 def test_binary_launcher_falls_back_to_version_flag():
