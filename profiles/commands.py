@@ -277,12 +277,13 @@ def _cmd_info(args: argparse.Namespace, ctx: Context) -> int:
 
 def _cmd_create(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
-    if ctx.upstream_python is None:
+    interpreter = ctx.upstream_python
+    if interpreter is None:
         raise UsageError("profile create is not available here: this command has no way to run hermes-agent")
     result = create_profile(
         args.profile_name,
         root,
-        python=ctx.upstream_python(root),
+        python=lambda: interpreter(root),
         clone=args.clone,
         clone_all=args.clone_all,
         clone_from=args.clone_from,

@@ -179,7 +179,7 @@ def create_profile(
     name: str,
     root: Path | str | None = None,
     *,
-    python: Sequence[str],
+    python: Callable[[], Sequence[str]],
     clone: bool = False,
     clone_all: bool = False,
     clone_from: str | None = None,
@@ -189,9 +189,9 @@ def create_profile(
 ) -> CreateResult:
     """Create profile ``name`` (blank, ``clone`` or ``clone_all``) with upstream's code, atomically.
 
-    ``python`` is the gateway's interpreter (argv prefix). ``clone_from`` implies ``clone``;
-    ``clone_all`` wins over ``clone``, as upstream. Every name is checked and the source found
-    before anything is written. Raises :class:`ProfileExistsError`, :class:`InvalidNameError`,
+    ``python()`` gives the gateway's interpreter (argv prefix); it is asked only once every name
+    is checked and the source found, before anything is written. ``clone_from`` implies ``clone``;
+    ``clone_all`` wins over ``clone``, as upstream. Raises :class:`ProfileExistsError`, :class:`InvalidNameError`,
     :class:`ProfileNotFoundError`, or :class:`profiles.upstream.calls.UpstreamCallError` when
     upstream's code cannot run or refuses.
     """
@@ -209,7 +209,7 @@ def create_profile(
     source_name, source = _clone_source(base, clone_from, env) if copying else (None, None)
     mode = "clone-all" if clone_all else ("clone" if copying else "blank")
     result = CreateResult(canon, target, mode, source_name)
-
+    interpreter = python()
     scratch = _scratch(base, "creating", canon)
     try:
         work_root, work_home = scratch / "root", scratch / "home"
@@ -224,7 +224,7 @@ def create_profile(
                 result.warnings.append(f"not copied from {source_name!r}: {shown(left_out)} is a link that "
                                        "could lead out of the profile (hermesd follows none)")
         made = calls.create_profile(
-            python, canon, work_root=work_root, work_home=work_home, clone_from=source_name,
+            interpreter, canon, work_root=work_root, work_home=work_home, clone_from=source_name,
             clone_all=clone_all, clone_config=mode == "clone", no_skills=no_skills, description=description,
             schema_of=mirrored if mode == "clone" else None, env=env,
         )

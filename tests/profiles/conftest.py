@@ -47,7 +47,7 @@ def cli(
     def run(*argv: str, stop_gateway: Callable[[str, Path], None] | None = None) -> CliResult:
         parser = argparse.ArgumentParser(prog="hermesd")
         sub = parser.add_subparsers(dest="cmd")
-        register(sub, stop_gateway=stop_gateway, upstream_python=lambda root: PYTHON)
+        register(sub, stop_gateway=stop_gateway, upstream_python=lambda root: PYTHON())
         args = parser.parse_args(list(argv))
         capsys.readouterr()
         rc = args.func(args)

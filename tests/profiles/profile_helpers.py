@@ -13,8 +13,10 @@ from pathlib import Path
 
 from profiles.upstream.files import proc_start_time
 
-# The interpreter upstream's profile code runs in: this virtualenv's, which has hermes-agent 0.19.0.
-PYTHON = [sys.executable]
+
+def PYTHON() -> list[str]:
+    """The interpreter upstream's profile code runs in: this virtualenv's, which has hermes-agent 0.19.0."""
+    return [sys.executable]
 
 
 def make_profile(root: Path, name: str, files: dict[str, str] | None = None) -> Path:

@@ -22,6 +22,7 @@ import yaml
 from profile_helpers import PYTHON, make_profile
 
 from profiles.cli import register
+from profiles.errors import ProfileError
 from profiles.lifecycle import create_profile
 from profiles.upstream import calls
 
@@ -90,7 +91,7 @@ def test_blank_and_full_copies_are_upstreams(root: Path, tmp_path: Path, monkeyp
 
 def test_a_release_that_lacks_a_flag_refuses_rather_than_drops_it(root: Path, tmp_path: Path) -> None:
     with pytest.raises(calls.UpstreamCallError, match=r"create_profile\(\) of hermes-agent 0.19.0 takes no surprise"):
-        calls.call(PYTHON, "create_profile", {"name": "dst", "surprise": True}, work_root=tmp_path / "r",
+        calls.call(PYTHON(), "create_profile", {"name": "dst", "surprise": True}, work_root=tmp_path / "r",
                    work_home=tmp_path)
     assert not (tmp_path / "r").exists()
 
@@ -141,3 +142,13 @@ def test_cli_create_runs_upstream_in_the_injected_interpreter(root: Path, tmp_pa
     assert args.func(args) == 2
     assert "no way to run hermes-agent" in capsys.readouterr().err
     assert not (root / "profiles" / "other").exists()
+
+
+def test_names_and_the_source_are_checked_before_the_interpreter_is_asked(root: Path) -> None:
+    def never() -> list[str]:
+        raise AssertionError("the interpreter was asked before the checks")
+
+    make_profile(root, "taken")
+    for name, kwargs in (("../evil", {}), ("taken", {}), ("dst", {"clone_from": "ghost"})):
+        with pytest.raises(ProfileError):
+            create_profile(name, root, python=never, **kwargs)  # type: ignore[arg-type]

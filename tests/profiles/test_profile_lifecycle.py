@@ -224,7 +224,7 @@ def test_the_profile_appears_only_when_upstream_is_done(root: Path, tmp_path: Pa
     spy.write_text(f"#!/bin/sh\nls -A {root / 'profiles'} > {seen}\nenv | grep ^HERMES_HOME= >> {seen}\n"
                    f'exec {sys.executable} "$@"\n')
     spy.chmod(0o755)
-    create_profile("coder", root, python=[str(spy)])
+    create_profile("coder", root, python=lambda: [str(spy)])
     listing = seen.read_text().splitlines()
     assert "coder" not in listing and listing[0].startswith(".creating-coder-")
     assert listing[-1].startswith(f"HERMES_HOME={root / 'profiles' / '.creating-coder-'}")
@@ -235,7 +235,7 @@ def test_the_profile_appears_only_when_upstream_is_done(root: Path, tmp_path: Pa
 def test_upstream_that_cannot_run_leaves_nothing(root: Path, python: list[str]) -> None:
     make_profile(root, "src", {"config.yaml": "model: m\n"})
     with pytest.raises(UpstreamCallError, match="not a Python that can run hermes-agent"):
-        create_profile("dst", root, clone_from="src", python=python)
+        create_profile("dst", root, clone_from="src", python=lambda: python)
     assert not (root / "profiles" / "dst").exists() and scratch_left(root) == []
 
 
@@ -244,7 +244,7 @@ def test_upstream_missing_from_the_interpreter_is_an_error(root: Path) -> None:
     if not os.access(bare, os.X_OK):
         pytest.skip("no system python3")
     with pytest.raises(UpstreamCallError, match="cannot import hermes-agent"):
-        create_profile("dst", root, python=[bare, "-s"])
+        create_profile("dst", root, python=lambda: [bare, "-s"])
     assert list((root / "profiles").iterdir()) == []
 
 
