@@ -14,7 +14,9 @@ and the description are whatever the installed release does. hermesd adds only t
 * the source of a clone is the active profile of the root (upstream: whatever ``HERMES_HOME``
   is), and upstream clones from a copy of it that holds no link out of it
   (:mod:`profiles.mirror`), never from the source itself: a ``.env`` that links to another
-  profile's is left out and named, not followed. The copy also leaves out hermesd's ``.hermesd``
+  profile's is left out and named, not followed. The copy sits in the scratch root's
+  ``profiles/``, even a copy of the root: upstream imports its root's ``plugins/`` as code, so
+  that root holds nothing a profile wrote. The copy also leaves out hermesd's ``.hermesd``
   folder, the gateway's runtime files (``gateway.lock``, the planned-stop and drain markers,
   ``state/gateway.heartbeat``, ...), which would make a clone look like a running gateway, and
   the root's ``active_profile``;
@@ -136,6 +138,28 @@ def _skipper(from_root: bool) -> Callable[[tuple[str, ...]], bool]:
     return skip
 
 
+def _stand_in(source: str, new: str) -> str:
+    """The name the source's copy has in the scratch root: its own, or one for the root.
+
+    The root is cloned as a named profile: upstream's own root (its ``HERMES_HOME``, whose
+    ``plugins/`` it imports as code) must hold nothing a profile wrote. What upstream leaves out
+    of a clone of the root only, the copy already leaves out (:data:`NOT_CLONED_FROM_ROOT`).
+    """
+    if source != DEFAULT_PROFILE:
+        return source
+    return "root-copy" if new != "root-copy" else "root-copy-2"
+
+
+def _config_alone(home: Path, folder: Path) -> Path | None:
+    """A folder holding only ``home``'s ``config.yaml``, where upstream reads its schema version."""
+    folder.mkdir()
+    try:
+        os.link(home / "config.yaml", folder / "config.yaml")
+    except OSError:
+        return None
+    return folder
+
+
 def _harden(home: Path) -> None:
     """``.env`` owner-only, and no set-id bit anywhere: the copy is root's, its content the source's."""
     for folder, _subdirs, files, fd in os.fwalk(home):
@@ -214,19 +238,20 @@ def create_profile(
     try:
         work_root, work_home = scratch / "root", scratch / "home"
         work_home.mkdir()
-        mirrored: Path | None = None
+        (work_root / PROFILES_DIRNAME).mkdir(parents=True)
+        stand_in = schema_of = None
         if source is not None and source_name is not None:
-            from_root = source_name == DEFAULT_PROFILE
-            mirrored = work_root if from_root else work_root / PROFILES_DIRNAME / source_name
-            if not from_root:
-                (work_root / PROFILES_DIRNAME).mkdir(parents=True)
-            for left_out in mirror_tree(source, mirrored, _skipper(from_root)):
+            stand_in = _stand_in(source_name, canon)
+            mirrored = work_root / PROFILES_DIRNAME / stand_in
+            for left_out in mirror_tree(source, mirrored, _skipper(source_name == DEFAULT_PROFILE)):
                 result.warnings.append(f"not copied from {source_name!r}: {shown(left_out)} is a link that "
                                        "could lead out of the profile (hermesd follows none)")
+            if mode == "clone":
+                schema_of = _config_alone(mirrored, scratch / "schema")
         made = calls.create_profile(
-            interpreter, canon, work_root=work_root, work_home=work_home, clone_from=source_name,
+            interpreter, canon, work_root=work_root, work_home=work_home, clone_from=stand_in,
             clone_all=clone_all, clone_config=mode == "clone", no_skills=no_skills, description=description,
-            schema_of=mirrored if mode == "clone" else None, env=env,
+            schema_of=schema_of, env=env,
         )
         build = work_root / PROFILES_DIRNAME / canon
         if build.is_symlink() or not build.is_dir() or made.path.resolve() != build.resolve():

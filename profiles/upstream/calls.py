@@ -44,14 +44,14 @@ OUTPUT_CAP = 256 * 1024
 _MARK = "HERMESD-UPSTREAM "
 _PASSED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME")
 
-# What upstream's clone never copies from a source (history, for any source; the installation
-# and the other profiles, when the source is the root). The link-free copy hermesd makes for
-# upstream to clone from leaves these out too, only so that it costs nothing to make.
+# What upstream's clone never copies from a source: history, for any source; the installation,
+# the other profiles and (0.22+) re-downloadable runtimes, when the source is the root. The
+# link-free copy hermesd makes for upstream to clone from leaves these out too.
 NEVER_CLONED_TOP: frozenset[str] = frozenset(
     {"state.db", "state.db-wal", "state.db-shm", "sessions", "backups", "state-snapshots", "checkpoints"}
 )
 NEVER_CLONED_FROM_ROOT: frozenset[str] = frozenset(
-    {"hermes-agent", ".worktrees", "profiles", "bin", "node_modules"}
+    {"hermes-agent", ".worktrees", "profiles", "bin", "node_modules", "models", "runtimes", "node"}
 )
 
 # Runs in the gateway's interpreter. It must never raise: every outcome is the marked line.

@@ -217,6 +217,22 @@ def test_a_clone_keeps_no_set_id_bit(root: Path) -> None:
     assert stat.S_IMODE((src / "skills" / "tool" / "run.sh").stat().st_mode) == 0o6755
 
 
+@pytest.mark.parametrize("source", ["default", "src"])
+@pytest.mark.parametrize("clone_all", [False, True])
+def test_a_clone_never_runs_the_sources_code(root: Path, tmp_path: Path, source: str, clone_all: bool) -> None:
+    """Upstream imports ``$HERMES_HOME/plugins/model-providers/*`` as code: the helper's home holds no profile's."""
+    ran = tmp_path / "ran"
+    plugin = f"open({str(ran)!r}, 'a').write('ran as uid %d\\n' % __import__('os').getuid())\n"
+    home = root if source == "default" else make_profile(root, "src")
+    (home / "config.yaml").write_text("model: m\n")
+    for rel in ("plugins/model-providers/evil/__init__.py", "plugins/evil/__init__.py"):
+        (home / rel).parent.mkdir(parents=True, exist_ok=True)
+        (home / rel).write_text(plugin)
+    result = create_profile("dst", root, clone_from=source, clone_all=clone_all, python=PYTHON)
+    assert not ran.exists(), ran.read_text()
+    assert (result.path / "plugins" / "evil" / "__init__.py").exists() is clone_all  # copied, never run
+
+
 def test_the_profile_appears_only_when_upstream_is_done(root: Path, tmp_path: Path) -> None:
     """Upstream builds in place; hermesd gives it a scratch root, so profiles/ never holds half a profile."""
     seen = tmp_path / "seen"
