@@ -54,6 +54,10 @@ FORMATS = ("systemd", "compose", "kubernetes")
 DEFAULT_IMAGE = "hermes-agent:latest"
 CONTAINER_ROOT = "/opt/hermes"  # where a profile tree lives inside a container
 UNIT_PREFIX = "hermes-gw-"
+# Docker 20.10's 'docker stack deploy' (Debian 12's docker.io) refuses a Compose file without a
+# version ("unsupported Compose file version: 1.0"); 3.8 is the newest it knows and has every key
+# the export writes ('init' needs 3.7). docker-compose 1.29 accepts it, Compose v2 ignores it.
+COMPOSE_FILE_VERSION = "3.8"
 
 
 class ExportError(ValueError):
@@ -289,7 +293,8 @@ def render_compose(gateways: Sequence[Gateway], *, root: Path, image: str) -> st
         "# Under 'docker stack deploy' (Swarm) 'restart' is ignored (Swarm restarts on any exit) and an",
         "# unhealthy task is replaced; under Compose 'unhealthy' is only reported.",
     ]
-    body = yaml.safe_dump({"services": services}, sort_keys=False, default_flow_style=False, width=1000)
+    body = yaml.safe_dump({"version": COMPOSE_FILE_VERSION, "services": services}, sort_keys=False,
+                          default_flow_style=False, width=1000)
     return "\n".join(header) + "\n" + body
 
 

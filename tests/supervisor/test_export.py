@@ -121,6 +121,7 @@ def compose_tool() -> list[str] | None:
 def test_compose_services(root, tmp_path):
     text = files_for("compose", root, image="registry.example/hermes:1")["compose.yaml"]
     doc = yaml.safe_load(text)
+    assert doc["version"] == "3.8"  # docker 20.10's stack deploy refuses a file without one
     services = doc["services"]
     assert list(services) == ["hermes-gw-default", "hermes-gw-coder", "hermes-gw-writer"]
     for name in ("default", "coder", "writer"):
@@ -214,11 +215,29 @@ def test_kubernetes_manifests(root):
 
 
 def test_kubernetes_manifests_validate_against_the_schemas(root):
+    """Kubernetes' published OpenAPI schemas, as kubernetes-validate bundles them: the oldest and the
+    newest release it ships, strict (an unknown field fails). No cluster runs here."""
     kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is not installed (pip)")
-    version = kv.latest_version()
-    for text in files_for("kubernetes", root).values():
-        for doc in yaml.safe_load_all(text):
-            kv.validate(json.loads(json.dumps(doc)), version, strict=True)
+    from kubernetes_validate.utils import all_versions
+
+    versions = sorted({all_versions()[0], kv.latest_version()}, key=lambda v: tuple(map(int, v.split("."))))
+    docs = [json.loads(json.dumps(doc)) for text in files_for("kubernetes", root).values()
+            for doc in yaml.safe_load_all(text)]
+    assert sorted(d["kind"] for d in docs) == ["Deployment"] * 3 + ["PersistentVolumeClaim"] * 3
+    for version in versions:
+        for doc in docs:
+            kv.validate(doc, version, strict=True)
+    # the same validator rejects what a cluster would: a misspelt field, a wrong type, an unknown kind
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    misspelt = json.loads(json.dumps(deployment))
+    misspelt["spec"]["template"]["spec"]["terminationGracePeriod"] = 5
+    wrong_type = json.loads(json.dumps(deployment))
+    wrong_type["spec"]["replicas"] = "one"
+    for bad in (misspelt, wrong_type):
+        with pytest.raises(kv.ValidationError):
+            kv.validate(bad, versions[-1], strict=True)
+    with pytest.raises(kv.SchemaNotFoundError):
+        kv.validate({**deployment, "kind": "Deploymint"}, versions[-1], strict=True)
 
 
 def test_kubernetes_names_are_dns_labels_and_unique():
