@@ -6,6 +6,9 @@ A gateway is found from the host: the container's init (``docker-init``, PID 1 i
 exactly one child, the gateway; ``/proc/<pid>/status`` ``NSpid`` gives its PID inside the
 container, which is what the gateway writes into ``gateway_state.json``, and field 22 of
 ``/proc/<pid>/stat`` (the start time in ticks since boot) is the same in every PID namespace.
+That pair identifies the process only within its container: two containers started together
+each run their gateway as PID 7, in the same clock tick. Which folders a container can write is
+told by its mounts instead (:func:`mounts`).
 """
 
 from __future__ import annotations
@@ -39,6 +42,13 @@ class Deployment:
 
     def home(self, profile: str) -> Path:
         return self.root if profile == "default" else self.root / "profiles" / profile
+
+    def expected_mounts(self, profile: str) -> list[tuple[str, str | None, str]]:
+        """Its own folder only; for the default profile, the root with the others' folders masked."""
+        own = [("bind", str(self.home(profile)), self.container_home(profile))]
+        if profile != "default":
+            return own
+        return [*own, ("tmpfs", None, f"{export.CONTAINER_ROOT}/profiles")]
 
     @staticmethod
     def container_home(profile: str) -> str:
@@ -78,6 +88,12 @@ def inspect_network(nid: str) -> dict[str, Any]:
     """The network's description, or {} when there is no such network."""
     done = docker("network", "inspect", nid, check=False)
     return json.loads(done.stdout)[0] if done.returncode == 0 else {}
+
+
+def mounts(container: str) -> list[tuple[str, str | None, str]]:
+    """(type, host source or None for a tmpfs, target) of each mount, in the container's order."""
+    return [(m["Type"], m.get("Source") if m["Type"] == "bind" else None, m["Destination"])
+            for m in inspect(container)["Mounts"]]
 
 
 def containers(*labels: str, all_states: bool = False) -> list[str]:
