@@ -3,10 +3,12 @@
 # extra into ./.venv, checks lint, then runs the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Tools some tests validate generated files with (systemd-analyze, zsh, fish, docker-compose).
+# Tools some tests validate generated files with (systemd-analyze, zsh, fish, docker-compose) and
+# the container engine the engine tests run on (docker.io, debootstrap for the image's base).
 # Installed when this runs as root on Debian; otherwise those tests skip and say why.
 want=()
-for pair in systemd-analyze:systemd zsh:zsh fish:fish docker-compose:docker-compose; do
+for pair in systemd-analyze:systemd zsh:zsh fish:fish docker-compose:docker-compose dockerd:docker.io \
+            debootstrap:debootstrap; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || want+=("${pair##*:}")
 done
 if [ ${#want[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
@@ -18,4 +20,32 @@ python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip >/dev/null
 .venv/bin/pip install -q -e '.[test]'
 .venv/bin/ruff check .
-exec .venv/bin/python -m pytest "$@"
+
+# The engine tests (tests/engine) need a dockerd. Where none answers and this runs as root, one is
+# started for the run (no init system starts it in CI) and stopped afterwards; the images it keeps
+# in /var/lib/docker stay for the next run. If it cannot start, those tests skip and say why.
+dockerd_pid=""
+stop_dockerd() {
+  [ -n "$dockerd_pid" ] || return 0
+  kill -TERM "$dockerd_pid" 2>/dev/null || return 0
+  for _ in $(seq 60); do kill -0 "$dockerd_pid" 2>/dev/null || return 0; sleep 0.5; done
+  echo "note: dockerd (PID $dockerd_pid) did not stop within 30 s" >&2
+}
+if [ "$(id -u)" = 0 ] && command -v dockerd >/dev/null 2>&1 && command -v docker >/dev/null 2>&1 \
+   && ! docker info >/dev/null 2>&1; then
+  log=$(mktemp "${TMPDIR:-/tmp}/hermesd-test-dockerd.XXXXXX.log")
+  setsid dockerd </dev/null >"$log" 2>&1 &
+  dockerd_pid=$!
+  trap stop_dockerd EXIT
+  for _ in $(seq 120); do
+    docker info >/dev/null 2>&1 && break
+    kill -0 "$dockerd_pid" 2>/dev/null || break
+    sleep 0.5
+  done
+  if ! docker info >/dev/null 2>&1; then
+    echo "note: dockerd did not start (see $log); the engine tests will skip" >&2
+    stop_dockerd
+    dockerd_pid=""
+  fi
+fi
+.venv/bin/python -m pytest "$@"

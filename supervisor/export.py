@@ -9,14 +9,18 @@ hermesd.yaml), each carrying exactly the contract hermesd gives its own children
 * environment ``contract.FIXED_ENV`` + ``HERMES_HOME`` + hermesd.yaml's ``environment`` (the
   same extra variables hermesd gives that child). Not the ``HERMESD_*`` tags: a hermesd started
   later on the same root must see these gateways as foreign, not adopt and kill them. The kanban
-  dispatcher choice (``HERMES_KANBAN_DISPATCH_IN_GATEWAY``) goes into the systemd units (one
-  machine, one root, one dispatcher lock) but not into containers, where each gateway has a
-  board and a lock of its own; ``HERMES_BIN`` never: the worker hand-off needs a running hermesd,
-  so exported gateways run upstream's own workers in the dispatcher's tree;
-* SIGTERM preceded by upstream's planned-stop marker (``hermesd _planned-stop``, a hidden helper
-  defined here, run as systemd's ``ExecStop`` and Kubernetes' ``preStop``), and a SIGKILL deadline
-  of the same stop timeout hermesd would use (hermesd.yaml ``stop_timeout``, else
-  ``contract.stop_timeout(contract.profile_drain_seconds(home))``);
+  dispatcher choice (``HERMES_KANBAN_DISPATCH_IN_GATEWAY``) goes into the systemd units as
+  hermesd.yaml makes it (one machine, one root, one dispatcher lock). In containers only the
+  default profile's mounts the root, where the board is: a named profile's container has no board
+  to dispatch (as a non-root user its dispatcher could not even create one), so it never
+  dispatches. ``HERMES_BIN`` never: the worker hand-off needs a running hermesd, so exported
+  gateways run upstream's own workers in the dispatcher's tree;
+* a planned stop and a SIGKILL deadline of the same stop timeout hermesd would use (hermesd.yaml
+  ``stop_timeout``, else ``contract.stop_timeout(contract.profile_drain_seconds(home))``). systemd
+  and Kubernetes run upstream's planned-stop marker (``hermesd _planned-stop``, a hidden helper
+  defined here, as ``ExecStop`` and ``preStop``) before their SIGTERM. Compose and Swarm have no
+  stop hook, so their services stop with SIGINT, which upstream takes as a planned stop (exit 0,
+  state ``stopped``) and which the container's init (``init: true``) passes on to the gateway;
 * restart on 75 and never on 78 where the engine can say so (systemd can; Compose and a
   Deployment restart on any exit).
 
@@ -39,14 +43,21 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from profiles.upstream.process import Exit
+
+if TYPE_CHECKING:
+    from supervisor.config import Config
 
 FORMATS = ("systemd", "compose", "kubernetes")
 DEFAULT_IMAGE = "hermes-agent:latest"
 CONTAINER_ROOT = "/opt/hermes"  # where a profile tree lives inside a container
 UNIT_PREFIX = "hermes-gw-"
+# Docker 20.10's 'docker stack deploy' (Debian 12's docker.io) refuses a Compose file without a
+# version ("unsupported Compose file version: 1.0"); 3.8 is the newest it knows and has every key
+# the export writes ('init' needs 3.7). docker-compose 1.29 accepts it, Compose v2 ignores it.
+COMPOSE_FILE_VERSION = "3.8"
 
 
 class ExportError(ValueError):
@@ -62,10 +73,12 @@ class Gateway:
     stop_timeout: float
     extra_env: Mapping[str, str] = field(default_factory=dict)
     has_env_file: bool = False
-    # hermesd.yaml's environment without the kanban dispatcher choice: each container has a board
-    # and a dispatcher lock of its own (only the default profile's sees the real root), so the
-    # choice, which is about one shared lock, does not apply there (None: same as extra_env)
+    # what a container gets instead: only the default profile's container mounts the root's board,
+    # so a named profile's never dispatches (None: same as extra_env)
     container_env: Mapping[str, str] | None = None
+    # owner (uid, gid) of the profile folder: a Compose service runs as it, so what the gateway
+    # writes through the bind mount stays the owner's and the gateway is not root unless the folder is
+    owner: tuple[int, int] | None = None
 
     @property
     def stop_seconds(self) -> int:
@@ -102,8 +115,36 @@ def collect(root: Path) -> list[Gateway]:
     if problems:
         raise ExportError("cannot export; hermesd itself would hold these profiles:\n  " + "\n  ".join(problems))
     return [Gateway(f.name, f.home, cfg.stop_timeout_for(f.name, f.drain_s), cfg.child_environment(f.name),
-                    (f.home / ".env").is_file(),
-                    {**cfg.environment, **cfg.for_profile(f.name).environment}) for f in facts]
+                    (f.home / ".env").is_file(), _container_environment(cfg, f.name), _owner(f.home))
+            for f in facts]
+
+
+def _container_environment(cfg: Config, name: str) -> dict[str, str]:
+    from supervisor.kanban.dispatch import DISPATCH_ENV
+
+    env = cfg.child_environment(name)
+    if name != "default":
+        env[DISPATCH_ENV] = "false"  # no board in this container: the root is not mounted
+    return env
+
+
+def _warn_dispatcher_lost(gateways: Sequence[Gateway]) -> None:
+    """Say so when hermesd.yaml's kanban dispatcher is a named profile, whose container has no board."""
+    from supervisor.kanban.dispatch import DISPATCH_ENV
+
+    for gw in gateways:
+        if gw.name != "default" and gw.extra_env.get(DISPATCH_ENV) == "true":
+            print(f"hermesd export: kanban.dispatcher is {gw.name!r}, but in a container only the default profile"
+                  " mounts the root's board: no container dispatches", file=sys.stderr)
+
+
+def _owner(home: Path) -> tuple[int, int] | None:
+    """The profile folder's owner, not following a link (discovery never serves a linked profile)."""
+    try:
+        st = os.lstat(home)
+    except OSError:
+        return None
+    return st.st_uid, st.st_gid
 
 
 def _environment(gw: Gateway, home: str, *, container: bool = False) -> dict[str, str]:
@@ -195,29 +236,40 @@ def render_systemd(gateways: Sequence[Gateway], *, root: Path, gateway_command: 
 
 
 def render_compose(gateways: Sequence[Gateway], *, root: Path, image: str) -> str:
-    """One Compose file, one service per profile, each profile folder bind-mounted as its HERMES_HOME."""
+    """One Compose file, one service per profile, each profile folder bind-mounted as its HERMES_HOME.
+
+    The same file runs under ``docker compose`` and ``docker stack deploy`` (Swarm), so it uses only
+    what both honour: a ``tmpfs:`` key is silently dropped by Swarm (the default profile's container
+    would then see every other profile's ``.env``), tmpfs mounts in ``volumes:`` are kept by both.
+    """
     import yaml
 
     services: dict[str, Any] = {}
     for gw in gateways:
         home = _container_home(gw)
-        svc: dict[str, Any] = {
-            "image": image,
-            "command": _argv(["hermes"], gw),
-            "environment": _environment(gw, home, container=True),
-            "volumes": [{"type": "bind", "source": str(gw.home), "target": home}],
-        }
-        hidden = [f"{home}/{d}" for d in ("profiles", ".hermesd") if gw.name == "default" and (gw.home / d).is_dir()]
-        if hidden:
-            svc["tmpfs"] = hidden
+        svc: dict[str, Any] = {"image": image}
+        if gw.owner is not None:
+            # Bind mounts keep host ids: as the folder's owner the gateway can write its files there,
+            # and they stay the owner's (the image's default user, root, would leave them root's).
+            svc["user"] = f"{gw.owner[0]}:{gw.owner[1]}"
+        # An id the image's /etc/passwd does not know gets HOME=/, where it can create nothing, and
+        # upstream keeps its credential locks under ~/.local/state: /tmp is writable by any id.
+        svc["environment"] = {**_environment(gw, home, container=True), "HOME": "/tmp"}
+        svc["command"] = _argv(["hermes"], gw)
+        volumes: list[dict[str, str]] = [{"type": "bind", "source": str(gw.home), "target": home}]
+        volumes += [{"type": "tmpfs", "target": f"{home}/{d}"} for d in ("profiles", ".hermesd")
+                    if gw.name == "default" and (gw.home / d).is_dir()]
         svc.update({
+            "volumes": volumes,
+            # docker-init as PID 1: reaps what the agent's tools orphan, passes signals to the gateway,
+            # and exits with its status (128+n after a signal), so the engine sees the gateway's death.
             "init": True,
             "restart": "unless-stopped",
-            "stop_signal": "SIGTERM",
+            "stop_signal": "SIGINT",
             "stop_grace_period": f"{gw.stop_seconds}s",
             "healthcheck": {
                 "test": ["CMD", "hermesd", "probe", gw.name, "--live", "--root", CONTAINER_ROOT],
-                "interval": "30s",
+                "interval": "10s",
                 "timeout": "10s",
                 "retries": 3,
                 "start_period": "300s",
@@ -226,18 +278,24 @@ def render_compose(gateways: Sequence[Gateway], *, root: Path, image: str) -> st
         services[f"{UNIT_PREFIX}{gw.name}"] = svc
     header = [
         f"# Exported by 'hermesd export compose' from {root}: one service per profile, with the argv and",
-        "# environment hermesd gives its own children. Do not also run hermesd on this root.",
+        "# environment hermesd gives its own children. Do not also run hermesd on this root, and do not run",
+        "# this file twice at once (compose and a stack): two gateways would share each profile folder.",
         f"# The image ({image}) must provide 'hermes' (hermes-agent) and 'hermesd' (hermesd-supervisor, for",
-        "# the health check) on PATH; pass --image to name yours. Each profile folder is bind-mounted as",
-        "# that gateway's HERMES_HOME, so the image's user needs read-write access to it; the default",
-        "# profile's container gets empty tmpfs over profiles/ and .hermesd/, so it cannot read the other",
-        "# profiles' .env files. The gateway loads its own .env from there: no credential is in this file.",
-        "# Compose cannot stop a container with a planned-stop marker: 'docker compose stop' sends a plain",
-        "# SIGTERM, which upstream drains like any stop but reports as exit 1 with state 'running'.",
+        "# the health check) on PATH; pass --image to name yours. hermesd's contrib/docker/build-image.sh",
+        "# builds one from Debian's packages and PyPI alone (docs/containers.md).",
+        "# Each profile folder is bind-mounted as that gateway's HERMES_HOME and the service runs as the",
+        "# folder's owner; the default profile's container gets empty tmpfs over profiles/ and .hermesd/,",
+        "# so it cannot read the other profiles' .env files. The gateway loads its own .env from there:",
+        "# no credential is in this file.",
+        "# Stop: SIGINT, which upstream takes as a planned stop (exit 0, state 'stopped'): Compose has no",
+        "# hook to write upstream's planned-stop marker, and a plain SIGTERM exits 1, state 'running'.",
         f"# Compose restarts on any exit, including {Exit.CONFIG.value} (fatal configuration): watch"
         " 'docker compose ps'.",
+        "# Under 'docker stack deploy' (Swarm) 'restart' is ignored (Swarm restarts on any exit) and an",
+        "# unhealthy task is replaced; under Compose 'unhealthy' is only reported.",
     ]
-    body = yaml.safe_dump({"services": services}, sort_keys=False, default_flow_style=False, width=1000)
+    body = yaml.safe_dump({"version": COMPOSE_FILE_VERSION, "services": services}, sort_keys=False,
+                          default_flow_style=False, width=1000)
     return "\n".join(header) + "\n" + body
 
 
@@ -390,6 +448,7 @@ def export_files(fmt: str, root: Path, *, image: str = DEFAULT_IMAGE, storage: s
                 raise ExportError(str(exc)) from None
         return render_systemd(gateways, root=root, gateway_command=gateway_command,
                               hermesd=hermesd or hermesd_command(), contract=_local_contract(gateway_command))
+    _warn_dispatcher_lost(gateways)
     if fmt == "compose":
         return {"compose.yaml": render_compose(gateways, root=root, image=image)}
     import yaml

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
 import shutil
@@ -22,6 +23,7 @@ from profiles.upstream import files as gf
 from profiles.upstream import process as contract
 from supervisor import childspec, export
 from supervisor.cli.common import UserError
+from supervisor.kanban.dispatch import DISPATCH_ENV
 from tests.supervisor.test_contrib import systemd_verify
 
 SECRETS = {
@@ -119,6 +121,7 @@ def compose_tool() -> list[str] | None:
 def test_compose_services(root, tmp_path):
     text = files_for("compose", root, image="registry.example/hermes:1")["compose.yaml"]
     doc = yaml.safe_load(text)
+    assert doc["version"] == "3.8"  # docker 20.10's stack deploy refuses a file without one
     services = doc["services"]
     assert list(services) == ["hermes-gw-default", "hermes-gw-coder", "hermes-gw-writer"]
     for name in ("default", "coder", "writer"):
@@ -126,13 +129,46 @@ def test_compose_services(root, tmp_path):
         home = "/opt/hermes" if name == "default" else f"/opt/hermes/profiles/{name}"
         assert svc["image"] == "registry.example/hermes:1"
         assert svc["command"] == childspec.child_argv(["hermes"], name)
-        assert svc["environment"] == {"HERMES_HOME": home, **contract.FIXED_ENV}
-        assert svc["volumes"] == [{"type": "bind", "source": str(home_of(root, name)), "target": home}]
-        assert svc["restart"] == "unless-stopped" and svc["stop_signal"] == "SIGTERM"
+        # only the default profile's container mounts the root's kanban board, so only it dispatches
+        assert svc["environment"] == {"HERMES_HOME": home, **contract.FIXED_ENV, "HOME": "/tmp",
+                                      DISPATCH_ENV: "true" if name == "default" else "false"}
+        folder = home_of(root, name).stat()
+        assert svc["user"] == f"{folder.st_uid}:{folder.st_gid}"
+        assert svc["volumes"][0] == {"type": "bind", "source": str(home_of(root, name)), "target": home}
+        assert svc["restart"] == "unless-stopped" and svc["init"] is True
+        assert svc["stop_signal"] == "SIGINT"  # upstream's planned stop without a marker
         assert svc["stop_grace_period"] == f"{int(contract.stop_timeout(100 if name == 'writer' else 0))}s"
         assert svc["healthcheck"]["test"] == ["CMD", "hermesd", "probe", name, "--live", "--root", "/opt/hermes"]
-        assert "env_file" not in svc
-    assert services["hermes-gw-default"]["tmpfs"] == ["/opt/hermes/profiles"]  # other profiles' .env stay hidden
+        assert "env_file" not in svc and "tmpfs" not in svc  # Swarm drops a tmpfs: key without a word
+    # other profiles' .env stay hidden from the default profile's container, under Compose and Swarm alike
+    assert services["hermes-gw-default"]["volumes"][1:] == [{"type": "tmpfs", "target": "/opt/hermes/profiles"}]
+    assert all(len(services[f"hermes-gw-{n}"]["volumes"]) == 1 for n in ("coder", "writer"))
+
+
+def test_compose_hides_hermesd_state_and_follows_each_owner(root):
+    (root / ".hermesd").mkdir()
+    if os.geteuid() == 0:
+        os.chown(root / "profiles" / "coder", 12345, 23456)
+    text = files_for("compose", root)["compose.yaml"]
+    services = yaml.safe_load(text)["services"]
+    assert services["hermes-gw-default"]["volumes"][1:] == [{"type": "tmpfs", "target": "/opt/hermes/profiles"},
+                                                           {"type": "tmpfs", "target": "/opt/hermes/.hermesd"}]
+    coder = (root / "profiles" / "coder").stat()
+    assert services["hermes-gw-coder"]["user"] == f"{coder.st_uid}:{coder.st_gid}"
+    if os.geteuid() == 0:
+        assert services["hermes-gw-coder"]["user"] == "12345:23456"
+        assert services["hermes-gw-default"]["user"] == "0:0"
+
+
+def test_containers_dispatch_only_where_the_board_is(root, capsys):
+    (root / "hermesd.yaml").write_text("kanban: {dispatcher: coder}\n")
+    systemd = files_for("systemd", root)
+    assert f"{DISPATCH_ENV}=true" in systemd["hermes-gw-coder.service"]  # one machine: coder dispatches
+    capsys.readouterr()
+    services = yaml.safe_load(files_for("compose", root)["compose.yaml"])["services"]
+    assert {n: s["environment"][DISPATCH_ENV] for n, s in services.items()} == {
+        "hermes-gw-default": "false", "hermes-gw-coder": "false", "hermes-gw-writer": "false"}
+    assert "kanban.dispatcher is 'coder'" in capsys.readouterr().err
 
 
 def test_compose_file_validates_with_compose(root, tmp_path):
@@ -168,7 +204,8 @@ def test_kubernetes_manifests(root):
         (c,) = pod["containers"]
         home = "/opt/hermes" if name == "default" else f"/opt/hermes/profiles/{name}"
         assert c["command"] == childspec.child_argv(["hermes"], name)
-        assert {e["name"]: e["value"] for e in c["env"]} == {"HERMES_HOME": home, **contract.FIXED_ENV}
+        assert {e["name"]: e["value"] for e in c["env"]} == {"HERMES_HOME": home, **contract.FIXED_ENV,
+                                                            DISPATCH_ENV: "true" if name == "default" else "false"}
         assert c["envFrom"] == [{"secretRef": {"name": f"hermes-gw-{name}-env", "optional": False}}]
         assert c["volumeMounts"] == [{"name": "home", "mountPath": home}]
         assert c["lifecycle"]["preStop"]["exec"]["command"] == ["hermesd", "_planned-stop", home]
@@ -178,11 +215,29 @@ def test_kubernetes_manifests(root):
 
 
 def test_kubernetes_manifests_validate_against_the_schemas(root):
+    """Kubernetes' published OpenAPI schemas, as kubernetes-validate bundles them: the oldest and the
+    newest release it ships, strict (an unknown field fails). No cluster runs here."""
     kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is not installed (pip)")
-    version = kv.latest_version()
-    for text in files_for("kubernetes", root).values():
-        for doc in yaml.safe_load_all(text):
-            kv.validate(json.loads(json.dumps(doc)), version, strict=True)
+    from kubernetes_validate.utils import all_versions
+
+    versions = sorted({all_versions()[0], kv.latest_version()}, key=lambda v: tuple(map(int, v.split("."))))
+    docs = [json.loads(json.dumps(doc)) for text in files_for("kubernetes", root).values()
+            for doc in yaml.safe_load_all(text)]
+    assert sorted(d["kind"] for d in docs) == ["Deployment"] * 3 + ["PersistentVolumeClaim"] * 3
+    for version in versions:
+        for doc in docs:
+            kv.validate(doc, version, strict=True)
+    # the same validator rejects what a cluster would: a misspelt field, a wrong type, an unknown kind
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    misspelt = json.loads(json.dumps(deployment))
+    misspelt["spec"]["template"]["spec"]["terminationGracePeriod"] = 5
+    wrong_type = json.loads(json.dumps(deployment))
+    wrong_type["spec"]["replicas"] = "one"
+    for bad in (misspelt, wrong_type):
+        with pytest.raises(kv.ValidationError):
+            kv.validate(bad, versions[-1], strict=True)
+    with pytest.raises(kv.SchemaNotFoundError):
+        kv.validate({**deployment, "kind": "Deploymint"}, versions[-1], strict=True)
 
 
 def test_kubernetes_names_are_dns_labels_and_unique():
