@@ -88,9 +88,11 @@ def test_worker_runs_as_assignee_and_survives_dispatcher_restart(need_hermes: No
     kenv = proc_env(keeper)
     assert kenv.get("HERMESD_KANBAN_WORKER") == "p2" and "HERMESD_PROFILE" not in kenv
     # the worker itself: the keeper's child, in p2's environment contract, not in p1's tree
-    worker = wait_for(lambda: children_of(keeper), 20, what="the worker process")[0]
+    # Re-listed on every poll: the keeper's first child can be a short-lived fork that is not the worker.
+    worker = wait_for(lambda: next((c for c in children_of(keeper) if proc_env(c).get("HERMES_HOME")), None), 20,
+                      what="the worker process, exec'd")
     b.pids.add(worker)
-    wenv = wait_for(lambda: (e := proc_env(worker)).get("HERMES_HOME") and e, 20, what="the worker exec'd")
+    wenv = proc_env(worker)
     assert wenv["HERMES_HOME"] == str(p2) and wenv["HERMES_PROFILE"] == "p2"
     assert wenv["HERMES_KANBAN_TASK"] == task and "HERMESD_ROOT" not in wenv and "HERMES_BIN" not in wenv
     assert wenv["HERMES_KANBAN_DISPATCH_IN_GATEWAY"] == "false"
