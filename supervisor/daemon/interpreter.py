@@ -2,7 +2,10 @@
 (and so the contract hermesd follows with it) and which enabled platforms lack their libraries.
 
 Both come from one cached probe (:mod:`supervisor.requirements`), run in the daemon's reader pool
-so a slow interpreter never delays a respawn or a control request.
+so a slow interpreter never delays a respawn or a control request. The probe also says where
+hermes-agent is installed; the code identity found there (:mod:`supervisor.codeid`, a ``stat`` while
+nothing changed) is recorded for every child at its spawn, so ``status`` can tell which gateways run
+older code than is installed.
 """
 
 from __future__ import annotations
