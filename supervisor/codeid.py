@@ -48,6 +48,7 @@ RECORD = "RECORD"
 _NOT_CONTENT = frozenset({"INSTALLER", "REQUESTED", "direct_url.json", RECORD})
 _RECORD_MAX = 16 << 20
 _DIST_INFO = re.compile(r"^(?P<name>[A-Za-z0-9_.]+)-(?P<version>[^-/]+)\.dist-info$")
+_VERSION_TEXT = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+!_-]{0,63}")
 # The process start is read from btime (whole seconds): changes within this margin are not "after".
 START_MARGIN_S = 1.0
 
@@ -233,7 +234,8 @@ def reported_version(home: Path, pid: int) -> str | None:
     """The ``code_version`` the gateway ``pid`` wrote into its own state file (releases after 0.21)."""
     gstate = gf.read_gateway_state(home)
     value = gstate.get("code_version") if gstate.get("pid") == pid else None
-    return value[:100] if isinstance(value, str) and value.strip() else None
+    # Written by the gateway, so by whatever runs in the profile: only a plain version string is taken.
+    return value if isinstance(value, str) and _VERSION_TEXT.fullmatch(value) else None
 
 
 def view(home: Path, pid: int | None, *, recorded: CodeId | None, started_wall: float | None,

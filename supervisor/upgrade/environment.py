@@ -10,7 +10,7 @@ under the upgrade's record. A rollback uninstalls what the upgrade installed, co
 back and checks every one against the sha256 its ``RECORD`` lists. Measured on this project's
 2-core machine for 0.18.2 → 0.19.0 (hermes-agent is the only distribution that differs between
 them): the copy is 1686 files, 60 MB, taken in 2.0 s and checked in 0.15 s, where a copy of the
-whole site-packages is 233 MB (5.5 s with ``cp -a``) and the upgrade's own ``pip install`` took 39 s.
+whole site-packages is 233 MB (5.5 s with ``cp -a``) and the upgrade's pip steps took 39 s.
 
 When the interpreter was upgraded before ``hermesd upgrade`` ran (no copy could be taken), a
 rollback reinstalls the recorded release with pip instead (:func:`reinstall`), and says so.

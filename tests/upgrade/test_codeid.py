@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -115,3 +116,15 @@ def test_the_probe_names_the_distribution_that_owns_hermes_cli():
     assert facts.dist_info is not None and Path(facts.dist_info).name == f"hermes_agent-{facts.version}.dist-info"
     found = codeid.installed_now(facts.dist_info)
     assert found is not None and found.code.version == facts.version
+
+
+def test_the_gateways_own_report_is_taken_only_from_its_own_state_and_only_as_a_version(tmp_path):
+    def report(**state: object) -> str | None:
+        (tmp_path / "gateway_state.json").write_text(json.dumps({"pid": 42, **state}))
+        return codeid.reported_version(tmp_path, 42)
+
+    assert report(code_version="0.22.2", code_sha="abc") == "0.22.2"
+    assert report(code_version="0.22.2\x1b[2J") is None  # a terminal escape never reaches status
+    assert report(code_version="") is None and report(code_version=7) is None and report() is None
+    (tmp_path / "gateway_state.json").write_text(json.dumps({"pid": 43, "code_version": "0.22.2"}))
+    assert codeid.reported_version(tmp_path, 42) is None  # another process's file
