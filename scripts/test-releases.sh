@@ -6,6 +6,7 @@
 #   bash scripts/test-releases.sh 0.18.2 0.19.0    # only these (also a release not in the table yet)
 #   bash scripts/test-releases.sh --install-only   # build the cached environments, run nothing
 #   bash scripts/test-releases.sh --contract-only  # only the contract tests, no hermesd end-to-end tests
+#   bash scripts/test-releases.sh --upgrade 0.18.2 0.19.0   # hermesd upgrade from one release to the other
 #
 # Per release: tests/releases/test_contract.py (the contract measured and compared with the table's
 # row; passes for unsupported releases too, since the row says what they do) and, for supported ones,
@@ -20,6 +21,10 @@
 # The tests run from ./.venv (bash scripts/test.sh creates it) with HERMESD_TEST_HERMES=<the release's
 # hermes>. Not part of scripts/test.sh: about a minute per unsupported release and three per
 # supported one. Exit 0 when every release installed and passed, 1 otherwise, 2 on usage errors.
+# --upgrade FROM TO runs tests/releases/test_upgrade.py instead: four real gateways on FROM, upgraded
+# to TO with 'hermesd upgrade' (canary, gate, a broken build of TO, both rollbacks); it makes its own
+# virtual environment and installs both releases with pip: about 4 minutes with pip's cache warm, 6
+# cold (pip's resolution against the index takes most of it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -35,11 +40,27 @@ for arg in "$@"; do
   case "$arg" in
     --install-only) mode=install ;;
     --contract-only) mode=contract ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --upgrade) mode=upgrade ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "error: unknown option $arg" >&2; exit 2 ;;
     *) versions+=("$arg") ;;
   esac
 done
+if [ "$mode" = upgrade ]; then
+  if [ ${#versions[@]} -ne 2 ]; then
+    echo "error: --upgrade takes two versions: FROM TO" >&2
+    exit 2
+  fi
+  out="$cache/results/upgrade-${versions[0]}-${versions[1]}"
+  mkdir -p "$out"
+  t0=$(date +%s)
+  HERMESD_TEST_UPGRADE="${versions[*]}" "$py" -m pytest -q -p no:cacheprovider --junitxml="$out/junit.xml" \
+    tests/releases/test_upgrade.py >"$out/pytest.log" 2>&1
+  rc=$?
+  tail -n 3 "$out/pytest.log"
+  echo "upgrade ${versions[0]} -> ${versions[1]}: pytest exit $rc in $(( $(date +%s) - t0 )) s; log: $out/pytest.log"
+  exit $(( rc == 0 ? 0 : 1 ))
+fi
 if [ ${#versions[@]} -eq 0 ]; then
   # "Available versions: 0.19.0, 0.18.2, …" → oldest first
   line=$("$repo/.venv/bin/pip" index versions hermes-agent 2>/dev/null | sed -n 's/^Available versions: //p')

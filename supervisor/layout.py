@@ -58,6 +58,11 @@ class Layout:
         return self.logs / f"{profile}.log"
 
     @property
+    def upgrades(self) -> Path:
+        """Records of fleet operations (``hermesd upgrade``): one folder each, with what a rollback needs."""
+        return self.dir / "upgrades"
+
+    @property
     def salt_file(self) -> Path:
         return self.dir / "fingerprint.salt"
 

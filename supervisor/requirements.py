@@ -9,7 +9,8 @@ visible. It asks the gateway command's interpreter **once** (:func:`interpreter_
   :func:`profiles.upstream.releases.contract_for` turns into the contract hermesd follows;
 * which of a list of modules can be found, which programs are on the gateway's PATH, which pip specs
   are satisfied, upstream's own per-platform pins (``tools/lazy_deps.py`` ``LAZY_DEPS``) and
-  hermes-agent's ``Requires-Dist`` pins, and where its ``plugins`` package lives.
+  hermes-agent's ``Requires-Dist`` pins, where its ``plugins`` package lives, and which installed
+  distribution owns ``hermes_cli`` (its ``*.dist-info``: the code identity, :mod:`supervisor.codeid`).
 
 Why ``importlib.util.find_spec`` and never ``import``: finding a module runs only the import
 system's finders, no module code, so a library whose import is slow, starts threads, touches the
@@ -129,6 +130,33 @@ if distribution is not None:
     except BaseException:
         pass
 r["requires"] = req
+# Which installed distribution owns hermes_cli (hermes-agent, or a repackaging with another name):
+# its *.dist-info folder is where supervisor.codeid reads the code identity from.
+if distribution is not None:
+    try:
+        owner = distribution("hermes-agent")
+    except BaseException:
+        owner = None
+        try:
+            from importlib.metadata import packages_distributions
+            names = packages_distributions().get("hermes_cli") or []
+            owner = distribution(names[0]) if names else None
+        except BaseException:
+            pass
+    if owner is not None:
+        where = getattr(owner, "_path", None)
+        if where is None:
+            try:
+                where = next((owner.locate_file(f).parent for f in owner.files or [] if f.name == "RECORD"), None)
+            except BaseException:
+                where = None
+        if where is not None:
+            r["dist_info"] = os.path.abspath(str(where))
+            try:
+                r["dist_name"] = owner.metadata["Name"]
+            except BaseException:
+                pass
+r["prefix"] = sys.prefix
 try:
     from packaging.specifiers import SpecifierSet
     from packaging.version import Version
@@ -177,6 +205,9 @@ class Facts:
     lazy_deps: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     requires: Mapping[str, str] = field(default_factory=dict)  # dist_key -> spec, markers dropped
     plugins_dir: str | None = None
+    dist_info: str | None = None  # the *.dist-info folder of the distribution that owns hermes_cli
+    dist_name: str | None = None  # its name (hermes-agent, or a repackaging's)
+    prefix: str | None = None  # the interpreter's sys.prefix (its environment)
     error: str | None = None
 
     @property
@@ -357,6 +388,9 @@ def _ask(command: Sequence[str], interp: list[str], qtext: str, env: dict[str, s
         lazy_deps={str(k): tuple(map(str, v)) for k, v in (r.get("lazy_deps") or {}).items()},
         requires=requires,
         plugins_dir=r.get("plugins_dir") if isinstance(r.get("plugins_dir"), str) else None,
+        dist_info=r.get("dist_info") if isinstance(r.get("dist_info"), str) else None,
+        dist_name=r.get("dist_name") if isinstance(r.get("dist_name"), str) else None,
+        prefix=r.get("prefix") if isinstance(r.get("prefix"), str) else None,
     )
     return facts, [p for p in r.get("paths") or [] if isinstance(p, str)]
 

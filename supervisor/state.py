@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from profiles.upstream.files import read_json, write_json_atomic
+from supervisor.codeid import CodeId
 
 if TYPE_CHECKING:
     from supervisor.plan.planner import Planner
@@ -25,6 +26,14 @@ class Saved:
     boot_id: str
     profiles: dict[str, dict[str, Any]]
     problem: str | None = None  # why the file was ignored, for the log and for status
+    dist_info: str | None = None  # the gateway command's hermes-agent as the daemon last saw it
+
+
+def recorded_code(rec: dict[str, Any], pid: int | None, start_time: int | None) -> CodeId | None:
+    """The code hermesd recorded for the gateway ``pid`` (only when the record names that very process)."""
+    if pid is None or rec.get("pid") != pid or rec.get("start_time") != start_time:
+        return None
+    return CodeId.from_json(rec.get("code"))
 
 
 def load(path: Path, boot_id: str) -> Saved:
@@ -39,7 +48,9 @@ def load(path: Path, boot_id: str) -> Saved:
         for rec in profiles.values():
             rec.pop("pid", None)
             rec.pop("start_time", None)
-    return Saved(boot_id, profiles)
+            rec.pop("code", None)
+    dist_info = data.get("dist_info")
+    return Saved(boot_id, profiles, dist_info=dist_info if isinstance(dist_info, str) else None)
 
 
 def records(planner: Planner) -> dict[str, dict[str, Any]]:
@@ -58,15 +69,20 @@ def records(planner: Planner) -> dict[str, dict[str, Any]]:
         c = p.child
         if c is not None:
             rec.update(pid=c.ident.pid, start_time=c.ident.start_time, started_at=c.started_wall,
-                       stopping=c.stop_requested, then_restart=c.then_restart)
+                       stopping=c.stop_requested, then_restart=c.then_restart,
+                       code=c.code.to_json() if c.code is not None else None)
         out[name] = rec
     return out
 
 
-def save(path: Path, boot_id: str, daemon_pid: int, profiles: dict[str, dict[str, Any]], now: float) -> None:
+def save(path: Path, boot_id: str, daemon_pid: int, profiles: dict[str, dict[str, Any]], now: float,
+         dist_info: str | None = None) -> None:
+    """``dist_info``: where the gateway command's hermes-agent is installed (the probe's answer), so
+    ``status`` and ``doctor`` can tell stale code without a daemon and without asking the interpreter."""
     write_json_atomic(
         path,
-        {"version": VERSION, "boot_id": boot_id, "daemon_pid": daemon_pid, "saved_at": now, "profiles": profiles},
+        {"version": VERSION, "boot_id": boot_id, "daemon_pid": daemon_pid, "saved_at": now, "profiles": profiles,
+         "dist_info": dist_info},
     )
 
 

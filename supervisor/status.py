@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from profiles.upstream import files as gf
+from supervisor import codeid
 
 HEALTHY = "running"
 
@@ -41,6 +42,7 @@ _DEFAULTS: dict[str, Any] = {
     "isolation": None,
     "kanban": None,  # {dispatcher, dispatcher_pid, dispatcher_supervised, workers}: supervisor.kanban.observe
     "requirements_missing": [],
+    "code": None,  # supervisor.codeid.CodeView: the code the gateway runs against the code installed
 }
 
 
@@ -112,6 +114,7 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
 
     layout = Layout(root)
     saved = state_mod.load(layout.state, identity.boot_id())
+    installed = codeid.installed_now(saved.dist_info)
     rows = []
     try:
         served = profiles_to_serve(True, root=root)
@@ -124,6 +127,8 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
         pid = live.pid if live is not None else None
         down = rec.get("down") if isinstance(rec.get("down"), str) else None
         started = identity.proc_start_wall(pid) if pid else None
+        code = codeid.view(home, pid, started_wall=started, installed=installed,
+                           recorded=state_mod.recorded_code(rec, pid, identity.proc_start_time(pid) if pid else None))
         rows.append(make_row(
             name, home,
             state="running" if pid else "stopped",
@@ -136,11 +141,13 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
             last_exit=state_mod.exit_record(rec.get("last_exit")),
             should_run=down is None,
             down=down,
+            code=code.to_json() if code is not None else None,
         ))
     _add_offline_requirements(root, rows)
     return {
         "root": str(root),
-        "supervisor": {"pid": None, "running": False, "state_problem": saved.problem},
+        "supervisor": {"pid": None, "running": False, "state_problem": saved.problem,
+                       "installed_code": installed.code.to_json() if installed is not None else None},
         "profiles": rows,
     }
 
@@ -237,6 +244,24 @@ def platform_notes(row: dict[str, Any]) -> list[str]:
     return out
 
 
+def _code_label(code: dict[str, Any] | None) -> str:
+    if not isinstance(code, dict):
+        return "?"
+    return f"{code.get('version')} ({code.get('digest')})"
+
+
+def stale_note(code: dict[str, Any]) -> str:
+    """One line for a gateway that runs older code than is installed (status and doctor)."""
+    running = code.get("running")
+    if running:
+        what = f"runs hermes-agent {_code_label(running)}"
+    elif code.get("how") == "gateway":
+        what = f"reports hermes-agent {code.get('reported_version')}"
+    else:
+        what = "started before the installed hermes-agent changed"
+    return f"stale code: {what}, {_code_label(code.get('installed'))} is installed; restart it to load it"
+
+
 _COLORS = {"running": "32", "starting": "36", "stopping": "36", "backoff": "33", "held": "31", "stopped": "90"}
 
 
@@ -257,6 +282,11 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
     for key in ("problem", "config_problem", "command_error", "state_problem"):
         if sup.get(key):
             lines.append(f"  ! {sup[key]}")
+    stale = [r["code"] for r in doc["profiles"] if (r.get("code") or {}).get("stale")]
+    if stale:
+        runs = "gateways run" if len(stale) > 1 else "gateway runs"
+        lines.append(f"  ! {len(stale)} {runs} older code than the installed hermes-agent "
+                     f"{_code_label(stale[0].get('installed'))}: 'hermesd upgrade' restarts them onto it one at a time")
     cols = ["PROFILE", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT", "GATEWAY", "PLATFORMS", "BEAT", "CPU", "MEM"]
     table = [cols]
     notes = []
@@ -290,6 +320,8 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
             why = c["message"] or c["error_code"]
             notes.append(f"  {r['name']}: {c['platform']} blocked by another gateway: {why}")
         notes.extend(f"  {r['name']}: {line}" for line in platform_notes(r))
+        if (r.get("code") or {}).get("stale"):
+            notes.append(f"  {r['name']}: {stale_note(r['code'])}")
     widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
     for n, row in enumerate(table):
         cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=True)]

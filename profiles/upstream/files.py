@@ -26,6 +26,16 @@ DRAIN_MARKER = ".drain_request.json"
 # A gateway's top-level runtime files: meaningless in a copy, an export or a clone.
 RUNTIME_TOP_FILES = frozenset({PID_FILE, LOCK_FILE, STATE_FILE, PLANNED_STOP_MARKER, DRAIN_MARKER, "processes.json"})
 
+# What a new release may rewrite in a profile's folder when it first runs there, or when
+# ``hermes update`` migrates it (read in hermes-agent 0.19.0 and upstream main): ``migrate_config``
+# rewrites config.yaml and .env (``sanitize_env_file``, ``save_env_value``); ``backfill_profile_envs``
+# writes a missing .env; the gateway runs ``sync_skills`` at every start, which rewrites
+# skills/.bundled_manifest; from 0.22 the default profile's gateway rewrites the root's config.yaml
+# (multiplex) and leaves .multiplex_opt_out_rewritten. state.db is not listed: its schema changes
+# are column additions an older release reads (0.18.2 runs on 0.19.0's), it is live while the
+# gateway runs, and it can be large.
+MIGRATED_FILES = ("config.yaml", ".env", "skills/.bundled_manifest", ".multiplex_opt_out_rewritten")
+
 # Files no bigger than this are upstream's; anything larger is junk and is not parsed.
 _MAX_JSON_BYTES = 1 << 20
 

@@ -18,6 +18,9 @@ command changes)::
     OLDEST_SUPPORTED, NEWEST_KNOWN: version strings.
     KNOWN: every measured release, oldest first, supported or not (for tables and tests).
     parse_version(text) -> Version | None; interpreter_from_script(head: bytes) -> list[str] | None.
+    settings_needed(version) -> tuple[NeededSetting, ...]
+        What a release needs in the profiles' own config.yaml for a per-profile fleet to survive it
+        (``hermesd upgrade`` checks it before and after; none up to 0.21).
 
 Why 0.18.1 is the oldest supported release: it is the first in which hermesd's argv and environment
 alone pin a child to exactly one profile, whatever the profile's own files say.
@@ -36,6 +39,8 @@ import enum
 import re
 import shlex
 from dataclasses import dataclass, replace
+
+from profiles.upstream.bools import is_truthy_value
 
 GATEWAY_RUN = ("gateway", "run")
 EXTERNAL_SUPERVISOR_FLAG = "--external-supervisor"
@@ -244,3 +249,51 @@ def interpreter_from_script(head: bytes) -> list[str] | None:
             return None
         return [words[0]] if words else None
     return [interp, rest] if rest else [interp]
+
+
+# ----------------------------------------------------------------------------- settings a release needs
+
+
+@dataclass(frozen=True, slots=True)
+class NeededSetting:
+    """A setting a release needs in a profile's own ``config.yaml`` so that hermesd's fleet (one gateway
+    per profile) survives it; measured on the releases of upstream-contract.md §8.
+
+    ``scope``: ``named`` (every named profile's own config.yaml; upstream reads it raw, no overlay,
+    no environment variable) or ``default`` (the root's config.yaml, the default profile's).
+    ``satisfied`` says whether a value read from that file already meets the need, with the
+    upstream reader that setting goes through.
+    """
+
+    since: str
+    scope: str
+    key: str  # dotted path into config.yaml
+    value: bool
+    why: str
+
+    def satisfied(self, raw: object) -> bool:
+        if self.value:
+            return is_truthy_value(raw, default=False)
+        return not is_truthy_value(raw, default=True)  # upstream's default for the opt-out is true
+
+
+NEEDED_SETTINGS: tuple[NeededSetting, ...] = (
+    NeededSetting(
+        "0.22", "named", "gateway.standalone", True,
+        "from 0.22 a named profile's own gateway exits 78 ('does not get a gateway of its own') and the "
+        "default profile's gateway serves it instead, unless its own config.yaml says gateway.standalone: true",
+    ),
+    NeededSetting(
+        "0.22", "default", "gateway.auto_multiplex_migration", False,
+        "from 0.22 'hermes update' folds a per-profile fleet into one multiplexed gateway unless the default "
+        "profile's config.yaml says gateway.auto_multiplex_migration: false",
+    ),
+)
+
+
+def settings_needed(version: str) -> tuple[NeededSetting, ...]:
+    """The settings ``version`` needs (none for the releases hermesd runs today, 0.18.1 to 0.19.x)."""
+    parsed = parse_version(version)
+    if parsed is None:
+        return ()
+    return tuple(s for s in NEEDED_SETTINGS if _parse(s.since) <= Version(parsed.release, _FINAL))

@@ -30,6 +30,7 @@ from supervisor.cli.common import (
     root_of,
     use_color,
 )
+from supervisor.upgrade.cli import add_gate_options, cmd_rolling_restart
 
 # --------------------------------------------------------------------------- run / start / stop (daemon)
 
@@ -169,6 +170,14 @@ def _running_pids(args: argparse.Namespace) -> list[int]:
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
+    if args.all == bool(args.profiles):
+        raise UserError("name the profiles to restart, or pass --all")
+    if args.rolling:
+        if args.force:
+            raise UserError("--rolling restarts only what would start again: it takes no --force")
+        return cmd_rolling_restart(args, None if args.all else list(args.profiles))
+    if args.all:
+        args.profiles = [r["name"] for r in call(args, "status")["status"]["profiles"]]
     return _per_profile(args, "restart", graceful=args.graceful, force=args.force)
 
 
@@ -380,11 +389,17 @@ def register(sub: argparse._SubParsersAction, add: Any) -> None:
 
     p = add("restart", cmd_restart, "restart named profiles and wait until they run again; no other child is touched",
             "hermesd restart coder")
-    p.add_argument("profiles", nargs="+", metavar="PROFILE")
+    p.add_argument("profiles", nargs="*", metavar="PROFILE")
+    p.add_argument("--all", action="store_true", help="every profile")
     p.add_argument("--graceful", action="store_true", help="drain first (SIGUSR1; the gateway exits 75)")
     p.add_argument("--force", action="store_true",
                    help="restart even when the profile's files would keep the new gateway from starting")
     _wait_options(p, 600.0, "seconds to wait for the profiles to run again")
+    p.add_argument("--rolling", action="store_true",
+                   help="one at a time, each health-gated as 'hermesd upgrade' does; stop at the first failure")
+    add_gate_options(p)
+    p.add_argument("--canary", metavar="PROFILE", help="with --rolling: the profile restarted first")
+    p.add_argument("--json", action="store_true", help="with --rolling: one JSON document on stdout")
 
     p = add("status", cmd_status, "per-profile health (exit 0 only when all that should run are running)",
             "hermesd status --json")

@@ -36,6 +36,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("supervisor.completion", ("completion",)),
     ("supervisor.observe.cli", ("events", "metrics")),
     ("supervisor.cli.deps", ("install-deps",)),
+    ("supervisor.upgrade.cli", ("upgrade",)),
     ("profiles.cli", ("profile",)),
 )
 

@@ -31,6 +31,8 @@ REQUESTS: dict[str, dict[str, tuple[type, bool]]] = {
     # HERMES_BIN of a dispatching gateway (supervisor.kanban.worker): run a kanban worker in its assignee's domain
     "kanban_worker": {"assignee": (str, True), "argv": (list, True), "env": (dict, True), "log": (str, True)},
     "kanban_wait": {"pid": (int, True)},
+    # a fleet operation's step (hermesd upgrade): one of observe.events.CLIENT_EVENTS, into the journal
+    "record": {"event": (str, True), "profile": (str, False), "fields": (dict, False)},
 }
 
 

@@ -106,6 +106,7 @@ def adopt_existing(d: Daemon) -> None:
         d.execute(d.planner.adopt(
             name, home, main, identity.proc_start_wall(main.pid) or d.wall(),
             stopping=mine and rec.get("stopping") is True, then_restart=mine and rec.get("then_restart") is True,
+            code=state_mod.recorded_code(rec, main.pid, main.start_time),
         ))
         for extra in extras:
             xfd = identity.open_pidfd(extra)
@@ -157,7 +158,8 @@ def save_state(d: Daemon) -> None:
     if d.ready and d.notifier.enabled:
         d.notifier.status(summary(d))  # repeats are dropped by the notifier
     try:
-        state_mod.save(d.layout.state, d.boot, os.getpid(), state_mod.records(d.planner), d.wall())
+        state_mod.save(d.layout.state, d.boot, os.getpid(), state_mod.records(d.planner), d.wall(),
+                       dist_info=getattr(d.domains.facts, "dist_info", None))
     except OSError as exc:
         problem = f"cannot write {d.layout.state}: {exc.strerror or exc} (operator stops and restart counts " \
                   "will not survive a hermesd restart until this is fixed)"

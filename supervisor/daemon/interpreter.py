@@ -2,7 +2,10 @@
 (and so the contract hermesd follows with it) and which enabled platforms lack their libraries.
 
 Both come from one cached probe (:mod:`supervisor.requirements`), run in the daemon's reader pool
-so a slow interpreter never delays a respawn or a control request.
+so a slow interpreter never delays a respawn or a control request. The probe also says where
+hermes-agent is installed; the code identity found there (:mod:`supervisor.codeid`, a ``stat`` while
+nothing changed) is recorded for every child at its spawn, so ``status`` can tell which gateways run
+older code than is installed.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from supervisor import childspec
+from supervisor import childspec, codeid
+from supervisor.codeid import CodeId, Installed
 from supervisor.plan.verdict import Hold, HoldKind
 
 if TYPE_CHECKING:
@@ -47,6 +51,18 @@ async def learn_release(d: Daemon, command: list[str]) -> Hold | None:
     if not contract.exact:
         log.warning("%s", newer_than_known_note(facts.version))
     return None
+
+def installed(d: Daemon) -> Installed | None:
+    """The hermes-agent code installed now (a ``stat`` while nothing changed; see :mod:`supervisor.codeid`)."""
+    return codeid.installed_now(getattr(d.domains.facts, "dist_info", None))
+
+
+def code_now(d: Daemon) -> CodeId | None:
+    """The code a gateway spawned now starts with: read from disk at the spawn, not from the last
+    probe, so a ``pip install`` the daemon has not been told about is still recorded right."""
+    found = installed(d)
+    return found.code if found is not None else None
+
 
 async def check_requirements(d: Daemon, names: list[str]) -> None:
     """Which enabled platforms of these profiles lack a library, for status and ``probe --ready``."""

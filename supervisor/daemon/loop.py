@@ -352,7 +352,8 @@ class Daemon:
         self.pidfds[ident] = fd
         logs.note(logfile, f"hermesd: started {' '.join(argv)} as PID {ident.pid} "
                            f"(isolation: {prepared.plan.summary()})")
-        self.execute(self.planner.spawned(name, ident, output_discarded=logfile == Path(os.devnull), argv0=argv[0]))
+        self.execute(self.planner.spawned(name, ident, output_discarded=logfile == Path(os.devnull), argv0=argv[0],
+                                          code=interpreter.code_now(self)))
         self.guard.start(name)
 
     def _signal(self, a: m.Signal) -> None:

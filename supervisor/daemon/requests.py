@@ -1,7 +1,8 @@
 """The daemon's answers to control requests: one small handler per verb of ``protocol.REQUESTS``.
 
 Each handler takes the request's declared arguments and returns the reply. Operator verbs go to the
-planner; ``restart`` first re-reads the profile's files, so the check it makes (would the files as
+planner; ``record`` journals a step of a fleet operation (``hermesd upgrade``) for the command that
+performs it; ``restart`` first re-reads the profile's files, so the check it makes (would the files as
 they are now start a gateway?) never works from a stale read.
 """
 
@@ -12,9 +13,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from supervisor import identity, status
+from supervisor import codeid, identity, status
+from supervisor.daemon import interpreter
+from supervisor.observe.events import CLIENT_EVENTS, DAEMON_WIDE
 
 if TYPE_CHECKING:
+    from supervisor.codeid import Installed
     from supervisor.daemon.loop import Daemon
     from supervisor.plan.model import Ident, Profile
 
@@ -76,9 +80,21 @@ def handlers(d: Daemon) -> dict[str, Callable[..., Awaitable[dict[str, Any]]]]:
     async def metrics() -> dict[str, Any]:
         return {"ok": True, "metrics": d.observer.metrics_text(document(d))}
 
+    async def record(event: str, profile: str | None = None, fields: dict[str, Any] | None = None) -> dict[str, Any]:
+        if event not in CLIENT_EVENTS:
+            return {"ok": False, "error": f"record: {event[:40]!r} is not an event a command may record "
+                                          f"(known: {', '.join(sorted(CLIENT_EVENTS))})"}
+        if (event in DAEMON_WIDE) != (profile is None):
+            need = "takes no" if event in DAEMON_WIDE else "needs a"
+            return {"ok": False, "error": f"record: {event} {need} profile"}
+        name = profile_(profile).name if profile is not None else None
+        extra = {str(k): v for k, v in (fields or {}).items() if k not in ("type", "profile", "ts", "seq", "daemon")}
+        d._emit({"type": event, "profile": name, **extra})
+        return {"ok": True}
+
     profile_ = profile
     return {"ping": ping, "status": get_status, "start": start, "stop": stop, "restart": restart,
-            "check": check, "shutdown": shutdown, "reload": reload, "metrics": metrics,
+            "check": check, "shutdown": shutdown, "reload": reload, "metrics": metrics, "record": record,
             **kanban_handlers(d)}
 
 
@@ -121,6 +137,7 @@ def document(d: Daemon) -> dict[str, Any]:
     """The whole status document, as the daemon sees it (see :mod:`supervisor.status`)."""
     rows = []
     planner = d.planner
+    installed = interpreter.installed(d)
     for p in sorted(planner.profiles.values(), key=lambda q: (q.name != "default", q.name)):
         state, reason = planner.state_of(p)
         c = p.child
@@ -144,6 +161,7 @@ def document(d: Daemon) -> dict[str, Any]:
             log_problem=p.extra.get("log_problem") or discarded,
             down=p.down,
             start_problem=p.last_start_problem,
+            code=_code(p, installed),
         ))
     return {
         "root": str(d.root),
@@ -157,11 +175,21 @@ def document(d: Daemon) -> dict[str, Any]:
             "command_error": d.command_error,
             # The hermes-agent release the gateway command runs, as the daemon last read it.
             "hermes_release": getattr(d.domains.facts, "version", None),
+            # The hermes-agent code on disk now (supervisor.codeid): each row's "code" compares with it.
+            "installed_code": installed.code.to_json() if installed is not None else None,
             "release_problem": d.release_problem,
             "cgroups": _cgroups(d),
         },
         "profiles": rows,
     }
+
+
+def _code(p: Profile, installed: Installed | None) -> dict[str, Any] | None:
+    c = p.child
+    if c is None:
+        return None
+    found = codeid.view(p.home, c.ident.pid, recorded=c.code, started_wall=c.started_wall, installed=installed)
+    return found.to_json() if found is not None else None
 
 
 def _cgroups(d: Daemon) -> dict[str, Any] | None:

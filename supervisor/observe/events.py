@@ -43,9 +43,22 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "hung_kill": ("pid",),  # plus age_s (stale heartbeat) or stopped (SIGSTOPped gateway)
     "limit_kill": ("pid", "limit", "value", "max"),
     "recovered": ("after_failures",),
+    # A fleet operation (hermesd upgrade, its --rollback, restart --rolling), recorded step by step:
+    # ``operation`` is upgrade | rollback | rolling_restart; ``id`` names its record under
+    # <root>/.hermesd/upgrades/.
+    "upgrade_started": ("id", "operation", "target"),
+    "upgrade_installed": ("id", "release", "code"),
+    "upgrade_restarting": ("id", "canary"),
+    "upgrade_gate": ("id", "passed", "reason", "took_s"),
+    "upgrade_restored": ("id", "files"),
+    "upgrade_finished": ("id", "operation", "result", "reason"),
 }
 EVENT_TYPES: tuple[str, ...] = tuple(EVENT_FIELDS)
-DAEMON_WIDE: frozenset[str] = frozenset({"daemon_started", "daemon_stopping", "config_applied", "config_rejected"})
+DAEMON_WIDE: frozenset[str] = frozenset({"daemon_started", "daemon_stopping", "config_applied", "config_rejected",
+                                         "upgrade_started", "upgrade_installed", "upgrade_finished"})
+# The events a command may ask the daemon to record (the control request ``record``): its own steps,
+# never one of the daemon's (a client cannot forge an exit or a hold).
+CLIENT_EVENTS: frozenset[str] = frozenset(t for t in EVENT_FIELDS if t.startswith("upgrade_"))
 
 # How an exit was classified (the ``kind`` of an ``exited`` event).
 EXIT_KINDS: tuple[str, ...] = (
@@ -244,8 +257,31 @@ def summary(event: Mapping[str, Any]) -> str:
     if t == "recovered":
         n = e.get("after_failures")
         return f"recovered: running healthy again after {_s(n)} failure{'' if n == 1 else 's'}"
+    if t is not None and str(t).startswith("upgrade_"):
+        return _upgrade_summary(e)
     extra = " ".join(f"{k}={v}" for k, v in e.items() if k not in BASE_KEYS)
     return f"{_s(t)} {extra}".rstrip()
+
+
+def _upgrade_summary(e: Mapping[str, Any]) -> str:
+    t, tag = e.get("type"), f"{_s(e.get('operation') or 'upgrade')} {_s(e.get('id'))}"
+    if t == "upgrade_started":
+        return f"{tag} started" + (f": to {e['target']}" if e.get("target") else "")
+    if t == "upgrade_installed":
+        return f"{tag}: hermes-agent {_s(e.get('release'))} in place ({_s(e.get('code'))})"
+    if t == "upgrade_restarting":
+        return f"{tag}: restarting" + (" (canary)" if e.get("canary") else "")
+    if t == "upgrade_gate":
+        verdict = "passed" if e.get("passed") else "FAILED"
+        return f"{tag}: health gate {verdict} after {duration(e.get('took_s'))}" + (
+            f": {e['reason']}" if e.get("reason") else "")
+    if t == "upgrade_restored":
+        files = e.get("files")
+        shown = ", ".join(map(str, files)) if isinstance(files, list) and files else "nothing to restore"
+        return f"{tag}: files restored: {shown}"
+    if t == "upgrade_finished":
+        return f"{tag} {_s(e.get('result'))}" + (f": {e['reason']}" if e.get("reason") else "")
+    return f"{_s(t)} {tag}"
 
 
 def render_line(event: Mapping[str, Any], *, width: int = 12) -> str:

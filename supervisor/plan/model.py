@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from profiles.snapshot import Claim, ProfileFacts
+    from supervisor.codeid import CodeId
     from supervisor.plan.policy import ExitKind
     from supervisor.plan.verdict import Hold
 
@@ -42,6 +43,9 @@ class Child:
     killed_for: ExitKind | None = None  # hermesd killed it on purpose (hung, over a limit)
     kill_detail: str = ""
     output_discarded: bool = False  # started while the log file system was full
+    # The hermes-agent code installed when it was started (None: not known, e.g. adopted from an
+    # older hermesd); never part of ``spec``: new code on disk must not restart anything by itself.
+    code: CodeId | None = None
 
 
 @dataclass(slots=True)

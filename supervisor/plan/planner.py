@@ -19,7 +19,7 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from profiles.snapshot import ProfileFacts
 from profiles.upstream.process import GatewayState, stop_timeout
@@ -35,6 +35,9 @@ from supervisor.plan.policy import (
     describe_exit,
 )
 from supervisor.plan.verdict import Candidate, Hold, HoldKind, judge
+
+if TYPE_CHECKING:
+    from supervisor.codeid import CodeId
 
 log = logging.getLogger("hermesd")
 
@@ -187,12 +190,12 @@ class Planner:
         p.restarts, p.failures, p.last_exit, p.down = restarts, failures, last_exit, down
 
     def adopt(self, name: str, home: Path, ident: Ident, started_wall: float, *,
-              stopping: bool = False, then_restart: bool = False) -> list[m.Action]:
-        """A gateway the previous hermesd started is still running: take it over."""
+              stopping: bool = False, then_restart: bool = False, code: CodeId | None = None) -> list[m.Action]:
+        """A gateway the previous hermesd started (with ``code``, as it recorded) is running: take it over."""
         p = self.profiles.setdefault(name, Profile(name, Path(home)))
         p.home = Path(home)
         started = self.clock() - max(0.0, self.wall() - started_wall)
-        p.child = Child(ident, False, started, started_wall, spec="", ready=True)
+        p.child = Child(ident, False, started, started_wall, spec="", ready=True, code=code)
         self._emit("adopted", name, pid=ident.pid)
         log.info("profile %s: adopted running gateway PID %d", name, ident.pid)
         if stopping:
@@ -224,12 +227,13 @@ class Planner:
 
     # ------------------------------------------------------------------------- inputs: processes
 
-    def spawned(self, name: str, ident: Ident, *, output_discarded: bool = False, argv0: str = "") -> list[m.Action]:
+    def spawned(self, name: str, ident: Ident, *, output_discarded: bool = False, argv0: str = "",
+                code: CodeId | None = None) -> list[m.Action]:
         p = self.profiles[name]
         p.spawning = False
         p.last_start_problem = None
         p.child = Child(ident, True, self.clock(), self.wall(), self.spec(p), p.facts.claims if p.facts else (),
-                        output_discarded=output_discarded)
+                        output_discarded=output_discarded, code=code)
         p.retry_at = p.retry_at_wall = None
         self._emit("started", name, pid=ident.pid, argv0=argv0)
         log.info("profile %s: started PID %d", name, ident.pid)

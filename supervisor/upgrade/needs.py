@@ -1,0 +1,98 @@
+"""The pre-flight of an upgrade: what does the target release need that this root lacks?
+
+From 0.22 on upstream runs one gateway per host: a named profile's own gateway refuses to start
+unless its config.yaml says ``gateway.standalone: true``, and ``hermes update`` folds a per-profile
+fleet into one multiplexed gateway unless the default profile opts out (upstream-contract.md §8).
+An upgrade that restarts a fleet onto such a release without those settings folds the fleet. The
+settings each release needs are declared once, with the releases
+(:func:`profiles.upstream.releases.settings_needed`); this module reads the root's files against
+them. ``hermesd upgrade`` asks :func:`missing_for` before it installs or restarts anything, and
+again after the last restart (a migration must not have undone them).
+
+Nothing here edits a file. :func:`settle` is the one place where a missing setting may be put in
+place, with the user's consent; hermesd's consent command for editing a profile's config.yaml (diff,
+backup, undo) is wired there. Until it is, :func:`settle` changes nothing and the upgrade refuses,
+naming each file, key and value to set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from profiles.errors import ProfileError
+from profiles.fileio import load_yaml_mapping
+from profiles.upstream.process import DEFAULT_PROFILE
+from profiles.upstream.releases import NeededSetting, settings_needed
+
+CONFIG = "config.yaml"
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """One setting the target release needs and this root lacks."""
+
+    profile: str
+    file: Path
+    setting: NeededSetting
+    found: str  # what the file holds now, for the message ("absent", "true", "cannot read: …")
+
+    def describe(self) -> str:
+        value = "true" if self.setting.value else "false"
+        return f"{self.profile}: {self.file} needs {self.setting.key}: {value} (now {self.found}): {self.setting.why}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"profile": self.profile, "file": str(self.file), "key": self.setting.key,
+                "value": self.setting.value, "found": self.found, "why": self.setting.why}
+
+
+def _lookup(config: dict[str, Any], dotted: str) -> tuple[bool, object]:
+    node: object = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def missing_for(target: str, profiles: Sequence[tuple[str, Path]]) -> list[Need]:
+    """Every setting ``target`` needs that the served ``profiles`` (name, home) lack, in serving order.
+
+    An unreadable config.yaml counts as lacking it (the message says why), so a broken file can never
+    let an upgrade through.
+    """
+    needed = settings_needed(target)
+    if not needed:
+        return []
+    out: list[Need] = []
+    for name, home in profiles:
+        relevant = [s for s in needed if (s.scope == "default") == (name == DEFAULT_PROFILE)]
+        if not relevant:
+            continue
+        path = Path(home) / CONFIG
+        try:
+            config = load_yaml_mapping(path)
+        except (ProfileError, OSError) as exc:
+            out += [Need(name, path, s, f"cannot read: {exc}") for s in relevant]
+            continue
+        for s in relevant:
+            present, raw = _lookup(config, s.key)
+            if not s.satisfied(raw):
+                out.append(Need(name, path, s, repr(raw) if present else "absent"))
+    return out
+
+
+# The integration point for putting settings in place with consent (see the module docstring): called
+# with the missing needs, the root and whether the user already said yes (--yes); returns what is
+# still missing afterwards. None: nothing can apply them yet.
+Apply = Callable[[Sequence[Need], Path, bool], list[Need]]
+APPLY: Apply | None = None
+
+
+def settle(needs: Sequence[Need], root: Path, *, assume_yes: bool) -> list[Need]:
+    """Put the missing settings in place with the user's consent, through :data:`APPLY`; what is left."""
+    if not needs or APPLY is None:
+        return list(needs)
+    return APPLY(needs, root, assume_yes)
