@@ -29,6 +29,7 @@ _DEFAULTS: dict[str, Any] = {
     "next_retry_at": None,
     "should_run": True,
     "hold": None,
+    "pending": None,  # a running profile's changed files would be held at a restart: {kind, message}
     "file_problems": [],
     "log_problem": None,
     "down": None,
@@ -283,6 +284,10 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
         if r["state"] != "held":
             notes.extend(f"  {r['name']}: {problem} (running on its last good files)" if r.get("pid")
                          else f"  {r['name']}: {problem}" for problem in r.get("file_problems") or [])
+        pending = r.get("pending")
+        if r.get("pid") and isinstance(pending, dict) and pending.get("kind") != "config_error":
+            notes.append(f"  {r['name']}: its files changed, but a restart would be held ({pending.get('kind')}: "
+                         f"{pending.get('message')}); it keeps running on its last good configuration")
         for key in ("log_problem", "start_problem"):
             if r.get(key) and r["state"] != "backoff":
                 notes.append(f"  {r['name']}: {r[key]}")
