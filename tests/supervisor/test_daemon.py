@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import time
@@ -292,3 +293,31 @@ def test_systemd_notification_protocol(root, hermesd_factory, tmp_path):
         wait_for(lambda: received("STOPPING=1"), 5)
     finally:
         sock.close()
+
+
+def test_restart_waits_for_each_profile_and_reports_a_held_one_as_held(root, hermesd_factory):
+    """A held profile among those named is reported as held with its reason; the others are still
+    waited for (not blamed with "not running after 600s" while they restart), and a time printed
+    is the time really waited."""
+    h = homes(root)
+    (h["writer"] / "config.yaml").write_text("platforms: [unclosed\n")
+    d = hermesd_factory(root)
+    d.wait_state("writer", "held")
+    before = d.wait_running("coder")["coder"]
+    write_behaviour(h["coder"], running_delay=1.5)  # the restart takes a while to reach "running"
+    out = d.cli("restart", "coder", "writer")
+    assert out.returncode == 1, out
+    assert "coder: running" in out.stdout
+    row = d.row("coder")
+    assert row["state"] == "running" and row["pid"] != before
+    assert "writer: held: config_error:" in out.stderr and "config.yaml" in out.stderr
+    assert "after" not in out.stderr and "coder" not in out.stderr, out.stderr
+    out = d.cli("start", "writer")
+    assert out.returncode == 1 and "writer: held: config_error:" in out.stderr and "after" not in out.stderr
+    write_behaviour(h["coder"], running_delay=30)
+    started = time.monotonic()
+    out = d.cli("restart", "coder", "--timeout", "1")
+    took = time.monotonic() - started
+    assert out.returncode == 1
+    said = float(re.search(r"coder: not running after ([0-9.]+)s \(starting", out.stderr)[1])
+    assert 1.0 <= said <= took, (said, took, out.stderr)
