@@ -337,6 +337,7 @@ class Daemon:
         if not isinstance(prepared, Prepared):
             self.execute(self.planner.spawn_refused(name, prepared))
             return
+        before = self.wall()  # before the child can write anything: its files' times are after this
         try:
             ident = child.spawn(prepared.argv, env, logfile)
             self.domains.attach(name, ident, self.config.limits_for(name))
@@ -352,7 +353,8 @@ class Daemon:
         self.pidfds[ident] = fd
         logs.note(logfile, f"hermesd: started {' '.join(argv)} as PID {ident.pid} "
                            f"(isolation: {prepared.plan.summary()})")
-        self.execute(self.planner.spawned(name, ident, output_discarded=logfile == Path(os.devnull), argv0=argv[0]))
+        self.execute(self.planner.spawned(name, ident, output_discarded=logfile == Path(os.devnull), argv0=argv[0],
+                                          started_wall=before))
         self.guard.start(name)
 
     def _signal(self, a: m.Signal) -> None:

@@ -207,18 +207,17 @@ class Planner:
 
     # ------------------------------------------------------------------------- inputs: processes
 
-    def spawned(self, name: str, ident: Ident, *, output_discarded: bool = False, argv0: str = "") -> list[m.Action]:
+    def spawned(self, name: str, ident: Ident, *, output_discarded: bool = False, argv0: str = "",
+                started_wall: float | None = None) -> list[m.Action]:
         p = self.profiles[name]
-        p.spawning = False
-        p.last_start_problem = None
-        p.child = Child(ident, True, self.clock(), self.wall(), self.spec(p), p.facts.claims if p.facts else (),
+        p.spawning, p.last_start_problem, p.retry_at, p.retry_at_wall = False, None, None, None
+        wall = self.wall() if started_wall is None else started_wall
+        p.child = Child(ident, True, self.clock(), wall, self.spec(p), p.facts.claims if p.facts else (),
                         output_discarded=output_discarded)
         p.kept = p.child.claims
-        p.retry_at = p.retry_at_wall = None
         self._emit("started", name, pid=ident.pid, argv0=argv0)
         log.info("profile %s: started PID %d", name, ident.pid)
-        self._out.append(m.Schedule(name, "start_slot", self.settings.start_slot_s))
-        self._out.append(m.Save())
+        self._out += [m.Schedule(name, "start_slot", self.settings.start_slot_s), m.Save()]
         return self._done()
 
     def spawn_failed(self, name: str, error: str) -> list[m.Action]:
