@@ -190,7 +190,8 @@ def _per_profile(args: argparse.Namespace, verb: str, **extra: Any) -> int:
         try:
             reply = call(args, verb, profile=name, **extra)
         except Failure as exc:
-            print(f"{name}: {exc}", file=sys.stderr)
+            said = str(exc)  # the daemon's refusal may already name the profile
+            print(said if said.startswith(f"{name}: ") else f"{name}: {said}", file=sys.stderr)
             failed.append(name)
             continue
         if args.no_wait:

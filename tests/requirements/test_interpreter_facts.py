@@ -191,7 +191,7 @@ def test_install_deps_dry_run_and_a_real_local_install(tmp_path: Path) -> None:
 
     dry = cli("--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert "coder: webhook lacks aiohttp\n" in dry.stdout
+    assert "coder: webhook (missing: aiohttp)\n" in dry.stdout
     assert f"{python} -m pip install aiohttp==3.14.1" in dry.stdout
     assert cli("nosuch").returncode == 2
     # A real install, offline: point pip at a local stand-in through the interpreter's own config.
