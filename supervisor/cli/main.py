@@ -75,12 +75,12 @@ def _group_of(argv: list[str]) -> str | None:
 def _unknown_command(argv: list[str]) -> str | None:
     """``unknown command 'stauts' (did you mean 'status'?)`` for a word no group registers; None
     otherwise. Hidden helpers (``_planned-stop``) are neither listed nor suggested."""
-    import difflib
-
     command = _command_of(argv)
     known = [n for _, names in GROUPS for n in names]
     if command is None or command in known:
         return None
+    import difflib  # only for a word that is no command: every other start stays lean
+
     public = [n for n in known if not n.startswith("_")]
     close = difflib.get_close_matches(command, public, n=1, cutoff=0.6)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
