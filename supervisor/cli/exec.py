@@ -64,10 +64,15 @@ def _late_options(args: argparse.Namespace, command: list[str]) -> list[str]:
     option there is an error, never part of a command run in the wrong root.
     """
     rest = list(command)
+    # argparse drops a "--" that directly follows PROFILE: then everything is the command.
+    raw = getattr(args, "argv", None)
+    n = len(command)
+    if raw is not None and n and len(raw) > n and raw[-n - 1] == "--" and raw[-n:] == command:
+        return rest
     while rest and rest[0] != "--":
         name, eq, value = rest[0].partition("=")
         if name not in _OWN_OPTIONS:
-            if rest[0].startswith("-"):
+            if rest[0].startswith("-") and raw is not None:
                 raise UserError(f"exec: unknown option {rest[0][:80]!r} before the command; "
                                 "write it as: hermesd exec PROFILE [--root PATH] -- COMMAND [ARG…]")
             return rest

@@ -153,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         args.root = args.global_root
     args.parser = parser
+    args.argv = list(argv)  # as typed: argparse drops a "--" that exec must see
     from profiles.errors import ProfileError
     from supervisor.layout import UnsafeFolderError
 

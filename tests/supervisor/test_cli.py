@@ -260,3 +260,16 @@ def test_exec_takes_its_options_before_the_command_with_or_without_dashes(tmp_pa
     bad = cli("coder", "--rot", str(root), *show)
     assert bad.returncode == 2 and "unknown option '--rot'" in bad.stderr and "home=" not in bad.stdout
     assert cli("coder", "--root").returncode == 2
+
+
+def test_exec_after_dashes_is_the_command_even_when_it_looks_like_an_option(tmp_path):
+    root = tmp_path / "root"
+    (root / "profiles" / "coder").mkdir(parents=True)
+    (root / "hermesd.yaml").write_text("isolation: off\n")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-m", "supervisor", "exec", "coder", "--root", str(root), "--",
+                          "--no-such-program"], capture_output=True, text=True, env=env, cwd=str(REPO), timeout=60)
+    assert out.returncode == 127 and "unknown option" not in out.stderr, out  # run, and not found
+    out = subprocess.run([sys.executable, "-m", "supervisor", "exec", "--root", str(root), "coder", "--",
+                          "--no-such-program"], capture_output=True, text=True, env=env, cwd=str(REPO), timeout=60)
+    assert out.returncode == 127 and "unknown option" not in out.stderr, out
