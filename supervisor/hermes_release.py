@@ -90,8 +90,19 @@ def detect_version(command: Sequence[str], *, env: Mapping[str, str] | None = No
     return version.strip()
 
 
+_PYTHON_NAME = re.compile(r"python[0-9.]*")
+
+
 def interpreter_argv(command: Sequence[str], path_env: str | None) -> list[str] | None:
-    """The interpreter ``command`` runs under, as an argv prefix, or None when it cannot be read."""
+    """The interpreter ``command`` runs under, as an argv prefix, or None when it cannot be read.
+
+    The one answer for the daemon, status, doctor and ``probe``. ``command`` is a gateway command
+    (the ``hermes`` script, ``python -m hermes_cli.main``, ``python …/hermes``) or a running
+    gateway's command line, in which the kernel has already put the script's interpreter first:
+    the interpreter is then the path it was started by, never the file that path links to (a
+    virtual environment's ``bin/python`` is a link to the base interpreter, which lacks the
+    environment's libraries).
+    """
     if not command:
         raise HermesVersionError("the gateway command is empty")
     if "-m" in command[1:]:
@@ -100,7 +111,10 @@ def interpreter_argv(command: Sequence[str], path_env: str | None) -> list[str] 
     path = exe if "/" in exe else shutil.which(exe, path=path_env)
     if not path:
         raise HermesVersionError(f"gateway command {exe!r} not found on PATH")
-    return interpreter_from_script(_head(path))
+    found = interpreter_from_script(_head(path))
+    if found is None and len(command) > 1 and _PYTHON_NAME.fullmatch(os.path.basename(path)):
+        return [os.path.abspath(path)]
+    return found
 
 
 def gateway_python(root: Path, env: Mapping[str, str]) -> list[str]:

@@ -29,8 +29,9 @@ Evidence, strongest first:
    without a change: a bad token, a port in use). ``retrying``, ``connecting`` and the rest pass:
    they are transient and the gateway keeps trying.
 5. while a platform the profile's files enable lacks a library, a program or a file it needs in the
-   gateway's own interpreter (``/proc/<pid>/exe``, asked once per probe through
-   :mod:`supervisor.requirements`): such a platform is silently never started under
+   gateway's own interpreter (the one its command line was started with, on its own ``PATH``, as
+   :func:`supervisor.hermes_release.interpreter_argv` decides for status and doctor too; asked once
+   per probe through :mod:`supervisor.requirements`): such a platform is silently never started under
    ``HERMES_DISABLE_LAZY_INSTALLS=1``, so the gateway looks healthy while it cannot serve. This
    step (the only one that leaves the standard library) reads the profile's YAML and runs the
    interpreter (about 0.2 s); ``--no-requirements`` skips it where that is too slow, and it is
@@ -125,7 +126,8 @@ def _lacking(home: Path, pid: int) -> str | None:
     if not (home / ".env").is_file() and not (home / "config.yaml").is_file():
         return None  # no file can enable a platform: stay stdlib-only and fast
     try:
-        exe = os.readlink(f"/proc/{pid}/exe")
+        cmdline = [a.decode("utf-8", "surrogateescape")
+                   for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
         raw = Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
         return None
@@ -135,9 +137,15 @@ def _lacking(home: Path, pid: int) -> str | None:
            for k, v in [item.split("=", 1)] if k in _LOOKUP_VARIABLES}
     try:
         from supervisor import requirements
+        from supervisor.hermes_release import interpreter_argv
 
+        # The interpreter as the gateway was started (status and doctor ask the same function of
+        # the configured command); /proc/PID/exe would name the file a venv's python links to.
+        interp = interpreter_argv(cmdline, env.get("PATH"))
+        if interp is None:
+            return None
         reqs = requirements.profile_requirements(home, None, None)
-        report = requirements.check_requirements([exe, "-m", "hermes_cli.main"], reqs, env=env)
+        report = requirements.check_requirements([*interp, "-m", "hermes_cli.main"], reqs, env=env)
     except Exception:  # unreadable files, no yaml here: the state rules above have spoken
         return None
     missing = report.missing

@@ -30,6 +30,7 @@ _DEFAULTS: dict[str, Any] = {
     "next_retry_at": None,
     "should_run": True,
     "hold": None,
+    "pending": None,  # a running profile's changed files would be held at a restart: {kind, message}
     "file_problems": [],
     "log_problem": None,
     "down": None,
@@ -69,7 +70,7 @@ def add_live_fields(row: dict[str, Any], home: Path, cpu_percent: float | None =
     gstate_value = gstate.get("gateway_state") if mine else None
     row["gateway_state"] = gstate_value if isinstance(gstate_value, str) else None
     platforms = gstate.get("platforms") if mine else None
-    row["platforms"] = _platforms(platforms)
+    row["platforms"] = _platforms(platforms, since=row.get("started_at"))
     row["lock_conflicts"] = [
         {"platform": p, "error_code": v.get("error_code"), "message": v.get("error_message")}
         for p, v in row["platforms"].items()
@@ -88,17 +89,33 @@ def add_live_fields(row: dict[str, Any], home: Path, cpu_percent: float | None =
         row["cpu_percent"] = round(cpu_percent, 1) if cpu_percent is not None else None
 
 
-def _platforms(raw: Any) -> dict[str, dict[str, Any]]:
+def _platforms(raw: Any, since: float | None = None) -> dict[str, dict[str, Any]]:
+    """The platforms of ``gateway_state.json``, without those last written before ``since`` (this
+    gateway's start): upstream merges the file with what the previous gateway left, so a platform
+    removed from the profile's files would otherwise show its old state forever."""
     if not isinstance(raw, dict):
         return {}
     out = {}
     for name, info in raw.items():
-        if isinstance(name, str) and isinstance(info, dict):
+        if isinstance(name, str) and isinstance(info, dict) and not _written_before(info.get("updated_at"), since):
             out[name] = {
                 k: (v if isinstance(v := info.get(k), str) else None)
                 for k in ("state", "error_code", "error_message", "updated_at")
             }
     return out
+
+
+def _written_before(stamp: Any, since: float | None) -> bool:
+    """Whether an ISO-8601 ``updated_at`` is older than ``since`` (epoch seconds); unknown: no."""
+    if since is None or not isinstance(stamp, str):
+        return False
+    try:
+        when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp() < since
 
 
 def offline_document(root: Path, why: str = "hermesd is not running") -> dict[str, Any]:
@@ -313,6 +330,10 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
         if r["state"] != "held":
             notes.extend(f"  {r['name']}: {problem} (running on its last good files)" if r.get("pid")
                          else f"  {r['name']}: {problem}" for problem in r.get("file_problems") or [])
+        pending = r.get("pending")
+        if r.get("pid") and isinstance(pending, dict) and pending.get("kind") != "config_error":
+            notes.append(f"  {r['name']}: its files changed, but a restart would be held ({pending.get('kind')}: "
+                         f"{pending.get('message')}); it keeps running on its last good configuration")
         for key in ("log_problem", "start_problem"):
             if r.get(key) and r["state"] != "backoff":
                 notes.append(f"  {r['name']}: {r[key]}")
@@ -331,4 +352,55 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
     if notes:
         lines.append("")
         lines.extend(notes)
+    domains = domain_lines(doc["profiles"])
+    if domains:
+        lines.append("")
+        lines.extend(domains)
     return "\n".join(lines)
+
+
+def _printable(value: Any, limit: int = 120) -> str:
+    """``value`` as text safe for a terminal: control characters escaped, cut at ``limit``."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value))
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _limit_words(r: dict[str, Any]) -> str | None:
+    limits = r.get("limits") if isinstance(r.get("limits"), dict) else {}
+    parts = []
+    for key, used, word in (("memory_max", r.get("memory_bytes"), "memory"), ("tasks_max", r.get("tasks"), "tasks")):
+        cap = limits.get(key)
+        if cap is not None:
+            have = "-" if used is None else (_mb(used) if key == "memory_max" else str(used))
+            parts.append(f"{word} {have} of {_mb(cap) if key == 'memory_max' else cap}")
+    if limits.get("cpu_weight") is not None:
+        parts.append(f"cpu weight {limits['cpu_weight']}")
+    if not parts:
+        return None
+    how = f" ({r['mechanism']})" if r.get("mechanism") else ""
+    return ", ".join(parts) + how
+
+
+def domain_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Compact lines for what ``--json`` details per profile: its confinement (one line per distinct
+    plan, naming its profiles), its resource limits and use, the kanban dispatcher and workers."""
+    out = []
+    plans: dict[str, list[str]] = {}
+    for r in rows:
+        iso = r.get("isolation")
+        if isinstance(iso, dict) and iso.get("summary"):
+            plans.setdefault(_printable(iso["summary"], 200), []).append(r["name"])
+    out += [f"  isolation  {', '.join(names)}: {summary}" for summary, names in plans.items()]
+    out += [f"  limits     {r['name']}: {words}" for r in rows if (words := _limit_words(r))]
+    for r in rows:
+        k = r.get("kanban") if isinstance(r.get("kanban"), dict) else {}
+        if k.get("dispatcher"):
+            who = "hermesd's child" if k.get("dispatcher_supervised") else "not hermesd's child"
+            out.append(f"  kanban     {r['name']}: dispatcher (PID {k.get('dispatcher_pid')}, {who})")
+        for w in k.get("workers") or []:
+            tree = w.get("tree")
+            where = "in hermesd's tree" if tree == "hermesd" else (
+                f"in {_printable(tree, 64)}'s tree" if tree else "outside hermesd")
+            out.append(f"  kanban     {r['name']}: worker for task {_printable(w.get('task'), 64)} "
+                       f"(PID {w.get('pid')}, {where})")
+    return out

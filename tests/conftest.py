@@ -1,4 +1,14 @@
-"""Shared fixtures: a temporary root with a running hermesd that is always cleaned up."""
+"""Shared fixtures: a temporary root with a running hermesd that is always cleaned up, and a home of
+its own for every test.
+
+The suite must pass, and leave no trace, in any account: a new one (no ``~/.cache``, no
+``~/.hermes``) as much as a developer's. So every test runs with ``HOME`` a fresh temporary folder
+and without the variables that would point Hermes or hermesd elsewhere in the account; processes
+the tests start inherit that. The session then checks that the real home gained nothing in the
+folders programs write to (``~/.hermes``, ``~/.cache``, ``~/.local``, ``~/.config``, its top level)
+and that nothing in ``~/.hermes`` changed: a test that writes there fails the run, by name of
+the path.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +20,90 @@ from pathlib import Path
 import pytest
 
 from tests.harness import Hermesd, make_root, write_config
+
+# Variables that would send Hermes or hermesd into the account's own folders whatever HOME says.
+_ACCOUNT_VARIABLES = ("HERMES_HOME", "HERMES_KANBAN_HOME", "HERMES_SHARED_AUTH_DIR", "HERMES_GATEWAY_LOCK_DIR",
+                      "HERMES_BIN", "HERMESD_WRAPPER_DIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME",
+                      "XDG_STATE_HOME", "XDG_RUNTIME_DIR")
+_WATCHED = (".hermes", ".cache", ".local", ".config")
+_SNAPSHOT_LIMIT = 500_000  # entries; a home with more is compared on the first ones walked
+_REAL_HOME = pytest.StashKey[tuple[Path, dict[str, int | None]] | None]()
+
+
+@pytest.fixture(autouse=True)
+def _own_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets an empty home of its own (outside its ``tmp_path``, which some tests list)."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    for name in _ACCOUNT_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    return home
+
+
+def home_snapshot(home: Path) -> dict[str, int | None]:
+    """Every path under the watched folders of ``home`` (files with their mtime, folders with None)
+    and the names at its top level: what a test could have left in an account."""
+    out: dict[str, int | None] = {}
+    try:
+        top = os.listdir(home)
+    except OSError:
+        return out
+    for name in top:
+        out[name] = None
+    for folder in _WATCHED:
+        base = home / folder
+        for dirpath, dirnames, filenames in os.walk(base):
+            rel = os.path.relpath(dirpath, home)
+            for d in dirnames:
+                out[os.path.join(rel, d)] = None
+            for f in filenames:
+                path = os.path.join(dirpath, f)
+                try:
+                    out[os.path.join(rel, f)] = os.lstat(path).st_mtime_ns
+                except OSError:
+                    continue
+            if len(out) > _SNAPSHOT_LIMIT:
+                break
+    return out
+
+
+def home_changes(before: dict[str, int | None], after: dict[str, int | None]) -> list[str]:
+    """New paths anywhere watched; changed or removed ones under ``.hermes`` (other programs on the
+    machine may rewrite their own caches meanwhile, but nothing but Hermes writes ``~/.hermes``)."""
+    changes = [f"new: {p}" for p in sorted(set(after) - set(before))]
+    for p in sorted(before):
+        if p == ".hermes" or p.startswith(".hermes/"):
+            if p not in after:
+                changes.append(f"removed: {p}")
+            elif after[p] != before[p]:
+                changes.append(f"changed: {p}")
+    return changes
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    home = os.environ.get("HOME")
+    session.config.stash[_REAL_HOME] = (Path(home), home_snapshot(Path(home))) if home else None
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when the real home gained anything (see the module docstring)."""
+    seen = session.config.stash.get(_REAL_HOME, None)
+    if seen is None:
+        return
+    home, before = seen
+    changes = home_changes(before, home_snapshot(home))
+    if not changes:
+        return
+    shown = "\n  ".join(changes[:50]) + (f"\n  … and {len(changes) - 50} more" if len(changes) > 50 else "")
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    text = f"the tests wrote into the real home {home} (every test has its own HOME):\n  {shown}"
+    if reporter is not None:
+        reporter.write_sep("=", "real home changed", red=True)
+        reporter.write_line(text)
+    else:
+        print(text)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
 
 
 @pytest.fixture

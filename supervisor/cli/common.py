@@ -53,8 +53,12 @@ def root_of(args: argparse.Namespace, *, must_exist: bool = True) -> Path:
     except OSError as exc:
         raise UserError(f"root {root}: {exc.strerror or exc}") from None
     if must_exist and not root.is_dir():
-        what = "is not a directory" if root.exists() else "does not exist"
-        raise UserError(f"root {root} {what} (pass --root, or set HERMES_HOME)")
+        if root.exists():
+            raise UserError(f"root {root} is not a directory (pass --root, or set HERMES_HOME)")
+        setup = "hermes setup" if not raw else f"HERMES_HOME={root} hermes setup"
+        raise UserError(f"root {root} does not exist: create it with '{setup}' (Hermes' setup wizard) or "
+                        f"'mkdir -p {root}' (an empty default profile), then 'hermesd doctor' and 'hermesd start'; "
+                        "or pass --root, or set HERMES_HOME, to use another root")
     return root
 
 

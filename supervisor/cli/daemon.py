@@ -185,7 +185,12 @@ _GOALS = {"start": "running", "stop": "stopped", "restart": "running"}
 
 
 def _per_profile(args: argparse.Namespace, verb: str, **extra: Any) -> int:
-    """Check every name, send ``verb`` for each, then wait until each reaches its state."""
+    """Check every name, send ``verb`` for each, then wait until each reaches its state.
+
+    A profile that is held cannot get there by waiting: it is reported as held, with its reason,
+    while the others are still waited for; a time printed is the time really waited.
+    """
+    began = time.monotonic()
     doc = call(args, "status")["status"]
     names = check_names(args.profiles, [r["name"] for r in doc["profiles"]])
     before = {r["name"]: r for r in doc["profiles"]}
@@ -194,7 +199,8 @@ def _per_profile(args: argparse.Namespace, verb: str, **extra: Any) -> int:
         try:
             reply = call(args, verb, profile=name, **extra)
         except Failure as exc:
-            print(f"{name}: {exc}", file=sys.stderr)
+            said = str(exc)  # the daemon's refusal may already name the profile
+            print(said if said.startswith(f"{name}: ") else f"{name}: {said}", file=sys.stderr)
             failed.append(name)
             continue
         if args.no_wait:
@@ -205,20 +211,31 @@ def _per_profile(args: argparse.Namespace, verb: str, **extra: Any) -> int:
             raise Failure(f"{verb} refused for {', '.join(failed)}")
         return 0
     reached = _wait_states(args, verb, waiting, before)
-    failed += [n for n in waiting if not reached[n][0]]
+    waited = time.monotonic() - began
+    held: list[str] = []
     for name in waiting:
         ok, row = reached[name]
         state = row.get("state", "?") if row else "?"
         reason = f": {row['reason']}" if row and row.get("reason") and not ok else ""
-        print(f"{name}: {state}{reason}" if ok else f"{name}: not {_GOALS[verb]} after {args.timeout:.0f}s "
-              f"({state}{reason})", file=sys.stdout if ok else sys.stderr)
-    if failed:
-        raise Failure(f"{verb}: {', '.join(failed)} did not reach {_GOALS[verb]}")
+        if ok:
+            print(f"{name}: {state}")
+        elif state == "held":
+            print(f"{name}: held{reason}", file=sys.stderr)
+            held.append(name)
+        else:
+            print(f"{name}: not {_GOALS[verb]} after {waited:.1f}s ({state}{reason})", file=sys.stderr)
+            failed.append(name)
+    if failed or held:
+        parts = ([f"{', '.join(failed)} did not reach {_GOALS[verb]}"] if failed else []) + (
+            [f"{', '.join(held)} held (see above; 'hermesd doctor' says how to fix it)"] if held else [])
+        raise Failure(f"{verb}: {'; '.join(parts)}")
     return 0
 
 
 def _wait_states(args: argparse.Namespace, verb: str, names: list[str],
                  before: dict[str, dict[str, Any]]) -> dict[str, tuple[bool, dict[str, Any] | None]]:
+    """Poll until every profile has reached the goal of ``verb`` or is held (when the goal is
+    "running"), or until the timeout; per profile, whether it got there and its last row."""
     from profiles.progress import Progress
 
     goal = _GOALS[verb]
@@ -228,22 +245,18 @@ def _wait_states(args: argparse.Namespace, verb: str, names: list[str],
     try:
         while True:
             rows = {r["name"]: r for r in call(args, "status")["status"]["profiles"]}
+            settled = 0
             for name in names:
                 row = rows.get(name)
                 old_pid = before.get(name, {}).get("pid")
                 ok = row is not None and row["state"] == goal and (
                     verb != "restart" or row.get("pid") != old_pid)
                 result[name] = (ok, row)
-            if all(ok for ok, _ in result.values()):
+                settled += ok or (row is not None and row["state"] == "held" and goal == "running")
+            if settled == len(names) or time.monotonic() >= deadline:
                 return result
-            done = sum(1 for ok, _ in result.values() if ok)
             if shown.enabled:
-                shown.update(done, len(names), goal)
-            # A profile that is held cannot get there by waiting: say so now.
-            if any(r is not None and r["state"] == "held" and goal == "running" for _, r in result.values()):
-                return result
-            if time.monotonic() >= deadline:
-                return result
+                shown.update(sum(1 for ok, _ in result.values() if ok), len(names), goal)
             time.sleep(0.1)
     finally:
         shown.done()

@@ -65,7 +65,7 @@ def _describe(found: list[Any]) -> list[str]:
     lines = []
     for finding, _check in found:
         hint = f" ({finding.hint})" if finding.hint else ""
-        lines.append(f"  {finding.profile}: {finding.platform} lacks {', '.join(finding.missing)}{hint}")
+        lines.append(f"  {finding.profile}: {finding.platform} (missing: {', '.join(finding.missing)}){hint}")
     return lines
 
 

@@ -53,28 +53,43 @@ def register(sub: argparse._SubParsersAction, add: Any) -> None:
     p.add_argument("--status-fd", type=int, help=argparse.SUPPRESS)
 
 
-def _late_options(args: argparse.Namespace, command: list[str]) -> list[str]:
-    """``hermesd exec coder --root R -- cmd``: options after PROFILE but before ``--`` are ours.
+_OWN_OPTIONS = ("--root", "--status-fd")
 
-    argparse hands everything after PROFILE to the command; take back a head made only of
-    ``--root``/``--status-fd`` options. Anything else before ``--`` is part of the command.
+
+def _late_options(args: argparse.Namespace, command: list[str]) -> list[str]:
+    """``hermesd exec coder --root R [--] cmd``: options between PROFILE and the command are ours.
+
+    argparse hands everything after PROFILE to the command; take back the leading ``--root`` and
+    ``--status-fd`` options (``--opt VALUE`` or ``--opt=VALUE``), then an optional ``--``. Another
+    option there is an error, never part of a command run in the wrong root.
     """
-    if "--" not in command or command[0] == "--":
-        return command[1:] if command[:1] == ["--"] else command
-    cut = command.index("--")
-    late = argparse.ArgumentParser(add_help=False, exit_on_error=False)
-    late.add_argument("--root")
-    late.add_argument("--status-fd", type=int)
-    try:
-        known, rest = late.parse_known_args(command[:cut])
-    except (argparse.ArgumentError, ValueError):
-        return command
-    if rest:
-        return command
-    for key, value in vars(known).items():
-        if value is not None:
-            setattr(args, key, value)
-    return command[cut + 1:]
+    rest = list(command)
+    # argparse drops a "--" that directly follows PROFILE: then everything is the command.
+    raw = getattr(args, "argv", None)
+    n = len(command)
+    if raw is not None and n and len(raw) > n and raw[-n - 1] == "--" and raw[-n:] == command:
+        return rest
+    while rest and rest[0] != "--":
+        name, eq, value = rest[0].partition("=")
+        if name not in _OWN_OPTIONS:
+            if rest[0].startswith("-") and raw is not None:
+                raise UserError(f"exec: unknown option {rest[0][:80]!r} before the command; "
+                                "write it as: hermesd exec PROFILE [--root PATH] -- COMMAND [ARG…]")
+            return rest
+        if not eq:
+            if len(rest) < 2:
+                raise UserError(f"exec: {name} needs a value")
+            value, rest = rest[1], rest[2:]
+        else:
+            rest = rest[1:]
+        if name == "--status-fd":
+            try:
+                args.status_fd = int(value)
+            except ValueError:
+                raise UserError(f"exec: --status-fd needs a number, not {value[:40]!r}") from None
+        else:
+            args.root = value
+    return rest[1:]
 
 
 def cmd_exec(args: argparse.Namespace) -> int:

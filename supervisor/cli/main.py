@@ -29,6 +29,7 @@ examples:
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("supervisor.cli.daemon", ("run", "start", "stop", "restart", "status", "logs", "ping", "reload")),
     ("supervisor.cli.exec", ("exec",)),
+    ("supervisor.cli.isolate", ("isolate-user",)),
     ("supervisor.doctor", ("doctor",)),
     ("supervisor.probe", ("probe",)),
     ("supervisor.export", ("export", "_planned-stop")),  # _planned-stop: systemd ExecStop, Kubernetes preStop
@@ -42,22 +43,50 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def _register(module: str, sub: Any, add: Any) -> None:
-    """Call ``module.register``: the daemon's and exec's commands take ``add`` (a subparser with --root)."""
+    """Call ``module.register``: the daemon's, exec's and isolate-user's take ``add`` (a subparser with --root)."""
     register = __import__(module, fromlist=["register"]).register
     if module == "profiles.cli":
         register(sub, stop_gateway=_stop_for_profile_change, upstream_python=_upstream_python)
-    elif module in ("supervisor.cli.daemon", "supervisor.cli.exec"):
+    elif module in ("supervisor.cli.daemon", "supervisor.cli.exec", "supervisor.cli.isolate"):
         register(sub, add)
     else:
         register(sub)
 
 
+def _command_of(argv: list[str]) -> str | None:
+    """The command word of ``argv``: its first word that is neither an option nor ``--root``'s value."""
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--root":
+            skip = True
+        elif not a.startswith("-"):
+            return a
+    return None
+
+
 def _group_of(argv: list[str]) -> str | None:
     """The one module whose commands can parse ``argv``, or None when the whole tree is needed."""
-    command = next((a for a in argv if not a.startswith("-")), None)
+    command = _command_of(argv)
     if command is None or command == "completion" or "-h" in argv[:argv.index(command)] or "--help" in argv:
         return None
     return next((module for module, names in GROUPS if command in names), None)
+
+
+def _unknown_command(argv: list[str]) -> str | None:
+    """``unknown command 'stauts' (did you mean 'status'?)`` for a word no group registers; None
+    otherwise. Hidden helpers (``_planned-stop``) are neither listed nor suggested."""
+    command = _command_of(argv)
+    known = [n for _, names in GROUPS for n in names]
+    if command is None or command in known:
+        return None
+    import difflib  # only for a word that is no command: every other start stays lean
+
+    public = [n for n in known if not n.startswith("_")]
+    close = difflib.get_close_matches(command, public, n=1, cutoff=0.6)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"unknown command {command[:80]!r}{hint}; the commands are: {', '.join(public)}"
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -72,6 +101,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"hermesd {__version__}")
+    parser.add_argument("--root", dest="global_root", metavar="PATH",
+                        help="Hermes root for the command (the same as the command's own --root)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(name: str, func: Any, help_: str, example: str) -> argparse.ArgumentParser:
@@ -118,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if argv is None:
         argv = sys.argv[1:]
+    unknown = _unknown_command(argv)
+    if unknown is not None:
+        fail_line(unknown)
+        return EXIT_USAGE
     parser = build_parser(argv)
     if "_ARGCOMPLETE" in os.environ:  # a shell asking for completions (argcomplete's protocol): answer, exit
         from supervisor.completion import complete
@@ -127,7 +162,16 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+    if args.global_root is not None:
+        if not hasattr(args, "root"):
+            fail_line(f"{args.command} takes no --root")
+            return EXIT_USAGE
+        if args.root is not None and args.root != args.global_root:
+            fail_line(f"two roots given: --root {args.global_root} before the command and --root {args.root} after it")
+            return EXIT_USAGE
+        args.root = args.global_root
     args.parser = parser
+    args.argv = list(argv)  # as typed: argparse drops a "--" that exec must see
     from profiles.errors import ProfileError
     from supervisor.layout import UnsafeFolderError
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from supervisor import ownership
 from supervisor.layout import Layout
 from supervisor.plan.model import Ident
 from supervisor.plan.policy import ExitKind
@@ -101,6 +102,12 @@ class Domains:
                 user = install.resolve_user(isolation.user)
             except (KeyError, ValueError, OSError) as exc:
                 return f"isolation user {isolation.user!r}: {exc}"
+            if os.geteuid() == 0:
+                trouble = ownership.problems(home, user)
+                if trouble:
+                    fix = (f"; run '{ownership.fix_command(name, user, self.root)}' (it shows what it changes and "
+                           "asks first)" if any(t.startswith(str(home)) for t in trouble) else "")
+                    return f"isolation user {user.name}: {'; '.join(trouble)}{fix}"
         plan = iso.make_plan(iso.PlanInputs(
             root=self.root, profile=name, home=home, probe=self.probe, settings=isolation,
             hermesd_dir=self.layout.dir, control_socket=self.layout.socket, other_homes=other_homes,

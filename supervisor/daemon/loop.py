@@ -337,6 +337,7 @@ class Daemon:
         if not isinstance(prepared, Prepared):
             self.execute(self.planner.spawn_refused(name, prepared))
             return
+        before = self.wall()  # before the child can write anything: its files' times are after this
         try:
             ident = child.spawn(prepared.argv, env, logfile)
             self.domains.attach(name, ident, self.config.limits_for(name))
@@ -353,7 +354,7 @@ class Daemon:
         logs.note(logfile, f"hermesd: started {' '.join(argv)} as PID {ident.pid} "
                            f"(isolation: {prepared.plan.summary()})")
         self.execute(self.planner.spawned(name, ident, output_discarded=logfile == Path(os.devnull), argv0=argv[0],
-                                          code=interpreter.code_now(self)))
+                                          code=interpreter.code_now(self), started_wall=before))
         self.guard.start(name)
 
     def _signal(self, a: m.Signal) -> None:

@@ -157,6 +157,7 @@ def document(d: Daemon) -> dict[str, Any]:
             next_retry_at=p.retry_at_wall,
             should_run=planner.wants(p),
             hold=p.hold.to_json() if p.hold else None,
+            pending=p.pending.to_json() if p.pending else None,
             file_problems=list(p.facts.problems) if p.facts else [],
             log_problem=p.extra.get("log_problem") or discarded,
             down=p.down,

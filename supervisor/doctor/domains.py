@@ -31,12 +31,46 @@ def check_isolation(scan: Scan) -> None:
                      f"profile {name!r} requires isolation, and this machine offers no mechanism: hermesd "
                      "holds it (isolation_unavailable)",
                      "enable Landlock or mount namespaces (see the isolation lines above), or set isolation: auto")
+    _check_accounts(scan)
     off = sorted(n for n, m in modes.items() if m == "off")
     if off:
         scan.add(WARNING, "isolation_off", None,
                  f"isolation is off for {', '.join(repr(n) for n in off)}: their gateways and every command their "
                  "agents run can read the other profiles' tokens and signal their gateways",
                  "remove isolation: off from hermesd.yaml (auto is the default)")
+
+
+def _check_accounts(scan: Scan) -> None:
+    """A profile run as its own account (``isolation.user``) whose home that account cannot use:
+    the daemon holds it; say so, with the command that gives the home to the account."""
+    import os
+
+    from supervisor import ownership
+    from supervisor.isolation.install import resolve_user
+
+    assert scan.config is not None
+    if os.geteuid() != 0:
+        return
+    for prof in scan.profiles:
+        name = scan.config.isolation_for(prof.name).user
+        if not name:
+            continue
+        try:
+            account = resolve_user(name)
+        except (KeyError, ValueError, OSError):
+            scan.add(ERROR, "isolation_user_unknown", prof.name,
+                     f"profile {prof.name!r} is to run as account {name!r}, which does not exist here: hermesd "
+                     "holds it (isolation_unavailable)", f"create the account (useradd --system {name}) or change "
+                     f"profiles.{prof.name}.isolation.user")
+            continue
+        trouble = ownership.problems(prof.home, account)
+        if trouble:
+            fixable = any(t.startswith(str(prof.home)) for t in trouble)
+            scan.add(ERROR, "isolation_user_cannot_use_home", prof.name,
+                     f"profile {prof.name!r} runs as {account.name}: " + "; ".join(trouble)
+                     + ": hermesd holds it (isolation_unavailable)",
+                     f"{ownership.fix_command(prof.name, account, scan.root)} (shows what it changes, asks first)"
+                     if fixable else "move the root where every profile's account can reach it")
 
 
 def check_limits(scan: Scan) -> None:

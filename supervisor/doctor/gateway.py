@@ -43,7 +43,7 @@ def check_gateway_interpreter(scan: Scan) -> None:
         if f.install:
             fix = f"{fix} (or: hermesd install-deps {f.profile} --root {scan.root})"
         scan.add(ERROR, "platform_requirements_missing", f.profile,
-                 f"{f.platform} is enabled by profile {f.profile!r}'s files, but the gateway's interpreter lacks "
+                 f"{f.platform} is enabled by the files of profile {f.profile!r}, but the gateway's interpreter lacks "
                  f"{what}: upstream never starts {f.platform} there (lazy installs are off under hermesd), while "
                  "the gateway itself runs", fix)
 

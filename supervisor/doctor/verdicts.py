@@ -14,8 +14,10 @@ def check_verdicts(scan: Scan) -> None:
 
     assert scan.config is not None
     running = {p.name for p in scan.profiles if live_gateway(p.home) is not None}
+    # A running gateway is taken to use what its files claim (doctor cannot see what it started with).
     candidates = [
-        Candidate(p.facts, p.name, active=p.name in running, wants=scan.config.for_profile(p.name).enabled)
+        Candidate(p.facts, p.name, active=p.name in running, wants=scan.config.for_profile(p.name).enabled,
+                  in_use=p.facts.claims if p.name in running and p.facts is not None else ())
         for p in scan.profiles
     ]
     facts = {p.name: p.facts for p in scan.profiles}

@@ -145,8 +145,9 @@ class Plan:
             bits.append(f"as {self.user.name}")
         bits.append("signals scoped" if "signal" in self.scopes else "signals NOT scoped")
         bits.append("shares " + (", ".join(shared) if shared else "nothing"))
-        if self.gaps_severe():
-            bits.append(f"{len(self.gaps_severe())} gap(s), see status --json")
+        if self.gaps:  # the same count as the list status --json shows
+            severe = len(self.gaps_severe())
+            bits.append(f"{len(self.gaps)} gap(s){f' ({severe} severe)' if severe else ''}, see status --json")
         return "; ".join(bits)
 
     def gaps_severe(self) -> list[str]:

@@ -1,14 +1,14 @@
 """Which profiles must not start because another profile already claims the same resource.
 
-Pure: given every profile's claims (credential fingerprints, TCP ports), the serving order and
-who is running, decide who holds each contested resource and who is held. Upstream does not
-stop a second gateway that polls the same bot token (it retries forever while the wrong
-profile answers), so hermesd must decide before anything starts.
+Pure: given every profile's claims (credential fingerprints, TCP ports), the serving order, who is
+active and what each active gateway uses, decide who holds each contested resource and who is
+held. Upstream does not stop a second gateway that polls the same bot token (it retries forever
+while the wrong profile answers), so hermesd must decide before anything starts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,12 +18,16 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Conflict:
-    """``profile`` may not start: ``claim`` is held by ``holder``."""
+    """``profile`` may not start: ``claim`` is held by ``holder`` (``holder_state`` says how)."""
 
     profile: str
     claim: Claim
     holder: str
-    holder_running: bool
+    holder_state: str  # "running", "restarting" or "first in serving order"
+
+    @property
+    def holder_running(self) -> bool:
+        return self.holder_state != "first in serving order"
 
     @property
     def reason(self) -> str:
@@ -31,28 +35,47 @@ class Conflict:
 
     @property
     def message(self) -> str:
-        state = "running" if self.holder_running else "first in serving order"
-        return f"{self.claim.describe()} is also configured in profile {self.holder!r} ({state}), which keeps it"
+        return (f"{self.claim.describe()} is also configured in profile {self.holder!r} ({self.holder_state}), "
+                "which keeps it")
 
 
 def find_conflicts(
     order: Sequence[str],
     claims: Mapping[str, Iterable[Claim]],
-    running: set[str],
+    running: Collection[str],
+    in_use: Mapping[str, Collection[Claim]] | None = None,
+    restarting: Collection[str] = (),
 ) -> dict[str, Conflict]:
     """Map each profile that must be held to its first conflict.
 
-    The holder of a contested claim is the running profile that has it (hermesd never stops a
-    working bot because another profile copied its token), else the first in ``order``. Two
-    profiles that both already run keep running; neither is held.
+    ``running``: the active profiles (their gateway runs, or is between two runs);
+    ``in_use``: per active profile, what its gateway was started with (default: all its claims).
+    The holder of a contested claim is a profile whose gateway uses it, else an active profile
+    that wants it, else the first in ``order``; so a profile keeps what its gateway has through
+    restarts, and a file edit never hands a claim in use to someone else. Profiles whose gateways
+    all use the claim already keep running; none of them is held.
     """
+    used = {n: {_key(c) for c in (claims.get(n, ()) if in_use is None else in_use.get(n, ()))} for n in running}
+    rank = {name: i for i, name in enumerate(order)}
+
+    def right(name: str, claim: Claim) -> tuple[int, int]:
+        strength = 0 if _key(claim) in used.get(name, ()) else 1 if name in running else 2
+        return strength, rank.get(name, len(rank))
+
     held: dict[str, Conflict] = {}
     for claim, names in all_conflicts(order, claims):
-        holders = sorted(names, key=lambda n: n not in running)  # stable: order within each group
+        holders = sorted(names, key=lambda n: right(n, claim))
+        first = holders[0]
+        state = ("restarting" if first in restarting else "running") if first in running else "first in serving order"
         for other in holders[1:]:
-            if other not in running and other not in held:
-                held[other] = Conflict(other, claim, holders[0], holders[0] in running)
+            if _key(claim) not in used.get(other, ()) and other not in held:
+                held[other] = Conflict(other, claim, first, state)
     return held
+
+
+def _key(claim: Claim) -> tuple[str, str, str]:
+    """What makes two claims the same resource (a port is one port whichever platform binds it)."""
+    return claim.kind, claim.what, claim.key
 
 
 def all_conflicts(order: Sequence[str], claims: Mapping[str, Iterable[Claim]]) -> list[tuple[Claim, list[str]]]:
@@ -61,7 +84,7 @@ def all_conflicts(order: Sequence[str], claims: Mapping[str, Iterable[Claim]]) -
     owners: dict[tuple[str, str, str], tuple[Claim, list[str]]] = {}
     for name, items in claims.items():
         for claim in set(items):
-            owners.setdefault((claim.kind, claim.what, claim.key), (claim, []))[1].append(name)
+            owners.setdefault(_key(claim), (claim, []))[1].append(name)
     out = []
     for claim, names in owners.values():
         if len(names) > 1:

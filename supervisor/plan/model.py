@@ -39,6 +39,7 @@ class Child:
     claims: tuple[Claim, ...] = ()  # the credentials and ports it was started with
     stop_requested: bool = False
     then_restart: bool = False
+    stop_reason: str = ""  # why hermesd stopped it (operator, a config change, a removed folder…), for its exit event
     ready: bool = False  # the gateway has reported "running" (or its start-up slot timed out)
     killed_for: ExitKind | None = None  # hermesd killed it on purpose (hung, over a limit)
     kill_detail: str = ""
@@ -69,6 +70,10 @@ class Profile:
     queued: bool = False  # wants to start, waiting for a start-up slot
     foreign_pid: int | None = None
     last_start_problem: str | None = None  # why the last spawn failed, for status
+    # What its gateway holds (the claims it was started with) while it runs or is between two runs;
+    # None once it stops for good, when a held profile may take them.
+    kept: tuple[Claim, ...] | None = None
+    pending: Hold | None = None  # its files changed, but a restart into them would be held
     extra: dict[str, Any] = field(default_factory=dict)  # loop-owned annotations (log problems, …)
 
 

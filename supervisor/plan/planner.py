@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from profiles.snapshot import ProfileFacts
 from profiles.upstream.process import GatewayState, stop_timeout
 from supervisor.plan import model as m
+from supervisor.plan import words
 from supervisor.plan.model import Child, Ident, Profile
 from supervisor.plan.policy import (
     Action,
@@ -107,27 +108,7 @@ class Planner:
 
     def state_of(self, p: Profile) -> tuple[str, str | None]:
         """``(state, reason)`` as ``status`` shows it."""
-        c = p.child
-        if c is not None:
-            if c.stop_requested:
-                return "stopping", "restarting" if c.then_restart else None
-            return ("running", None) if c.ready else ("starting", None)
-        if p.spawning:
-            return "starting", None
-        if p.retry_at is not None:
-            return "backoff", (p.last_exit or {}).get("reason") or "restarting"
-        if p.hold is not None:
-            return "held", f"{p.hold.kind.value}: {p.hold.message}"
-        if p.queued:
-            return "starting", "waiting for a start-up slot (other gateways are starting)"
-        if not p.present:
-            return "stopped", "profile folder removed"
-        if not self.settings.enabled(p.name):
-            return "stopped", "disabled in hermesd.yaml"
-        if self.shutting_down:
-            return "stopped", "hermesd is shutting down"
-        foreign = f"; a gateway hermesd did not start (PID {p.foreign_pid}) runs it" if p.foreign_pid else ""
-        return "stopped", (p.down or "stopped") + foreign
+        return words.state_of(p, enabled=self.settings.enabled(p.name), shutting_down=self.shutting_down)
 
     def starting_count(self) -> int:
         return sum(1 for p in self.profiles.values() if p.spawning or (
@@ -201,7 +182,9 @@ class Planner:
         if stopping:
             log.info("profile %s: finishing the %s the previous hermesd began", name,
                      "restart" if then_restart else "stop")
-            self._stop(p, then_restart=then_restart)
+            self._stop(p, then_restart=then_restart,
+                       why="finishing the restart the previous hermesd began" if then_restart
+                       else "finishing the stop the previous hermesd began")
         return self._take()
 
     def ended_while_down(self, name: str, ident: Ident, started_wall: float, *, stopping: bool,
@@ -222,23 +205,22 @@ class Planner:
         for p in self.profiles.values():
             if p.child is not None and not p.child.spec:
                 p.child.spec = self.spec(p)
-                p.child.claims = p.facts.claims if p.facts else ()
+                p.child.claims = p.kept = p.facts.claims if p.facts else ()
         return self._done()
 
     # ------------------------------------------------------------------------- inputs: processes
 
     def spawned(self, name: str, ident: Ident, *, output_discarded: bool = False, argv0: str = "",
-                code: CodeId | None = None) -> list[m.Action]:
+                started_wall: float | None = None, code: CodeId | None = None) -> list[m.Action]:
         p = self.profiles[name]
-        p.spawning = False
-        p.last_start_problem = None
-        p.child = Child(ident, True, self.clock(), self.wall(), self.spec(p), p.facts.claims if p.facts else (),
+        p.spawning, p.last_start_problem, p.retry_at, p.retry_at_wall = False, None, None, None
+        wall = self.wall() if started_wall is None else started_wall
+        p.child = Child(ident, True, self.clock(), wall, self.spec(p), p.facts.claims if p.facts else (),
                         output_discarded=output_discarded, code=code)
-        p.retry_at = p.retry_at_wall = None
+        p.kept = p.child.claims
         self._emit("started", name, pid=ident.pid, argv0=argv0)
         log.info("profile %s: started PID %d", name, ident.pid)
-        self._out.append(m.Schedule(name, "start_slot", self.settings.start_slot_s))
-        self._out.append(m.Save())
+        self._out += [m.Schedule(name, "start_slot", self.settings.start_slot_s), m.Save()]
         return self._done()
 
     def spawn_failed(self, name: str, error: str) -> list[m.Action]:
@@ -405,7 +387,8 @@ class Planner:
             return (f"refused: {hold.kind.value}: {hold.message} (the running gateway keeps its last good "
                     "configuration; --force restarts it anyway)"), []
         p.down = None
-        self._stop(p, graceful=graceful, then_restart=True)
+        self._stop(p, graceful=graceful, then_restart=True,
+                   why="restarted by the operator" + (" (graceful: drained first)" if graceful else ""))
         return "restarting", self._done()
 
     def shutdown(self, *, keep_children: bool) -> list[m.Action]:
@@ -426,13 +409,11 @@ class Planner:
 
     def _judge(self) -> dict[str, Hold | None]:
         candidates = [
-            Candidate(
-                p.facts, p.name,
-                active=p.child is not None or p.retry_at is not None,
-                wants=self.wants(p) and p.runtime_hold is None,
-                in_use=p.child.claims if p.child is not None else (),
-            )
-            for name in self.order if (p := self.profiles.get(name)) is not None and p.present
+            Candidate(p.facts, p.name, active=p.child is not None or p.retry_at is not None or p.kept is not None,
+                      running=p.child is not None, wants=self.wants(p) and p.runtime_hold is None,
+                      in_use=p.child.claims if p.child is not None else p.kept or ())
+            for name in [*self.order, *(n for n in self.profiles if n not in self.order)]
+            if (p := self.profiles.get(name)) is not None and (p.present or p.child is not None)
         ]
         return judge(candidates, self.root_hold)
 
@@ -458,19 +439,25 @@ class Planner:
         want = self.wants(p)
         c = p.child
         if c is not None:
-            # A running gateway is never "held": a broken edit leaves it on its last good files.
+            # A running gateway is never "held": a broken or conflicting edit leaves it on its last good files.
             self._set_hold(p, None)
             p.queued = False
+            changed = want and not c.stop_requested and p.facts is not None and c.spec != self.spec(p)
+            self._set_pending(p, judged if changed else None)
             if not want:
                 if not c.stop_requested:
-                    self._stop(p)
-            elif (judged is None and p.runtime_hold is None and not c.stop_requested and p.facts is not None
-                  and c.spec != self.spec(p)):
-                log.info("profile %s: effective configuration changed; restarting it", p.name)
-                self._stop(p, then_restart=True)
+                    self._stop(p, why=words.why_down(p, enabled=self.settings.enabled(p.name),
+                                                     shutting_down=self.shutting_down))
+            elif changed and judged is None and p.runtime_hold is None:
+                why = words.what_changed(c.spec, self.spec(p))
+                log.info("profile %s: %s; restarting it", p.name, why)
+                self._stop(p, then_restart=True, why=f"restarting: {why}")
             return
+        self._set_pending(p, None)
         hold = (p.runtime_hold or judged) if want else None
         self._set_hold(p, hold)
+        if not want or hold is not None:
+            p.kept = None  # stopped for good: what its gateway had may go to another profile
         if p.spawning:
             return
         if not want or hold is not None or p.facts is None:
@@ -483,16 +470,26 @@ class Planner:
             p.queued = True
 
     def _set_hold(self, p: Profile, hold: Hold | None) -> None:
+        """Record the hold in force; one ``held`` event per incident (a new kind), never one per rewording
+        (the holder of a token going from "running" to "restarting" is the same hold)."""
         if hold == p.hold:
             return
         before, p.hold = p.hold, hold
+        self._out.append(m.Save())
+        if hold is not None and before is not None and hold.kind is before.kind:
+            return
         if hold is not None:
             log.warning("profile %s: held: %s", p.name, hold.message)
             self._emit("held", p.name, kind=hold.kind.value, message=hold.message)
         elif before is not None:
             log.info("profile %s: hold released (%s)", p.name, before.kind.value)
             self._emit("released", p.name, kind=before.kind.value, why="cured")
-        self._out.append(m.Save())
+
+    def _set_pending(self, p: Profile, hold: Hold | None) -> None:
+        before, p.pending = p.pending, hold
+        if hold is not None and (before is None or before.kind is not hold.kind):
+            log.warning("profile %s: files changed, but its gateway keeps its last good configuration: a restart "
+                        "would be held: %s: %s", p.name, hold.kind.value, hold.message)
 
     def _start_queued(self) -> None:
         room = self.settings.max_starting
@@ -513,13 +510,14 @@ class Planner:
             if p.retry_at is not None:
                 self._out.append(m.Cancel(name, "retry"))
 
-    def _stop(self, p: Profile, *, graceful: bool = False, then_restart: bool = False) -> None:
+    def _stop(self, p: Profile, *, graceful: bool = False, then_restart: bool = False, why: str = "") -> None:
         c = p.child
         assert c is not None
         c.then_restart = c.then_restart or then_restart
         if c.stop_requested:
             return
         c.stop_requested = True
+        c.stop_reason = why
         if graceful:
             self._out.append(m.Signal(p.name, c.ident, signal.SIGUSR1))  # upstream drains, then exits 75
         else:
@@ -537,10 +535,11 @@ class Planner:
         now = self.wall()
         self._out.append(m.Save())
         if kind is ExitKind.PLANNED:
-            p.last_exit = exit_record(code, sig, now, kind, "stopped by hermesd", uptime)
-            log.info("profile %s: PID %d stopped (%s)", p.name, c.ident.pid, what)
+            why = c.stop_reason or "stopped by hermesd"
+            p.last_exit = exit_record(code, sig, now, kind, why, uptime)
+            log.info("profile %s: PID %d stopped (%s): %s", p.name, c.ident.pid, what, why)
             self._emit("exited", p.name, pid=c.ident.pid, code=code, signal=signame(sig), kind=kind.value,
-                       reason="stopped by hermesd", uptime_s=round(uptime, 1))
+                       reason=why, uptime_s=round(uptime, 1))
             if c.then_restart:
                 p.restarts += 1
                 p.failures = 0

@@ -103,10 +103,11 @@ class Hold:
 class Candidate:
     """One profile as the judge sees it.
 
-    ``active``: its gateway runs (or is backing off to run again), so it keeps what it claims;
-    ``wants``: enabled and not stopped by the operator, so it competes for its claims;
-    ``in_use``: what a running gateway was started with, which it keeps using whatever its files
-    say now.
+    ``active``: its gateway runs, or is between two runs (a restart, a crash, a backoff): it
+    keeps what its gateway had; ``running``: a gateway process exists now (if not given: the
+    same as ``active``); ``wants``: enabled, not stopped by the operator and not held at run
+    time, so it competes for its claims; ``in_use``: what its gateway was started with, which it
+    keeps whatever its files say now, until it stops for good.
     """
 
     facts: ProfileFacts | None
@@ -114,7 +115,7 @@ class Candidate:
     active: bool = False
     wants: bool = True
     in_use: tuple[Claim, ...] = field(default=())
-
+    running: bool | None = None
 
 def file_hold(facts: ProfileFacts) -> Hold | None:
     """The hold a profile's own files earn, before any comparison with other profiles."""
@@ -137,24 +138,46 @@ def judge(candidates: Sequence[Candidate], root_hold: Hold | None = None) -> dic
     A root-wide hold (no valid hermesd.yaml yet, no gateway command, an unsupported release)
     applies to everyone. Otherwise a profile is held for its own files first; then, among the
     profiles that compete (active ones, and wanting ones whose files are fine), a contested
-    credential or port goes to the active profile that has it, else to the first in serving
-    order, and every other claimant is held. Two active profiles that share a claim both keep
-    running (hermesd never stops a working bot because another profile copied its token).
+    credential or port goes to the profile whose gateway uses it, else to an active profile
+    that wants it, else to the first in serving order, and every other claimant is held.
+
+    Ownership moves only when its holder stops for good: a profile between two runs keeps what
+    its gateway had unless it would itself be held (its own files, the operator, a run-time
+    hold, or another claim it now wants and cannot have), and a running gateway whose files
+    now want a claim someone else keeps is reported held: it is not restarted into that
+    conflict, its gateway keeps running on its last good configuration. Gateways that already
+    share a claim both keep running (hermesd never stops a working bot because another profile
+    copied its token).
     """
     out: dict[str, Hold | None] = {}
-    order: list[str] = []
-    claims: dict[str, tuple[Claim, ...]] = {}
-    active: set[str] = set()
     for c in candidates:
-        own = root_hold or (file_hold(c.facts) if c.facts is not None else None)
-        out[c.name] = own
-        usable = c.facts is not None and own is None
-        if c.active or (c.wants and usable):
-            order.append(c.name)
-            claims[c.name] = c.in_use + (c.facts.claims if usable and c.facts is not None else ())
-            if c.active:
-                active.add(c.name)
-    for name, conflict in find_conflicts(order, claims, active).items():
+        out[c.name] = root_hold or (file_hold(c.facts) if c.facts is not None else None)
+    lost: set[str] = set()  # between two runs but held now: they keep nothing
+    while True:
+        order: list[str] = []
+        claims: dict[str, tuple[Claim, ...]] = {}
+        in_use: dict[str, tuple[Claim, ...]] = {}
+        active: set[str] = set()
+        restarting: set[str] = set()
+        for c in candidates:
+            usable = c.facts is not None and out[c.name] is None
+            running = c.active if c.running is None else c.running
+            keeps = running or (c.active and c.wants and out[c.name] is None and c.name not in lost)
+            fresh = c.facts.claims if usable and c.wants and c.facts is not None else ()
+            if keeps or (c.wants and usable):
+                order.append(c.name)
+                claims[c.name] = (c.in_use if keeps else ()) + fresh
+                if keeps:
+                    active.add(c.name)
+                    in_use[c.name] = c.in_use
+                    if not running:
+                        restarting.add(c.name)
+        conflicts = find_conflicts(order, claims, active, in_use, restarting)
+        newly_lost = {name for name in conflicts if name in restarting} - lost
+        if not newly_lost:
+            break
+        lost |= newly_lost
+    for name, conflict in conflicts.items():
         if out.get(name) is None:
             kind = HoldKind.CREDENTIAL_CONFLICT if conflict.claim.kind == "credential" else HoldKind.PORT_CONFLICT
             out[name] = Hold(kind, conflict.message)

@@ -3,6 +3,8 @@
 Roots live under ``/var/tmp`` rather than pytest's ``/tmp`` folder on purpose: under Landlock
 alone the folders on the way to a hidden root lose their own create rights (a documented
 limit), and the guarantee "``/tmp`` works" must be checked with a root that is not in ``/tmp``.
+The user's home is a temporary folder there too (``HOME`` for the test), never the account's own,
+so "the rest of the home stays usable" is not passed by way of ``/tmp``.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class Tree:
 
     base: Path
     root: Path
+    user_home: Path  # the user's home for this test (HOME)
     elsewhere: Path  # a folder elsewhere in the user's home
     procs: list[subprocess.Popen] = field(default_factory=list)
 
@@ -99,7 +102,7 @@ class Tree:
                 proc.kill()
             proc.wait()
         shutil.rmtree(self.base, ignore_errors=True)
-        shutil.rmtree(self.elsewhere, ignore_errors=True)
+        shutil.rmtree(self.user_home, ignore_errors=True)
 
 
 def make_tree() -> Tree:
@@ -115,14 +118,17 @@ def make_tree() -> Tree:
     (root / ".hermesd").mkdir(mode=0o700)
     (root / ".hermesd" / "state.json").write_text("{}\n")
     (root / "hermesd.yaml").write_text("environment: {}\n")
-    elsewhere = Path(tempfile.mkdtemp(prefix="hermesd-iso-", dir=Path.home() / ".cache"))
+    user_home = Path(tempfile.mkdtemp(prefix="hermesd-iso-home-", dir="/var/tmp"))
+    elsewhere = user_home / ".cache" / "notes"
+    elsewhere.mkdir(parents=True)
     (elsewhere / "notes.txt").write_text("user notes\n")
-    return Tree(base=base, root=root, elsewhere=elsewhere)
+    return Tree(base=base, root=root, user_home=user_home, elsewhere=elsewhere)
 
 
 @pytest.fixture
-def tree() -> Iterator[Tree]:
+def tree(monkeypatch: pytest.MonkeyPatch) -> Iterator[Tree]:
     t = make_tree()
+    monkeypatch.setenv("HOME", str(t.user_home))
     try:
         yield t
     finally:

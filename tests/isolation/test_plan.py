@@ -297,3 +297,14 @@ def test_placeholders_show_names_not_contents() -> None:
     d = plan_for("default", placeholders=others)
     assert d.placeholders == (f"{R}/profiles/coder", f"{R}/profiles/writer")
     assert plan_for(probe_=USER_LL, placeholders=others).placeholders == ()  # names are visible there anyway
+
+
+def test_the_summary_counts_the_gaps_status_lists() -> None:
+    """The one-line summary and the ``gaps`` list of ``status --json`` give the same number."""
+    for probe_ in (USER_LL, USER_NS, ROOT_FULL):
+        p = plan_for(probe_=probe_)
+        listed = p.status_json()["gaps"]
+        assert listed, probe_
+        assert f"; {len(listed)} gap(s)" in p.summary(), (p.summary(), listed)
+        severe = len(p.gaps_severe())
+        assert (f"({severe} severe)" in p.summary()) == bool(severe)

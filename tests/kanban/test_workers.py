@@ -85,6 +85,10 @@ def test_worker_runs_as_assignee_and_survives_dispatcher_restart(need_hermes: No
     keeper = w["pid"]
     b.pids.add(keeper)
     assert w["task"] == task and w["tree"] == "hermesd"
+    text = b.hermesd.cli("status").stdout  # the text says it too, not only --json
+    assert f"  kanban     p2: worker for task {task} (PID {keeper}, in hermesd's tree)" in text, text
+    assert f"  kanban     p1: dispatcher (PID {pids['p1']}, hermesd's child)" in text, text
+    assert "  isolation  default, p1, p2: namespace+landlock" in text or "  isolation  " in text, text
     kenv = proc_env(keeper)
     assert kenv.get("HERMESD_KANBAN_WORKER") == "p2" and "HERMESD_PROFILE" not in kenv
     # the worker itself: the keeper's child, in p2's environment contract, not in p1's tree

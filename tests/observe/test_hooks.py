@@ -17,7 +17,8 @@ from supervisor.observe.hooks import Hook, HookRunner, hook_environment, matches
 from supervisor.observe.settings import ObserveConfigError, line_of
 from tests.harness import wait_for
 
-BASE_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/root", "LANG": "C.UTF-8"}
+# No account's home: a hook that wrote there would fail here, never touch the real one.
+BASE_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent/test-home", "LANG": "C.UTF-8"}
 
 
 def event(type_="held", profile="coder", seq=1, **fields):

@@ -109,11 +109,7 @@ def test_a_changed_configuration_restarts_only_that_profile():
 
 
 def test_conflict_holds_the_later_profile_and_releases_it_when_the_holder_stops():
-    w = World.make(("default", "a"))
-    w.run(w.planner.set_facts("default", facts("default", claims=(TOKEN,))))
-    w.obey_stops()
-    w.run(w.planner.set_facts("a", facts("a", claims=(TOKEN,), digest="v2")))
-    w.obey_stops()
+    w = World.make(("default", "a"), claims={"default": (TOKEN,), "a": (TOKEN,)})
     assert w.state("a") == "held" and w.planner.profiles["a"].hold.kind is HoldKind.CREDENTIAL_CONFLICT
     w.run(w.planner.request_stop("default")[1])
     w.obey_stops()
@@ -122,15 +118,83 @@ def test_conflict_holds_the_later_profile_and_releases_it_when_the_holder_stops(
 
 
 def test_a_restarting_holder_keeps_its_token():
-    w = World.make(("default", "a"))
-    w.run(w.planner.set_facts("default", facts("default", claims=(TOKEN,))))
-    w.obey_stops()
-    w.run(w.planner.set_facts("a", facts("a", claims=(TOKEN,), digest="v2")))
-    w.obey_stops()
+    w = World.make(("default", "a"), claims={"default": (TOKEN,), "a": (TOKEN,)})
+    assert w.state("a") == "held"
     for _ in range(3):  # crash looping: still the holder while it backs off
         w.exit("default")
         assert w.state("a") == "held"
         w.advance(10)
+
+
+def holder_is_beta() -> World:
+    """alpha and beta share a token; alpha, first in serving order, gives it up in its files and beta
+    takes it; then alpha's files name it again."""
+    w = World.make(("alpha", "beta"), claims={"alpha": (TOKEN,), "beta": (TOKEN,)})
+    assert w.state("alpha") == "running" and w.state("beta") == "held"
+    w.run(w.planner.set_facts("alpha", facts("alpha", digest="no token")))
+    w.obey_stops()
+    assert w.state("beta") == "running" and w.planner.profiles["beta"].child.claims == (TOKEN,)
+    w.run(w.planner.set_facts("alpha", facts("alpha", claims=(TOKEN,), digest="token again")))
+    w.obey_stops()
+    return w
+
+
+def test_an_edit_that_would_conflict_never_stops_a_running_gateway():
+    w = holder_is_beta()
+    alpha = w.planner.profiles["alpha"]
+    assert w.state("alpha") == "running" and alpha.child.claims == ()  # on its last good files, untouched
+    assert alpha.pending is not None and alpha.pending.kind is HoldKind.CREDENTIAL_CONFLICT
+    assert "'beta' (running)" in alpha.pending.message
+    result, actions = w.planner.request_restart("alpha")
+    assert result.startswith("refused: credential_conflict") and actions == []
+
+
+def test_the_holder_keeps_its_token_through_restarts_crashes_and_reloads():
+    import dataclasses
+
+    w = holder_is_beta()
+    beta = w.planner.profiles["beta"]
+
+    def operator_restart():
+        w.run(w.planner.request_restart("beta")[1])
+
+    def crash_after_a_healthy_run():
+        w.advance(30)
+        w.exit("beta")
+
+    def hermesd_yaml_restarts_only_beta():
+        settings = dataclasses.replace(w.planner.settings, specs={"beta": "new settings"})
+        w.run(w.planner.set_settings(settings, None))
+
+    for step in (operator_restart, crash_after_a_healthy_run, hermesd_yaml_restarts_only_beta):
+        before = beta.child.ident
+        step()
+        w.obey_stops()
+        w.advance(2)
+        assert beta.child is not None and beta.child.ident != before, step.__name__  # it did restart
+        assert beta.child.claims == (TOKEN,), step.__name__
+        assert w.state("alpha") == "running" and w.planner.profiles["alpha"].child.claims == (), step.__name__
+    assert [e["type"] for e in w.events if e["profile"] == "alpha"].count("held") == 0
+    w.run(w.planner.request_stop("beta")[1])  # for good: now alpha may have it
+    w.obey_stops()
+    w.obey_stops()
+    assert w.planner.profiles["alpha"].child.claims == (TOKEN,)
+
+
+def test_held_is_announced_once_per_incident():
+    """The holder's state changing (first in order, running, restarting) rewords the hold; it is one incident."""
+    w = World.make(("alpha", "beta"), claims={"alpha": (TOKEN,), "beta": (TOKEN,)})
+    for _ in range(3):
+        w.run(w.planner.request_restart("alpha")[1])
+        w.obey_stops()
+        w.exit("alpha")
+        w.advance(30)
+    beta = [e["type"] for e in w.events if e["profile"] == "beta"]
+    assert beta == ["held"]
+    assert "'alpha' (running)" in w.planner.profiles["beta"].hold.message
+    w.run(w.planner.request_stop("alpha")[1])
+    w.obey_stops()
+    assert [e["type"] for e in w.events if e["profile"] == "beta"][:3] == ["held", "released", "started"]
 
 
 def test_spawn_failure_backs_off_and_retries():
@@ -215,3 +279,22 @@ def test_hung_kill_is_recorded_and_backs_off_like_a_crash():
     assert last["kind"] == "hung" and "heartbeat 130s old" in last["reason"]
     assert "default" in w.alive  # first failure: at once
     assert [e["type"] for e in w.events if e["type"] in ("hung_kill", "exited")][-2:] == ["hung_kill", "exited"]
+
+
+def test_a_restart_says_why_in_its_exit_event():
+    import dataclasses
+
+    w = World.make(("default", "a"))
+    w.run(w.planner.set_facts("a", facts("a", digest="v2")))
+    w.obey_stops()
+    w.run(w.planner.set_settings(dataclasses.replace(w.planner.settings, specs={"a": "new"}), None))
+    w.obey_stops()
+    w.run(w.planner.request_restart("a")[1])
+    w.obey_stops()
+    w.run(w.planner.request_stop("a")[1])
+    w.obey_stops()
+    reasons = [e["reason"] for e in w.events if e["type"] == "exited" and e["profile"] == "a"]
+    assert reasons == ["restarting: its files (.env, config.yaml) changed",
+                       "restarting: its settings in hermesd.yaml changed",
+                       "restarted by the operator", "stopped by operator"]
+    assert w.planner.profiles["a"].last_exit["reason"] == "stopped by operator"

@@ -51,7 +51,7 @@ class World:
 
     @classmethod
     def make(cls, names: tuple[str, ...] = ("default", "a", "b"), *, auto_ready: bool = True,
-             **settings: Any) -> World:
+             claims: dict[str, tuple[Claim, ...]] | None = None, **settings: Any) -> World:
         world = cls(Planner(clock=lambda: 0.0, wall=lambda: 0.0, rng=random.Random(7)), auto_ready=auto_ready)
         world.planner.clock = lambda: world.now
         world.planner.wall = lambda: world.now + 1_000_000
@@ -59,7 +59,7 @@ class World:
         world.run(world.planner.set_settings(Settings(policy=policy, **settings), None))
         world.run(world.planner.set_served([(n, facts(n).home) for n in names]))
         for n in names:
-            world.run(world.planner.set_facts(n, facts(n)))
+            world.run(world.planner.set_facts(n, facts(n, claims=(claims or {}).get(n, ()))))
         world.run(world.planner.start())
         return world
 

@@ -191,7 +191,7 @@ def test_install_deps_dry_run_and_a_real_local_install(tmp_path: Path) -> None:
 
     dry = cli("--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert "coder: webhook lacks aiohttp\n" in dry.stdout
+    assert "coder: webhook (missing: aiohttp)\n" in dry.stdout
     assert f"{python} -m pip install aiohttp==3.14.1" in dry.stdout
     assert cli("nosuch").returncode == 2
     # A real install, offline: point pip at a local stand-in through the interpreter's own config.
@@ -303,3 +303,43 @@ def test_status_without_a_daemon_asks_the_interpreter_itself(tmp_path: Path) -> 
     assert rows["default"]["requirements_missing"] == []
     (teams,) = rows["coder"]["requirements_missing"]
     assert teams["platform"] == "teams" and "microsoft-teams-apps==" in teams["install"]
+
+
+def test_probe_status_and_doctor_ask_the_same_interpreter_in_a_venv_install(tmp_path: Path) -> None:
+    """The README's venv install: the gateway runs ``<venv>/bin/python3 <venv>/bin/hermes``, and
+    ``/proc/PID/exe`` resolves to the base interpreter, which lacks the venv's libraries. The probe
+    must judge the interpreter the gateway really runs in, as status and doctor do."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python3"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    base = fake_hermes(tmp_path, "0.19.0")
+    os.replace(base / "hermes_cli", site / "hermes_cli")
+    (site / "telegram").mkdir()
+    for module in ("__init__", "ext", "constants", "request"):
+        (site / "telegram" / f"{module}.py").write_text("")
+    hermes = venv / "bin" / "hermes"
+    hermes.write_text(f"#!{python}\nimport hermes_cli.main\n")
+    hermes.chmod(0o755)
+    assert os.path.realpath(python) != str(python)  # the venv's python is a link to the base one
+    root = make_root(tmp_path, ("coder",))
+    write_config(root, command=[str(hermes)])
+    (root / "profiles" / "coder" / ".env").write_text("TELEGRAM_BOT_TOKEN=123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PAL\n")
+    d = Hermesd(root)
+    try:
+        d.start()
+        pid = d.wait_running("coder", timeout=20)["coder"]
+        assert _cmdline(pid)[:2] == [str(python), str(hermes)]
+        wait_for(lambda: d.status()["supervisor"]["hermes_release"], 15, what="the daemon asked the interpreter")
+        assert d.row("coder")["requirements_missing"] == []
+        doctor = d.cli("doctor", "--json")
+        assert "telegram" not in json.dumps([f for f in json.loads(doctor.stdout)["findings"]
+                                             if f["code"].startswith("platform_requirements")]), doctor.stdout
+        probe = d.cli("probe", "coder", "--ready")
+        assert probe.returncode == 0, probe.stderr
+        (site / "telegram" / "ext.py").unlink()  # now it does lack something, in the venv: all three see it
+        probe = d.cli("probe", "coder", "--ready")
+        assert probe.returncode == 1 and "telegram" in probe.stderr and f"{python} -m pip install" in probe.stderr
+    finally:
+        d.close()

@@ -118,8 +118,10 @@ def test_proc_readers_agree_with_the_kernel():
     try:
         from tests.harness import wait_for
 
-        kids = wait_for(lambda: identity.descendants(parent.pid), 10)
-        assert len(kids) == 1 and identity.proc_cmdline(kids[0])[0] == "sleep"
+        # Found at fork, a child still carries its parent's command line until it has exec'd.
+        kids = wait_for(lambda: (k := identity.descendants(parent.pid)) and identity.proc_cmdline(k[0])[:1] == ["sleep"]
+                        and k, 10, what="the child to exec sleep")
+        assert len(kids) == 1
         cpu, rss = identity.proc_usage(parent.pid)
         assert cpu >= 0 and rss > 1024 * 1024
         assert abs(identity.proc_start_wall(parent.pid) - time.time()) < 30

@@ -212,3 +212,64 @@ def test_profile_export_progress_only_on_a_terminal(root, tmp_path):
             shown.update(n, 3)
         shown.done()
     assert "exporting entries: 3/3" in tty.getvalue() and pipe.getvalue() == ""
+
+
+def test_root_before_the_command_typos_and_a_missing_root(tmp_path):
+    """``hermesd --root R status`` is ``hermesd status --root R``; a typo gets a suggestion and never
+    a hidden helper's name; a root that does not exist says how to make one."""
+    root = tmp_path / "root"
+    (root / "profiles").mkdir(parents=True)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "supervisor", *args], capture_output=True, text=True,
+                              env=env, cwd=str(REPO), timeout=60)
+
+    out = cli("--root", str(root), "status")
+    assert out.returncode == 3 and f"hermesd for {root}: NOT RUNNING" in out.stdout, out.stderr
+    assert cli(f"--root={root}", "status", "--json").returncode == 3
+    clash = cli("--root", str(root), "status", "--root", str(tmp_path))
+    assert clash.returncode == 2 and "two roots given" in clash.stderr
+    typo = cli("stauts")
+    assert typo.returncode == 2 and "did you mean 'status'?" in typo.stderr, typo.stderr
+    assert "_planned-stop" not in typo.stderr and typo.stderr.count("\n") == 1
+    missing = cli("status")  # HOME has no .hermes: a new account
+    assert missing.returncode == 2 and f"root {tmp_path / '.hermes'} does not exist" in missing.stderr
+    assert "'hermes setup'" in missing.stderr and "mkdir -p" in missing.stderr and "hermesd start" in missing.stderr
+    other = cli("status", "--root", str(tmp_path / "nowhere"))
+    assert f"'HERMES_HOME={tmp_path / 'nowhere'} hermes setup'" in other.stderr
+
+
+def test_exec_takes_its_options_before_the_command_with_or_without_dashes(tmp_path):
+    """``hermesd exec P --root R cmd`` runs in R (never silently in ~/.hermes); an unknown option
+    there is an error, not a command."""
+    root = tmp_path / "root"
+    (root / "profiles" / "coder").mkdir(parents=True)
+    (root / "hermesd.yaml").write_text("isolation: off\n")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "supervisor", "exec", *args], capture_output=True, text=True,
+                              env=env, cwd=str(REPO), timeout=60)
+
+    show = ["/bin/sh", "-c", 'echo "home=$HERMES_HOME"']
+    for args in (["coder", "--root", str(root), *show], ["coder", "--root", str(root), "--", *show],
+                 ["coder", f"--root={root}", *show], ["--root", str(root), "coder", "--", *show]):
+        out = cli(*args)
+        assert out.returncode == 0 and out.stdout.strip() == f"home={root / 'profiles' / 'coder'}", (args, out)
+    bad = cli("coder", "--rot", str(root), *show)
+    assert bad.returncode == 2 and "unknown option '--rot'" in bad.stderr and "home=" not in bad.stdout
+    assert cli("coder", "--root").returncode == 2
+
+
+def test_exec_after_dashes_is_the_command_even_when_it_looks_like_an_option(tmp_path):
+    root = tmp_path / "root"
+    (root / "profiles" / "coder").mkdir(parents=True)
+    (root / "hermesd.yaml").write_text("isolation: off\n")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-m", "supervisor", "exec", "coder", "--root", str(root), "--",
+                          "--no-such-program"], capture_output=True, text=True, env=env, cwd=str(REPO), timeout=60)
+    assert out.returncode == 127 and "unknown option" not in out.stderr, out  # run, and not found
+    out = subprocess.run([sys.executable, "-m", "supervisor", "exec", "--root", str(root), "coder", "--",
+                          "--no-such-program"], capture_output=True, text=True, env=env, cwd=str(REPO), timeout=60)
+    assert out.returncode == 127 and "unknown option" not in out.stderr, out

@@ -685,6 +685,7 @@ def test_missing_platform_library_is_an_error_with_the_install_command(tmp_path)
         pytest.skip("discord.py is installed in this environment: nothing is missing")
     [found] = only(run(root, tmp_path), "platform_requirements_missing")
     assert found.severity == "error" and found.profile == "coder" and "discord" in found.message
+    assert "enabled by the files of profile 'coder'" in found.message and "''" not in found.message
     assert sys.executable in found.fix and "pip install" in found.fix and "install-deps coder" in found.fix
     assert "x" * 20 not in found.message + found.fix  # the token is never quoted
 

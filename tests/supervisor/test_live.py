@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 
 from tests.fakegw import write_behaviour
-from tests.harness import wait_for, write_config
+from tests.harness import make_root, wait_for, write_config
 
 TOKEN_A = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
 TOKEN_B = "987654321:BBHdqTcvCH1vGWJxfSeofSAs0K5PALDsbx"
@@ -145,3 +147,58 @@ def test_invalid_hermesd_yaml_at_start_holds_everything_until_fixed(root, hermes
     (root / "hermesd.yaml").write_text(good)
     d.wait_running("default", "coder", "writer", timeout=5)
     assert d.status()["supervisor"]["config_problem"] is None
+
+
+def test_a_shared_token_stays_with_its_holder_through_its_restarts(tmp_path, hermesd_factory):
+    """alpha (first in serving order) and beta share a token. alpha gives it up in its .env, beta
+    takes it; alpha's .env names it again: alpha keeps running on its last good files. Then the
+    holder, beta, restarts three ways (operator, crash after a healthy run, a hermesd.yaml edit that
+    touches only beta): it keeps the token every time and alpha is never restarted into it. Only
+    when beta stops for good does alpha take the token."""
+    root = make_root(tmp_path, ("alpha", "beta"))
+    write_config(root)
+    alpha, beta = root / "profiles" / "alpha", root / "profiles" / "beta"
+    (alpha / ".env").write_text(f"TELEGRAM_BOT_TOKEN={TOKEN_A}\n")
+    (beta / ".env").write_text(f"TELEGRAM_BOT_TOKEN={TOKEN_A}\n")
+    d = hermesd_factory(root)
+    d.wait_running("alpha")
+    assert "'alpha'" in d.wait_state("beta", "held")["reason"]
+
+    first_alpha = d.row("alpha")["pid"]
+    (alpha / ".env").write_text("SOME_SETTING=1\n")
+    beta_pid = d.wait_running("beta")["beta"]
+    alpha_pid = d.wait_running("alpha")["alpha"]
+    assert alpha_pid != first_alpha  # restarted without the token
+
+    (alpha / ".env").write_text(f"SOME_SETTING=1\nTELEGRAM_BOT_TOKEN={TOKEN_A}\n")
+    row = wait_for(lambda: (r := d.row("alpha"))["pending"] and r, 5, what="alpha's change reported as not applied")
+    assert row["pid"] == alpha_pid and row["state"] == "running"
+    assert row["pending"]["kind"] == "credential_conflict" and "'beta'" in row["pending"]["message"]
+    assert "a restart would be held" in d.cli("status").stdout
+    refused = d.cli("restart", "alpha")
+    assert refused.returncode == 1 and "credential_conflict" in refused.stdout + refused.stderr
+
+    def operator_restart():
+        assert d.cli("restart", "beta").returncode == 0
+
+    def crash_after_a_healthy_run():
+        wait_for(lambda: (d.row("beta")["uptime_s"] or 0) > 3.5, 10, what="a healthy run (healthy_after 3s)")
+        os.kill(d.row("beta")["pid"], signal.SIGKILL)
+
+    def hermesd_yaml_touches_only_beta():
+        write_config(root, profiles={"beta": {"environment": {"FOO": "1"}}})
+
+    for step in (operator_restart, crash_after_a_healthy_run, hermesd_yaml_touches_only_beta):
+        step()
+        wait_for(lambda before=beta_pid: d.row("beta")["pid"] not in (None, before), 10,
+                 what=f"beta restarted ({step.__name__})")
+        beta_pid = d.wait_running("beta")["beta"]
+        row = d.row("alpha")
+        assert (row["state"], row["pid"]) == ("running", alpha_pid), step.__name__
+    events = [json.loads(line) for line in d.cli("events", "alpha", "--json").stdout.splitlines()]
+    assert [e["type"] for e in events].count("started") == 2  # its first start and the edit that dropped the token
+
+    assert d.cli("stop", "beta").returncode == 0
+    wait_for(lambda: d.row("alpha")["pid"] not in (None, alpha_pid), 10, what="alpha restarted into the token")
+    d.wait_running("alpha")
+    assert d.row("alpha")["pending"] is None

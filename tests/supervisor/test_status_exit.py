@@ -35,3 +35,28 @@ def test_a_running_gateway_missing_a_platform_library_is_1():
 def test_daemon_down_is_3_and_not_answering_is_4():
     assert exit_code(doc(row("a"), running=False)) == 3
     assert exit_code(doc(row("a"), answering=False)) == 4
+
+
+def test_the_text_status_shows_confinement_limits_and_kanban():
+    """What ``--json`` details per profile has a compact line in the text too: one per distinct
+    confinement (naming its profiles), one per profile with limits, the dispatcher and each worker."""
+    from supervisor.status import render
+
+    iso = {"summary": "namespace+landlock; signals scoped; shares kanban; 3 gap(s), see status --json"}
+    rows = [
+        row("default", isolation=iso),
+        row("coder", isolation=iso, memory_bytes=85 * 1048576, tasks=3, mechanism="cgroup",
+            limits={"memory_max": 300 * 1048576, "tasks_max": 64, "cpu_weight": 50}),
+        row("writer", isolation={"summary": "off: isolation: off in hermesd.yaml"}),
+    ]
+    rows[0]["kanban"] = {"dispatcher": True, "dispatcher_pid": 41, "dispatcher_supervised": True, "workers": []}
+    rows[2]["kanban"] = {"dispatcher": False,
+                         "workers": [{"pid": 77, "task": "t_1\x1b[2J", "board": None, "tree": "hermesd"}]}
+    text = render(doc(*rows), now=0)
+    lines = text.splitlines()
+    assert f"  isolation  default, coder: {iso['summary']}" in lines
+    assert "  isolation  writer: off: isolation: off in hermesd.yaml" in lines
+    assert "  limits     coder: memory 85M of 300M, tasks 3 of 64, cpu weight 50 (cgroup)" in lines
+    assert "  kanban     default: dispatcher (PID 41, hermesd's child)" in lines
+    assert "  kanban     writer: worker for task t_1\\x1b[2J (PID 77, in hermesd's tree)" in lines
+    assert "\x1b" not in text  # a task id is the board's: never a terminal escape

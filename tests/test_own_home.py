@@ -1,0 +1,75 @@
+"""The suite runs in any account and leaves no trace in it: every test has a home of its own, and a
+run that writes into the real one fails.
+
+Checked by running pytest, with this suite's ``conftest`` as a plugin, on a small test file in a
+throwaway account (``HOME`` an empty folder, as in a fresh account: no ``~/.cache``, no
+``~/.hermes``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import home_changes, home_snapshot
+from tests.harness import REPO
+
+PROBE = '''
+import os
+from pathlib import Path
+
+def test_a_home_of_its_own():
+    assert os.environ["HOME"] != os.environ["ACCOUNT"] and Path.home() == Path(os.environ["HOME"])
+    assert "HERMES_HOME" not in os.environ and "XDG_CACHE_HOME" not in os.environ
+    (Path.home() / ".hermes").mkdir()
+    (Path.home() / ".hermes" / "SOUL.md").write_text("fine: this home is the test's own")
+
+def test_writer():
+    if os.environ.get("LEAK"):
+        (Path(os.environ["ACCOUNT"]) / os.environ["LEAK"]).write_text("x")
+'''
+
+
+def run(tmp_path: Path, leak: str | None) -> subprocess.CompletedProcess[str]:
+    account = tmp_path / "account"
+    account.mkdir(exist_ok=True)
+    (tmp_path / "test_probe.py").write_text(PROBE)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(account), "ACCOUNT": str(account),
+           "PYTHONPATH": str(REPO), "HERMES_HOME": str(account / ".hermes"), "XDG_CACHE_HOME": str(account),
+           **({"LEAK": leak} if leak else {})}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
+                           "--basetemp", str(tmp_path / "basetemp"), str(tmp_path / "test_probe.py")],
+                          capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=120)
+
+
+def test_a_clean_run_passes_and_leaves_the_account_empty(tmp_path):
+    out = run(tmp_path, None)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert os.listdir(tmp_path / "account") == []
+
+
+def test_a_run_that_writes_into_the_real_home_fails(tmp_path):
+    for leak in (".hermes-leak", ".bashrc"):
+        out = run(tmp_path, leak)
+        assert out.returncode == 1 and "2 passed" in out.stdout, out.stdout + out.stderr
+        assert "real home changed" in out.stdout and f"new: {leak}" in out.stdout, out.stdout
+        (tmp_path / "account" / leak).unlink()
+
+
+def test_what_counts_as_a_change(tmp_path):
+    (tmp_path / ".hermes" / "logs").mkdir(parents=True)
+    (tmp_path / ".hermes" / ".update_check").write_text("1")
+    (tmp_path / ".cache" / "pip").mkdir(parents=True)
+    (tmp_path / ".cache" / "pip" / "old").write_text("1")
+    before = home_snapshot(tmp_path)
+    (tmp_path / ".cache" / "pip" / "old").write_text("rewritten by some other program")
+    os.utime(tmp_path / ".cache" / "pip" / "old", ns=(1, 1))
+    assert home_changes(before, home_snapshot(tmp_path)) == []  # another program's cache: not ours to judge
+    os.utime(tmp_path / ".hermes" / ".update_check", ns=(1, 1))
+    (tmp_path / ".hermes" / "logs" / "agent.log").write_text("")
+    (tmp_path / ".local" / "state" / "hermes").mkdir(parents=True)
+    assert home_changes(before, home_snapshot(tmp_path)) == [
+        "new: .hermes/logs/agent.log", "new: .local", "new: .local/state", "new: .local/state/hermes",
+        "changed: .hermes/.update_check"]
