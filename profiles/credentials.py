@@ -24,6 +24,7 @@ from typing import Any
 from profiles.envfile import read_env_file
 from profiles.errors import ProfileConfigError
 from profiles.fileio import parse_yaml, read_text
+from profiles.safeio import home_file, lstat
 from profiles.upstream.platforms import PortBinding, View, credentials_of, ports_of
 
 __all__ = [
@@ -70,22 +71,24 @@ _config_cache: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
 
 def _config(home: Path | str) -> dict[str, Any]:
     """``config.yaml`` parsed once per file version; ``{}`` when absent. Callers must not mutate it."""
-    key = os.path.join(home, CONFIG_FILE)
-    try:
-        st = os.stat(key)
-    except (FileNotFoundError, NotADirectoryError):
+    spot = home_file(home, CONFIG_FILE)
+    path = spot.path
+    key = os.fspath(path)
+    st = lstat(spot)
+    if st is None:
         return {}
-    except OSError as exc:
-        raise ProfileConfigError(Path(key), f"cannot read: {exc.strerror}") from None
     stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
     hit = _config_cache.get(key)
     if hit is not None and hit[0] == stamp:
         return hit[1]
-    path = Path(key)
     try:
-        text = read_text(path)
+        text = read_text(spot)
     except (FileNotFoundError, NotADirectoryError):
         return {}
+    except ProfileConfigError:
+        raise
+    except OSError as exc:
+        raise ProfileConfigError(path, f"cannot read: {exc.strerror}") from None
     data = parse_yaml(text, path)
     if data is None:
         data = {}
@@ -106,7 +109,7 @@ def view_of(home: Path, env: dict[str, str] | None = None, cfg: dict[str, Any] |
     Raises :class:`ProfileConfigError` when ``.env`` or ``config.yaml`` is malformed.
     """
     if env is None:
-        env = read_env_file(os.path.join(home, ENV_FILE))
+        env = read_env_file(home_file(home, ENV_FILE))
     if cfg is None:
         cfg = _config(home)
     return View(Path(home), env, cfg)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from profiles.errors import ProfileConfigError
 from profiles.fileio import read_capped
+from profiles.safeio import Beneath, beneath, lstat
 
 _WS = re.compile(r"[^\S\r\n]*")
 _BLANK = re.compile(r"\s*")
@@ -119,25 +120,31 @@ def parse_env_text(text: str, path: Path) -> dict[str, str]:
             values[key] = _expand(value, values)
 
 
-def read_env_file(path: Path | str) -> dict[str, str]:
+def read_env_file(path: Beneath | Path | str) -> dict[str, str]:
     """The variables a ``.env`` file sets; ``{}`` when it does not exist.
 
     UTF-8 with an optional BOM, falling back to Latin-1 like upstream's loader.
-    Malformed content raises :class:`ProfileConfigError` naming the file and line.
+    Malformed content raises :class:`ProfileConfigError` naming the file and line; so does a
+    ``.env`` that is a link (hermesd never reads one profile's file through another's).
     """
-    key = os.fspath(path)
-    try:
-        st = os.stat(key)
-    except (FileNotFoundError, NotADirectoryError):
+    spot = beneath(path)
+    p = spot.path
+    key = os.fspath(p)
+    st = lstat(spot)
+    if st is None:
         return {}
-    except OSError as exc:
-        raise ProfileConfigError(Path(key), f"cannot read: {exc.strerror}") from None
     stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
     hit = _cache.get(key)
     if hit is not None and hit[0] == stamp:
         return dict(hit[1])
-    p = Path(key)
-    raw = read_capped(p)
+    try:
+        raw = read_capped(spot)
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    except ProfileConfigError:
+        raise
+    except OSError as exc:
+        raise ProfileConfigError(p, f"cannot read: {exc.strerror}") from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:

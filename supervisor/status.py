@@ -111,7 +111,7 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
     from supervisor.layout import Layout
 
     layout = Layout(root)
-    saved = state_mod.load(layout.state, identity.boot_id())
+    saved = state_mod.load(layout.beneath(layout.state), identity.boot_id())
     rows = []
     try:
         served = profiles_to_serve(True, root=root)
@@ -120,7 +120,7 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
     for name, home in served:
         home = Path(home)
         rec = saved.profiles.get(name, {})
-        live = gf.live_gateway(home)
+        live = identity.gateway_of(home, name)
         pid = live.pid if live is not None else None
         down = rec.get("down") if isinstance(rec.get("down"), str) else None
         started = identity.proc_start_wall(pid) if pid else None

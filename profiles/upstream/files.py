@@ -4,6 +4,12 @@ Every reader tolerates junk: a truncated, empty or hand-edited file yields ``Non
 empty mapping) and a reason, never an exception, because one profile's broken file must not
 stop anyone from looking at the others. Only ``/proc`` reads live here, never a signal: this
 package knows files, the supervisor owns processes.
+
+Every file here lives in a home the gateway (and its agent) can write, so each is read and written
+by :mod:`profiles.safeio`'s rule: resolved beneath the home without following a link, regular files
+only, temp files ``O_EXCL``. ``gateway.pid`` is a *claim*: :func:`live_gateway` only says that the
+PID it names is alive and looks like a gateway; ``supervisor.identity`` proves it is this
+profile's before anything acts on it.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from profiles.safeio import read_regular_or_none
+from profiles.safeio import Beneath, beneath, home_file, read_regular_or_none, replace_bytes
 
 PID_FILE = "gateway.pid"
 LOCK_FILE = "gateway.lock"
@@ -61,9 +67,10 @@ def proc_start_time(pid: int) -> int | None:
         return None
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object from ``path``, or ``None`` when missing, not a regular file, oversized, or not an object."""
-    data = read_regular_or_none(path, _MAX_JSON_BYTES)
+def read_json(where: Beneath | Path) -> dict[str, Any] | None:
+    """A JSON object from ``where`` (a path: a file directly in a home), or ``None`` when missing, a
+    link, not a regular file, oversized, or not an object."""
+    data = read_regular_or_none(beneath(where), _MAX_JSON_BYTES)
     return None if data is None else _json_object(data)
 
 
@@ -83,8 +90,7 @@ def _as_pid(value: object) -> int | None:
 
 def read_pid_record(home: Path) -> PidRecord | None:
     """Parse ``gateway.pid``: one JSON object, or a bare integer (older writers)."""
-    path = home / PID_FILE
-    raw = read_regular_or_none(path, _MAX_JSON_BYTES)
+    raw = read_regular_or_none(home_file(home, PID_FILE), _MAX_JSON_BYTES)
     if raw is None:
         return None
     text = raw[:4096].decode("utf-8", "replace").strip()
@@ -108,12 +114,12 @@ def read_pid_record(home: Path) -> PidRecord | None:
 
 def read_gateway_state(home: Path) -> dict[str, Any]:
     """``gateway_state.json`` as a mapping; empty when missing or unreadable."""
-    return read_json(home / STATE_FILE) or {}
+    return read_json(home_file(home, STATE_FILE)) or {}
 
 
 def read_heartbeat(home: Path) -> dict[str, Any]:
     """``state/gateway.heartbeat`` as a mapping; empty when missing or unreadable."""
-    return read_json(home / HEARTBEAT_FILE) or {}
+    return read_json(home_file(home, HEARTBEAT_FILE)) or {}
 
 
 def heartbeat_age(beat: dict[str, Any], now: datetime | None = None) -> float | None:
@@ -131,11 +137,12 @@ def heartbeat_age(beat: dict[str, Any], now: datetime | None = None) -> float | 
 
 
 def live_gateway(home: Path) -> PidRecord | None:
-    """The gateway recorded in ``gateway.pid`` if that exact process is still alive.
+    """The gateway ``gateway.pid`` claims, if a process with that PID and start time is alive.
 
     A recorded start time must match the live process's, so a recycled PID is never taken
-    for the gateway, and the live command line must mention ``gateway`` (a bare-integer file
-    from older writers has no start time, so this is then the only check).
+    for the gateway, and the live command line must mention ``gateway``. This is a claim, good for
+    showing a PID; before acting on the process (a signal, a marker, a hold) the supervisor proves
+    it is this home's gateway (``supervisor.identity.gateway_of``): the file is the profile's.
     """
     rec = read_pid_record(home)
     if rec is None:
@@ -162,23 +169,14 @@ def write_planned_stop_marker(home: Path, pid: int, start_time: int | None) -> N
         "stopper_pid": os.getpid(),
         "written_at": datetime.now(UTC).isoformat(),
     }
-    write_json_atomic(home / PLANNED_STOP_MARKER, record, durable=False)  # lives seconds, 60 s TTL
+    # Lives seconds (60 s TTL): no fsync. The temp file is O_EXCL under a random name and the rename
+    # is between descriptors of the home: a link the profile planted is never written through.
+    write_json_atomic(home_file(home, PLANNED_STOP_MARKER), record, durable=False)
 
 
-def write_json_atomic(path: Path, obj: object, mode: int = 0o600, *, durable: bool = True) -> None:
-    """Write JSON so that readers see the old or the new file, never a torn one.
+def write_json_atomic(where: Beneath | Path, obj: object, mode: int = 0o600, *, durable: bool = True) -> None:
+    """Write JSON so that readers see the old or the new file, never a torn one (:func:`safeio.replace_bytes`).
 
     ``durable=False`` skips the fsync, for short-lived files that need not survive a power cut.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, sort_keys=True)
-            fh.flush()
-            if durable:
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    replace_bytes(beneath(where), json.dumps(obj, sort_keys=True).encode("utf-8"), mode, durable=durable)

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from profiles.safeio import home_file, lstat
 from profiles.upstream.bools import TRUTHY, coerce_bool
 from profiles.upstream.files import read_json
 
@@ -637,10 +638,11 @@ def _photon_stored(v: View) -> tuple[object, object]:
     env_id, env_sec = v.e("PHOTON_PROJECT_ID"), v.e("PHOTON_PROJECT_SECRET")
     if env_id and env_sec:
         return env_id, env_sec
-    path = v.home / "auth.json"
-    auth = read_json(path)
+    where = home_file(v.home, "auth.json")
+    path = where.path
+    auth = read_json(where)
     if auth is None:
-        if path.exists():
+        if lstat(where) is not None:
             raise _Unreadable(str(path))  # upstream: json.load → {} only for empty values; a list raises
         auth = {}
     pool = auth.get("credential_pool", {})

@@ -82,6 +82,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         return _per_profile(args, "start")
     import subprocess
 
+    from profiles import safeio
     from supervisor.daemon.pidlock import AlreadyRunning, PidLock, owner_pid
 
     root = root_of(args)
@@ -94,8 +95,9 @@ def cmd_start(args: argparse.Namespace) -> int:
         return 0
     assert lock.fd is not None
     try:
-        with open(layout.daemon_log, "ab") as logf:
-            os.chmod(layout.daemon_log, 0o600)
+        logfd = safeio.open_beneath(layout.beneath(layout.daemon_log), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(logfd, "ab") as logf:
+            os.fchmod(logfd, 0o600)
             proc = subprocess.Popen(
                 [*_daemon_argv(str(root)), "--lock-fd", str(lock.fd)],
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True, cwd="/",
@@ -110,7 +112,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         if proc.poll() is not None:
             from supervisor.logs import tail_lines
 
-            tail = b"".join(tail_lines(layout.daemon_log, 5)).decode("utf-8", "replace").rstrip()
+            tail = b"".join(tail_lines(layout.beneath(layout.daemon_log), 5)).decode("utf-8", "replace").rstrip()
             raise Failure(f"hermesd exited with {proc.returncode} during start-up; last log lines:\n{tail}")
         up = client.ping(wait=1.0) if client.held() else None
         if up and up.get("ready"):
@@ -323,13 +325,13 @@ def cmd_logs(args: argparse.Namespace) -> int:
         if not path.exists() and not args.follow:
             raise Failure(f"no daemon log yet at {path}")
     try:
-        sys.stdout.write(b"".join(logs.tail_lines(path, args.lines)).decode("utf-8", "replace"))
+        sys.stdout.write(b"".join(logs.tail_lines(layout.beneath(path), args.lines)).decode("utf-8", "replace"))
     except PermissionError as exc:
         raise Failure(f"cannot read {path}: {exc.strerror} (run as the user hermesd runs as)") from None
     sys.stdout.flush()
     if args.follow:
         try:
-            logs.follow(path)
+            logs.follow(layout.beneath(path))
         except KeyboardInterrupt:
             return 0
     return 0

@@ -61,6 +61,7 @@ def _checks() -> list[Callable[[Scan], None]]:
         gateway.check_gateway_interpreter, scan.discover, settings.check_config_profiles,
         scan.load_salt, scan.read_profiles, verdicts.check_verdicts, routes.check_multiplex_and_routes,
         settings.check_lock_environment, settings.check_env_permissions, runtime.check_runtime_files,
+        runtime.check_links,
         runtime.check_services, runtime.check_wrappers, domains.check_kanban, domains.check_isolation,
         domains.check_limits,
     ]

@@ -91,10 +91,12 @@ def _wait_exec(pid: int) -> None:
 
 
 @pytest.fixture
-def gateway_like() -> Iterator[int]:
-    """A live process whose command line looks like a gateway's (``... gateway run``)."""
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "gateway", "run"],
-                            stdin=subprocess.PIPE)
+def gateway_like(tmp_path) -> Iterator[int]:
+    """A live process that is profile ``live``'s gateway by every proof (``-p live gateway run``, its
+    ``HERMES_HOME``), not started by hermesd."""
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "-p", "live", "gateway", "run"],
+                            stdin=subprocess.PIPE,
+                            env={**os.environ, "HERMES_HOME": str(tmp_path / "root" / "profiles" / "live")})
     try:
         _wait_exec(proc.pid)
         yield proc.pid
