@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from profiles import safeio
+from profiles.printable import printable
 from profiles.safeio import Beneath
 
 
@@ -36,6 +37,18 @@ def note(where: Beneath | Path, line: str) -> None:
             os.write(fd, f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}\n".encode())
         finally:
             os.close(fd)
+
+
+class PrintableFilter(logging.Filter):
+    """Every line of hermesd's own log is one line: a reason quoted from a profile's files or a
+    gateway's state (``\n``, ``\r``, escape sequences) is shown escaped, never a forged log line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        clean = printable(text)
+        if clean != text:
+            record.msg, record.args = clean, ()
+        return True
 
 
 class RepeatFilter(logging.Filter):

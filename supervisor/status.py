@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from profiles.printable import printable_tree
 from profiles.upstream import files as gf
 
 HEALTHY = "running"
@@ -246,6 +247,7 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
     ``color`` adds ANSI colours to the state column only (callers honour NO_COLOR and pipes).
     """
     now = time.time() if now is None else now
+    doc = printable_tree(doc)  # reasons, platform messages and names come from the profiles' own files
     sup = doc["supervisor"]
     if sup.get("answering") is False:
         state = "NOT ANSWERING (it holds the root; showing files on disk)"

@@ -47,11 +47,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from supervisor.child import set_process_name
     from supervisor.daemon.loop import Daemon
     from supervisor.daemon.pidlock import AlreadyRunning
-    from supervisor.logs import RepeatFilter
+    from supervisor.logs import PrintableFilter, RepeatFilter
 
     set_process_name("hermesd")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s hermesd[%(process)d] %(levelname)s %(message)s"))
+    handler.addFilter(PrintableFilter())
     handler.addFilter(RepeatFilter())
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     logging.getLogger("watchfiles").setLevel(logging.WARNING)
@@ -179,6 +180,8 @@ _GOALS = {"start": "running", "stop": "stopped", "restart": "running"}
 
 def _per_profile(args: argparse.Namespace, verb: str, **extra: Any) -> int:
     """Check every name, send ``verb`` for each, then wait until each reaches its state."""
+    from profiles.printable import printable
+
     doc = call(args, "status")["status"]
     names = check_names(args.profiles, [r["name"] for r in doc["profiles"]])
     before = {r["name"]: r for r in doc["profiles"]}
@@ -187,7 +190,7 @@ def _per_profile(args: argparse.Namespace, verb: str, **extra: Any) -> int:
         try:
             reply = call(args, verb, profile=name, **extra)
         except Failure as exc:
-            print(f"{name}: {exc}", file=sys.stderr)
+            print(f"{name}: {printable(exc)}", file=sys.stderr)
             failed.append(name)
             continue
         if args.no_wait:
@@ -202,7 +205,7 @@ def _per_profile(args: argparse.Namespace, verb: str, **extra: Any) -> int:
     for name in waiting:
         ok, row = reached[name]
         state = row.get("state", "?") if row else "?"
-        reason = f": {row['reason']}" if row and row.get("reason") and not ok else ""
+        reason = f": {printable(row['reason'])}" if row and row.get("reason") and not ok else ""
         print(f"{name}: {state}{reason}" if ok else f"{name}: not {_GOALS[verb]} after {args.timeout:.0f}s "
               f"({state}{reason})", file=sys.stdout if ok else sys.stderr)
     if failed:
@@ -309,6 +312,7 @@ def _watch_status(args: argparse.Namespace) -> int:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     from profiles.discovery import profiles_to_serve
+    from profiles.printable import printable_lines
     from supervisor import logs
 
     layout = layout_of(args)
@@ -324,14 +328,18 @@ def cmd_logs(args: argparse.Namespace) -> int:
         path = layout.daemon_log
         if not path.exists() and not args.follow:
             raise Failure(f"no daemon log yet at {path}")
+    # A gateway's output is its own words, printed as written when piped (grep, a file). On a terminal
+    # every control character but line breaks and tabs is shown escaped: a gateway (or the agent in it)
+    # must not be able to erase lines, retitle the window or write the clipboard of whoever reads it.
+    show = printable_lines if sys.stdout.isatty() else (lambda text: text)
     try:
-        sys.stdout.write(b"".join(logs.tail_lines(layout.beneath(path), args.lines)).decode("utf-8", "replace"))
+        sys.stdout.write(show(b"".join(logs.tail_lines(layout.beneath(path), args.lines)).decode("utf-8", "replace")))
     except PermissionError as exc:
         raise Failure(f"cannot read {path}: {exc.strerror} (run as the user hermesd runs as)") from None
     sys.stdout.flush()
     if args.follow:
         try:
-            logs.follow(layout.beneath(path))
+            logs.follow(layout.beneath(path), show=show)
         except KeyboardInterrupt:
             return 0
     return 0

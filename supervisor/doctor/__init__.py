@@ -102,13 +102,15 @@ def diagnose(
 
 def render(findings: Sequence[Finding]) -> str:
     """Findings for people: one block per finding, errors first, then a one-line summary."""
+    from profiles.printable import printable
+
     if not findings:
         return "no problems found"
     lines: list[str] = []
-    for f in findings:
-        where = f"[{f.profile}] " if f.profile is not None else ""
-        lines.append(f"{f.severity.upper():7} {where}{f.code}: {f.message}")
-        lines.append(f"        fix: {f.fix}")
+    for f in findings:  # messages quote folder names, file lines and gateway reasons: shown escaped
+        where = f"[{printable(f.profile)}] " if f.profile is not None else ""
+        lines.append(f"{f.severity.upper():7} {where}{f.code}: {printable(f.message)}")
+        lines.append(f"        fix: {printable(f.fix)}")
     lines.append(_summary_line(findings))
     return "\n".join(lines)
 
