@@ -52,6 +52,7 @@ __all__ = [
     "link_on_path",
     "lstat",
     "makedirs",
+    "move",
     "open_beneath",
     "open_dir",
     "read_operator_file",
@@ -60,6 +61,7 @@ __all__ = [
     "rename",
     "replace_bytes",
     "replace_with_copy",
+    "symlink",
     "unlink",
 ]
 
@@ -295,7 +297,7 @@ def read_operator_file(path: Path | str, limit: int) -> bytes:
 
 
 def replace_bytes(where: Beneath | Path | str, data: bytes, mode: int = 0o600, *, durable: bool = True,
-                  exclusive: bool = False) -> None:
+                  exclusive: bool = False, exact_mode: bool = False) -> None:
     """Replace ``where`` with ``data`` so readers see the old file or the new one, never a torn one.
 
     The temp file is created ``O_EXCL | O_NOFOLLOW`` under a random name in the destination's folder
@@ -303,10 +305,13 @@ def replace_bytes(where: Beneath | Path | str, data: bytes, mode: int = 0o600, *
     destination, is never written through (``rename`` replaces a link, it does not follow it).
     ``durable=False`` skips the fsync, for short-lived files that need not survive a power cut.
     ``exclusive=True`` never replaces: the file appears complete or ``FileExistsError`` is raised
-    (``linkat`` of the temp file; the first of two racing writers wins).
+    (``linkat`` of the temp file; the first of two racing writers wins). ``exact_mode=True`` sets
+    ``mode`` whatever the umask (``fchmod`` of the temp file's descriptor).
     """
     where = beneath(where)
     def write(fd: int) -> None:
+        if exact_mode:
+            os.fchmod(fd, mode)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
@@ -362,8 +367,21 @@ def rename(where: Beneath | Path | str, new_name: str) -> None:
     where = beneath(where)
     if "/" in new_name or new_name in ("", ".", ".."):
         raise LinkRefusedError(where.sibling(new_name).path, "is not a name in the same folder")
+    move(where, where.sibling(new_name))
+
+
+def move(source: Beneath | Path | str, dest: Beneath | Path | str) -> None:
+    """Rename ``source`` to ``dest`` (replacing it), each resolved beneath its base without a link."""
+    source, dest = beneath(source), beneath(dest)
+    with _parent(source) as (src_fd, src_name), _parent(dest) as (dst_fd, dst_name):
+        os.replace(src_name, dst_name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+
+
+def symlink(where: Beneath | Path | str, target: str) -> None:
+    """Create the link ``where`` -> ``target`` (the folder reached without a link; ``FileExistsError`` if taken)."""
+    where = beneath(where)
     with _parent(where) as (dir_fd, name):
-        os.replace(name, new_name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        os.symlink(target, name, dir_fd=dir_fd)
 
 
 def unlink(where: Beneath | Path | str, *, missing_ok: bool = True) -> bool:
