@@ -21,18 +21,14 @@ meant for the dead one.
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
 
-from profiles.discovery import upstream_active_profile, upstream_root
-from profiles.errors import ProfileError
-from profiles.paths import PROFILES_DIRNAME
 from profiles.upstream import files as gf
 from profiles.upstream.files import proc_start_time
-from profiles.upstream.process import DEFAULT_PROFILE, GATEWAY_ARGS, profile_in_argv
+from profiles.upstream.process import GATEWAY_ARGS
 from supervisor.childspec import TAG_PROFILE, TAG_ROOT
 from supervisor.plan.model import Ident
 
@@ -41,6 +37,7 @@ CGROUP_PROFILE_PREFIX = "profile-"  # supervisor.limits.cgroup.PROFILE_PREFIX (a
 __all__ = [
     "Ident",
     "boot_id",
+    "find_gateway",
     "find_tagged",
     "gateway_of",
     "is_gateway_cmdline",
@@ -65,29 +62,9 @@ def boot_id() -> str:
         return ""
 
 
-def proc_cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
-
-
-def proc_environ(pid: int) -> dict[str, str]:
-    """The process's initial environment (empty when it belongs to another user or is gone)."""
-    try:
-        return _parse_environ(Path(f"/proc/{pid}/environ").read_bytes())
-    except OSError:
-        return {}
-
-
-def _parse_environ(raw: bytes) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for item in raw.split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep:
-            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
-    return env
+proc_cmdline = gf.proc_argv
+proc_environ = gf.proc_env
+_parse_environ = gf.parse_environ
 
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -195,7 +172,7 @@ def verify(ident: Ident, *, home: Path, root: Path, profile: str) -> bool:
 
 def profile_of_home(home: Path) -> str:
     """The profile a home belongs to: ``<root>/profiles/NAME`` is NAME, anything else the root's ``default``."""
-    return home.name if home.parent.name == PROFILES_DIRNAME else DEFAULT_PROFILE
+    return gf.home_profile(home)
 
 
 def gateway_of(home: Path, profile: str | None = None) -> Ident | None:
@@ -206,12 +183,27 @@ def gateway_of(home: Path, profile: str | None = None) -> Ident | None:
     return prove_gateway(rec.pid, rec.start_time, home=home, profile=profile or profile_of_home(home))
 
 
+def find_gateway(root: Path, home: Path, profile: str) -> Ident | None:
+    """``profile``'s running gateway: the one its ``gateway.pid`` names if proven, else a session leader
+    carrying this root's and profile's tags that proves to be it (a forged or stale ``gateway.pid``
+    must neither aim a stop at another process nor hide the real gateway from it)."""
+    found = gateway_of(home, profile)
+    if found is not None:
+        return found
+    for pid, _name, _env in find_tagged(root, profile):
+        if session_id(pid) == pid and (proven := prove_gateway(pid, None, home=home, profile=profile)) is not None:
+            return proven
+    return None
+
+
 def prove_gateway(pid: int, start_time: int | None, *, home: Path, profile: str) -> Ident | None:
     """``pid`` pinned by its start time, if it is proven to be ``profile``'s gateway running in ``home``.
 
     ``start_time`` is what the claim recorded (``None``: a bare PID from an older writer, then the
-    other checks decide alone). ``None`` when anything does not match or cannot be read (a process
-    of another user whose environment hermesd may not read is never taken for a gateway).
+    other checks decide alone). The process must serve ``home`` by upstream's rules
+    (:func:`profiles.upstream.files.serves_home`: its ``-p``, ``HERMES_HOME`` or sticky profile)
+    and, where hermesd keeps profiles in cgroups, not be a member of another profile's cgroup.
+    ``None`` when anything does not match or cannot be read.
     """
     start = proc_start_time(pid)
     if start is None or (start_time is not None and start_time != start):
@@ -219,47 +211,13 @@ def prove_gateway(pid: int, start_time: int | None, *, home: Path, profile: str)
     from supervisor.isolation.enter import unwrap
 
     cmdline = proc_cmdline(pid)
-    argv = unwrap(cmdline) or cmdline
-    if not _runs_gateway(argv):
-        return None
-    env = proc_environ(pid)
-    if not env:
-        return None
-    named = profile_in_argv(argv[1:])
-    if named is not None and named != profile:
-        return None
-    used = _home_of(named, env)
-    if used is None or not _same_home(used, home):
+    if not gf.serves_home(pid, home, profile, argv=unwrap(cmdline) or cmdline):
         return None
     if _in_other_profile_cgroup(pid, profile):
         return None
     if proc_start_time(pid) != start:  # the PID was recycled while we read
         return None
     return Ident(pid, start)
-
-
-def _runs_gateway(argv: list[str]) -> bool:
-    return any(a == "gateway" and b == "run" for a, b in itertools.pairwise(argv))
-
-
-def _home_of(named: str | None, env: dict[str, str]) -> Path | None:
-    """The ``HERMES_HOME`` upstream gives a ``hermes`` command naming ``named`` under ``env``."""
-    try:
-        if named is not None:
-            root = upstream_root(env)
-            return root if named == DEFAULT_PROFILE else root / PROFILES_DIRNAME / named
-        return upstream_active_profile(env).home
-    except (ProfileError, OSError, RuntimeError):
-        return None
-
-
-def _same_home(a: Path, b: Path) -> bool:
-    if os.path.normpath(a) == os.path.normpath(b):
-        return True
-    try:
-        return os.path.realpath(a) == os.path.realpath(b)
-    except (OSError, ValueError):
-        return False
 
 
 def proc_cgroup(pid: int) -> str | None:

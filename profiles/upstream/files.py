@@ -14,6 +14,7 @@ profile's before anything acts on it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from dataclasses import dataclass
@@ -21,7 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from profiles.paths import PROFILES_DIRNAME
 from profiles.safeio import Beneath, beneath, home_file, read_regular_or_none, replace_bytes
+from profiles.upstream.process import DEFAULT_PROFILE, profile_in_argv
 
 PID_FILE = "gateway.pid"
 LOCK_FILE = "gateway.lock"
@@ -137,12 +140,13 @@ def heartbeat_age(beat: dict[str, Any], now: datetime | None = None) -> float | 
 
 
 def live_gateway(home: Path) -> PidRecord | None:
-    """The gateway ``gateway.pid`` claims, if a process with that PID and start time is alive.
+    """The gateway ``gateway.pid`` names, if that process is alive and is this home's gateway.
 
-    A recorded start time must match the live process's, so a recycled PID is never taken
-    for the gateway, and the live command line must mention ``gateway``. This is a claim, good for
-    showing a PID; before acting on the process (a signal, a marker, a hold) the supervisor proves
-    it is this home's gateway (``supervisor.identity.gateway_of``): the file is the profile's.
+    ``gateway.pid`` is written by the profile (its gateway, or its agent): a recorded start time
+    must match the live process's, so a recycled PID is never taken for the gateway, and the process
+    must serve this home (:func:`serves_home`), so a file naming another profile's gateway or any
+    other process names nothing. The supervisor adds what only it knows (cgroup membership) in
+    ``supervisor.identity.gateway_of`` before it acts on the process.
     """
     rec = read_pid_record(home)
     if rec is None:
@@ -150,12 +154,78 @@ def live_gateway(home: Path) -> PidRecord | None:
     live = proc_start_time(rec.pid)
     if live is None or (rec.start_time is not None and rec.start_time != live):
         return None
+    return rec if serves_home(rec.pid, home) else None
+
+
+def proc_argv(pid: int) -> list[str]:
+    """``/proc/<pid>/cmdline`` as a list (empty when the process is gone or unreadable)."""
     try:
-        cmdline = Path(f"/proc/{rec.pid}/cmdline").read_bytes()
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
-        return None
-    # Even a matching start time can be a hand-written or copied file naming some other process.
-    return rec if b"gateway" in cmdline else None
+        return []
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+
+
+def proc_env(pid: int) -> dict[str, str]:
+    """The process's initial environment (empty when it belongs to another user or is gone)."""
+    try:
+        return parse_environ(Path(f"/proc/{pid}/environ").read_bytes())
+    except OSError:
+        return {}
+
+
+def parse_environ(raw: bytes) -> dict[str, str]:
+    """``/proc/<pid>/environ`` bytes as a mapping (the first value of a repeated name wins, as getenv)."""
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env.setdefault(key.decode("utf-8", "replace"), value.decode("utf-8", "replace"))
+    return env
+
+
+def home_profile(home: Path) -> str:
+    """The profile a home belongs to: ``<root>/profiles/NAME`` is NAME, anything else the root's ``default``."""
+    return home.name if home.parent.name == PROFILES_DIRNAME else DEFAULT_PROFILE
+
+
+def serves_home(pid: int, home: Path, profile: str | None = None, argv: list[str] | None = None) -> bool:
+    """Whether live process ``pid`` runs ``gateway run`` for ``home`` by upstream's own rules.
+
+    Its command line must run ``gateway run`` and, if it names a profile (``-p NAME``), name this
+    one; the home upstream derives from that command line and the process's environment (``-p``
+    under the root ``HERMES_HOME`` gives, else ``HERMES_HOME``, else the sticky profile) must be
+    ``home``. A process whose environment cannot be read (another user's) serves nothing here.
+    ``argv`` replaces the live command line (a confinement shim not yet exec'd: what it will run).
+    """
+    # Imported here: the probe imports this module for every check, and needs these only for a live PID.
+    from profiles.discovery import upstream_active_profile, upstream_root
+    from profiles.errors import ProfileError
+
+    profile = profile or home_profile(home)
+    args = argv if argv is not None else proc_argv(pid)
+    if not any(a == "gateway" and b == "run" for a, b in itertools.pairwise(args)):
+        return False
+    env = proc_env(pid)
+    if not env:
+        return False
+    named = profile_in_argv(args[1:])
+    if named is not None and named != profile:
+        return False
+    try:
+        if named is not None:
+            base = upstream_root(env)
+            used = base if named == DEFAULT_PROFILE else base / PROFILES_DIRNAME / named
+        else:
+            used = upstream_active_profile(env).home
+    except (ProfileError, OSError, RuntimeError):
+        return False
+    if os.path.normpath(used) == os.path.normpath(home):
+        return True
+    try:
+        return os.path.realpath(used) == os.path.realpath(home)
+    except (OSError, ValueError):
+        return False
 
 
 def write_planned_stop_marker(home: Path, pid: int, start_time: int | None) -> None:
