@@ -14,7 +14,6 @@ profile's before anything acts on it.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from typing import Any
 
 from profiles.paths import PROFILES_DIRNAME
 from profiles.safeio import Beneath, beneath, home_file, read_regular_or_none, replace_bytes
-from profiles.upstream.process import DEFAULT_PROFILE, profile_in_argv
+from profiles.upstream.process import DEFAULT_PROFILE, profile_in_argv, runs_gateway
 
 PID_FILE = "gateway.pid"
 LOCK_FILE = "gateway.lock"
@@ -190,12 +189,13 @@ def home_profile(home: Path) -> str:
 
 
 def serves_home(pid: int, home: Path, profile: str | None = None, argv: list[str] | None = None) -> bool:
-    """Whether live process ``pid`` runs ``gateway run`` for ``home`` by upstream's own rules.
+    """Whether live process ``pid`` runs the gateway of ``home`` by upstream's own rules.
 
-    Its command line must run ``gateway run`` and, if it names a profile (``-p NAME``), name this
-    one; the home upstream derives from that command line and the process's environment (``-p``
-    under the root ``HERMES_HOME`` gives, else ``HERMES_HOME``, else the sticky profile) must be
-    ``home``. A process whose environment cannot be read (another user's) serves nothing here.
+    Its command line must run a gateway (``gateway run``, ``gateway restart``) and, if it names a
+    profile (``-p NAME``), name this one; the home upstream derives from that command line and the
+    process's environment (``-p`` under the root ``HERMES_HOME`` gives, else ``HERMES_HOME``, else
+    the sticky profile) must be ``home``. A process whose environment cannot be read (another
+    user's) serves nothing here.
     ``argv`` replaces the live command line (a confinement shim not yet exec'd: what it will run).
     """
     # Imported here: the probe imports this module for every check, and needs these only for a live PID.
@@ -204,7 +204,7 @@ def serves_home(pid: int, home: Path, profile: str | None = None, argv: list[str
 
     profile = profile or home_profile(home)
     args = argv if argv is not None else proc_argv(pid)
-    if not any(a == "gateway" and b == "run" for a, b in itertools.pairwise(args)):
+    if not runs_gateway(args):
         return False
     env = proc_env(pid)
     if not env:

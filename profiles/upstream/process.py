@@ -64,6 +64,21 @@ def profile_in_argv(argv: list[str] | tuple[str, ...]) -> str | None:
     return None
 
 
+# hermes_cli.gateway.gateway_command: the verbs that run the gateway in the same process ("restart"
+# stops the running one, then calls run_gateway() itself; a bare "hermes gateway" is "run").
+GATEWAY_IN_PROCESS_VERBS = frozenset({"run", "restart"})
+
+
+def runs_gateway(argv: list[str] | tuple[str, ...]) -> bool:
+    """Whether a ``hermes`` command line runs a gateway in its own process (what ``gateway.pid`` records)."""
+    args = list(argv)
+    for i, arg in enumerate(args):
+        if arg == "gateway":
+            after = args[i + 1] if i + 1 < len(args) else None
+            return after is None or after.startswith("-") or after in GATEWAY_IN_PROCESS_VERBS
+    return False
+
+
 def upstream_profile_id(name: str) -> bool:
     """Upstream's ``_PROFILE_ID_RE``: ``[a-z0-9][a-z0-9_-]{0,63}``."""
     return 0 < len(name) <= 64 and name[0] in _ID_FIRST and all(c in _ID_REST for c in name)

@@ -562,8 +562,8 @@ def test_stale_lock_file_is_read_not_locked(tmp_path):
 
 def test_gateway_started_by_hermesd_is_not_foreign(tmp_path):
     root = make_root(tmp_path, "ours")
-    env = {**os.environ, "HERMESD_ROOT": str(root.resolve())}
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "gateway", "run"],
+    env = {**os.environ, "HERMESD_ROOT": str(root.resolve()), "HERMES_HOME": str(root / "profiles/ours")}
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "-p", "ours", "gateway", "run"],
                              stdin=subprocess.PIPE, env=env)
     try:
         _wait_exec(child.pid)
@@ -574,6 +574,7 @@ def test_gateway_started_by_hermesd_is_not_foreign(tmp_path):
         child.stdin.close()  # it exits on EOF: no signal needed
         child.wait(timeout=10)
     assert not only(findings, "foreign_gateway") and not only(findings, "stale_pid_file")
+    assert not only(findings, "pid_file_not_this_profile")
 
 
 # --------------------------------------------------------------------------- hermesd.yaml and the command
