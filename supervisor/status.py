@@ -122,6 +122,8 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
         home = Path(home)
         rec = saved.profiles.get(name, {})
         live = identity.gateway_of(home, name)
+        if live is None and gf.read_pid_record(home) is not None:  # forged or stale: look for the real one
+            live = identity.find_gateway(root, home, name)
         pid = live.pid if live is not None else None
         down = rec.get("down") if isinstance(rec.get("down"), str) else None
         started = identity.proc_start_wall(pid) if pid else None

@@ -139,21 +139,39 @@ def heartbeat_age(beat: dict[str, Any], now: datetime | None = None) -> float | 
 
 
 def live_gateway(home: Path) -> PidRecord | None:
-    """The gateway ``gateway.pid`` names, if that process is alive and is this home's gateway.
+    """This home's running gateway: the one ``gateway.pid`` names if that is proven, else one found in
+    ``/proc`` that serves this home.
 
     ``gateway.pid`` is written by the profile (its gateway, or its agent): a recorded start time
     must match the live process's, so a recycled PID is never taken for the gateway, and the process
     must serve this home (:func:`serves_home`), so a file naming another profile's gateway or any
-    other process names nothing. The supervisor adds what only it knows (cgroup membership) in
-    ``supervisor.identity.gateway_of`` before it acts on the process.
+    other process names nothing. A forged, stale or deleted file must not hide the real gateway
+    either (``profile delete --stop`` would delete the folder under it): without a proven record,
+    the processes running a gateway are asked (one pass over ``/proc``, only then). The supervisor
+    adds what only it knows (cgroup membership) in ``supervisor.identity`` before it acts on a PID.
     """
     rec = read_pid_record(home)
-    if rec is None:
-        return None
-    live = proc_start_time(rec.pid)
-    if live is None or (rec.start_time is not None and rec.start_time != live):
-        return None
-    return rec if serves_home(rec.pid, home) else None
+    if rec is not None:
+        live = proc_start_time(rec.pid)
+        if live is not None and rec.start_time in (None, live) and serves_home(rec.pid, home):
+            return rec
+    return _scan_for_gateway(home)
+
+
+def _scan_for_gateway(home: Path) -> PidRecord | None:
+    """The oldest live process that runs a gateway serving ``home`` (a forked child shares its argv)."""
+    best: PidRecord | None = None
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        argv = proc_argv(pid)
+        if "gateway" not in argv or not serves_home(pid, home, argv=argv):
+            continue
+        start = proc_start_time(pid)
+        if start is not None and (best is None or (best.start_time or 0) > start):
+            best = PidRecord(pid, start, tuple(argv))
+    return best
 
 
 def proc_argv(pid: int) -> list[str]:

@@ -47,12 +47,14 @@ def check_runtime_files(scan: Scan) -> None:
     for prof in scan.profiles:
         pid_path = prof.home / gf.PID_FILE
         if safeio.lstat(safeio.home_file(prof.home, gf.PID_FILE)) is not None:
-            claim = gf.live_gateway(prof.home)
-            live = gateway_of(prof.home, prof.name) if claim is not None else None
-            if claim is not None and live is None:
+            rec = gf.read_pid_record(prof.home)
+            live = gateway_of(prof.home, prof.name)
+            claimed = rec is not None and gf.proc_start_time(rec.pid) is not None and (
+                rec.start_time in (None, gf.proc_start_time(rec.pid)))
+            if rec is not None and claimed and live is None:
                 scan.add(
                     WARNING, "pid_file_not_this_profile", prof.name,
-                    f"{pid_path} names PID {claim.pid}, a live process that is not this profile's gateway "
+                    f"{pid_path} names PID {rec.pid}, a live process that is not this profile's gateway "
                     "(another profile's gateway, or another program): hermesd never signals or holds for it. "
                     "A gateway writes its own PID there; a different one was put there by hand or by the "
                     "profile's agent",
