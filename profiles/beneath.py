@@ -41,10 +41,11 @@ def split(rel: str) -> list[str] | None:
     return None if ".." in parts else parts
 
 
-_state: list[Callable[[int, bytes, int, int], int] | None] = []  # [] untried; [None] none; [fn]
+_state: list[Callable[[int, bytes, int, int, int], int] | None] = []  # [] untried; [None] none; [fn]
+AT_FDCWD = -100
 
 
-def _openat2() -> Callable[[int, bytes, int, int], int] | None:
+def _openat2() -> Callable[[int, bytes, int, int, int], int] | None:
     """``syscall(openat2)`` through ctypes, or ``None`` where the kernel (or a seccomp filter) lacks it.
 
     ctypes is imported on first use: it costs 2-3 ms, which ``hermesd probe`` and ``status`` pay only
@@ -58,24 +59,28 @@ def _openat2() -> Callable[[int, bytes, int, int], int] | None:
 
         call = ctypes.CDLL(None, use_errno=True).syscall
         call.restype = ctypes.c_long
+        call.argtypes = (ctypes.c_long, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
+        get_errno = ctypes.get_errno
 
         class OpenHow(ctypes.Structure):
-            _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+            _fields_ = (("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64))
 
-        def openat2(dir_fd: int, rel: bytes, flags: int, mode: int) -> int:
-            how = OpenHow(flags, mode, RESOLVE)
+        size = ctypes.sizeof(OpenHow)
+        addressof = ctypes.addressof
+
+        def openat2(dir_fd: int, path: bytes, flags: int, mode: int, resolve: int) -> int:
+            how = OpenHow(flags, mode, resolve)
             while True:
-                fd = call(ctypes.c_long(SYS_OPENAT2), ctypes.c_int(dir_fd), ctypes.c_char_p(rel),
-                          ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+                fd = call(SYS_OPENAT2, dir_fd, path, addressof(how), size)
                 if fd >= 0:
                     return int(fd)
-                err = ctypes.get_errno()
+                err = get_errno()
                 if err not in (errno.EINTR, errno.EAGAIN):  # EAGAIN: a rename raced the lookup; retry
                     raise OSError(err, os.strerror(err))
 
         root = os.open("/", _DIR_STEP)
         try:
-            os.close(openat2(root, b".", os.O_PATH | os.O_CLOEXEC, 0))
+            os.close(openat2(root, b".", os.O_PATH | os.O_CLOEXEC, 0, RESOLVE))
             fn = openat2
         except OSError:  # ENOSYS (before 5.6), EPERM (a seccomp filter): walk instead
             fn = None
@@ -127,7 +132,7 @@ def open_at(dir_fd: int, rel: str, flags: int, mode: int = 0) -> int:
     openat2 = _openat2()
     if openat2 is not None:
         try:
-            return openat2(dir_fd, "/".join(parts).encode("utf-8", "surrogateescape"), flags, mode)
+            return openat2(dir_fd, "/".join(parts).encode("utf-8", "surrogateescape"), flags, mode, RESOLVE)
         except OSError as exc:
             if exc.errno == errno.ENOTDIR and first_link(dir_fd, parts) is not None:
                 raise OSError(errno.ELOOP, os.strerror(errno.ELOOP)) from None
@@ -136,7 +141,27 @@ def open_at(dir_fd: int, rel: str, flags: int, mode: int = 0) -> int:
 
 
 def open_under(base: str, rel: str, flags: int, mode: int = 0) -> int:
-    """``rel`` below the folder ``base`` (``base`` itself is trusted: links on the way to it are followed)."""
+    """``rel`` below the folder ``base`` (``base`` itself is trusted: links on the way to it are followed).
+
+    Where openat2 exists, one call first resolves the whole path refusing every link: it succeeds
+    for nearly every root (hermesd resolves the root's own path once), and its success proves the
+    stricter thing. Only on ``ELOOP`` (a link somewhere, perhaps in the operator's part) is the base
+    opened on its own and ``rel`` resolved beneath it.
+    """
+    parts = split(rel)
+    if parts is None:
+        raise OSError(errno.EXDEV, "names a path outside its folder")
+    openat2 = _openat2()
+    if openat2 is not None and parts:
+        flags |= os.O_CLOEXEC if flags & os.O_PATH else os.O_CLOEXEC | os.O_NOCTTY
+        if not flags & os.O_CREAT:
+            mode = 0
+        full = os.path.join(base, *parts).encode("utf-8", "surrogateescape")
+        try:
+            return openat2(AT_FDCWD, full, flags, mode, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
     dir_fd = os.open(base, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         return open_at(dir_fd, rel, flags, mode)

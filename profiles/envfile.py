@@ -21,13 +21,12 @@ profiles costs one ``stat`` each.
 from __future__ import annotations
 
 import codecs
-import os
 import re
 from pathlib import Path
 
 from profiles.errors import ProfileConfigError
-from profiles.fileio import read_capped
-from profiles.safeio import Beneath, beneath, lstat
+from profiles.fileio import read_capped_if_changed
+from profiles.safeio import Beneath, beneath
 
 _WS = re.compile(r"[^\S\r\n]*")
 _BLANK = re.compile(r"\s*")
@@ -128,27 +127,23 @@ def read_env_file(path: Beneath | Path | str) -> dict[str, str]:
     ``.env`` that is a link (hermesd never reads one profile's file through another's).
     """
     spot = beneath(path)
-    p = spot.path
-    key = os.fspath(p)
-    st = lstat(spot)
-    if st is None:
-        return {}
-    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+    key = spot.text
     hit = _cache.get(key)
-    if hit is not None and hit[0] == stamp:
-        return dict(hit[1])
     try:
-        raw = read_capped(spot)
+        stamp, raw = read_capped_if_changed(spot, hit[0] if hit is not None else None)
     except (FileNotFoundError, NotADirectoryError):
         return {}
     except ProfileConfigError:
         raise
     except OSError as exc:
-        raise ProfileConfigError(p, f"cannot read: {exc.strerror}") from None
+        raise ProfileConfigError(spot.path, f"cannot read: {exc.strerror}") from None
+    if raw is None and hit is not None:
+        return dict(hit[1])
+    assert raw is not None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         text = raw.decode("latin-1")
-    values = parse_env_text(text.replace("\x00", ""), p)
+    values = parse_env_text(text.replace("\x00", ""), spot.path)
     _cache[key] = (stamp, values)
     return dict(values)

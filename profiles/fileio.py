@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from profiles.errors import ProfileConfigError
-from profiles.safeio import Beneath, UnsafeFileError, beneath, read_regular, replace_bytes
+from profiles.safeio import Beneath, Stamp, UnsafeFileError, beneath, read_if_changed, read_regular, replace_bytes
 
 try:  # libyaml is an order of magnitude faster; scanning 1,000 profiles depends on it.
     _Loader: type = yaml.CSafeLoader
@@ -47,18 +47,27 @@ def read_capped(where: Beneath | Path, limit: int = MAX_PROFILE_FILE) -> bytes:
         raise ProfileConfigError(spot.path, exc.problem) from None
 
 
-def _decode(data: bytes, path: Path) -> str:
+def read_capped_if_changed(where: Beneath, stamp: Stamp | None,
+                           limit: int = MAX_PROFILE_FILE) -> tuple[Stamp, bytes | None]:
+    """:func:`profiles.safeio.read_if_changed` with :func:`read_capped`'s errors (for parse caches)."""
+    try:
+        return read_if_changed(where, limit, stamp)
+    except UnsafeFileError as exc:
+        raise ProfileConfigError(where.path, exc.problem) from None
+
+
+def decode_text(data: bytes, where: Beneath) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise ProfileConfigError(path, "not valid UTF-8", line=line) from exc
+        raise ProfileConfigError(where.path, "not valid UTF-8", line=line) from exc
 
 
 def read_text(where: Beneath | Path, limit: int = MAX_PROFILE_FILE) -> str:
     """File text as UTF-8 (a leading BOM dropped); undecodable, unsafe or oversized is a config error."""
     spot = beneath(where)
-    return _decode(read_capped(spot, limit), spot.path)
+    return decode_text(read_capped(spot, limit), spot)
 
 
 def _check_size(node: yaml.Node, path: Path) -> None:

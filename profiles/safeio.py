@@ -55,6 +55,7 @@ __all__ = [
     "move",
     "open_beneath",
     "open_dir",
+    "read_if_changed",
     "read_operator_file",
     "read_regular",
     "read_regular_or_none",
@@ -111,6 +112,11 @@ class Beneath:
         return self.base / self.rel if self.rel else self.base
 
     @property
+    def text(self) -> str:
+        """``path`` as a string, cheaply (a cache key, a message)."""
+        return os.path.join(self.base, self.rel) if self.rel else os.fspath(self.base)
+
+    @property
     def name(self) -> str:
         return self.rel.rpartition("/")[2] if self.rel else self.base.name
 
@@ -129,7 +135,7 @@ class Beneath:
 def at(base: Path | str, *parts: str) -> Beneath:
     """``parts`` below the trusted folder ``base`` (``"a/b"`` and ``"a", "b"`` are the same)."""
     rel = "/".join(p.strip("/") for p in parts if p and p.strip("/"))
-    return Beneath(Path(base), rel)
+    return Beneath(base if isinstance(base, Path) else Path(base), rel)
 
 
 def home_file(home: Path | str, *parts: str) -> Beneath:
@@ -138,10 +144,12 @@ def home_file(home: Path | str, *parts: str) -> Beneath:
     The root is the operator's folder; ``profiles/`` and the home itself are not (the default
     profile owns the root folder and, under Landlock alone, can replace them with links).
     """
-    home = Path(home)
-    if home.parent.name == PROFILES_DIRNAME and home.name not in ("", ".", ".."):
-        return at(home.parent.parent, PROFILES_DIRNAME, home.name, *parts)
-    return at(home, *parts)
+    if not isinstance(home, Path):
+        home = Path(home)
+    parent = home.parent
+    if parent.name == PROFILES_DIRNAME and home.name not in ("", ".", ".."):
+        return Beneath(parent.parent, "/".join((PROFILES_DIRNAME, home.name, *(p for p in parts if p))))
+    return Beneath(home, "/".join(p for p in parts if p))
 
 
 def beneath(where: Beneath | Path | str) -> Beneath:
@@ -182,15 +190,6 @@ def _link_error(where: Beneath, dir_fd: int, parts: list[str]) -> LinkRefusedErr
     return LinkRefusedError(where.path, problem + "; hermesd does not follow links in folders a profile can write")
 
 
-def _open_at(dir_fd: int, where: Beneath, parts: list[str], flags: int, mode: int) -> int:
-    try:
-        return beneath_mod.open_at(dir_fd, "/".join(parts), flags, mode)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.EXDEV):
-            raise _link_error(where, dir_fd, parts) from None
-        raise OSError(exc.errno, exc.strerror, str(where.path)) from None
-
-
 @contextmanager
 def _base_fd(where: Beneath) -> Iterator[int]:
     fd = os.open(where.base, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -209,8 +208,14 @@ def open_beneath(where: Beneath | Path | str, flags: int, mode: int = 0o600) -> 
     parts = _parts(where)
     if not parts:
         return os.open(where.base, flags | os.O_CLOEXEC | os.O_NOCTTY, mode)
-    with _base_fd(where) as base:
-        return _open_at(base, where, parts, flags, mode)
+    try:
+        return beneath_mod.open_under(os.fspath(where.base), "/".join(parts), flags, mode)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EXDEV) or (
+                exc.errno == errno.ENOTDIR and flags & os.O_DIRECTORY and link_on_path(where) is not None):
+            with _base_fd(where) as base:
+                raise _link_error(where, base, parts) from None
+        raise OSError(exc.errno, exc.strerror, where.text) from None
 
 
 def open_dir(where: Beneath | Path | str, *, path_only: bool = True) -> int:
@@ -225,8 +230,7 @@ def _parent(where: Beneath) -> Iterator[tuple[int, str]]:
     parts = _parts(where)
     if not parts:
         raise LinkRefusedError(where.path, "is the base folder itself, not a file in it")
-    parent = Beneath(where.base, "/".join(parts[:-1]))
-    fd = open_dir(parent)
+    fd = open_dir(Beneath(where.base, "/".join(parts[:-1])))
     try:
         yield fd, parts[-1]
     finally:
@@ -236,7 +240,8 @@ def _parent(where: Beneath) -> Iterator[tuple[int, str]]:
 # --------------------------------------------------------------------------- operations
 
 
-def _read_fd(fd: int, shown: Path | str, limit: int) -> bytes:
+def _read_fd(fd: int, where: Beneath | Path | str, limit: int) -> bytes:
+    shown = where.path if isinstance(where, Beneath) else where
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         kind = _KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
@@ -267,7 +272,29 @@ def read_regular(where: Beneath | Path | str, limit: int) -> bytes:
     where = beneath(where)
     fd = open_beneath(where, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        return _read_fd(fd, where.path, limit)
+        return _read_fd(fd, where, limit)
+    finally:
+        os.close(fd)
+
+
+Stamp = tuple[int, int, int]  # (inode, size, mtime_ns): a parsed file is reused while it is unchanged
+
+
+def read_if_changed(where: Beneath | Path | str, limit: int, stamp: Stamp | None) -> tuple[Stamp, bytes | None]:
+    """``where``'s stamp, and its bytes unless the stamp equals ``stamp`` (the caller's cached copy).
+
+    One open for both: the stamp comes from the descriptor that would be read, so a file swapped
+    between a stat and a read cannot pair one file's stamp with another's content. The checks and
+    errors are :func:`read_regular`'s.
+    """
+    where = beneath(where)
+    fd = open_beneath(where, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        now = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if now == stamp and stat.S_ISREG(st.st_mode):
+            return now, None
+        return now, _read_fd(fd, where, limit)
     finally:
         os.close(fd)
 
@@ -398,13 +425,23 @@ def unlink(where: Beneath | Path | str, *, missing_ok: bool = True) -> bool:
 
 
 def lstat(where: Beneath | Path | str) -> os.stat_result | None:
-    """``where``'s own status (a link is reported as a link), or ``None`` when it cannot be reached."""
+    """``where``'s own status (a link is reported as a link), or ``None`` when it cannot be reached
+    without following a link on the way, or does not exist."""
     where = beneath(where)
     try:
-        with _parent(where) as (dir_fd, name):
-            return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except OSError:
-        return None
+        fd = beneath_mod.open_under(os.fspath(where.base), where.rel, os.O_PATH | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:  # the walk refuses a final link even for O_PATH: ask its folder
+            return None
+        try:
+            with _parent(where) as (dir_fd, name):
+                return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            return None
+    try:
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
 
 
 def makedirs(where: Beneath | Path | str, mode: int = 0o755) -> None:

@@ -138,7 +138,7 @@ def heartbeat_age(beat: dict[str, Any], now: datetime | None = None) -> float | 
     return max(0.0, ((now or datetime.now(UTC)) - when).total_seconds())
 
 
-def live_gateway(home: Path) -> PidRecord | None:
+def live_gateway(home: Path, *, search: bool = True) -> PidRecord | None:
     """This home's running gateway: the one ``gateway.pid`` names if that is proven, else one found in
     ``/proc`` that serves this home.
 
@@ -147,15 +147,16 @@ def live_gateway(home: Path) -> PidRecord | None:
     must serve this home (:func:`serves_home`), so a file naming another profile's gateway or any
     other process names nothing. A forged, stale or deleted file must not hide the real gateway
     either (``profile delete --stop`` would delete the folder under it): without a proven record,
-    the processes running a gateway are asked (one pass over ``/proc``, only then). The supervisor
-    adds what only it knows (cgroup membership) in ``supervisor.identity`` before it acts on a PID.
+    the processes running a gateway are asked (one pass over ``/proc``, only then; ``search=False``
+    skips it where only a PID to show is wanted). The supervisor adds what only it knows (cgroup
+    membership) in ``supervisor.identity`` before it acts on a PID.
     """
     rec = read_pid_record(home)
     if rec is not None:
         live = proc_start_time(rec.pid)
         if live is not None and rec.start_time in (None, live) and serves_home(rec.pid, home):
             return rec
-    return _scan_for_gateway(home)
+    return _scan_for_gateway(home) if search else None
 
 
 def _scan_for_gateway(home: Path) -> PidRecord | None:
@@ -165,8 +166,18 @@ def _scan_for_gateway(home: Path) -> PidRecord | None:
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
-        argv = proc_argv(pid)
-        if "gateway" not in argv or not serves_home(pid, home, argv=argv):
+        try:  # a cheap byte test first: most processes are not gateways
+            fd = os.open(f"/proc/{pid}/cmdline", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                raw = os.read(fd, 65536)
+            finally:
+                os.close(fd)
+        except OSError:
+            continue
+        if b"gateway\0" not in raw:
+            continue
+        argv = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+        if not serves_home(pid, home, argv=argv):
             continue
         start = proc_start_time(pid)
         if start is not None and (best is None or (best.start_time or 0) > start):

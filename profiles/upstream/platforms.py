@@ -639,20 +639,19 @@ def _photon_stored(v: View) -> tuple[object, object]:
     if env_id and env_sec:
         return env_id, env_sec
     where = home_file(v.home, "auth.json")
-    path = where.path
     auth = read_json(where)
     if auth is None:
         if lstat(where) is not None:
-            raise _Unreadable(str(path))  # upstream: json.load → {} only for empty values; a list raises
+            raise _Unreadable(where.text)  # upstream: json.load → {} only for empty values; a list raises
         auth = {}
     pool = auth.get("credential_pool", {})
     if not isinstance(pool, dict):
-        raise _Unreadable(str(path))
+        raise _Unreadable(where.text)
     proj = pool.get("photon_project") or []
     if isinstance(proj, list) and proj:
         entry = proj[0]
         if not isinstance(entry, dict):
-            raise _Unreadable(str(path))
+            raise _Unreadable(where.text)
         sid = entry.get("spectrum_project_id") or entry.get("project_id")
         return env_id or sid, env_sec or entry.get("project_secret")
     return env_id, env_sec
