@@ -10,6 +10,7 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -132,5 +133,6 @@ def linked_channels(root: Path) -> tuple[Path, ...]:
     to another profile's home or to ``.hermesd``; the plan then closes that channel (and says so in
     status), and the shim refuses the link on its own as well.
     """
-    names = (kanban.KANBAN_DIR, SHARED_DIR, ROOT_AUTH)
-    return tuple(root / n for n in names if safeio.link_on_path(safeio.at(root, n)) is not None)
+    names = (kanban.KANBAN_DIR, SHARED_DIR, ROOT_AUTH)  # each directly in the root: its own lstat says
+    return tuple(root / n for n in names
+                 if (st := safeio.lstat(safeio.at(root, n))) is not None and stat.S_ISLNK(st.st_mode))
