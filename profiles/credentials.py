@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from profiles.envfile import read_env_file
 from profiles.errors import ProfileConfigError
-from profiles.fileio import parse_yaml, read_text
+from profiles.fileio import decode_text, parse_yaml, read_capped_if_changed
+from profiles.safeio import home_file
 from profiles.upstream.platforms import PortBinding, View, credentials_of, ports_of
 
 __all__ = [
@@ -70,22 +70,22 @@ _config_cache: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
 
 def _config(home: Path | str) -> dict[str, Any]:
     """``config.yaml`` parsed once per file version; ``{}`` when absent. Callers must not mutate it."""
-    key = os.path.join(home, CONFIG_FILE)
-    try:
-        st = os.stat(key)
-    except (FileNotFoundError, NotADirectoryError):
-        return {}
-    except OSError as exc:
-        raise ProfileConfigError(Path(key), f"cannot read: {exc.strerror}") from None
-    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+    spot = home_file(home, CONFIG_FILE)
+    key = spot.text
     hit = _config_cache.get(key)
-    if hit is not None and hit[0] == stamp:
-        return hit[1]
-    path = Path(key)
     try:
-        text = read_text(path)
+        stamp, raw = read_capped_if_changed(spot, hit[0] if hit is not None else None)
     except (FileNotFoundError, NotADirectoryError):
         return {}
+    except ProfileConfigError:
+        raise
+    except OSError as exc:
+        raise ProfileConfigError(spot.path, f"cannot read: {exc.strerror}") from None
+    if raw is None and hit is not None:
+        return hit[1]
+    assert raw is not None
+    text = decode_text(raw, spot)
+    path = spot.path
     data = parse_yaml(text, path)
     if data is None:
         data = {}
@@ -106,7 +106,7 @@ def view_of(home: Path, env: dict[str, str] | None = None, cfg: dict[str, Any] |
     Raises :class:`ProfileConfigError` when ``.env`` or ``config.yaml`` is malformed.
     """
     if env is None:
-        env = read_env_file(os.path.join(home, ENV_FILE))
+        env = read_env_file(home_file(home, ENV_FILE))
     if cfg is None:
         cfg = _config(home)
     return View(Path(home), env, cfg)

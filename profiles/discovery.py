@@ -42,6 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from profiles import safeio
 from profiles.errors import InvalidNameError, ProfileConfigError, ProfileNotFoundError, UnsafePathError
 from profiles.names import (
     DEFAULT_PROFILE,
@@ -63,6 +64,7 @@ from profiles.paths import (
     upstream_root,
 )
 
+_MAX_ACTIVE = 4096  # a profile name and a newline; anything bigger is junk
 REASON_NOT_DIR = "not a directory"
 REASON_SYMLINK = "symlink"
 REASON_INVALID = "invalid name"
@@ -213,7 +215,7 @@ def read_active_profile(root: Path | str | None = None, env: Mapping[str, str] |
     """
     path = active_profile_path(root, env)
     try:
-        raw = path.read_text(encoding="utf-8").strip()
+        raw = safeio.read_regular(safeio.at(path.parent, path.name), _MAX_ACTIVE).decode("utf-8").strip()
     except (FileNotFoundError, NotADirectoryError):
         return DEFAULT_PROFILE
     except (OSError, UnicodeDecodeError) as exc:
@@ -236,20 +238,14 @@ def set_active_profile(name: str, root: Path | str | None = None, env: Mapping[s
     if not profile_exists(canon, base):
         raise no_such_profile(name, profile_names(base))
     path = active_profile_path(base)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(canon + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    safeio.replace_bytes(safeio.at(path.parent, path.name), (canon + "\n").encode("utf-8"), 0o644)
     return canon
 
 
 def clear_active_profile(root: Path | str | None = None, env: Mapping[str, str] | None = None) -> None:
     """Remove the sticky profile, so ``default`` is active again (upstream's representation)."""
-    active_profile_path(root, env).unlink(missing_ok=True)
+    path = active_profile_path(root, env)
+    safeio.unlink(safeio.at(path.parent, path.name))
 
 
 # --------------------------------------------------------------------------- the active profile
@@ -273,11 +269,8 @@ class UpstreamActive:
 
 def _sticky_name(root: Path) -> str | None:
     """Upstream's read of ``<root>/active_profile``: stripped text, unreadable or undecodable -> ``None``."""
-    path = root / ACTIVE_PROFILE_FILE
     try:
-        if not path.exists():
-            return None
-        return path.read_text(encoding="utf-8").strip()
+        return safeio.read_regular(safeio.at(root, ACTIVE_PROFILE_FILE), _MAX_ACTIVE).decode("utf-8").strip()
     except (OSError, UnicodeDecodeError):
         return None
 

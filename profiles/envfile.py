@@ -21,12 +21,12 @@ profiles costs one ``stat`` each.
 from __future__ import annotations
 
 import codecs
-import os
 import re
 from pathlib import Path
 
 from profiles.errors import ProfileConfigError
-from profiles.fileio import read_capped
+from profiles.fileio import read_capped_if_changed
+from profiles.safeio import Beneath, beneath
 
 _WS = re.compile(r"[^\S\r\n]*")
 _BLANK = re.compile(r"\s*")
@@ -119,29 +119,31 @@ def parse_env_text(text: str, path: Path) -> dict[str, str]:
             values[key] = _expand(value, values)
 
 
-def read_env_file(path: Path | str) -> dict[str, str]:
+def read_env_file(path: Beneath | Path | str) -> dict[str, str]:
     """The variables a ``.env`` file sets; ``{}`` when it does not exist.
 
     UTF-8 with an optional BOM, falling back to Latin-1 like upstream's loader.
-    Malformed content raises :class:`ProfileConfigError` naming the file and line.
+    Malformed content raises :class:`ProfileConfigError` naming the file and line; so does a
+    ``.env`` that is a link (hermesd never reads one profile's file through another's).
     """
-    key = os.fspath(path)
+    spot = beneath(path)
+    key = spot.text
+    hit = _cache.get(key)
     try:
-        st = os.stat(key)
+        stamp, raw = read_capped_if_changed(spot, hit[0] if hit is not None else None)
     except (FileNotFoundError, NotADirectoryError):
         return {}
+    except ProfileConfigError:
+        raise
     except OSError as exc:
-        raise ProfileConfigError(Path(key), f"cannot read: {exc.strerror}") from None
-    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-    hit = _cache.get(key)
-    if hit is not None and hit[0] == stamp:
+        raise ProfileConfigError(spot.path, f"cannot read: {exc.strerror}") from None
+    if raw is None and hit is not None:
         return dict(hit[1])
-    p = Path(key)
-    raw = read_capped(p)
+    assert raw is not None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         text = raw.decode("latin-1")
-    values = parse_env_text(text.replace("\x00", ""), p)
+    values = parse_env_text(text.replace("\x00", ""), spot.path)
     _cache[key] = (stamp, values)
     return dict(values)

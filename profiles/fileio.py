@@ -8,20 +8,22 @@ deep copy), and no nesting deeper than Python's stack can walk. Every refusal is
 :class:`ProfileConfigError` naming the file (and the line, when YAML knows it), because a person
 fixing a broken ``config.yaml`` needs the line more than the parser's internals.
 
-Writes go through a temp file in the same directory and ``os.replace`` so a crash or a concurrent
-reader never sees half a file.
+Every path is resolved by :mod:`profiles.safeio`'s rule: beneath its folder, never through a link a
+profile could plant. A caller passes a :class:`~profiles.safeio.Beneath`, or a ``Path`` naming a
+file directly in a folder (resolved with :func:`~profiles.safeio.home_file`: from the root when the
+folder is a profile home). Writes go through an ``O_EXCL`` temp file in the same directory and a
+``renameat`` so a crash or a concurrent reader never sees half a file.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from profiles.errors import ProfileConfigError
-from profiles.safeio import UnsafeFileError, read_regular
+from profiles.safeio import Beneath, Stamp, UnsafeFileError, beneath, read_if_changed, read_regular, replace_bytes
 
 try:  # libyaml is an order of magnitude faster; scanning 1,000 profiles depends on it.
     _Loader: type = yaml.CSafeLoader
@@ -36,25 +38,36 @@ MAX_YAML_NODES = 100_000  # nodes after alias expansion
 MAX_YAML_DEPTH = 200
 
 
-def read_capped(path: Path, limit: int = MAX_PROFILE_FILE) -> bytes:
-    """A profile file's bytes; a FIFO, device or oversized file is a :class:`ProfileConfigError`."""
+def read_capped(where: Beneath | Path, limit: int = MAX_PROFILE_FILE) -> bytes:
+    """A profile file's bytes; a link, FIFO, device or oversized file is a :class:`ProfileConfigError`."""
+    spot = beneath(where)
     try:
-        return read_regular(path, limit)
+        return read_regular(spot, limit)
     except UnsafeFileError as exc:
-        raise ProfileConfigError(path, exc.problem) from None
+        raise ProfileConfigError(spot.path, exc.problem) from None
 
 
-def _decode(data: bytes, path: Path) -> str:
+def read_capped_if_changed(where: Beneath, stamp: Stamp | None,
+                           limit: int = MAX_PROFILE_FILE) -> tuple[Stamp, bytes | None]:
+    """:func:`profiles.safeio.read_if_changed` with :func:`read_capped`'s errors (for parse caches)."""
+    try:
+        return read_if_changed(where, limit, stamp)
+    except UnsafeFileError as exc:
+        raise ProfileConfigError(where.path, exc.problem) from None
+
+
+def decode_text(data: bytes, where: Beneath) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise ProfileConfigError(path, "not valid UTF-8", line=line) from exc
+        raise ProfileConfigError(where.path, "not valid UTF-8", line=line) from exc
 
 
-def read_text(path: Path, limit: int = MAX_PROFILE_FILE) -> str:
+def read_text(where: Beneath | Path, limit: int = MAX_PROFILE_FILE) -> str:
     """File text as UTF-8 (a leading BOM dropped); undecodable, unsafe or oversized is a config error."""
-    return _decode(read_capped(path, limit), path)
+    spot = beneath(where)
+    return decode_text(read_capped(spot, limit), spot)
 
 
 def _check_size(node: yaml.Node, path: Path) -> None:
@@ -143,10 +156,12 @@ def parse_yaml(text: str, path: Path) -> Any:
         ldr.dispose()
 
 
-def load_yaml_mapping(path: Path, limit: int = MAX_PROFILE_FILE) -> dict[str, Any]:
+def load_yaml_mapping(where: Beneath | Path, limit: int = MAX_PROFILE_FILE) -> dict[str, Any]:
     """A YAML file that must hold a mapping; missing or empty means ``{}``."""
+    spot = beneath(where)
+    path = spot.path
     try:
-        text = read_text(path, limit)
+        text = read_text(spot, limit)
     except (FileNotFoundError, NotADirectoryError):
         return {}
     data = parse_yaml(text, path)
@@ -162,16 +177,6 @@ def dump_yaml(data: object) -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
-def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``text`` so readers see the old file or the new one, never a torn one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+def atomic_write_text(where: Beneath | Path, text: str, mode: int = 0o644) -> None:
+    """Replace ``where`` with ``text`` so readers see the old file or the new one, never a torn one."""
+    replace_bytes(beneath(where), text.encode("utf-8"), mode)

@@ -65,7 +65,7 @@ def summarize(
     name: str, home: Path, *, active: str, aliases: Mapping[str, list[WrapperInfo]] | None = None
 ) -> ProfileSummary:
     """Everything ``show`` prints about one profile; file errors land in ``problems``."""
-    record = live_gateway(home)
+    record = live_gateway(home, search=False)  # a PID to show: no pass over /proc per profile listed
     wrappers = list((aliases or {}).get(name, []))
     summary = ProfileSummary(
         name=name,

@@ -17,6 +17,7 @@ from typing import Any
 from profiles.credentials import CONFIG_FILE, ENV_FILE, load_config, profile_credentials, profile_ports, view_of
 from profiles.envfile import read_env_file
 from profiles.errors import ProfileConfigError
+from profiles.safeio import home_file
 from profiles.upstream.platforms import enabled_platforms
 from profiles.upstream.process import FixedVariable, drain_seconds, env_overrides
 
@@ -82,7 +83,7 @@ def read_profile(name: str, home: Path, salt: bytes) -> ProfileFacts:
     env: dict[str, str] | None = None
     config: dict[str, Any] | None = None
     try:
-        env = read_env_file(home / ENV_FILE)
+        env = read_env_file(home_file(home, ENV_FILE))
     except (ProfileConfigError, OSError, ValueError) as exc:
         problems.append(_problem(exc, home / ENV_FILE))
     try:

@@ -16,6 +16,8 @@ import signal
 from collections.abc import Mapping
 from pathlib import Path
 
+from profiles import safeio
+from profiles.safeio import Beneath
 from supervisor import identity
 from supervisor.childspec import TAG_PROFILE
 from supervisor.plan.model import Ident
@@ -48,7 +50,7 @@ def set_process_name(name: str) -> None:
         libc.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
 
 
-def spawn(argv: list[str], env: Mapping[str, str], log_path: Path) -> Ident:
+def spawn(argv: list[str], env: Mapping[str, str], log_path: Beneath | Path) -> Ident:
     """Start ``argv`` in its own session, output appended to ``log_path``; return its identity.
 
     Every way a start can fail (the log cannot be opened: read-only, full or out of descriptors;
@@ -56,9 +58,15 @@ def spawn(argv: list[str], env: Mapping[str, str], log_path: Path) -> Ident:
     so the planner backs off and retries instead of the profile silently staying down.
     """
     try:
-        if log_path != Path(os.devnull):
-            log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        if Path(str(log_path)) == Path(os.devnull):
+            fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        else:
+            spot = safeio.beneath(log_path)
+            try:
+                fd = safeio.open_beneath(spot, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            except FileNotFoundError:  # the logs folder is gone: make it (never through a link), once
+                safeio.makedirs(Beneath(spot.base, spot.rel.rpartition("/")[0]), 0o700)
+                fd = safeio.open_beneath(spot, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     except OSError as exc:
         raise SpawnError(exc.errno, f"cannot open its log {log_path}: {exc.strerror or exc}") from None
     try:

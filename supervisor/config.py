@@ -138,10 +138,10 @@ class Config:
 def load(path: Path) -> Config:
     """Parse ``path``; a missing file means all defaults. Read bounded: a FIFO or a huge file is an error."""
     from profiles.fileio import MAX_PROFILE_FILE
-    from profiles.safeio import UnsafeFileError, read_regular
+    from profiles.safeio import UnsafeFileError, read_operator_file
 
     try:
-        raw = read_regular(path, MAX_PROFILE_FILE)
+        raw = read_operator_file(path, MAX_PROFILE_FILE)
     except FileNotFoundError:
         return Config()
     except UnsafeFileError as exc:

@@ -400,16 +400,18 @@ def kubernetes_header(gateways: Sequence[Gateway], root: Path, image: str) -> st
 
 def cmd_planned_stop(args: argparse.Namespace) -> int:
     """Write upstream's planned-stop marker for the live gateway of HOME (no gateway: nothing to do)."""
-    from profiles.upstream.files import live_gateway, write_planned_stop_marker
+    from profiles.upstream.files import write_planned_stop_marker
+    from supervisor import identity
     from supervisor.cli.common import UserError
 
     raw = args.home or os.environ.get("HERMES_HOME", "")
     if not raw:
         raise UserError("give the gateway's HERMES_HOME (or set HERMES_HOME)")
     home = Path(raw).expanduser()
-    rec = live_gateway(home)
+    rec = identity.gateway_of(home)
     if rec is None:
-        print(f"no live gateway in {home}: nothing to mark", file=sys.stderr)
+        print(f"no live gateway of {home} (gateway.pid names none, or not this home's): nothing to mark",
+              file=sys.stderr)
         return 0
     write_planned_stop_marker(home, rec.pid, rec.start_time)
     print(f"planned-stop marker written for gateway PID {rec.pid} in {home}")

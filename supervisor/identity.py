@@ -1,12 +1,22 @@
 """Who a PID really is: the guard in front of every signal hermesd sends.
 
-A PID from a file is only a claim. Before hermesd signals anything it checks the live process's
-owner (the user hermesd runs as and starts its children as), its start time (field 22 of
-``/proc/<pid>/stat``, as upstream records it), its command line and the ``HERMES_HOME`` and
-hermesd tags in its environment. The owner matters when hermesd runs as root: root can read every
-user's environment, and another user could start a process carrying the right tags. Once
-verified, the process is pinned with a pidfd, so a recycled PID can never receive a signal meant
-for the dead one.
+A PID from a file is only a claim: ``gateway.pid`` lives in a home the profile's agent can write,
+and it may name another profile's gateway, or hermesd. Two proofs, one for each kind of claim:
+
+* :func:`prove_gateway` (and :func:`gateway_of`, which reads ``gateway.pid``): the process is
+  *this home's* gateway. Its start time equals the one recorded, its command line runs ``gateway
+  run``, the home upstream would give that command line and environment (``-p NAME``, else
+  ``HERMES_HOME``, else the sticky profile) is this home, and, where hermesd keeps profiles in
+  cgroups, it is not a member of another profile's cgroup. Every verb that acts on a PID from a
+  profile's files uses it, daemon up or down: a stop, a planned-stop marker, a foreign-gateway
+  hold, the probe's "alive", status without the daemon.
+* :func:`verify`: a gateway hermesd itself started (adoption after a restart): the same, plus
+  the owner (the user hermesd runs as), hermesd's exact command line and its tags in the
+  environment. The owner matters when hermesd runs as root: root can read every user's
+  environment, and another user could start a process carrying the right tags.
+
+Once proven, the process is pinned with a pidfd, so a recycled PID can never receive a signal
+meant for the dead one.
 """
 
 from __future__ import annotations
@@ -16,21 +26,28 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
+from profiles.upstream import files as gf
 from profiles.upstream.files import proc_start_time
 from profiles.upstream.process import GATEWAY_ARGS
 from supervisor.childspec import TAG_PROFILE, TAG_ROOT
 from supervisor.plan.model import Ident
 
+CGROUP_PROFILE_PREFIX = "profile-"  # supervisor.limits.cgroup.PROFILE_PREFIX (a test keeps the two equal)
+
 __all__ = [
     "Ident",
     "boot_id",
+    "find_gateway",
     "find_tagged",
+    "gateway_of",
     "is_gateway_cmdline",
     "open_pidfd",
     "owned_by_us",
     "proc_cmdline",
     "proc_environ",
     "proc_start_time",
+    "profile_of_home",
+    "prove_gateway",
     "send_signal",
     "session_id",
     "verify",
@@ -45,29 +62,9 @@ def boot_id() -> str:
         return ""
 
 
-def proc_cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
-
-
-def proc_environ(pid: int) -> dict[str, str]:
-    """The process's initial environment (empty when it belongs to another user or is gone)."""
-    try:
-        return _parse_environ(Path(f"/proc/{pid}/environ").read_bytes())
-    except OSError:
-        return {}
-
-
-def _parse_environ(raw: bytes) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for item in raw.split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep:
-            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
-    return env
+proc_cmdline = gf.proc_argv
+proc_environ = gf.proc_env
+_parse_environ = gf.parse_environ
 
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -163,12 +160,87 @@ def verify(ident: Ident, *, home: Path, root: Path, profile: str) -> bool:
         return False
     if not is_gateway_cmdline(proc_cmdline(ident.pid)):
         return False
+    if _in_other_profile_cgroup(ident.pid, profile):
+        return False
     env = proc_environ(ident.pid)
     return (
         env.get("HERMES_HOME") == str(home)
         and env.get(TAG_ROOT) == str(root)
         and env.get(TAG_PROFILE) == profile
     )
+
+
+def profile_of_home(home: Path) -> str:
+    """The profile a home belongs to: ``<root>/profiles/NAME`` is NAME, anything else the root's ``default``."""
+    return gf.home_profile(home)
+
+
+def gateway_of(home: Path, profile: str | None = None) -> Ident | None:
+    """The gateway ``home``'s ``gateway.pid`` names, if that process is proven to be this home's."""
+    rec = gf.read_pid_record(home)
+    if rec is None:
+        return None
+    return prove_gateway(rec.pid, rec.start_time, home=home, profile=profile or profile_of_home(home))
+
+
+def find_gateway(root: Path, home: Path, profile: str) -> Ident | None:
+    """``profile``'s running gateway: the one its ``gateway.pid`` names if proven, else a session leader
+    carrying this root's and profile's tags that proves to be it (a forged or stale ``gateway.pid``
+    must neither aim a stop at another process nor hide the real gateway from it)."""
+    found = gateway_of(home, profile)
+    if found is not None:
+        return found
+    for pid, _name, _env in find_tagged(root, profile):
+        if session_id(pid) == pid and (proven := prove_gateway(pid, None, home=home, profile=profile)) is not None:
+            return proven
+    return None
+
+
+def prove_gateway(pid: int, start_time: int | None, *, home: Path, profile: str) -> Ident | None:
+    """``pid`` pinned by its start time, if it is proven to be ``profile``'s gateway running in ``home``.
+
+    ``start_time`` is what the claim recorded (``None``: a bare PID from an older writer, then the
+    other checks decide alone). The process must serve ``home`` by upstream's rules
+    (:func:`profiles.upstream.files.serves_home`: its ``-p``, ``HERMES_HOME`` or sticky profile)
+    and, where hermesd keeps profiles in cgroups, not be a member of another profile's cgroup.
+    ``None`` when anything does not match or cannot be read.
+    """
+    start = proc_start_time(pid)
+    if start is None or (start_time is not None and start_time != start):
+        return None
+    from supervisor.isolation.enter import unwrap
+
+    cmdline = proc_cmdline(pid)
+    if not gf.serves_home(pid, home, profile, argv=unwrap(cmdline) or cmdline):
+        return None
+    if _in_other_profile_cgroup(pid, profile):
+        return None
+    if proc_start_time(pid) != start:  # the PID was recycled while we read
+        return None
+    return Ident(pid, start)
+
+
+def proc_cgroup(pid: int) -> str | None:
+    """The cgroup v2 path of ``pid`` (the ``0::`` line of ``/proc/<pid>/cgroup``), or ``None``."""
+    try:
+        text = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("0::"):
+            return line[3:]
+    return None
+
+
+def _in_other_profile_cgroup(pid: int, profile: str) -> bool:
+    """Membership is exact where hermesd keeps profiles in cgroups (``…/profile-NAME``): a process in
+    another profile's cgroup is that profile's, whatever its files or environment claim."""
+    path = proc_cgroup(pid) or ""
+    for part in reversed(path.split("/")):
+        if part.startswith(CGROUP_PROFILE_PREFIX):
+            return part[len(CGROUP_PROFILE_PREFIX):] != profile
+    return False
+
 
 
 def find_tagged(root: Path, profile: str | None = None) -> Iterator[tuple[int, str, dict[str, str]]]:

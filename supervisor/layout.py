@@ -14,6 +14,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from profiles.safeio import Beneath, at, read_regular, replace_bytes
+
 DIRNAME = ".hermesd"
 CONFIG_NAME = "hermesd.yaml"
 # A unix socket path must fit in sun_path (108 bytes including the NUL).
@@ -56,6 +58,11 @@ class Layout:
 
     def child_log(self, profile: str) -> Path:
         return self.logs / f"{profile}.log"
+
+    def beneath(self, path: Path) -> Beneath:
+        """One of hermesd's files (a path under the root) as :mod:`profiles.safeio` opens it: from the
+        root, no link followed, so neither ``.hermesd`` nor anything in it can redirect a write."""
+        return at(self.root, str(path.relative_to(self.root)))
 
     @property
     def upgrades(self) -> Path:
@@ -108,26 +115,19 @@ class Layout:
         Salting per root keeps fingerprints comparable inside one root while making them
         useless for guessing a token across installations.
         """
-        from profiles.safeio import read_regular
-
+        where = self.beneath(self.salt_file)
         try:
-            data = read_regular(self.salt_file, 4096)
+            data = read_regular(where, 4096)
             if len(data) >= 16:
                 return data
         except FileNotFoundError:
             pass
         self.ensure()
         data = secrets.token_bytes(16)
-        tmp = self.salt_file.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
         try:
-            os.link(tmp, self.salt_file)  # first writer wins; a racing one reads the winner's
+            replace_bytes(where, data, 0o600, exclusive=True)  # first writer wins; a racing one reads the winner's
         except FileExistsError:
-            data = read_regular(self.salt_file, 4096)
-        finally:
-            tmp.unlink(missing_ok=True)
+            data = read_regular(where, 4096)
         return data
 
 

@@ -4,6 +4,10 @@ Children hold their log open with O_APPEND, so hermesd rotates by copying the fi
 truncating it in place: the child keeps writing to the same descriptor and its next write lands
 at the new end. A follower that sees the file shrink reads the rest of the rotated copy first,
 so nothing written before the rotation is skipped.
+
+The logs live in ``<root>/.hermesd/logs/``; every open, copy, rename and truncation goes through
+:mod:`profiles.safeio` (from the root, no link followed), so a link planted there cannot turn a
+rotation into a write elsewhere.
 """
 
 from __future__ import annotations
@@ -11,22 +15,40 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
+import stat
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from profiles import safeio
+from profiles.printable import printable
+from profiles.safeio import Beneath
 
-def note(path: Path, line: str) -> None:
+
+def note(where: Beneath | Path, line: str) -> None:
     """Append hermesd's own line to a child's log (O_APPEND: never clobbers the child's)."""
+    if Path(str(where)) == Path(os.devnull):
+        return
     with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        fd = safeio.open_beneath(safeio.beneath(where), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}\n".encode())
         finally:
             os.close(fd)
+
+
+class PrintableFilter(logging.Filter):
+    """Every line of hermesd's own log is one line: a reason quoted from a profile's files or a
+    gateway's state (``\n``, ``\r``, escape sequences) is shown escaped, never a forged log line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        clean = printable(text)
+        if clean != text:
+            record.msg, record.args = clean, ()
+        return True
 
 
 class RepeatFilter(logging.Filter):
@@ -66,35 +88,38 @@ def rotated(path: Path, n: int) -> Path:
     return path.with_name(f"{path.name}.{n}")
 
 
-def rotate_if_needed(path: Path, max_bytes: int, backups: int) -> bool:
-    """Rotate ``path`` when it exceeds ``max_bytes``: .1 is the newest copy, .N the oldest."""
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return False
-    if size <= max_bytes:
+def rotate_if_needed(where: Beneath | Path, max_bytes: int, backups: int) -> bool:
+    """Rotate the log when it exceeds ``max_bytes``: .1 is the newest copy, .N the oldest."""
+    spot = safeio.beneath(where)
+    st = safeio.lstat(spot)
+    if st is None or not stat.S_ISREG(st.st_mode) or st.st_size <= max_bytes:
         return False
     if backups <= 0:
-        os.truncate(path, 0)
+        _truncate(spot)
         return True
-    rotated(path, backups).unlink(missing_ok=True)
+    safeio.unlink(spot.sibling(f"{spot.name}.{backups}"))
     for n in range(backups - 1, 0, -1):
-        src = rotated(path, n)
-        if src.exists():
-            os.replace(src, rotated(path, n + 1))
-    tmp = path.with_name(f".{path.name}.rotating")
+        src = spot.sibling(f"{spot.name}.{n}")
+        if safeio.lstat(src) is not None:
+            safeio.rename(src, f"{spot.name}.{n + 1}")
     try:
-        shutil.copyfile(path, tmp)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, rotated(path, 1))
+        safeio.replace_with_copy(spot.sibling(f"{spot.name}.1"), spot, 0o600)
     except OSError as exc:
         # No room for the copy (a full disk): keep the children able to write rather than
         # keep their old output. The partial copy goes, the log is emptied in place.
-        tmp.unlink(missing_ok=True)
-        os.truncate(path, 0)
-        raise RotationError(f"no room for a rotated copy ({exc.strerror}); {path.name} truncated in place") from exc
-    os.truncate(path, 0)
+        _truncate(spot)
+        raise RotationError(f"no room for a rotated copy ({exc.strerror}); {spot.name} truncated in place") from exc
+    _truncate(spot)
     return True
+
+
+def _truncate(where: Beneath) -> None:
+    fd = safeio.open_beneath(where, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
 
 
 class RotationError(OSError):
@@ -109,69 +134,76 @@ def free_bytes(folder: Path) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
-def tail_lines(path: Path, n: int) -> list[bytes]:
-    """The last ``n`` lines of ``path`` (reading backwards, so huge logs cost little)."""
+def tail_lines(where: Beneath | Path, n: int) -> list[bytes]:
+    """The last ``n`` lines of the log (reading backwards, so huge logs cost little)."""
     if n <= 0:
         return []
     try:
-        fh = path.open("rb")
+        fd = safeio.open_beneath(safeio.beneath(where), os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         return []
-    with fh:
-        fh.seek(0, os.SEEK_END)
-        end = fh.tell()
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return []
         block, data = 8192, b""
-        pos = end
+        pos = st.st_size
         while pos > 0 and data.count(b"\n") <= n:
             step = min(block, pos)
             pos -= step
-            fh.seek(pos)
-            data = fh.read(step) + data
+            data = os.pread(fd, step, pos) + data
+    finally:
+        os.close(fd)
     lines = data.splitlines(keepends=True)
     return lines[-n:]
 
 
 def follow(
-    path: Path,
+    where: Beneath | Path,
     out: TextIO = sys.stdout,
     *,
     interval: float = 0.2,
     keep_going: Callable[[], bool] = lambda: True,
     start_at_end: bool = True,
+    show: Callable[[str], str] = lambda text: text,
 ) -> None:
-    """Print what is appended to ``path``, across copy-truncate rotations, until stopped."""
-    pos = path.stat().st_size if start_at_end and path.exists() else 0
-    ino = _inode(path)
+    """Print what is appended to the log, across copy-truncate rotations, until stopped.
+
+    ``show`` turns each chunk into what is printed (``hermesd logs`` escapes control characters for a
+    terminal).
+    """
+    spot = safeio.beneath(where)
+    first = safeio.lstat(spot)
+    pos = first.st_size if start_at_end and first is not None else 0
+    ino = first.st_ino if first is not None else None
     while keep_going():
-        try:
-            size = path.stat().st_size
-        except FileNotFoundError:
-            size = 0
-        if _inode(path) != ino or size < pos:
+        now = safeio.lstat(spot)
+        size = now.st_size if now is not None else 0
+        if (now.st_ino if now is not None else None) != ino or size < pos:
             # Rotated: the bytes between pos and the old end are now at the tail of .1.
-            _copy_range(rotated(path, 1), pos, out)
-            pos, ino = 0, _inode(path)
+            _copy_range(spot.sibling(f"{spot.name}.1"), pos, out, show)
+            pos, ino = 0, (now.st_ino if now is not None else None)
         if size > pos:
-            pos = _copy_range(path, pos, out)
+            pos = _copy_range(spot, pos, out, show)
         else:
             time.sleep(interval)
 
 
-def _inode(path: Path) -> int | None:
+def _copy_range(where: Beneath, start: int, out: TextIO, show: Callable[[str], str]) -> int:
     try:
-        return path.stat().st_ino
-    except FileNotFoundError:
-        return None
-
-
-def _copy_range(path: Path, start: int, out: TextIO) -> int:
-    try:
-        with path.open("rb") as fh:
-            fh.seek(start)
-            data = fh.read()
-    except FileNotFoundError:
+        fd = safeio.open_beneath(where, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
         return start
-    out.write(data.decode("utf-8", "replace"))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return start
+        chunks = []
+        while chunk := os.pread(fd, 1 << 20, start + sum(len(c) for c in chunks)):
+            chunks.append(chunk)
+        data = b"".join(chunks)
+    finally:
+        os.close(fd)
+    out.write(show(data.decode("utf-8", "replace")))
     out.flush()
     return start + len(data)
 
@@ -186,7 +218,7 @@ def housekeep(layout: Any, names: list[str], max_bytes: int, backups: int, space
     for name in names:
         out[name] = full
         try:
-            rotate_if_needed(layout.child_log(name), max_bytes, backups)
+            rotate_if_needed(layout.beneath(layout.child_log(name)), max_bytes, backups)
         except OSError as exc:
             out[name] = f"log rotation failed: {exc}"
     return out

@@ -70,7 +70,8 @@ def check(home: Path, mode: str, max_age: float = DEFAULT_MAX_AGE, *,
     # gateway.pid instead when the state file names no process, or a dead one while gateway.pid names
     # a live one: a new gateway writes its PID file before its first state.
     if rec is not None and rec.pid != pid and (
-        pid is None or (_process_matches(pid, start) is not True and _process_matches(rec.pid, rec.start_time))
+        pid is None or (_process_matches(pid, start, home) is not True
+                        and _process_matches(rec.pid, rec.start_time, home))
     ):
         pid, start, state = rec.pid, rec.start_time, {}  # the state file is about another process
     if pid is None:
@@ -79,9 +80,10 @@ def check(home: Path, mode: str, max_age: float = DEFAULT_MAX_AGE, *,
     beat = gf.read_heartbeat(home)
     beat_age = gf.heartbeat_age(beat) if beat.get("pid") == pid else None
 
-    seen = _process_matches(pid, start)
+    seen = _process_matches(pid, start, home)
     if seen is False:
-        return False, f"gateway PID {pid} is not running (state file says {gstate or 'nothing'})"
+        return False, (f"gateway PID {pid} is not running, or is not this profile's gateway (state file says "
+                       f"{gstate or 'nothing'})")
     if seen is None:  # cannot see the process from here: the heartbeat decides
         if beat_age is None:
             return False, f"gateway PID {pid} is not visible here and has no heartbeat"
@@ -163,9 +165,10 @@ def _pid_of(state: dict[str, Any]) -> tuple[int | None, int | None]:
     return pid, start if isinstance(start, int) and not isinstance(start, bool) else None
 
 
-def _process_matches(pid: int, start: int | None) -> bool | None:
-    """True: that exact process lives here. False: it does not. None: no such PID here, so it may
-    live in another PID namespace (or this system has no ``/proc``)."""
+def _process_matches(pid: int, start: int | None, home: Path) -> bool | None:
+    """True: that exact process lives here and is this home's gateway. False: it does not (or it is
+    another process: the state files are the profile's, and may name anything). None: no such PID
+    here, so it may live in another PID namespace (or this system has no ``/proc``)."""
     if not os.path.exists("/proc/self/stat"):
         try:
             os.kill(pid, 0)
@@ -177,12 +180,9 @@ def _process_matches(pid: int, start: int | None) -> bool | None:
     live = gf.proc_start_time(pid)
     if live is None:
         return None if not os.path.exists(f"/proc/{pid}") else False
-    if start is not None:
-        return live == start
-    try:
-        return b"gateway" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
+    from supervisor.identity import profile_of_home, prove_gateway
+
+    return prove_gateway(pid, start, home=home, profile=profile_of_home(home)) is not None
 
 
 def _error_hint(state: dict[str, Any]) -> str:

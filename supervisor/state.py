@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from profiles.safeio import Beneath, beneath, lstat
 from profiles.upstream.files import read_json, write_json_atomic
 from supervisor.codeid import CodeId
 
@@ -36,10 +37,12 @@ def recorded_code(rec: dict[str, Any], pid: int | None, start_time: int | None) 
     return CodeId.from_json(rec.get("code"))
 
 
-def load(path: Path, boot_id: str) -> Saved:
-    if not path.exists():
+def load(where: Beneath | Path, boot_id: str) -> Saved:
+    spot = beneath(where)
+    path = spot.path
+    if lstat(spot) is None:
         return Saved(boot_id, {})
-    data = read_json(path)
+    data = read_json(spot)
     if data is None or data.get("version") != VERSION or not isinstance(data.get("profiles"), dict):
         return Saved(boot_id, {}, f"{path}: unreadable or not hermesd state; starting with empty history")
     profiles = {k: v for k, v in data["profiles"].items() if isinstance(k, str) and isinstance(v, dict)}
@@ -75,12 +78,12 @@ def records(planner: Planner) -> dict[str, dict[str, Any]]:
     return out
 
 
-def save(path: Path, boot_id: str, daemon_pid: int, profiles: dict[str, dict[str, Any]], now: float,
+def save(where: Beneath | Path, boot_id: str, daemon_pid: int, profiles: dict[str, dict[str, Any]], now: float,
          dist_info: str | None = None) -> None:
     """``dist_info``: where the gateway command's hermes-agent is installed (the probe's answer), so
     ``status`` and ``doctor`` can tell stale code without a daemon and without asking the interpreter."""
     write_json_atomic(
-        path,
+        where,
         {"version": VERSION, "boot_id": boot_id, "daemon_pid": daemon_pid, "saved_at": now, "profiles": profiles,
          "dist_info": dist_info},
     )

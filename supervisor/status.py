@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from profiles.printable import printable_tree
 from profiles.upstream import files as gf
 from supervisor import codeid
 
@@ -130,7 +131,7 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
     from supervisor.layout import Layout
 
     layout = Layout(root)
-    saved = state_mod.load(layout.state, identity.boot_id())
+    saved = state_mod.load(layout.beneath(layout.state), identity.boot_id())
     installed = codeid.installed_now(saved.dist_info)
     rows = []
     try:
@@ -140,7 +141,9 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
     for name, home in served:
         home = Path(home)
         rec = saved.profiles.get(name, {})
-        live = gf.live_gateway(home)
+        live = identity.gateway_of(home, name)
+        if live is None and gf.read_pid_record(home) is not None:  # forged or stale: look for the real one
+            live = identity.find_gateway(root, home, name)
         pid = live.pid if live is not None else None
         down = rec.get("down") if isinstance(rec.get("down"), str) else None
         started = identity.proc_start_wall(pid) if pid else None
@@ -288,6 +291,7 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
     ``color`` adds ANSI colours to the state column only (callers honour NO_COLOR and pipes).
     """
     now = time.time() if now is None else now
+    doc = printable_tree(doc)  # reasons, platform messages and names come from the profiles' own files
     sup = doc["supervisor"]
     if sup.get("answering") is False:
         state = "NOT ANSWERING (it holds the root; showing files on disk)"

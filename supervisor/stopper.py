@@ -25,14 +25,15 @@ from supervisor.plan.model import Ident
 
 
 def _pin(home: Path) -> tuple[Ident, int] | None:
-    """The live gateway of ``home``, pinned with a pidfd (``None`` when none runs)."""
-    rec = gf.live_gateway(home)
-    if rec is None:
+    """The live gateway of ``home``, proven to be this home's and pinned with a pidfd (``None`` when
+    none runs). ``gateway.pid`` is the profile's own file: a PID it names that is not this
+    profile's gateway (another profile's, hermesd's) is never signalled, and the real one is still
+    found by the tags hermesd gave it."""
+    name = identity.profile_of_home(home)
+    root = home.parent.parent if name != DEFAULT_PROFILE else home
+    ident = identity.find_gateway(root.resolve(), home, name)
+    if ident is None:
         return None
-    start = rec.start_time if rec.start_time is not None else identity.proc_start_time(rec.pid)
-    if start is None:
-        return None
-    ident = Ident(rec.pid, start)
     fd = identity.open_pidfd(ident)
     return (ident, fd) if fd is not None else None
 

@@ -53,6 +53,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from profiles import safeio
 from profiles.errors import InvalidNameError, WrapperError
 from profiles.names import DEFAULT_PROFILE, normalize_name, parse_profile_name, validate_alias_name
 from profiles.paths import resolve_root, user_home
@@ -218,12 +219,8 @@ def render_bat_wrapper(profile: str, root: Path, hermes: str, hermesd: str) -> s
 def read_wrapper(path: Path) -> WrapperInfo | None:
     """The wrapper info if ``path`` is a wrapper hermesd wrote, else ``None`` (binaries included)."""
     path = Path(path)
-    try:
-        if not path.is_file() or path.is_symlink():
-            return None
-        with path.open("rb") as fh:
-            head = fh.read(_READ_LIMIT)
-    except OSError:
+    head = _head(path, _READ_LIMIT)
+    if head is None:
         return None
     if b"\0" in head:
         return None
@@ -239,6 +236,21 @@ def read_wrapper(path: Path) -> WrapperInfo | None:
                 alias = path.stem if path.suffix.lower() == ".bat" else path.name
                 return WrapperInfo(alias, path, profile, Path(root))
     return None
+
+
+def _head(path: Path, limit: int) -> bytes | None:
+    """The first ``limit`` bytes of ``path`` if it is a regular file in its folder (not a link: an alias
+    hermesd reads, rewrites or removes is never one a link redirects), else ``None``."""
+    try:
+        fd = safeio.open_beneath(safeio.at(path.parent, path.name), os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, limit) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _decode_head(head: bytes) -> str | None:
@@ -264,17 +276,8 @@ def read_upstream_wrapper(path: Path, root: Path, *, windows: bool | None = None
     win = is_windows() if windows is None else windows
     if (win and path.suffix.lower() != ".bat") or (not win and path.suffix):
         return None
-    try:
-        if not path.is_file():
-            return None
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            head = os.read(fd, _UPSTREAM_READ_LIMIT)
-        finally:
-            os.close(fd)
-    except OSError:
+    head = _head(path, _UPSTREAM_READ_LIMIT)
+    if head is None:
         return None
     text = _decode_head(head)
     if text is None or read_wrapper(path) is not None:
@@ -298,11 +301,8 @@ def _upstream_hermes(path: Path) -> str | None:
     """The absolute ``hermes`` an upstream wrapper runs (``exec /abs/hermes -p …``), if it still exists."""
     import re
 
-    try:
-        with open(path, "rb") as fh:
-            text = _decode_head(fh.read(_UPSTREAM_READ_LIMIT)) or ""
-    except OSError:
-        return None
+    head = _head(path, _UPSTREAM_READ_LIMIT)
+    text = _decode_head(head) or "" if head is not None else ""
     found = re.search(r"exec\s+(/\S*hermes)\s+-p\s", text)
     if found and os.access(found.group(1), os.X_OK):
         return found.group(1)
@@ -443,17 +443,9 @@ def _same_file(a: Path, b: Path) -> bool:
 def _write_script(target: Path, text: str) -> Path:
     """Write ``text`` to ``target`` atomically, mode 0755."""
     folder = target.parent
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{target.name}.hermesd.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-        mode = stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    os.makedirs(folder, exist_ok=True)  # the operator's alias folder; what goes in it, through safeio
+    mode = stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
+    safeio.replace_bytes(safeio.at(folder, target.name), text.encode("utf-8"), mode, exact_mode=True)
     return target
 
 
@@ -552,11 +544,11 @@ def remove_wrapper(
             continue
         if profile is not None and info.profile != profile:
             continue
-        candidate.unlink()
+        safeio.unlink(safeio.at(candidate.parent, candidate.name), missing_ok=False)
         return candidate
     if include_upstream and root is not None and profile is not None:
         for info in upstream_style_wrappers(root, folder, e):
             if info.alias == alias and info.profile == profile:
-                info.path.unlink()
+                safeio.unlink(safeio.at(info.path.parent, info.path.name), missing_ok=False)
                 return info.path
     return None

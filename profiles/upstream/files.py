@@ -4,6 +4,12 @@ Every reader tolerates junk: a truncated, empty or hand-edited file yields ``Non
 empty mapping) and a reason, never an exception, because one profile's broken file must not
 stop anyone from looking at the others. Only ``/proc`` reads live here, never a signal: this
 package knows files, the supervisor owns processes.
+
+Every file here lives in a home the gateway (and its agent) can write, so each is read and written
+by :mod:`profiles.safeio`'s rule: resolved beneath the home without following a link, regular files
+only, temp files ``O_EXCL``. ``gateway.pid`` is a *claim*: :func:`live_gateway` only says that the
+PID it names is alive and looks like a gateway; ``supervisor.identity`` proves it is this
+profile's before anything acts on it.
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from profiles.safeio import read_regular_or_none
+from profiles.paths import PROFILES_DIRNAME
+from profiles.safeio import Beneath, beneath, home_file, read_regular_or_none, replace_bytes
+from profiles.upstream.process import DEFAULT_PROFILE, profile_in_argv, runs_gateway
 
 PID_FILE = "gateway.pid"
 LOCK_FILE = "gateway.lock"
@@ -71,9 +79,10 @@ def proc_start_time(pid: int) -> int | None:
         return None
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object from ``path``, or ``None`` when missing, not a regular file, oversized, or not an object."""
-    data = read_regular_or_none(path, _MAX_JSON_BYTES)
+def read_json(where: Beneath | Path) -> dict[str, Any] | None:
+    """A JSON object from ``where`` (a path: a file directly in a home), or ``None`` when missing, a
+    link, not a regular file, oversized, or not an object."""
+    data = read_regular_or_none(beneath(where), _MAX_JSON_BYTES)
     return None if data is None else _json_object(data)
 
 
@@ -93,8 +102,7 @@ def _as_pid(value: object) -> int | None:
 
 def read_pid_record(home: Path) -> PidRecord | None:
     """Parse ``gateway.pid``: one JSON object, or a bare integer (older writers)."""
-    path = home / PID_FILE
-    raw = read_regular_or_none(path, _MAX_JSON_BYTES)
+    raw = read_regular_or_none(home_file(home, PID_FILE), _MAX_JSON_BYTES)
     if raw is None:
         return None
     text = raw[:4096].decode("utf-8", "replace").strip()
@@ -118,12 +126,12 @@ def read_pid_record(home: Path) -> PidRecord | None:
 
 def read_gateway_state(home: Path) -> dict[str, Any]:
     """``gateway_state.json`` as a mapping; empty when missing or unreadable."""
-    return read_json(home / STATE_FILE) or {}
+    return read_json(home_file(home, STATE_FILE)) or {}
 
 
 def read_heartbeat(home: Path) -> dict[str, Any]:
     """``state/gateway.heartbeat`` as a mapping; empty when missing or unreadable."""
-    return read_json(home / HEARTBEAT_FILE) or {}
+    return read_json(home_file(home, HEARTBEAT_FILE)) or {}
 
 
 def heartbeat_age(beat: dict[str, Any], now: datetime | None = None) -> float | None:
@@ -140,25 +148,123 @@ def heartbeat_age(beat: dict[str, Any], now: datetime | None = None) -> float | 
     return max(0.0, ((now or datetime.now(UTC)) - when).total_seconds())
 
 
-def live_gateway(home: Path) -> PidRecord | None:
-    """The gateway recorded in ``gateway.pid`` if that exact process is still alive.
+def live_gateway(home: Path, *, search: bool = True) -> PidRecord | None:
+    """This home's running gateway: the one ``gateway.pid`` names if that is proven, else one found in
+    ``/proc`` that serves this home.
 
-    A recorded start time must match the live process's, so a recycled PID is never taken
-    for the gateway, and the live command line must mention ``gateway`` (a bare-integer file
-    from older writers has no start time, so this is then the only check).
+    ``gateway.pid`` is written by the profile (its gateway, or its agent): a recorded start time
+    must match the live process's, so a recycled PID is never taken for the gateway, and the process
+    must serve this home (:func:`serves_home`), so a file naming another profile's gateway or any
+    other process names nothing. A forged, stale or deleted file must not hide the real gateway
+    either (``profile delete --stop`` would delete the folder under it): without a proven record,
+    the processes running a gateway are asked (one pass over ``/proc``, only then; ``search=False``
+    skips it where only a PID to show is wanted). The supervisor adds what only it knows (cgroup
+    membership) in ``supervisor.identity`` before it acts on a PID.
     """
     rec = read_pid_record(home)
-    if rec is None:
-        return None
-    live = proc_start_time(rec.pid)
-    if live is None or (rec.start_time is not None and rec.start_time != live):
-        return None
+    if rec is not None:
+        live = proc_start_time(rec.pid)
+        if live is not None and rec.start_time in (None, live) and serves_home(rec.pid, home):
+            return rec
+    return _scan_for_gateway(home) if search else None
+
+
+def _scan_for_gateway(home: Path) -> PidRecord | None:
+    """The oldest live process that runs a gateway serving ``home`` (a forked child shares its argv)."""
+    best: PidRecord | None = None
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:  # a cheap byte test first: most processes are not gateways
+            fd = os.open(f"/proc/{pid}/cmdline", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                raw = os.read(fd, 65536)
+            finally:
+                os.close(fd)
+        except OSError:
+            continue
+        if b"gateway\0" not in raw:
+            continue
+        argv = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+        if not serves_home(pid, home, argv=argv):
+            continue
+        start = proc_start_time(pid)
+        if start is not None and (best is None or (best.start_time or 0) > start):
+            best = PidRecord(pid, start, tuple(argv))
+    return best
+
+
+def proc_argv(pid: int) -> list[str]:
+    """``/proc/<pid>/cmdline`` as a list (empty when the process is gone or unreadable)."""
     try:
-        cmdline = Path(f"/proc/{rec.pid}/cmdline").read_bytes()
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
-        return None
-    # Even a matching start time can be a hand-written or copied file naming some other process.
-    return rec if b"gateway" in cmdline else None
+        return []
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+
+
+def proc_env(pid: int) -> dict[str, str]:
+    """The process's initial environment (empty when it belongs to another user or is gone)."""
+    try:
+        return parse_environ(Path(f"/proc/{pid}/environ").read_bytes())
+    except OSError:
+        return {}
+
+
+def parse_environ(raw: bytes) -> dict[str, str]:
+    """``/proc/<pid>/environ`` bytes as a mapping (the first value of a repeated name wins, as getenv)."""
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env.setdefault(key.decode("utf-8", "replace"), value.decode("utf-8", "replace"))
+    return env
+
+
+def home_profile(home: Path) -> str:
+    """The profile a home belongs to: ``<root>/profiles/NAME`` is NAME, anything else the root's ``default``."""
+    return home.name if home.parent.name == PROFILES_DIRNAME else DEFAULT_PROFILE
+
+
+def serves_home(pid: int, home: Path, profile: str | None = None, argv: list[str] | None = None) -> bool:
+    """Whether live process ``pid`` runs the gateway of ``home`` by upstream's own rules.
+
+    Its command line must run a gateway (``gateway run``, ``gateway restart``) and, if it names a
+    profile (``-p NAME``), name this one; the home upstream derives from that command line and the
+    process's environment (``-p`` under the root ``HERMES_HOME`` gives, else ``HERMES_HOME``, else
+    the sticky profile) must be ``home``. A process whose environment cannot be read (another
+    user's) serves nothing here.
+    ``argv`` replaces the live command line (a confinement shim not yet exec'd: what it will run).
+    """
+    # Imported here: the probe imports this module for every check, and needs these only for a live PID.
+    from profiles.discovery import upstream_active_profile, upstream_root
+    from profiles.errors import ProfileError
+
+    profile = profile or home_profile(home)
+    args = argv if argv is not None else proc_argv(pid)
+    if not runs_gateway(args):
+        return False
+    env = proc_env(pid)
+    if not env:
+        return False
+    named = profile_in_argv(args[1:])
+    if named is not None and named != profile:
+        return False
+    try:
+        if named is not None:
+            base = upstream_root(env)
+            used = base if named == DEFAULT_PROFILE else base / PROFILES_DIRNAME / named
+        else:
+            used = upstream_active_profile(env).home
+    except (ProfileError, OSError, RuntimeError):
+        return False
+    if os.path.normpath(used) == os.path.normpath(home):
+        return True
+    try:
+        return os.path.realpath(used) == os.path.realpath(home)
+    except (OSError, ValueError):
+        return False
 
 
 def write_planned_stop_marker(home: Path, pid: int, start_time: int | None) -> None:
@@ -172,23 +278,14 @@ def write_planned_stop_marker(home: Path, pid: int, start_time: int | None) -> N
         "stopper_pid": os.getpid(),
         "written_at": datetime.now(UTC).isoformat(),
     }
-    write_json_atomic(home / PLANNED_STOP_MARKER, record, durable=False)  # lives seconds, 60 s TTL
+    # Lives seconds (60 s TTL): no fsync. The temp file is O_EXCL under a random name and the rename
+    # is between descriptors of the home: a link the profile planted is never written through.
+    write_json_atomic(home_file(home, PLANNED_STOP_MARKER), record, durable=False)
 
 
-def write_json_atomic(path: Path, obj: object, mode: int = 0o600, *, durable: bool = True) -> None:
-    """Write JSON so that readers see the old or the new file, never a torn one.
+def write_json_atomic(where: Beneath | Path, obj: object, mode: int = 0o600, *, durable: bool = True) -> None:
+    """Write JSON so that readers see the old or the new file, never a torn one (:func:`safeio.replace_bytes`).
 
     ``durable=False`` skips the fsync, for short-lived files that need not survive a power cut.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, sort_keys=True)
-            fh.flush()
-            if durable:
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    replace_bytes(beneath(where), json.dumps(obj, sort_keys=True).encode("utf-8"), mode, durable=durable)

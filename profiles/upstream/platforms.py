@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from profiles.safeio import home_file, lstat
 from profiles.upstream.bools import TRUTHY, coerce_bool
 from profiles.upstream.files import read_json
 
@@ -637,20 +638,20 @@ def _photon_stored(v: View) -> tuple[object, object]:
     env_id, env_sec = v.e("PHOTON_PROJECT_ID"), v.e("PHOTON_PROJECT_SECRET")
     if env_id and env_sec:
         return env_id, env_sec
-    path = v.home / "auth.json"
-    auth = read_json(path)
+    where = home_file(v.home, "auth.json")
+    auth = read_json(where)
     if auth is None:
-        if path.exists():
-            raise _Unreadable(str(path))  # upstream: json.load → {} only for empty values; a list raises
+        if lstat(where) is not None:
+            raise _Unreadable(where.text)  # upstream: json.load → {} only for empty values; a list raises
         auth = {}
     pool = auth.get("credential_pool", {})
     if not isinstance(pool, dict):
-        raise _Unreadable(str(path))
+        raise _Unreadable(where.text)
     proj = pool.get("photon_project") or []
     if isinstance(proj, list) and proj:
         entry = proj[0]
         if not isinstance(entry, dict):
-            raise _Unreadable(str(path))
+            raise _Unreadable(where.text)
         sid = entry.get("spectrum_project_id") or entry.get("project_id")
         return env_id or sid, env_sec or entry.get("project_secret")
     return env_id, env_sec

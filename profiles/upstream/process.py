@@ -35,6 +35,59 @@ def profile_args(profile: str) -> list[str]:
     return [] if profile == DEFAULT_PROFILE else ["-p", profile]
 
 
+# hermes_cli.main._apply_profile_override: the value flags it steps over while looking for -p.
+_VALUE_FLAGS = frozenset({"-z", "--oneshot", "-m", "--model", "--provider", "-t", "--toolsets", "-r", "--resume",
+                          "-s", "--skills", "--usage-file"})
+_OPTIONAL_VALUE_FLAGS = frozenset({"-c", "--continue"})
+
+
+def profile_in_argv(argv: list[str] | tuple[str, ...]) -> str | None:
+    """The profile a ``hermes`` command line names with ``-p``/``--profile`` (upstream's pre-parse), or None.
+
+    ``argv`` is the command after the program (``hermes`` or ``python -m hermes_cli.main``). A value
+    that is not a profile id (``-p no:xdist``) names nothing, as upstream decides.
+    """
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return None
+        if arg in ("--profile", "-p") and i + 1 < len(args):
+            name = args[i + 1]
+            return name if upstream_profile_id(name) else None
+        if arg.startswith("--profile="):
+            return arg.split("=", 1)[1]
+        takes_value = arg in _VALUE_FLAGS or (
+            arg in _OPTIONAL_VALUE_FLAGS and i + 1 < len(args) and not args[i + 1].startswith("-"))
+        i += 2 if takes_value and i + 1 < len(args) else 1
+    return None
+
+
+# hermes_cli.gateway.gateway_command: the verbs that run the gateway in the same process ("restart"
+# stops the running one, then calls run_gateway() itself; a bare "hermes gateway" is "run").
+GATEWAY_IN_PROCESS_VERBS = frozenset({"run", "restart"})
+
+
+def runs_gateway(argv: list[str] | tuple[str, ...]) -> bool:
+    """Whether a ``hermes`` command line runs a gateway in its own process (what ``gateway.pid`` records)."""
+    args = list(argv)
+    for i, arg in enumerate(args):
+        if arg == "gateway":
+            after = args[i + 1] if i + 1 < len(args) else None
+            return after is None or after.startswith("-") or after in GATEWAY_IN_PROCESS_VERBS
+    return False
+
+
+def upstream_profile_id(name: str) -> bool:
+    """Upstream's ``_PROFILE_ID_RE``: ``[a-z0-9][a-z0-9_-]{0,63}``."""
+    return 0 < len(name) <= 64 and name[0] in _ID_FIRST and all(c in _ID_REST for c in name)
+
+
+_ID_FIRST = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+_ID_REST = _ID_FIRST | {"_", "-"}
+
+
 def hermes_command(profile: str) -> str:
     """The command a person types for ``profile`` (``hermes`` or ``hermes -p NAME``), for messages."""
     return " ".join(["hermes", *profile_args(profile)])

@@ -106,4 +106,8 @@ def use_color(stream: Any) -> bool:
 
 
 def fail_line(message: str) -> None:
-    print(f"hermesd: error: {message}", file=sys.stderr)
+    """The error for the terminal; reasons from a profile's files or a gateway's state are shown escaped
+    (only the line breaks of a multi-line message stay)."""
+    from profiles.printable import printable_lines
+
+    print(f"hermesd: error: {printable_lines(message)}", file=sys.stderr)

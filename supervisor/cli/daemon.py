@@ -48,11 +48,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from supervisor.child import set_process_name
     from supervisor.daemon.loop import Daemon
     from supervisor.daemon.pidlock import AlreadyRunning
-    from supervisor.logs import RepeatFilter
+    from supervisor.logs import PrintableFilter, RepeatFilter
 
     set_process_name("hermesd")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s hermesd[%(process)d] %(levelname)s %(message)s"))
+    handler.addFilter(PrintableFilter())
     handler.addFilter(RepeatFilter())
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     logging.getLogger("watchfiles").setLevel(logging.WARNING)
@@ -83,6 +84,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         return _per_profile(args, "start")
     import subprocess
 
+    from profiles import safeio
     from supervisor.daemon.pidlock import AlreadyRunning, PidLock, owner_pid
 
     root = root_of(args)
@@ -95,8 +97,9 @@ def cmd_start(args: argparse.Namespace) -> int:
         return 0
     assert lock.fd is not None
     try:
-        with open(layout.daemon_log, "ab") as logf:
-            os.chmod(layout.daemon_log, 0o600)
+        logfd = safeio.open_beneath(layout.beneath(layout.daemon_log), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(logfd, "ab") as logf:
+            os.fchmod(logfd, 0o600)
             proc = subprocess.Popen(
                 [*_daemon_argv(str(root)), "--lock-fd", str(lock.fd)],
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True, cwd="/",
@@ -111,7 +114,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         if proc.poll() is not None:
             from supervisor.logs import tail_lines
 
-            tail = b"".join(tail_lines(layout.daemon_log, 5)).decode("utf-8", "replace").rstrip()
+            tail = b"".join(tail_lines(layout.beneath(layout.daemon_log), 5)).decode("utf-8", "replace").rstrip()
             raise Failure(f"hermesd exited with {proc.returncode} during start-up; last log lines:\n{tail}")
         up = client.ping(wait=1.0) if client.held() else None
         if up and up.get("ready"):
@@ -190,6 +193,8 @@ def _per_profile(args: argparse.Namespace, verb: str, **extra: Any) -> int:
     A profile that is held cannot get there by waiting: it is reported as held, with its reason,
     while the others are still waited for; a time printed is the time really waited.
     """
+    from profiles.printable import printable
+
     began = time.monotonic()
     doc = call(args, "status")["status"]
     names = check_names(args.profiles, [r["name"] for r in doc["profiles"]])
@@ -199,7 +204,7 @@ def _per_profile(args: argparse.Namespace, verb: str, **extra: Any) -> int:
         try:
             reply = call(args, verb, profile=name, **extra)
         except Failure as exc:
-            said = str(exc)  # the daemon's refusal may already name the profile
+            said = printable(exc)  # the daemon's refusal may already name the profile
             print(said if said.startswith(f"{name}: ") else f"{name}: {said}", file=sys.stderr)
             failed.append(name)
             continue
@@ -216,7 +221,7 @@ def _per_profile(args: argparse.Namespace, verb: str, **extra: Any) -> int:
     for name in waiting:
         ok, row = reached[name]
         state = row.get("state", "?") if row else "?"
-        reason = f": {row['reason']}" if row and row.get("reason") and not ok else ""
+        reason = f": {printable(row['reason'])}" if row and row.get("reason") and not ok else ""
         if ok:
             print(f"{name}: {state}")
         elif state == "held":
@@ -329,6 +334,7 @@ def _watch_status(args: argparse.Namespace) -> int:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     from profiles.discovery import profiles_to_serve
+    from profiles.printable import printable_lines
     from supervisor import logs
 
     layout = layout_of(args)
@@ -344,14 +350,18 @@ def cmd_logs(args: argparse.Namespace) -> int:
         path = layout.daemon_log
         if not path.exists() and not args.follow:
             raise Failure(f"no daemon log yet at {path}")
+    # A gateway's output is its own words, printed as written when piped (grep, a file). On a terminal
+    # every control character but line breaks and tabs is shown escaped: a gateway (or the agent in it)
+    # must not be able to erase lines, retitle the window or write the clipboard of whoever reads it.
+    show = printable_lines if sys.stdout.isatty() else (lambda text: text)
     try:
-        sys.stdout.write(b"".join(logs.tail_lines(path, args.lines)).decode("utf-8", "replace"))
+        sys.stdout.write(show(b"".join(logs.tail_lines(layout.beneath(path), args.lines)).decode("utf-8", "replace")))
     except PermissionError as exc:
         raise Failure(f"cannot read {path}: {exc.strerror} (run as the user hermesd runs as)") from None
     sys.stdout.flush()
     if args.follow:
         try:
-            logs.follow(path)
+            logs.follow(layout.beneath(path), show=show)
         except KeyboardInterrupt:
             return 0
     return 0

@@ -72,12 +72,12 @@ def _describe(found: list[Any]) -> list[str]:
 @contextlib.contextmanager
 def _install_lock(root: Path) -> Iterator[None]:
     """Hold ``<root>/.hermesd/install-deps.lock``; say so when another install holds it, then wait."""
+    from profiles import safeio
     from supervisor.layout import Layout
 
     layout = Layout(root)
     layout.ensure()
-    path = layout.dir / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    fd = safeio.open_beneath(layout.beneath(layout.dir / LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -167,7 +167,7 @@ def prepare(root: Path, raw_name: str, base_env: Mapping[str, str]) -> Prepared:
         other_homes=tuple(h for n, h in homes.items() if n != name),
         install_paths=install_paths, lock_dir=install.credential_lock_dir(env),
         user_home=Path(env["HOME"]) if env.get("HOME") else None, user_ids=user,
-        kanban_layout=kanban.layout(root),
+        kanban_layout=kanban.layout(root), linked=install.linked_channels(root),
     ))
     if not plan.runnable:
         raise Failure(f"profile {name}: isolation: {plan.reason}", EXIT_CANNOT_CONFINE)

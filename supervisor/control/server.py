@@ -57,13 +57,14 @@ class ControlServer:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()  # the caller holds the root lock, so a socket file here is stale
-        old = os.umask(0o177)
+        # The mode comes from the umask at bind(): no chmod by path afterwards, which would follow a
+        # link put in the socket's place in between.
+        old = os.umask(0o777 & ~self.mode)
         try:
             self._server = await asyncio.start_unix_server(self._serve, path=str(self.path),
                                                            limit=self.max_request + 1)
         finally:
             os.umask(old)
-        os.chmod(self.path, self.mode)
 
     def close(self) -> None:
         if self._server is not None:

@@ -77,7 +77,7 @@ def adopt_existing(d: Daemon) -> None:
     again, a gateway that ended while nobody watched is accounted for like any exit, and
     leftovers of dead gateways are killed.
     """
-    saved = state_mod.load(d.layout.state, d.boot)
+    saved = state_mod.load(d.layout.beneath(d.layout.state), d.boot)
     d.state_problem = saved.problem
     if saved.problem:
         log.error("%s", saved.problem)
@@ -158,7 +158,7 @@ def save_state(d: Daemon) -> None:
     if d.ready and d.notifier.enabled:
         d.notifier.status(summary(d))  # repeats are dropped by the notifier
     try:
-        state_mod.save(d.layout.state, d.boot, os.getpid(), state_mod.records(d.planner), d.wall(),
+        state_mod.save(d.layout.beneath(d.layout.state), d.boot, os.getpid(), state_mod.records(d.planner), d.wall(),
                        dist_info=getattr(d.domains.facts, "dist_info", None))
     except OSError as exc:
         problem = f"cannot write {d.layout.state}: {exc.strerror or exc} (operator stops and restart counts " \

@@ -114,6 +114,7 @@ class Domains:
             install_paths=self.install_paths, lock_dir=install.credential_lock_dir(env),
             user_home=Path(env["HOME"]) if env.get("HOME") else None, user_ids=user,
             kanban_layout=kanban.layout(self.root), grants=grants, placeholders=placeholders,
+            linked=install.linked_channels(self.root),
         ))
         self.plans[name] = plan
         if not plan.runnable:

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from profiles.safeio import Beneath
 from profiles.snapshot import ProfileFacts, read_profile
 from profiles.upstream import files as gf
 from supervisor import child, childspec, identity, logs
@@ -312,7 +313,7 @@ class Daemon:
 
     def _spawn(self, name: str) -> None:
         p = self.planner.profiles[name]
-        foreign = gf.live_gateway(p.home)
+        foreign = identity.gateway_of(p.home, name)
         if foreign is not None and foreign.pid not in self.children and all(i.pid != foreign.pid for i in self.adopted):
             self.execute(self.planner.foreign(name, foreign.pid))
             return
@@ -323,7 +324,7 @@ class Daemon:
         argv = childspec.child_argv(self.command, name, self.contract)
         env = childspec.child_env(self.env, root=self.root, profile=name, home=p.home,
                                   extra={**self.config.child_environment(name), **self.board.env_for(name)})
-        logfile = self.layout.child_log(name)
+        logfile: Beneath | Path = self.layout.beneath(self.layout.child_log(name))
         free = logs.free_bytes(self.layout.logs)
         if free is not None and free < LOG_SPACE_MIN:
             # A gateway dies at its first write to a full log; discarding its output keeps it up.
@@ -432,7 +433,8 @@ class Daemon:
         cause = self.domains.exit_cause(name, ident)
         unconfined = None
         if code == _EXIT_CANNOT_CONFINE and not ours and p is not None:
-            unconfined = _last_line(self.layout.child_log(name)) or "the confinement could not be applied"
+            unconfined = (_last_line(self.layout.beneath(self.layout.child_log(name)))
+                          or "the confinement could not be applied")
         self.domains.forget(name, ident)
         actions = self.planner.child_exited(
             name, ident, code, sig, state, bool(gstate.get("restart_requested")) if ours else False,
@@ -440,7 +442,8 @@ class Daemon:
             ("the tree hit tasks_max" if cause is ExitKind.TASKS_LIMIT else ""), unconfined=unconfined)
         if p is not None:
             kind = (p.last_exit or {}).get("kind") or "?"
-            logs.note(self.layout.child_log(name), f"hermesd: PID {ident.pid} {_describe(code, sig)} ({kind})")
+            logs.note(self.layout.beneath(self.layout.child_log(name)),
+                      f"hermesd: PID {ident.pid} {_describe(code, sig)} ({kind})")
         self.execute(actions)
 
     def handle_timer(self, name: str, which: str) -> None:
@@ -481,7 +484,7 @@ class Daemon:
             return
         if p.child is None:
             if not p.spawning:
-                rec = gf.live_gateway(p.home)
+                rec = identity.gateway_of(p.home, name)
                 if rec is not None and rec.pid not in self.children:
                     self.execute(self.planner.foreign(name, rec.pid))
             return
@@ -561,7 +564,7 @@ class Daemon:
 _EXIT_CANNOT_CONFINE = 125  # supervisor.isolation.enter: the plan could not be applied
 
 
-def _last_line(path: Path) -> str | None:
+def _last_line(path: Beneath) -> str | None:
     """The confinement shim's one line of explanation, from the end of the child's log."""
     lines = [ln for ln in logs.tail_lines(path, 5) if ln.startswith(b"hermesd: isolation")]
     return lines[-1].decode("utf-8", "replace").strip()[:300] if lines else None

@@ -18,6 +18,7 @@ import fcntl
 import os
 from pathlib import Path
 
+from profiles import safeio
 from supervisor.layout import Layout
 
 
@@ -35,7 +36,7 @@ class PidLock:
     def acquire(self) -> None:
         """Take the lock (non-blocking) and write our PID; raise :class:`AlreadyRunning` naming the holder."""
         self.layout.ensure()
-        fd = os.open(self.layout.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        fd = safeio.open_beneath(self.layout.beneath(self.layout.lock), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -48,8 +49,8 @@ class PidLock:
 
     def adopt_fd(self, fd: int) -> None:
         """Keep a lock a parent (``hermesd start``) took for us; refuse a descriptor of another file."""
-        st, want = os.fstat(fd), os.stat(self.layout.lock, follow_symlinks=False)
-        if (st.st_dev, st.st_ino) != (want.st_dev, want.st_ino):
+        st, want = os.fstat(fd), safeio.lstat(self.layout.beneath(self.layout.lock))
+        if want is None or (st.st_dev, st.st_ino) != (want.st_dev, want.st_ino):
             raise AlreadyRunning(f"descriptor {fd} is not {self.layout.lock}")
         os.set_inheritable(fd, False)
         self.fd = fd
@@ -60,18 +61,12 @@ class PidLock:
         pid = f"{os.getpid()}\n".encode()
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, pid, 0)
-        tmp = self.layout.pidfile.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, pid)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.layout.pidfile)
+        safeio.replace_bytes(self.layout.beneath(self.layout.pidfile), pid, 0o600, durable=False)
 
     def release(self) -> None:
         with contextlib.suppress(OSError):
             if read_pid(self.layout.pidfile) == os.getpid():
-                self.layout.pidfile.unlink()
+                safeio.unlink(self.layout.beneath(self.layout.pidfile))
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
@@ -84,7 +79,9 @@ def holder(layout: Layout) -> int | None:
     instant fail to acquire it.
     """
     try:
-        st = os.stat(layout.lock, follow_symlinks=False)
+        st = safeio.lstat(layout.beneath(layout.lock))
+        if st is None:
+            return None
         table = Path("/proc/locks").read_text()
     except OSError:
         return None
@@ -111,8 +108,6 @@ def owner_pid(layout: Layout) -> int | None:
 
 
 def read_pid(path: Path) -> int | None:
-    from profiles.safeio import read_regular_or_none
-
-    raw = read_regular_or_none(path, 64)
+    raw = safeio.read_regular_or_none(path, 64)
     text = raw.decode("ascii", "replace").strip() if raw else ""
     return int(text) if text.isdigit() else None

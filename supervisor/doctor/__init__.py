@@ -61,6 +61,7 @@ def _checks() -> list[Callable[[Scan], None]]:
         gateway.check_gateway_interpreter, scan.discover, settings.check_config_profiles, gateway.check_stale_code,
         scan.load_salt, scan.read_profiles, verdicts.check_verdicts, routes.check_multiplex_and_routes,
         settings.check_lock_environment, settings.check_env_permissions, runtime.check_runtime_files,
+        runtime.check_links,
         runtime.check_services, runtime.check_wrappers, domains.check_kanban, domains.check_isolation,
         domains.check_limits,
     ]
@@ -101,13 +102,15 @@ def diagnose(
 
 def render(findings: Sequence[Finding]) -> str:
     """Findings for people: one block per finding, errors first, then a one-line summary."""
+    from profiles.printable import printable
+
     if not findings:
         return "no problems found"
     lines: list[str] = []
-    for f in findings:
-        where = f"[{f.profile}] " if f.profile is not None else ""
-        lines.append(f"{f.severity.upper():7} {where}{f.code}: {f.message}")
-        lines.append(f"        fix: {f.fix}")
+    for f in findings:  # messages quote folder names, file lines and gateway reasons: shown escaped
+        where = f"[{printable(f.profile)}] " if f.profile is not None else ""
+        lines.append(f"{f.severity.upper():7} {where}{f.code}: {printable(f.message)}")
+        lines.append(f"        fix: {printable(f.fix)}")
     lines.append(_summary_line(findings))
     return "\n".join(lines)
 

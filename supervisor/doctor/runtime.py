@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -39,13 +40,27 @@ def default_service_dirs(env: Mapping[str, str]) -> list[Path]:
 
 
 def check_runtime_files(scan: Scan) -> None:
+    from profiles import safeio
     from profiles.upstream import files as gf
+    from supervisor.identity import gateway_of
 
     for prof in scan.profiles:
         pid_path = prof.home / gf.PID_FILE
-        if pid_path.exists():
-            live = gf.live_gateway(prof.home)
-            if live is None:
+        if safeio.lstat(safeio.home_file(prof.home, gf.PID_FILE)) is not None:
+            rec = gf.read_pid_record(prof.home)
+            live = gateway_of(prof.home, prof.name)
+            claimed = rec is not None and gf.proc_start_time(rec.pid) is not None and (
+                rec.start_time in (None, gf.proc_start_time(rec.pid)))
+            if rec is not None and claimed and live is None:
+                scan.add(
+                    WARNING, "pid_file_not_this_profile", prof.name,
+                    f"{pid_path} names PID {rec.pid}, a live process that is not this profile's gateway "
+                    "(another profile's gateway, or another program): hermesd never signals or holds for it. "
+                    "A gateway writes its own PID there; a different one was put there by hand or by the "
+                    "profile's agent",
+                    f"make sure no gateway runs for {prof.name!r}, then remove {pid_path}",
+                )
+            elif live is None:
                 why = _stale_reason(gf.read_pid_record(prof.home))
                 scan.add(
                     WARNING, "stale_pid_file", prof.name,
@@ -74,6 +89,47 @@ def check_runtime_files(scan: Scan) -> None:
                     "itself is gone (harmless); only the file's text is stale",
                     "nothing is required; the next gateway rewrites it",
                 )
+
+# Files a profile's gateway and hermesd read from its home; hermesd follows no link there.
+LINK_CHECKED = (".env", "config.yaml", "profile.yaml", "auth.json", "gateway.json", "gateway.pid",
+                "gateway_state.json", "state", "state/gateway.heartbeat")
+
+
+def check_links(scan: Scan) -> None:
+    """A link where hermesd reads a profile's file, or in place of a shared channel, is named here.
+
+    hermesd never follows such a link (another profile's ``.env`` would otherwise be read, or
+    overwritten, as root): the file is then a problem of this profile (held), or the channel is
+    closed, and this says which link to replace.
+    """
+    from profiles import safeio
+    from supervisor.isolation import install
+
+    for prof in scan.profiles:
+        for name in LINK_CHECKED:
+            where = safeio.home_file(prof.home, name)
+            st = safeio.lstat(where)
+            if st is None or not stat.S_ISLNK(st.st_mode):
+                continue
+            scan.add(
+                WARNING, "linked_profile_file", prof.name,
+                f"{where.path} is a symbolic link; hermesd does not follow links in a profile's folder (it runs "
+                "as root, and the profile's agent could point one at another profile's secrets), so it "
+                + ("holds the profile until the link is gone" if name in (".env", "config.yaml")
+                   else "treats the file as absent"),
+                f"replace the link by the file itself: cp --remove-destination \"$(readlink -f {where.path})\" "
+                f"{where.path}",
+            )
+    for path in install.linked_channels(scan.root):
+        scan.add(
+            ERROR, "linked_channel", None,
+            f"{path} is a symbolic link (or lies under one): hermesd never puts it back for a confined profile, "
+            "so that shared channel is closed for every named profile. A profile that owns the root folder "
+            "(the default profile) could otherwise hand every profile another profile's home or hermesd's "
+            "folder",
+            f"remove the link and recreate {path.name} as a real folder (mkdir {path})",
+        )
+
 
 def _ours(scan: Scan, pid: int) -> bool:
     """Whether ``pid`` was started by hermesd for this root (its children carry HERMESD_ROOT).

@@ -132,8 +132,11 @@ def _command_as_written(path: Path) -> list[str] | bool | None:
 
     import yaml
 
+    from profiles.fileio import MAX_PROFILE_FILE
+    from profiles.safeio import read_operator_file
+
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(read_operator_file(path, MAX_PROFILE_FILE).decode("utf-8"))
     except (OSError, ValueError, yaml.YAMLError):  # ValueError: UnicodeDecodeError, impossible dates
         return False
     command = data.get("command") if isinstance(data, dict) else None

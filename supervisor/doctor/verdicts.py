@@ -8,12 +8,12 @@ from supervisor.plan.verdict import WARNING, HoldKind
 
 def check_verdicts(scan: Scan) -> None:
     """Report exactly what the daemon would hold, and why, from :func:`supervisor.plan.verdict.judge`."""
-    from profiles.upstream.files import live_gateway
+    from supervisor.identity import gateway_of
     from supervisor.plan.conflicts import all_conflicts
     from supervisor.plan.verdict import Candidate, judge
 
     assert scan.config is not None
-    running = {p.name for p in scan.profiles if live_gateway(p.home) is not None}
+    running = {p.name for p in scan.profiles if gateway_of(p.home, p.name) is not None}
     # A running gateway is taken to use what its files claim (doctor cannot see what it started with).
     candidates = [
         Candidate(p.facts, p.name, active=p.name in running, wants=scan.config.for_profile(p.name).enabled,

@@ -23,6 +23,7 @@ Every failure raises :class:`ConfineError` with one line naming the step and pat
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -34,6 +35,13 @@ try:  # imported as supervisor.isolation.confine, or as a sibling by the -S shim
     from supervisor.isolation import kernel as k
 except ImportError:  # pragma: no cover - exercised by the shim's script mode
     import kernel as k  # type: ignore[no-redef]
+try:
+    from profiles import beneath
+except ImportError:  # pragma: no cover - the -S shim: `profiles` sits next to `supervisor` in the install
+    import sys
+
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    from profiles import beneath
 
 __all__ = ["ConfineError", "apply"]
 
@@ -58,11 +66,16 @@ def _depth(p: str) -> int:
 
 # --- 1. ensure ---------------------------------------------------------------------------------
 def _ensure(plan: dict[str, Any]) -> None:
+    root = plan.get("root", "/")
     for d in plan.get("ensure_dirs", ()):
-        try:  # noqa: SIM105 - contextlib costs the shim an import
-            os.makedirs(d, mode=0o700 if os.path.basename(d) == ".hermesd" else 0o755, exist_ok=True)
+        mode = 0o700 if os.path.basename(d) == ".hermesd" else 0o755
+        try:
+            if _under(d, root) and d != root:  # never through a link the default profile planted there
+                beneath.makedirs_under(root, d[len(root):].lstrip("/"), mode)
+            else:
+                os.makedirs(d, mode=mode, exist_ok=True)
         except OSError:
-            pass  # a read-only root: the step that needs it says so
+            pass  # a read-only root, or a link: the step that needs it says so
     for f in plan.get("ensure_files", ()):
         try:
             fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -78,6 +91,11 @@ def _ensure(plan: dict[str, Any]) -> None:
             os.symlink(target, path)
         except FileExistsError:
             pass
+
+
+def _warn(plan: dict[str, Any], message: str) -> None:
+    """One line on stderr (the child's log) for a channel left out; the start goes on."""
+    os.write(2, f"hermesd: isolation (profile {plan.get('profile', '?')}): {message}\n".encode("utf-8", "replace"))
 
 
 # --- 2. the mount namespace --------------------------------------------------------------------
@@ -136,8 +154,14 @@ class _Source:
         self.path, self.access, self.fd, self.is_dir, self.parents = path, access, fd, is_dir, parents
 
 
-def _open_source(path: str, area: str) -> tuple[int, bool, list[tuple[str, os.stat_result]]]:
-    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+def _open_source(path: str, area: str, root: str) -> tuple[int, bool, list[tuple[str, os.stat_result]]]:
+    """Open a path to put back. Below the root (where profiles write) no link is followed: a
+    ``shared/`` or ``kanban/`` replaced by a link to another home or to ``.hermesd`` is ``ELOOP``,
+    never a mount of what it points at."""
+    if _under(path, root) and path != root:
+        fd = beneath.open_under(root, path[len(root):].lstrip("/"), os.O_PATH)
+    else:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
     parents = []
     cur = os.path.dirname(path)
@@ -249,12 +273,18 @@ def _build_namespace(plan: dict[str, Any]) -> None:
                 loose_ro.append(e["path"])
             continue
         try:
-            fd, is_dir, parents = _open_source(e["path"], area)
+            fd, is_dir, parents = _open_source(e["path"], area, plan.get("root", "/"))
         except FileNotFoundError:
             if e.get("optional"):
                 continue
             raise ConfineError(f"cannot put back {e['path']}: it does not exist") from None
         except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EXDEV) and e["path"] != plan.get("home"):
+                _warn(plan, f"{e['path']} is or lies under a symbolic link: not put back (hermesd never mounts"
+                            " through a link a profile can plant; remove the link)")
+                continue
+            if exc.errno in (errno.ELOOP, errno.EXDEV):
+                raise ConfineError(f"cannot put back {e['path']}: it is or lies under a symbolic link") from None
             raise ConfineError(f"cannot open {e['path']}: {exc.strerror}") from None
         per_area[area].append(_Source(e["path"], e["access"], fd, is_dir, parents))
     stats = {}
@@ -321,24 +351,34 @@ def _landlock(plan: dict[str, Any]) -> None:
         scopes |= k.SCOPE_ABSTRACT_UNIX_SOCKET
     rw = handled & ~(k.FS_MAKE_CHAR | k.FS_MAKE_BLOCK)
     ro = handled & (k.FS_EXECUTE | k.FS_READ_FILE | k.FS_READ_DIR | k.FS_IOCTL_DEV)
-    grants: list[tuple[str, int]] = []
+    grants: list[tuple[str, int, str | None]] = []  # (path, rights, open beneath this folder)
     if plan.get("landlock_fs") == "everything":
-        grants.append(("/", rw))
+        grants.append(("/", rw, None))
     else:
         real = os.path.realpath
         holes = [real(p) for p in (*plan.get("hide", ()), *plan.get("read_only", ())) if os.path.lexists(p)]
         free: list[str] = []
         _carve("/", holes, free)
-        grants.extend((p, rw) for p in free)
-        grants.extend((real(e["path"]), rw if e["access"] == "rw" else ro) for e in plan.get("expose", ())
-                      if os.path.exists(e["path"]))
-        grants.extend((real(p), ro) for p in plan.get("read_only", ()) if os.path.exists(p))
+        grants.extend((p, rw, None) for p in free)
+        root = plan.get("root", "/")
+        for e in plan.get("expose", ()):
+            rights_e = rw if e["access"] == "rw" else ro
+            if _under(e["path"], root) and e["path"] != root:
+                grants.append((e["path"], rights_e, root))  # opened beneath the root: no link followed
+            elif os.path.exists(e["path"]):
+                grants.append((real(e["path"]), rights_e, None))
+        grants.extend((real(p), ro, None) for p in plan.get("read_only", ()) if os.path.exists(p))
     ruleset = k.landlock_create_ruleset(abi, handled, scopes)
     try:
-        for path, rights in grants:
+        for path, rights, under in grants:
             try:
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            except OSError:
+                if under is not None:
+                    fd = beneath.open_under(under, path[len(under):].lstrip("/"), os.O_PATH)
+                else:
+                    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.EXDEV):
+                    _warn(plan, f"{path} is or lies under a symbolic link: no access granted through it")
                 continue  # vanished since it was listed
             try:
                 if not stat.S_ISDIR(os.fstat(fd).st_mode):

@@ -10,11 +10,14 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from supervisor.isolation.plan import UserIds
+from profiles import safeio
+from supervisor.isolation import kanban
+from supervisor.isolation.plan import ROOT_AUTH, SHARED_DIR, UserIds
 
 __all__ = ["credential_lock_dir", "discover_install_paths", "resolve_user"]
 
@@ -121,3 +124,15 @@ def resolve_user(name: str) -> UserIds:
     entry = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
     groups = tuple(sorted(set(os.getgrouplist(entry.pw_name, entry.pw_gid))))
     return UserIds(entry.pw_name, entry.pw_uid, entry.pw_gid, groups)
+
+
+def linked_channels(root: Path) -> tuple[Path, ...]:
+    """The root's shared channels that are (or lie under) a symbolic link: never put back for anyone.
+
+    The default profile owns the root folder and could replace ``shared/`` or ``kanban/`` by a link
+    to another profile's home or to ``.hermesd``; the plan then closes that channel (and says so in
+    status), and the shim refuses the link on its own as well.
+    """
+    names = (kanban.KANBAN_DIR, SHARED_DIR, ROOT_AUTH)  # each directly in the root: its own lstat says
+    return tuple(root / n for n in names
+                 if (st := safeio.lstat(safeio.at(root, n))) is not None and stat.S_ISLNK(st.st_mode))

@@ -44,6 +44,8 @@ import os
 import stat
 from pathlib import Path
 
+from profiles import safeio
+
 __all__ = ["BOARD_DIR", "KANBAN_DIR", "LINKS", "KanbanBusyError", "layout", "migrate", "open_by"]
 
 KANBAN_DIR = "kanban"
@@ -77,11 +79,16 @@ def layout(root: Path) -> str:
 
 
 def ensure_links(root: Path) -> None:
-    """Create the board folder and any missing link (idempotent; never replaces a real file)."""
-    (root / BOARD_DIR).mkdir(parents=True, exist_ok=True)
+    """Create the board folder and any missing link (idempotent; never replaces a real file).
+
+    The root is where every profile's agent may write (the default profile owns it): the folder is
+    made beneath the root without following a link, so a ``kanban`` replaced by a link elsewhere is
+    refused, never written through.
+    """
+    safeio.makedirs(safeio.at(root, BOARD_DIR))
     for name in LINKS:
         with contextlib.suppress(FileExistsError):
-            os.symlink(link_target(name), root / name)
+            safeio.symlink(safeio.at(root, name), link_target(name))
 
 
 def open_by(paths: list[Path]) -> list[int]:
@@ -141,22 +148,20 @@ def migrate(root: Path) -> str:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         conn.close()
-    board = root / BOARD_DIR
-    board.mkdir(parents=True, exist_ok=True)
+    board = safeio.at(root, BOARD_DIR)
+    safeio.makedirs(board)
     target = board / "kanban.db"
-    if target.exists():
+    if safeio.lstat(target) is not None:
         raise KanbanBusyError(f"{target} already exists beside a legacy {db}: move one of them by hand")
-    os.rename(db, target)
+    safeio.move(safeio.at(root, "kanban.db"), target)
     for suffix in _SIDECARS:  # left empty or absent by the checkpoint; keep them with the db
-        side = root / f"kanban.db{suffix}"
         with contextlib.suppress(FileNotFoundError):
-            os.rename(side, board / f"kanban.db{suffix}")
+            safeio.move(safeio.at(root, f"kanban.db{suffix}"), board / f"kanban.db{suffix}")
     for name in LINKS[1:]:  # lock files and the sentinel carry no data: drop the root copies
-        p = root / name
-        with contextlib.suppress(FileNotFoundError):
-            if not p.is_symlink():
-                if name == ".scratch_tip_shown":
-                    (board / name).touch()
-                p.unlink()
+        st = safeio.lstat(safeio.at(root, name))
+        if st is not None and not stat.S_ISLNK(st.st_mode):
+            if name == ".scratch_tip_shown":
+                os.close(safeio.open_beneath(board / name, os.O_WRONLY | os.O_CREAT, 0o644))
+            safeio.unlink(safeio.at(root, name))
     ensure_links(root)
     return layout(root)

@@ -85,6 +85,9 @@ class PlanInputs:
     # Other profiles' homes to show as *empty* read-only folders: for the kanban dispatcher, whose
     # upstream code skips tasks whose assignee's folder does not exist (profile_exists()).
     placeholders: tuple[Path, ...] = ()
+    # Paths under the root that are, or lie under, a symbolic link (the daemon checks before each
+    # spawn): never put back. The shim refuses links on its own too; this is what status explains.
+    linked: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,6 +348,16 @@ def make_plan(inp: PlanInputs) -> Plan:
         gaps.append(f"credential-lock folder {lock_dir} shared (upstream needs it): a profile can delete or fake"
                     " another profile's platform locks (a retrying platform, not a leaked token)")
 
+    linked = {_norm(x) for x in inp.linked}
+
+    def refused(path: str, channel: str) -> bool:
+        if path not in linked:
+            return False
+        channels[channel] = f"closed: {path} is a symbolic link"
+        gaps.append(f"!{path} is a symbolic link: not put back, so the {channel} channel is closed for this"
+                    " profile (hermesd never mounts through a link a profile can plant; remove the link)")
+        return True
+
     installs = [_norm(x) for x in inp.install_paths]
     others = [_norm(x) for x in inp.other_homes if _norm(x) != home]
 
@@ -353,13 +366,13 @@ def make_plan(inp: PlanInputs) -> Plan:
         hide.append(root)
         hide.extend(o for o in others if not _under(o, root))
         expose.append(Access(home, "rw", why="the profile's own home"))
-        if s.kanban and board_usable:
+        if s.kanban and board_usable and not refused(f"{root}/{kanban.KANBAN_DIR}", "kanban"):
             expose.append(Access(f"{root}/{kanban.KANBAN_DIR}", "rw", why="kanban board"))
             links.extend((f"{root}/{n}", kanban.link_target(n)) for n in kanban.LINKS)
-        if s.shared_auth:
+        if s.shared_auth and not refused(f"{root}/{SHARED_DIR}", "shared_auth"):
             ensure_dirs.append(f"{root}/{SHARED_DIR}")
             expose.append(Access(f"{root}/{SHARED_DIR}", "rw", why="shared Nous auth"))
-        if s.root_auth:
+        if s.root_auth and not refused(f"{root}/{ROOT_AUTH}", "root_auth"):
             expose.append(Access(f"{root}/{ROOT_AUTH}", "ro", optional=True, why="root auth.json fallback"))
             gaps.append(f"the root's {ROOT_AUTH} is readable (root_auth: true): the default profile's provider"
                         " credentials")

@@ -97,6 +97,7 @@ def _cmd_events(args: argparse.Namespace) -> int:
 
 
 def _events(args: argparse.Namespace) -> int:
+    from profiles.printable import printable_tree
     from supervisor.observe.events import render_line
     from supervisor.observe.journal import default_folder
     from supervisor.observe.reader import ReadStats, follow, iter_events, parse_since
@@ -119,8 +120,8 @@ def _events(args: argparse.Namespace) -> int:
 
     def line(ev: dict[str, Any]) -> str:
         if args.json:
-            return json.dumps(ev, separators=(",", ":"))
-        text = render_line(ev, width=width)
+            return json.dumps(ev, separators=(",", ":"))  # ASCII: every control character escaped
+        text = render_line(printable_tree(ev), width=width)
         code = _COLORS.get(ev["type"])
         if ev["type"] == "exited" and ev.get("kind") not in ("planned", "restart_requested"):
             code = "31"
@@ -151,7 +152,7 @@ def _events(args: argparse.Namespace) -> int:
         print(f"hermesd events: skipped {stats.skipped} damaged line(s) in {folder} "
               "(a crash of hermesd mid-write leaves at most one)", file=sys.stderr)
     for problem in stats.refused:
-        print(f"hermesd events: not read: {problem}", file=sys.stderr)
+        print(f"hermesd events: not read: {printable_tree(problem)}", file=sys.stderr)
     if n == 0 and not args.json and not folder.exists():
         print(f"no events recorded yet ({folder} does not exist)", file=sys.stderr)
     return 0

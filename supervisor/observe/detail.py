@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from profiles.printable import printable_tree
 from supervisor.observe.events import FAILURE_KINDS, clock, describe_exit, duration
 
 # Exit counts per cell -> bar height. Doubling steps: a loop at the 300 s backoff cap makes 6 a
@@ -227,7 +228,8 @@ def render_detail(
     from supervisor.observe.reader import ReadStats, iter_events
 
     stats = ReadStats()
-    events = list(iter_events(folder or default_folder(root), profiles={profile}, daemon_wide=True, stats=stats))
+    events = [printable_tree(ev) for ev in
+              iter_events(folder or default_folder(root), profiles={profile}, daemon_wide=True, stats=stats)]
     text = render_from_events(events, profile, now=now, last_exits=last_exits, hours=hours, cells=cells,
                               color=color, unicode=unicode)
     if stats.skipped:

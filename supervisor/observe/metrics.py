@@ -36,6 +36,7 @@ import logging
 import os
 import stat
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -380,14 +381,26 @@ MAX_REQUEST_HEAD = 8192
 MAX_HEADER_LINES = 64
 
 
+@dataclass(eq=False, slots=True)
+class _Conn:
+    """One open connection: whether it is still waiting for its request head, and since when."""
+
+    writer: asyncio.StreamWriter
+    since: float
+    reading: bool = True
+
+
 @dataclass(slots=True)
 class MetricsServer:
     """``GET /metrics`` over HTTP/1.x on the loop: one request per connection, bounded in every way.
 
     A request must arrive whole within ``timeout`` seconds and within 8 KiB of head; anything that
-    is not ``GET``/``HEAD`` of a path gets 400/405/404; at most ``max_clients`` connections are served at
-    once (the rest get 503 without being read). The body is rendered on the loop (a few ms at
-    N = 20) by the ``render`` callable.
+    is not ``GET``/``HEAD`` of a path gets 400/405/404. At most ``max_clients`` connections are open
+    at once, and idle ones cannot hold the slots: when all are taken, a new connection closes the
+    one that has waited longest without sending its request (a listener on loopback is reachable
+    from inside every profile, and eight idle sockets must not make every scrape fail). Only when
+    every slot is busy answering does a new one get 503. The body is rendered on the loop (a few ms
+    at N = 20) by the ``render`` callable.
     """
 
     settings: MetricsSettings
@@ -395,8 +408,9 @@ class MetricsServer:
     timeout: float = 5.0
     max_clients: int = 8
     requests: dict[int, int] = field(default_factory=dict)  # status code -> count
+    evicted: int = 0  # idle connections closed to make room
     _server: asyncio.AbstractServer | None = None
-    _clients: int = 0
+    _conns: list[_Conn] = field(default_factory=list)
 
     @property
     def address(self) -> str:
@@ -433,15 +447,29 @@ class MetricsServer:
             with contextlib.suppress(OSError):
                 _clear_stale_socket(Path(self.settings.unix_path))
 
+    def _admit(self, conn: _Conn) -> bool:
+        """Room for ``conn``: a free slot, or the slot of the oldest connection still idle."""
+        if len(self._conns) >= self.max_clients:
+            idle = [c for c in self._conns if c.reading]
+            if not idle:
+                return False
+            victim = min(idle, key=lambda c: c.since)
+            self._conns.remove(victim)
+            self.evicted += 1
+            victim.writer.transport.abort()  # its reader sees the reset and the handler ends
+        self._conns.append(conn)
+        return True
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._clients += 1
+        conn = _Conn(writer, time.monotonic())
         try:
-            if self._clients > self.max_clients:
+            if not self._admit(conn):
                 await self._respond(writer, 503, "too many connections\n")
                 return
             try:
                 async with asyncio.timeout(self.timeout):
                     code, body, head_only = await self._handle(reader)
+                conn.reading = False
             except TimeoutError:
                 code, body, head_only = 408, "request not received in time\n", False
             except (asyncio.LimitOverrunError, ValueError):
@@ -456,7 +484,8 @@ class MetricsServer:
         except Exception:  # a bug in one scrape must not take the daemon down
             log.exception("metrics request failed")
         finally:
-            self._clients -= 1
+            if conn in self._conns:
+                self._conns.remove(conn)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

@@ -40,7 +40,7 @@ BIG_CONFIG_BYTES = 50 * 1024 * 1024
 # kind -> (file it replaces, words the hold reason must contain besides the path)
 KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "fifo": ("config.yaml", ("FIFO",)),
-    "dev_zero": ("config.yaml", ("character device",)),
+    "dev_zero": ("config.yaml", ("symbolic link",)),  # refused as a link before /dev/zero is ever opened
     "billion_laughs": ("config.yaml", ("nodes",)),
     "env_100k_lines": (".env", (f":{ENV_LINES}:",)),
     "config_50mb": ("config.yaml", ("limit",)),

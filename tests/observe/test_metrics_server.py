@@ -100,15 +100,68 @@ def test_a_slow_client_times_out_and_does_not_hold_up_others():
     assert all(status_of(r) == 408 for r in slow)
 
 
-def test_connections_beyond_the_cap_get_503():
+def test_idle_connections_cannot_hold_the_slots():
+    """Eight sockets that connect and send nothing (from inside a profile: the listener is on
+    loopback) used to take every slot, so every scrape got 503 until they timed out, and again as
+    soon as they reconnected. Now the oldest idle one makes room; scrapes succeed throughout."""
     async def test(server):
-        held = [asyncio.create_task(raw(server, b"GET /", shut=False)) for _ in range(2)]
+        host, port = server.address.rsplit(":", 1)
+        idle = [await asyncio.open_connection(host, int(port)) for _ in range(server.max_clients)]
+        await asyncio.sleep(0.1)  # every slot is now held by an idle connection
+        scrapes = [await raw(server, b"GET /metrics HTTP/1.1\r\n\r\n") for _ in range(5)]
+        closed = 0
+        for reader, writer in idle:  # the five oldest were closed by the server, the rest still wait
+            try:
+                closed += await asyncio.wait_for(reader.read(), 0.5) == b""
+            except ConnectionError:
+                closed += 1
+            except TimeoutError:
+                pass
+            writer.close()
+        return scrapes, closed, server.evicted
+
+    scrapes, closed, evicted = serve(test, timeout=30.0)  # a timeout far beyond the test: eviction does it
+    assert [status_of(r) for r in scrapes] == [200] * 5
+    assert evicted == 1 and closed == 1  # one eviction; each finished scrape frees its own slot again
+
+
+def test_a_slow_loris_is_evicted_like_an_idle_connection():
+    async def test(server):
+        host, port = server.address.rsplit(":", 1)
+        loris = []
+        for _ in range(server.max_clients):
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"GET /met")  # a byte now and then, never the whole head
+            await writer.drain()
+            loris.append((reader, writer))
         await asyncio.sleep(0.1)
+        ok = await raw(server, b"GET /metrics HTTP/1.1\r\n\r\n")
+        for _, writer in loris:
+            writer.close()
+        return ok
+
+    assert status_of(serve(test, max_clients=3, timeout=30.0)) == 200
+
+
+def test_503_only_when_every_slot_is_busy_answering():
+    """Connections that sent their request and are being answered are not evicted: with every slot
+    busy writing a body the client does not read, a new one gets 503."""
+    async def test(server):
+        server.render = lambda: "x" * (8 << 20)  # far more than the socket buffers hold
+        host, port = server.address.rsplit(":", 1)
+        busy = []
+        for _ in range(server.max_clients):
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"GET /metrics HTTP/1.1\r\n\r\n")
+            await writer.drain()
+            busy.append((reader, writer))
+        await asyncio.sleep(0.3)  # each is now blocked in drain() with a full socket buffer
         third = await raw(server, b"GET /metrics HTTP/1.1\r\n\r\n")
-        await asyncio.gather(*held)
+        for _, writer in busy:
+            writer.close()
         return third
 
-    assert status_of(serve(test, max_clients=2, timeout=0.5)) == 503
+    assert status_of(serve(test, max_clients=2, timeout=2.0)) == 503
 
 
 def test_a_render_error_is_a_500_not_a_dead_listener():

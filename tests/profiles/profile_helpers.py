@@ -41,13 +41,15 @@ class CliResult:
 
 
 class FakeLiveGateway:
-    """A real process recorded in ``gateway.pid`` the way upstream writes it (pid + start time)."""
+    """A real process recorded in ``gateway.pid`` the way upstream writes it (pid + start time), and
+    that home's gateway by upstream's rules (``-p NAME gateway run`` with ``HERMES_HOME`` the home)."""
 
     def __init__(self, home: Path) -> None:
         self.home = home
+        named = ["-p", home.name] if home.parent.name == "profiles" else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "import sys, time; sys.stdin.read()", "gateway", "run"],
-            stdin=subprocess.PIPE,
+            [sys.executable, "-c", "import sys, time; sys.stdin.read()", *named, "gateway", "run"],
+            stdin=subprocess.PIPE, env={**os.environ, "HERMES_HOME": str(home)},
         )
         # Wait until the child has exec'd: between fork and exec (and during exec) its
         # /proc/PID/cmdline is the parent's or empty, and a reader checking for "gateway" in it

@@ -91,10 +91,12 @@ def _wait_exec(pid: int) -> None:
 
 
 @pytest.fixture
-def gateway_like() -> Iterator[int]:
-    """A live process whose command line looks like a gateway's (``... gateway run``)."""
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "gateway", "run"],
-                            stdin=subprocess.PIPE)
+def gateway_like(tmp_path) -> Iterator[int]:
+    """A live process that is profile ``live``'s gateway by every proof (``-p live gateway run``, its
+    ``HERMES_HOME``), not started by hermesd."""
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "-p", "live", "gateway", "run"],
+                            stdin=subprocess.PIPE,
+                            env={**os.environ, "HERMES_HOME": str(tmp_path / "root" / "profiles" / "live")})
     try:
         _wait_exec(proc.pid)
         yield proc.pid
@@ -560,8 +562,8 @@ def test_stale_lock_file_is_read_not_locked(tmp_path):
 
 def test_gateway_started_by_hermesd_is_not_foreign(tmp_path):
     root = make_root(tmp_path, "ours")
-    env = {**os.environ, "HERMESD_ROOT": str(root.resolve())}
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "gateway", "run"],
+    env = {**os.environ, "HERMESD_ROOT": str(root.resolve()), "HERMES_HOME": str(root / "profiles/ours")}
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "-p", "ours", "gateway", "run"],
                              stdin=subprocess.PIPE, env=env)
     try:
         _wait_exec(child.pid)
@@ -572,6 +574,7 @@ def test_gateway_started_by_hermesd_is_not_foreign(tmp_path):
         child.stdin.close()  # it exits on EOF: no signal needed
         child.wait(timeout=10)
     assert not only(findings, "foreign_gateway") and not only(findings, "stale_pid_file")
+    assert not only(findings, "pid_file_not_this_profile")
 
 
 # --------------------------------------------------------------------------- hermesd.yaml and the command

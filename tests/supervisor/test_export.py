@@ -311,7 +311,8 @@ def test_planned_stop_helper_marks_the_live_gateway(tmp_path, capsys):
     home.mkdir()
     assert cli("_planned-stop", str(home)) == 0  # nothing runs: nothing to do
     assert not (home / gf.PLANNED_STOP_MARKER).exists()
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "gateway"])
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "gateway", "run"],
+                            env={**os.environ, "HERMES_HOME": str(home)})
     try:
         from tests.harness import wait_for
 

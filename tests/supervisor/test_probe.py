@@ -21,9 +21,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def gateway():
-    """A live process whose command line mentions 'gateway', killed and reaped afterwards."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "gateway"])
+def gateway(home):
+    """A live process that is coder's gateway by every proof the probe asks for (``-p coder gateway run``,
+    ``HERMES_HOME`` the home), killed and reaped afterwards."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-p", "coder", "gateway", "run"],
+                            env={**os.environ, "HERMES_HOME": str(home)})
     yield proc
     if proc.poll() is None:
         proc.kill()

@@ -1,0 +1,54 @@
+"""Text from a profile's files or a gateway's state, made safe to show on a terminal or in a log line.
+
+A platform's error message, an exit reason, a folder name, a description: all come from files the
+profile's agent can write. Printed raw, ``\\r\\x1b[2K`` erases the line a person is reading and
+``\\n`` starts a new one, so a forged row ("bravo running") appears in ``hermesd status`` for
+another profile; other sequences retitle the terminal or write to the clipboard. :func:`printable`
+is the one function every place that shows such text calls: every character Python does not
+consider printable (C0 and C1 controls, DEL, line and paragraph separators, bidirectional
+overrides, unassigned code points) is shown escaped, ``\\n`` as ``\\n``, ESC as ``\\x1b``,
+U+202E as ``\\u202e``. Everything else, including non-ASCII letters and emoji, is left alone.
+JSON output needs none of this: ``json.dumps`` escapes control characters itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["printable", "printable_lines", "printable_tree"]
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(ch: str) -> str:
+    if ch in _NAMED:
+        return _NAMED[ch]
+    n = ord(ch)
+    if n < 0x100:
+        return f"\\x{n:02x}"
+    return f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
+
+
+def printable(text: object) -> str:
+    """``text`` (any object, as ``str``) with every non-printable character shown escaped: one line."""
+    s = text if isinstance(text, str) else str(text)
+    if s.isprintable():
+        return s
+    return "".join(ch if ch.isprintable() else _escape(ch) for ch in s)
+
+
+def printable_lines(text: str) -> str:
+    """:func:`printable` for text whose line breaks and tabs are meant (a gateway's log): ``\\n`` and
+    ``\\t`` stay, every other control character (``\\r`` included) is shown escaped."""
+    return "\n".join("\t".join(printable(cell) for cell in line.split("\t")) for line in text.split("\n"))
+
+
+def printable_tree(value: Any) -> Any:
+    """A copy of a JSON-like document with :func:`printable` applied to every string, keys included."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable_tree(k): printable_tree(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [printable_tree(v) for v in value]
+    return value

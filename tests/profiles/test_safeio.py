@@ -1,0 +1,162 @@
+"""The file rule's primitives on real files and links, through openat2 and through the O_NOFOLLOW walk."""
+
+from __future__ import annotations
+
+import errno
+import os
+import platform
+import threading
+from pathlib import Path
+
+import pytest
+
+from profiles import beneath, safeio
+from profiles.safeio import LinkRefusedError, UnsafeFileError
+
+
+@pytest.fixture(params=["openat2", "walk"])
+def resolver(request, monkeypatch):
+    """Each test runs with the kernel's openat2 and with the per-component walk used without it."""
+    if request.param == "walk":
+        monkeypatch.setattr(beneath, "_state", [None])
+    else:
+        monkeypatch.setattr(beneath, "_state", [])
+        if beneath._openat2() is None:
+            pytest.skip("this kernel has no openat2")
+    return request.param
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    r = tmp_path / "root"
+    for name in ("alpha", "bravo"):
+        (r / "profiles" / name).mkdir(parents=True)
+    (r / "profiles" / "bravo" / ".env").write_text("TOKEN=secret-of-bravo\n")
+    (tmp_path / "outside.txt").write_text("outside\n")
+    return r
+
+
+def test_openat2_is_used_where_the_kernel_has_it(monkeypatch):
+    monkeypatch.setattr(beneath, "_state", [])
+    major, minor = (int(x) for x in platform.release().split(".")[:2])
+    if (major, minor) >= (5, 6):
+        assert beneath._openat2() is not None
+
+
+def test_reads_refuse_every_link_on_the_way(root, resolver):
+    alpha = root / "profiles" / "alpha"
+    os.symlink("../bravo/.env", alpha / ".env")
+    os.symlink(str(root.parent / "outside.txt"), alpha / "config.yaml")
+    os.symlink("../bravo", alpha / "state")
+    for name, problem in ((".env", "is a symbolic link"), ("config.yaml", "is a symbolic link"),
+                          ("state/.env", f"lies under a symbolic link ({alpha / 'state'})")):
+        with pytest.raises(LinkRefusedError) as exc:
+            safeio.read_regular(safeio.home_file(alpha, name), 1000)
+        assert exc.value.errno == errno.ELOOP and problem in str(exc.value)
+    assert safeio.read_regular_or_none(safeio.home_file(alpha, ".env"), 1000) is None
+
+
+def test_the_home_itself_is_resolved_from_the_root(root, resolver):
+    """A profile home (or ``profiles/``) swapped for a link is refused: the walk starts at the root."""
+    os.rename(root / "profiles" / "alpha", root / "profiles" / "alpha.real")
+    os.symlink("bravo", root / "profiles" / "alpha")
+    with pytest.raises(LinkRefusedError):
+        safeio.read_regular(safeio.home_file(root / "profiles" / "alpha", ".env"), 1000)
+    assert safeio.home_file(root / "profiles" / "alpha", ".env") == safeio.Beneath(root, "profiles/alpha/.env")
+
+
+def test_dotdot_and_absolute_parts_are_refused_before_any_call(root, resolver):
+    for rel in ("../outside.txt", "profiles/../../outside.txt", "/etc/passwd"):
+        with pytest.raises(LinkRefusedError):
+            safeio.read_regular(safeio.Beneath(root, rel), 1000)
+
+
+def test_non_regular_files_are_refused_without_blocking(root, resolver, tmp_path):
+    alpha = root / "profiles" / "alpha"
+    os.mkfifo(alpha / "fifo")
+    (alpha / "big").write_bytes(b"x" * 2000)
+    (alpha / "dir").mkdir()
+    for name, problem in (("fifo", "a FIFO"), ("big", "over the"), ("dir", "a directory")):
+        with pytest.raises(UnsafeFileError, match=problem):
+            safeio.read_regular(safeio.home_file(alpha, name), 1000)
+
+
+def test_replace_never_writes_through_a_link(root, resolver):
+    """Links at the destination are replaced, not followed; the temp name is O_EXCL and unguessable."""
+    alpha = root / "profiles" / "alpha"
+    bravo_env = root / "profiles" / "bravo" / ".env"
+    os.symlink(str(bravo_env), alpha / ".gateway-planned-stop.json")
+    for pid in (os.getpid(), 1, 12345):  # the old, predictable temp names
+        os.symlink(str(bravo_env), alpha / f"..gateway-planned-stop.json.{pid}.tmp")
+    safeio.replace_bytes(safeio.home_file(alpha, ".gateway-planned-stop.json"), b"{}", durable=False)
+    assert bravo_env.read_text() == "TOKEN=secret-of-bravo\n"
+    assert not (alpha / ".gateway-planned-stop.json").is_symlink()
+    assert (alpha / ".gateway-planned-stop.json").read_bytes() == b"{}"
+    left = sorted(p.name for p in alpha.iterdir())
+    assert left == sorted([".gateway-planned-stop.json",
+                           *(f"..gateway-planned-stop.json.{p}.tmp" for p in (os.getpid(), 1, 12345))])
+
+
+def test_replace_into_a_linked_folder_is_refused(root, resolver):
+    os.symlink("profiles/bravo", root / "shared")
+    with pytest.raises(LinkRefusedError):
+        safeio.replace_bytes(safeio.at(root, "shared", "x.json"), b"{}")
+    assert not (root / "profiles" / "bravo" / "x.json").exists()
+
+
+def test_exclusive_replace_has_one_winner(root, resolver):
+    where = safeio.at(root, "salt")
+    results: list[str] = []
+
+    def write(data: bytes) -> None:
+        try:
+            safeio.replace_bytes(where, data, exclusive=True)
+            results.append("won")
+        except FileExistsError:
+            results.append("lost")
+
+    threads = [threading.Thread(target=write, args=(bytes([i]) * 16,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results.count("won") == 1 and len((root / "salt").read_bytes()) == 16
+    assert [p.name for p in root.iterdir() if p.name.startswith(".")] == []
+
+
+def test_makedirs_unlink_move_symlink_and_lstat(root, resolver):
+    os.symlink("profiles/bravo", root / "kanban")
+    with pytest.raises(LinkRefusedError):
+        safeio.makedirs(safeio.at(root, "kanban/default-board"))
+    assert not (root / "profiles" / "bravo" / "default-board").exists()
+    safeio.makedirs(safeio.at(root, "shared/sub/deeper"))
+    assert (root / "shared" / "sub" / "deeper").is_dir()
+    assert safeio.unlink(safeio.at(root, "kanban")) and (root / "profiles" / "bravo" / ".env").exists()
+    safeio.symlink(safeio.at(root, "kanban.db"), "kanban/default-board/kanban.db")
+    assert os.readlink(root / "kanban.db") == "kanban/default-board/kanban.db"
+    (root / "a.txt").write_text("a")
+    safeio.move(safeio.at(root, "a.txt"), safeio.at(root, "shared/sub/a.txt"))
+    assert (root / "shared" / "sub" / "a.txt").read_text() == "a"
+    assert safeio.lstat(safeio.at(root, "kanban.db")).st_mode & 0o170000 == 0o120000
+    assert safeio.lstat(safeio.at(root, "missing")) is None
+    assert safeio.link_on_path(safeio.at(root, "kanban.db")) is not None
+    assert safeio.link_on_path(safeio.at(root, "shared/sub/a.txt")) is None
+
+
+def test_copy_refuses_a_source_that_is_not_a_regular_file(root, resolver):
+    os.mkfifo(root / "fifo")
+    with pytest.raises(UnsafeFileError):
+        safeio.replace_with_copy(safeio.at(root, "copy"), safeio.at(root, "fifo"))
+    (root / "log").write_bytes(b"line\n" * 1000)
+    safeio.replace_with_copy(safeio.at(root, "log.1"), safeio.at(root, "log"))
+    assert (root / "log.1").read_bytes() == (root / "log").read_bytes()
+
+
+def test_operator_files_may_be_links(tmp_path):
+    """hermesd.yaml and unit files are the operator's: a dotfile manager's link is followed, bounded."""
+    (tmp_path / "real.yaml").write_text("command: hermes\n")
+    os.symlink("real.yaml", tmp_path / "hermesd.yaml")
+    assert safeio.read_operator_file(tmp_path / "hermesd.yaml", 100) == b"command: hermes\n"
+    os.mkfifo(tmp_path / "fifo.yaml")
+    with pytest.raises(UnsafeFileError, match="FIFO"):
+        safeio.read_operator_file(tmp_path / "fifo.yaml", 100)
