@@ -153,6 +153,10 @@ def document(d: Daemon) -> dict[str, Any]:
             "ready": d.ready,
             "config_problem": d.config_problem,
             "state_problem": d.state_problem,
+            # hermesd's own limits or scheduling changed by another process and not undone, a
+            # starved descriptor budget (supervisor.daemon.selfcheck); and the latest undone changes
+            "self_problem": "; ".join(d.self_problems) or None,
+            "self_restored": list(d.self_restored),
             "command": d.command,
             "command_error": d.command_error,
             # The hermes-agent release the gateway command runs, as the daemon last read it.
