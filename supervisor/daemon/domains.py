@@ -64,13 +64,14 @@ class Domains:
     requirements: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # per profile, what is missing
     _hot_until: float = 0.0
 
-    def start(self) -> None:
-        """Once per daemon: what the kernel offers (confinement, cgroup v2), and the tree watcher."""
+    def start(self, salt: bytes) -> None:
+        """Once per daemon: what the kernel offers (confinement, cgroup v2), and the tree watcher
+        (``salt``: the per-root salt that proves a tag was set by hermesd)."""
         from supervisor import isolation, limits
 
         self.probe = isolation.probe()
         self.cgroups = limits.setup(str(self.root))
-        self.watcher = limits.TreeWatcher(str(self.root), exclude=(os.getpid(),))
+        self.watcher = limits.TreeWatcher(str(self.root), salt=salt, exclude=(os.getpid(),))
         for problem in self.cgroups.problems:
             log.warning("cgroups: %s", problem)
         from supervisor.isolation import kanban
@@ -178,6 +179,53 @@ class Domains:
         if tree is None or tree.ident != ident or self.watcher is None:
             return []
         return self.watcher.kill(name, tree.root)
+
+    def sweep(self, name: str) -> list[int]:
+        """What is left in ``name``'s cgroup once its gateway has exited, killed before anything is
+        spawned for the profile again (escaped ``setsid`` descendants, processes that cleared their
+        environment, detached helpers alike: membership is the kernel's, not a tag's).
+
+        Called synchronously at the exit: one read of ``cgroup.events`` when nothing is left, one
+        write of ``cgroup.kill`` otherwise, so the restart path stays free of any ``/proc`` scan.
+        Returns the PIDs that were listed (empty: no cgroup, or nothing left)."""
+        from supervisor.limits import cgroup, cgroup_io
+
+        d = cgroup.profile_dir(self.cgroups, name) if self.cgroups is not None else None
+        if d is None or cgroup_io.populated(d) is False or not os.path.isdir(d):
+            return []
+        pids = cgroup_io.procs(d)
+        try:
+            cgroup_io.kill(d)
+        except cgroup_io.CgroupError as exc:
+            log.warning("profile %s: leftovers in %s not killed (%s)", name, d, exc)
+            return []
+        return pids
+
+    def sweep_all(self) -> list[int]:
+        """At hermesd's own exit (without ``--keep-children``): every profile's cgroup and every
+        kanban worker's, killed (the exact counterpart of the tag sweep)."""
+        from supervisor.limits import cgroup, cgroup_io
+
+        det = self.cgroups
+        if det is None or not det.usable or det.base is None:
+            return []
+        try:
+            entries = sorted(os.listdir(det.base))
+        except OSError:
+            return []
+        killed: list[int] = []
+        for entry in entries:
+            path = os.path.join(det.base, entry)
+            if not entry.startswith(cgroup.SWEPT_PREFIXES) or not os.path.isdir(path):
+                continue
+            if cgroup_io.populated(path) is False:
+                continue
+            killed += cgroup_io.procs(path)
+            try:
+                cgroup_io.kill(path)
+            except cgroup_io.CgroupError as exc:
+                log.warning("leftovers in %s not killed (%s)", path, exc)
+        return killed
 
     def exit_cause(self, name: str, ident: Ident) -> ExitKind | None:
         """At an exit: did the kernel kill the tree for a limit (cgroup events since the spawn)?"""

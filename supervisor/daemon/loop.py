@@ -152,7 +152,7 @@ class Daemon:
         from supervisor import __version__
 
         self._emit({"type": "daemon_started", "profile": None, "version": __version__, "root": str(self.root)})
-        self.domains.start()
+        self.domains.start(self.salt)
         await self.load_config(initial=True)
         self.list_profiles()
         await asyncio.gather(*(self._read(n) for n in list(self.planner.profiles)))
@@ -294,10 +294,16 @@ class Daemon:
                 if fd is not None:
                     child.kill_group(a.ident, fd)
                 self.domains.kill_tree(a.name, a.ident)
-                child.kill_strays(self.root, a.name, keep=set())
+                child.kill_strays(self.root, a.name, keep=set(), salt=self.salt)
             elif isinstance(a, m.Sweep):
                 assert self._loop is not None
-                # After the respawn decision, not before it: the /proc scan stays off the restart path.
+                # The profile's cgroup now: exact, and only a read (a write when something is left),
+                # before a respawn puts a new gateway into it.
+                swept = self.domains.sweep(a.name)
+                if swept:
+                    log.info("profile %s: killed %d leftover process(es) in its cgroup %s", a.name, len(swept), swept)
+                # The tag sweep after the respawn decision, not before it: the /proc scan stays off
+                # the restart path.
                 self._loop.call_soon(self.handle_strays, a.name)
             elif isinstance(a, m.Schedule):
                 self._schedule(a.name, a.timer, a.delay)
@@ -326,7 +332,8 @@ class Daemon:
             return
         argv = childspec.child_argv(self.command, name, self.contract)
         env = childspec.child_env(self.env, root=self.root, profile=name, home=p.home,
-                                  extra={**self.config.child_environment(name), **self.board.env_for(name)})
+                                  extra={**self.config.child_environment(name), **self.board.env_for(name)},
+                                  salt=self.salt)
         logfile = self.layout.child_log(name)
         free = logs.free_bytes(self.layout.logs)
         if free is not None and free < LOG_SPACE_MIN:
@@ -453,7 +460,7 @@ class Daemon:
         """Kill what is left of a profile's previous gateway (escaped descendants, diagnostics)."""
         p = self.planner.profiles.get(name)
         keep = {p.child.ident.pid} if p is not None and p.child is not None else set()
-        strays = child.kill_strays(self.root, name, keep=keep)
+        strays = child.kill_strays(self.root, name, keep=keep, salt=self.salt)
         if strays:
             log.info("profile %s: killed %d leftover process(es) %s", name, len(strays), strays)
 

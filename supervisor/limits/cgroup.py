@@ -88,6 +88,14 @@ __all__ = [
 WANTED = ("memory", "pids", "cpu")
 LEAF = "supervisor"  # hermesd's own leaf; the name DelegateSubgroup= must use
 PROFILE_PREFIX = "profile-"  # profile names may be "supervisor": the prefix keeps them apart
+# Sessions run *for* a profile but outside its gateway's tree, each in a cgroup of its own beside
+# the profile's (``<base>/exec.<profile>.<pid>``, ``<base>/worker.<profile>.<pid>``): the dot is
+# not allowed in profile names, so no session cgroup can be taken for a profile's. Beside, not
+# below: cgroup v2 lets a cgroup that holds processes (the gateway's) give no controller to
+# children, and each session needs limits of its own.
+EXEC_PREFIX = "exec."
+WORKER_PREFIX = "worker."
+SWEPT_PREFIXES = (PROFILE_PREFIX, WORKER_PREFIX)  # killed at hermesd's exit; exec sessions are the operator's
 _V1_CONTROLLERS = frozenset(
     {"cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "net_cls", "net_prio", "blkio", "perf_event",
      "hugetlb", "pids", "rdma", "misc"}

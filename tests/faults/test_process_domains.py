@@ -15,10 +15,15 @@ a real daemon and real processes:
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from tests.fakegw import write_behaviour
 from tests.faults.helpers import eventually
 from tests.harness import wait_for
 
@@ -83,3 +88,113 @@ def test_hermesd_restores_its_own_limits_and_scheduling(root: Path, hermesd_fact
     wait_for(lambda: d.row("coder")["state"] == "running" and d.row("coder")["pid"] != old, 15,
              what="coder restarted after the attack")
     faults.survive()
+
+
+# --------------------------------------------------------------------------- membership, not tags
+
+# What an agent's terminal tool can run: a process that leaves the session, clears its environment
+# (no hermesd tag left) and loses its parent (the shell exits at once).
+ESCAPE = "setsid env -i /bin/sh -c 'echo $$ > {out}; exec sleep 600' </dev/null >/dev/null 2>&1 &"
+
+
+def _escapee(home: Path, out: Path) -> int:
+    pid = int(wait_for(lambda: out.exists() and out.read_text().strip(), 15, what="the escaped process"))
+    environ = Path(f"/proc/{pid}/environ").read_bytes()
+    assert b"HERMESD_" not in environ, "the escapee still carries a tag: the scenario proves nothing"
+    return pid
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("how", ["stop", "restart", "hermesd-stop"])
+def test_untagged_orphan_ends_with_its_profile(root: Path, hermesd_factory, faults, how: str) -> None:
+    home = root / "profiles" / "coder"
+    out = root.parent / f"escapee-{how}"
+    write_behaviour(home, shell=ESCAPE.format(out=out))
+    d = hermesd_factory(root)
+    d.wait_running("default", "coder", "writer")
+    pid = _escapee(home, out)
+    gateway = d.row("coder")["pid"]
+    faults.inject()
+    try:
+        if how == "stop":
+            assert d.cli("stop", "coder").returncode == 0
+        elif how == "restart":
+            out.unlink()
+            write_behaviour(home)  # the new gateway starts no escapee of its own
+            assert d.cli("restart", "coder").returncode == 0
+            wait_for(lambda: d.row("coder")["state"] == "running" and d.row("coder")["pid"] != gateway, 15,
+                     what="coder restarted")
+        else:
+            d.shutdown()
+        gone = eventually(lambda: not _alive(pid), 10) is not None
+        faults.check(gone, f"escaped PID {pid} survived `{how}` (cgroup membership not used)")
+        assert gone, f"PID {pid} survived {how}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+# A "gateway" whose tree starts an orphan that claims another profile's tag (its own token kept:
+# the victim's is out of its reach) and holds 150 MB.
+FORGER = r"""
+import json, os, signal, sys, time
+signal.alarm(120)
+out, victim = sys.argv[1], sys.argv[2]
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.environ["HERMESD_PROFILE"] = victim
+        os.set_inheritable(w, True)
+        os.execve(sys.executable, [sys.executable, "-c",
+                  "import os, signal, sys, time; signal.alarm(120); b = b'x' * (150 << 20); "
+                  "os.write(int(sys.argv[1]), str(os.getpid()).encode()); time.sleep(600)", str(w)],
+                  dict(os.environ))
+    os._exit(0)
+os.close(w)
+pid = int(os.read(r, 32))
+with open(out + ".tmp", "w") as fh:
+    json.dump({"forger": pid}, fh)
+os.rename(out + ".tmp", out)
+while True:
+    time.sleep(1)
+"""
+
+
+def test_a_forged_tag_does_not_charge_another_profile(tmp_path: Path, faults) -> None:
+    """The watch mechanism (no cgroup): a process of p1 that names itself ``a`` is not counted in
+    a's tree, so ``a`` is not killed for its memory; a's own orphan (tag set by hermesd) still is."""
+    import json
+
+    from supervisor.limits import procfs
+    from supervisor.limits.settings import Limits
+    from supervisor.limits.tree import check_tree
+    from supervisor.limits.watcher import ProcRoot, TreeWatcher
+    from tests.limits.helpers import Trees
+
+    trees = Trees(tmp_path)
+    try:
+        victim = trees.gateway_tree(hog_mb=1)  # profile "a": a gateway, its children and its own orphan
+        out = tmp_path / "forger.json"
+        r1, gw1 = trees.under_subreaper(FORGER, str(out), "a", profile="p1")
+        forger = json.loads(wait_for(lambda: out.exists() and out.read_text(), 20, what="the forger"))["forger"]
+        assert procfs.environ_has(forger, (b"HERMESD_PROFILE=a",)) is not None
+        faults.inject()
+        w = TreeWatcher(trees.tag, salt=trees.salt, exclude=[r1.pid, victim["reaper"]])
+        roots = {"p1": ProcRoot(gw1, procfs.read_stat(gw1).start), "a": ProcRoot(victim["gateway"], victim["start"])}
+        limits = {"a": Limits(memory_max=100 << 20), "p1": Limits()}
+        samples = w.scan(roots, limits)
+        members = set(samples["a"].pids)
+        assert victim["orphan"] in members, "positive control: an orphan tagged by hermesd is counted"
+        breach = check_tree(samples["a"], limits["a"])
+        faults.check(forger not in members and breach is None,
+                     f"forged tag counted: PID {forger} in a's tree {sorted(members)}, breach {breach}")
+        assert forger not in members and breach is None
+    finally:
+        trees.close()
