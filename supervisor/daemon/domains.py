@@ -137,21 +137,19 @@ class Domains:
             lim.apply_nice([ident.pid], limits.cpu_weight)
         self.trees[name] = _Tree(ident, root, d, events, *_start_clock(ident.pid))
 
-    def join(self, name: str, pid: int) -> bool:
-        """Put a process hermesd runs *for* ``name`` (a kanban worker's keeper, right after its spawn,
-        before it forks the worker) into ``name``'s cgroup: the profile's limits count it, and a
-        kill of the profile's tree ends it. False: no cgroup for the profile (limits are not shared)."""
-        from supervisor.limits import cgroup, cgroup_io
+    def member_of(self, name: str, pid: int) -> bool | None:
+        """Whether ``pid`` is in the cgroup of ``name``'s running gateway (``None``: the gateway has
+        no cgroup, membership is not the kernel's to say)."""
+        from supervisor.limits import cgroup_io
 
-        d = cgroup.profile_dir(self.cgroups, name) if self.cgroups is not None else None
-        if d is None or not os.path.isdir(d):
+        tree = self.trees.get(name)
+        det = self.cgroups
+        if tree is None or tree.cgroup is None or det is None or det.top is None:
+            return None
+        where = cgroup_io.current_cgroup(pid)
+        if where is None:
             return False
-        try:
-            cgroup_io.attach(d, pid)
-        except (cgroup_io.CgroupError, OSError) as exc:
-            log.warning("profile %s: PID %d not moved into its cgroup (%s)", name, pid, exc)
-            return False
-        return True
+        return os.path.normpath(det.top.rstrip("/") + "/" + where.lstrip("/")) == os.path.normpath(tree.cgroup)
 
     def adopt(self, name: str, ident: Ident) -> None:
         """A gateway found running at start-up: into its cgroup with its whole tree, if it has one."""
@@ -199,6 +197,8 @@ class Domains:
         except cgroup_io.CgroupError as exc:
             log.warning("profile %s: leftovers in %s not killed (%s)", name, d, exc)
             return []
+        if pids:
+            log.info("profile %s: killed %d leftover process(es) in its cgroup: %s", name, len(pids), pids)
         return pids
 
     def sweep_all(self) -> list[int]:
@@ -226,6 +226,21 @@ class Domains:
             except cgroup_io.CgroupError as exc:
                 log.warning("leftovers in %s not killed (%s)", path, exc)
         return killed
+
+    def end_session(self, kind: str, name: str, keeper: int) -> None:
+        """A session's keeper has ended (a kanban worker's, maybe killed before it could clean up):
+        kill what is left in the session's cgroup and remove it."""
+        from supervisor.limits import cgroup, cgroup_io
+
+        d = cgroup.session_dir(self.cgroups, kind, name, keeper) if self.cgroups is not None else None
+        if d is None or not os.path.isdir(d):
+            return
+        try:
+            if cgroup_io.populated(d) is not False:
+                cgroup_io.kill(d)
+            cgroup_io.remove(d, timeout=1.0)
+        except cgroup_io.CgroupError as exc:
+            log.warning("kanban: %s not cleared (%s)", d, exc)
 
     def exit_cause(self, name: str, ident: Ident) -> ExitKind | None:
         """At an exit: did the kernel kill the tree for a limit (cgroup events since the spawn)?"""

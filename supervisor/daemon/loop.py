@@ -104,9 +104,7 @@ class Daemon:
         self._seq = 0
         self.cpu_samples: dict[Ident, tuple[float, float]] = {}
         self.board = Board(self)  # kanban (issue 16): workers run for the board, the dispatcher's hand-off
-        self.self_base: selfcheck.Snapshot | None = None  # hermesd's own settings at start
-        self.self_problems: list[str] = []  # what another process changed and could not be undone, now
-        self.self_restored: list[str] = []  # the latest changes that were undone (with the time)
+        self.own = selfcheck.Guard()  # hermesd's own limits and scheduling, kept as they started
 
     # ------------------------------------------------------------------------- lifetime
 
@@ -132,7 +130,7 @@ class Daemon:
         os.chdir("/")  # never pin a mount point or a profile folder that may be deleted
         child.become_subreaper()
         _raise_fd_limit()
-        self.self_base = selfcheck.snapshot()
+        self.own.start()
         self.boot = identity.boot_id()
         self.salt = self.layout.salt()
         loop.add_signal_handler(signal.SIGCHLD, self.handle_sigchld)
@@ -297,13 +295,8 @@ class Daemon:
                 child.kill_strays(self.root, a.name, keep=set(), salt=self.salt)
             elif isinstance(a, m.Sweep):
                 assert self._loop is not None
-                # The profile's cgroup now: exact, and only a read (a write when something is left),
-                # before a respawn puts a new gateway into it.
-                swept = self.domains.sweep(a.name)
-                if swept:
-                    log.info("profile %s: killed %d leftover process(es) in its cgroup %s", a.name, len(swept), swept)
-                # The tag sweep after the respawn decision, not before it: the /proc scan stays off
-                # the restart path.
+                self.domains.sweep(a.name)  # its cgroup, exact and cheap: before a respawn joins it
+                # The tag sweep after the respawn decision: the /proc scan stays off the restart path.
                 self._loop.call_soon(self.handle_strays, a.name)
             elif isinstance(a, m.Schedule):
                 self._schedule(a.name, a.timer, a.delay)
@@ -526,32 +519,10 @@ class Daemon:
             log.info("exiting and leaving children running for the next hermesd to adopt")
         self.execute(self.planner.shutdown(keep_children=keep_children))
 
-    def check_self(self) -> None:
-        """hermesd's own limits and scheduling as it started them (:mod:`supervisor.daemon.selfcheck`),
-        and a descriptor budget that leaves room for requests and spawns."""
-        if self.self_base is None:
-            return
-        unresolved = []
-        changes = selfcheck.drift(self.self_base, selfcheck.snapshot())
-        for line in selfcheck.restore(self.self_base, changes) if changes else []:
-            if line.endswith("; restored"):
-                log.warning("%s", line)
-                self.self_restored = [*self.self_restored, f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {line}"][-5:]
-            else:
-                unresolved.append(line)
-        budget = _fd_budget_problem()
-        if budget:
-            unresolved.append(budget)
-        if unresolved != self.self_problems:
-            for line in unresolved:
-                if line not in self.self_problems:
-                    log.error("%s", line)
-        self.self_problems = unresolved
-
     def handle_housekeeping(self) -> None:
         """Every few seconds: hermesd's own limits, log rotation, full log file systems, gateway
         states, a failed save."""
-        self.check_self()  # first: a starved descriptor budget fails every step below
+        self.own.check(_fd_budget_problem())  # first: a starved descriptor budget fails every step below
         problems = logs.housekeep(self.layout, list(self.planner.profiles), self.config.log_max_bytes,
                                   self.config.log_backups, LOG_SPACE_MIN)
         for p in self.planner.profiles.values():

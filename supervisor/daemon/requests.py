@@ -102,10 +102,10 @@ def kanban_handlers(d: Daemon) -> dict[str, Callable[..., Awaitable[dict[str, An
         if not all(isinstance(a, str) for a in argv) or not all(isinstance(v, str) for v in env.values()):
             return {"ok": False, "error": "kanban_worker: argv and env must hold strings"}
         try:
-            run = d.board.workers.start(assignee=p.name, command=d.command, argv=argv, env=env, log=log)
+            run = d.board.workers.start(assignee=p.name, command=d.command, argv=argv, env=env, log=log,
+                                        per_profile=d.config.kanban_workers_per_profile)
         except WorkerError as exc:
             return {"ok": False, "error": f"kanban_worker: {exc}"}
-        d.domains.join(p.name, run.pid)  # the assignee's limits, not the dispatcher's (nor none)
         return {"ok": True, "pid": run.pid}
 
     async def kanban_wait(pid: int) -> dict[str, Any]:
@@ -155,8 +155,8 @@ def document(d: Daemon) -> dict[str, Any]:
             "state_problem": d.state_problem,
             # hermesd's own limits or scheduling changed by another process and not undone, a
             # starved descriptor budget (supervisor.daemon.selfcheck); and the latest undone changes
-            "self_problem": "; ".join(d.self_problems) or None,
-            "self_restored": list(d.self_restored),
+            "self_problem": "; ".join(d.own.problems) or None,
+            "self_restored": list(d.own.restored),
             "command": d.command,
             "command_error": d.command_error,
             # The hermes-agent release the gateway command runs, as the daemon last read it.

@@ -18,11 +18,15 @@ thread: ``renice -p`` and ``taskset -p`` change one thread.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import resource
+import time
 from dataclasses import dataclass, field
 
-__all__ = ["Snapshot", "drift", "restore", "snapshot"]
+__all__ = ["Guard", "Snapshot", "drift", "restore", "snapshot"]
+
+log = logging.getLogger("hermesd")
 
 RLIMITS: tuple[tuple[str, int], ...] = tuple(
     (name, getattr(resource, name)) for name in (
@@ -195,3 +199,36 @@ def _undo(c: Change, base: Snapshot, main: Thread | None) -> None:
         if libc.syscall(nr, _IOPRIO_WHO_PROCESS, c.tid, main.ioprio) != 0:
             err = ctypes.get_errno()
             raise OSError(err, os.strerror(err))
+
+
+class Guard:
+    """The daemon's side: the settings at start, and what ``status`` says about them since."""
+
+    def __init__(self) -> None:
+        self.base: Snapshot | None = None
+        self.problems: list[str] = []  # changed by another process and not undone, now
+        self.restored: list[str] = []  # the latest changes that were undone (with the time)
+
+    def start(self) -> None:
+        """Remember the settings as they are now (after hermesd raised its descriptor limit)."""
+        self.base = snapshot()
+
+    def check(self, budget_problem: str | None = None) -> None:
+        """Compare, restore what may be restored, and keep what is left for ``status``
+        (``budget_problem``: a starved descriptor budget, reported with the rest)."""
+        if self.base is None:
+            return
+        unresolved = []
+        changes = drift(self.base, snapshot())
+        for line in restore(self.base, changes) if changes else []:
+            if line.endswith("; restored"):
+                log.warning("%s", line)
+                self.restored = [*self.restored, f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {line}"][-5:]
+            else:
+                unresolved.append(line)
+        if budget_problem:
+            unresolved.append(budget_problem)
+        for line in unresolved:
+            if line not in self.problems:
+                log.error("%s", line)
+        self.problems = unresolved

@@ -198,3 +198,175 @@ def test_a_forged_tag_does_not_charge_another_profile(tmp_path: Path, faults) ->
         assert forger not in members and breach is None
     finally:
         trees.close()
+
+
+# --------------------------------------------------------------------------- hermesd exec's limits
+
+HOLD = "import time; b = b'x' * ({mb} << 20); print('held', flush=True); time.sleep({secs})"
+
+
+def _exec(d, profile: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    import sys
+
+    from tests.harness import REPO
+
+    return subprocess.run([sys.executable, "-m", "supervisor", "exec", "--root", str(d.root), profile, "--", *argv],
+                          capture_output=True, text=True, env=d.env, cwd=str(REPO), timeout=120)
+
+
+def test_exec_runs_under_the_profiles_limits_in_a_cgroup_of_its_own(root: Path, hermesd_factory, faults) -> None:
+    """``memory_max: 300M``: 400 MiB held through ``hermesd exec`` is killed (exit 137, the limit
+    named), 100 MiB runs; the session is in a cgroup beside the gateway's, so the gateway is
+    neither charged nor killed."""
+    import sys
+
+    from tests.harness import write_config
+
+    write_config(root, profiles={"coder": {"limits": {"memory_max": "300M"}}})
+    d = hermesd_factory(root)
+    gateway = d.wait_running("coder")["coder"]
+    faults.inject(2)  # the allocation over the limit; the gateway made to pay for it
+    hold = HOLD.format(mb=400, secs=20)
+    big = _exec(d, "coder", "sh", "-c", f"cat /proc/self/cgroup; {sys.executable} -c \"{hold}\"")
+    killed = big.returncode == 137 and "killed: memory_limit" in big.stderr
+    faults.check(killed, f"400 MiB under memory_max 300M: rc {big.returncode}, {big.stderr[-300:]!r}")
+    assert killed, (big.returncode, big.stdout, big.stderr)
+    v2 = [line for line in big.stdout.splitlines() if line.startswith("0::")]
+    assert v2 and "/exec.coder." in v2[0], big.stdout  # its own cgroup, beside the profile's
+    assert "profile-coder" not in v2[0]
+    small = _exec(d, "coder", sys.executable, "-c", HOLD.format(mb=100, secs=0.5))
+    assert small.returncode == 0 and "held" in small.stdout, small.stderr
+    row = d.row("coder")
+    faults.check(row["pid"] == gateway and row["state"] == "running" and row["restarts"] == 0,
+                 f"the gateway paid for the session: {row['state']} PID {row['pid']} restarts {row['restarts']}")
+    assert row["pid"] == gateway and row["restarts"] == 0
+    # nothing of the sessions is left behind (their cgroups are removed when they end)
+    from supervisor.limits import cgroup as cg
+    from supervisor.limits import detect_only
+
+    base = detect_only(str(d.root)).base
+    if base:
+        assert not [e for e in os.listdir(base) if e.startswith(cg.EXEC_PREFIX)], os.listdir(base)
+
+
+# --------------------------------------------------------------------------- the kanban hand-off
+
+WORKER_WRAPPER = """#!/bin/sh
+# hermesd's gateway command for these tests: the fake gateway, except for a kanban worker
+case " $* " in *" chat "*)
+    exec {python} -c "import os, time; b = b'x' * (int(os.environ.get('HERMES_KANBAN_TEST_MB', '1')) << 20); \\
+print('worker ran', flush=True); time.sleep(float(os.environ.get('HERMES_KANBAN_TEST_SECS', '0')))" ;;
+esac
+exec {fakegw} "$@"
+"""
+
+
+def _kanban_root(root: Path, **config) -> None:
+    import sys
+
+    from tests.fakegw import fake_gateway_command
+    from tests.harness import write_config
+
+    wrapper = root.parent / "bin" / "hermes"
+    wrapper.parent.mkdir(exist_ok=True)
+    wrapper.write_text(WORKER_WRAPPER.format(python=sys.executable, fakegw=" ".join(fake_gateway_command())))
+    wrapper.chmod(0o755)
+    write_config(root, command=[str(wrapper)], **config)
+
+
+def _ask(d, payload: dict, wait: float = 10.0) -> dict:
+    """A control request; a refusal is an answer here (the client raises on it)."""
+    from supervisor.control.client import ControlError
+
+    try:
+        return d.request(payload, wait=wait)
+    except ControlError as exc:
+        return {"ok": False, "error": str(exc)}
+
+
+def _worker_request(task: str, assignee: str = "coder", **env: str) -> dict:
+    return {"cmd": "kanban_worker", "assignee": assignee,
+            "argv": ["-p", assignee, "--cli", "chat", "-q", f"work kanban task {task}"],
+            "env": {"HERMES_KANBAN_TASK": task, **env}}
+
+
+def test_worker_log_is_only_its_boards_and_opened_without_links(root: Path, hermesd_factory, faults) -> None:
+    """A dispatcher's request names the worker's log: another profile's .env, hermesd's event
+    journal, a board slug that climbs out, or a link planted where the log should be. None of
+    them may be written (finding: the dispatcher could corrupt .env files, append to another
+    profile's MEMORY.md, or forge journal lines)."""
+    _kanban_root(root)
+    d = hermesd_factory(root)
+    d.wait_running("default", "coder", "writer")
+    victim = root / "profiles" / "writer" / ".env"
+    victim.write_text("TELEGRAM_BOT_TOKEN=secret-of-writer\n")
+    before = victim.read_bytes()
+    journal = root / ".hermesd" / "events"
+    logs = root / "kanban" / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    journal_files = sorted(journal.glob("*.jsonl"))
+    journal_before = {p: p.read_bytes() for p in journal_files}
+    refused = {
+        "another profile's .env": (_worker_request("t_00000001"), str(victim)),
+        "the event journal": (_worker_request("t_00000002"), str(journal_files[-1]) if journal_files
+                              else str(journal / "events-00000001.jsonl")),
+        "a board slug that climbs out": (_worker_request("t_00000003", HERMES_KANBAN_BOARD="../../profiles/writer"),
+                                         str(root / "profiles" / "writer" / "logs" / "t_00000003.log")),
+    }
+    for what, (req, log) in refused.items():
+        faults.inject()
+        reply = _ask(d, {**req, "log": log})
+        faults.check(not reply["ok"] and ("log" in reply["error"] or "board" in reply["error"]), f"{what}: {reply}")
+        assert not reply["ok"], (what, reply)
+    # the right path, but a link planted there by the dispatcher: the worker opens it itself,
+    # confined as coder, without following links: it fails and writes nowhere
+    (logs / "t_00000004.log").symlink_to(victim)
+    faults.inject()
+    reply = _ask(d, {**_worker_request("t_00000004"), "log": str(logs / "t_00000004.log")})
+    assert reply["ok"], reply
+    code = _ask(d, {"cmd": "kanban_wait", "pid": reply["pid"]}, wait=60)["code"]
+    faults.check(code == 126 and victim.read_bytes() == before, f"planted link: code {code}")
+    assert code == 126
+    said = (root / ".hermesd" / "logs" / "coder.log").read_text(errors="replace")
+    assert "t_00000004.log" in said and "link" in said, said[-1000:]
+    assert victim.read_bytes() == before
+    assert {p: p.read_bytes()[: len(b)] for p, b in journal_before.items()} == journal_before
+    # and the task's own log, a regular file, is written by the worker
+    reply = _ask(d, {**_worker_request("t_00000005"), "log": str(logs / "t_00000005.log")})
+    assert reply["ok"], reply
+    assert _ask(d, {"cmd": "kanban_wait", "pid": reply["pid"]}, wait=60)["code"] == 0
+    assert "worker ran" in (logs / "t_00000005.log").read_text()
+
+
+def test_a_flood_of_workers_kills_workers_not_the_assignees_gateway(root: Path, hermesd_factory, faults) -> None:
+    """Eight workers for coder (``memory_max: 200M``), each holding 250 MiB: at most four run
+    (``kanban.workers_per_profile``), each in a cgroup of its own with coder's limits as its own;
+    the workers over the limit are killed, coder's gateway is neither charged nor killed."""
+    _kanban_root(root, profiles={"coder": {"limits": {"memory_max": "200M"}}})
+    d = hermesd_factory(root)
+    gateway = d.wait_running("coder")["coder"]
+    logs = root / "kanban" / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    replies = []
+    for i in range(8):
+        task = f"t_1000000{i}"
+        faults.inject()
+        replies.append(_ask(d, {**_worker_request(task, HERMES_KANBAN_TEST_MB="250", HERMES_KANBAN_TEST_SECS="30"),
+                                  "log": str(logs / f"{task}.log")}))
+    accepted = [r["pid"] for r in replies if r["ok"]]
+    refused = [r for r in replies if not r["ok"]]
+    assert len(accepted) == 4 and all("workers_per_profile" in r["error"] for r in refused), replies
+    faults.survive(len(refused))
+    codes = [_ask(d, {"cmd": "kanban_wait", "pid": pid}, wait=90)["code"] for pid in accepted]
+    said = (root / ".hermesd" / "logs" / "coder.log").read_text(errors="replace")
+    for code in codes:
+        faults.check(code == 137, f"a worker over coder's memory_max ended with {code}")
+    assert codes == [137] * 4, (codes, said[-2000:])
+    assert said.count("killed: memory_limit") >= 4, said[-2000:]
+    row = d.row("coder")
+    ok = row["pid"] == gateway and row["state"] == "running" and row["restarts"] == 0
+    assert ok, row
+    # the bound is of running workers: once they are gone, coder takes workers again
+    reply = _ask(d, {**_worker_request("t_20000000"), "log": str(logs / "t_20000000.log")})
+    assert reply["ok"], reply
+    assert _ask(d, {"cmd": "kanban_wait", "pid": reply["pid"]}, wait=60)["code"] == 0
