@@ -85,7 +85,7 @@ def handlers(d: Daemon) -> dict[str, Callable[..., Awaitable[dict[str, Any]]]]:
 def kanban_handlers(d: Daemon) -> dict[str, Callable[..., Awaitable[dict[str, Any]]]]:
     """``kanban_worker`` and ``kanban_wait``: served on the control socket (the operator) and, alone,
     on the dispatcher's hand-off socket (:mod:`supervisor.kanban.handoff`)."""
-    from supervisor.kanban.workers import WorkerError
+    from supervisor.kanban.workers import WorkerError, printable
 
     async def kanban_worker(assignee: str, argv: list[Any], env: dict[str, Any], log: str) -> dict[str, Any]:
         from profiles.names import normalize_name
@@ -93,7 +93,7 @@ def kanban_handlers(d: Daemon) -> dict[str, Callable[..., Awaitable[dict[str, An
         name = normalize_name(assignee)
         p = d.planner.profiles.get(name)
         if p is None or not p.present:
-            return {"ok": False, "error": f"kanban_worker: no profile {assignee[:80]!r}"}
+            return {"ok": False, "error": f"kanban_worker: no profile {printable(assignee, 80)!r}"}
         if d.command is None:
             return {"ok": False, "error": d.command_error or "no hermes command"}
         if not d.config.isolation_for(p.name).kanban:

@@ -46,7 +46,8 @@ from typing import Any
 from supervisor.kanban.bounds import too_many_workers
 from supervisor.kanban.worklog import LogError, log_parts
 
-__all__ = ["TASK_VARIABLES", "WORKER_TAG", "Running", "WorkerError", "Workers", "check_argv", "task_env"]
+__all__ = ["TASK_VARIABLES", "WORKER_TAG", "Running", "WorkerError", "Workers", "check_argv", "printable",
+           "task_env"]
 
 # Upstream's per-task variables (hermes_cli/kanban_db.py, _default_spawn): all a worker needs
 # from its dispatcher.
@@ -67,6 +68,14 @@ class WorkerError(ValueError):
     """A worker request that is refused; the message is the reply's error."""
 
 
+def printable(text: str, limit: int = 200) -> str:
+    """A string from a request (or a worker's environment) made safe for a terminal or a journal
+    line: control characters (CR, LF, ESC, bidi overrides…) shown escaped, cut at ``limit``.
+    A local stand-in for the shared output rule."""
+    out = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text[:limit])
+    return out + ("…" if len(text) > limit else "")
+
+
 def check_argv(argv: Sequence[str], assignee: str, task: str) -> None:
     """Accept only upstream's worker shape: ``-p ASSIGNEE [flags] chat -q "work kanban task ID" [-Q]``."""
     args = list(argv)
@@ -79,7 +88,7 @@ def check_argv(argv: Sequence[str], assignee: str, task: str) -> None:
         elif args[i] in _FLAGS_WITH_VALUE and i + 1 < len(args):
             i += 2
         else:
-            raise WorkerError(f"unexpected worker argument {args[i][:40]!r}")
+            raise WorkerError(f"unexpected worker argument {printable(args[i], 40)!r}")
     rest = args[i:]
     if rest[:2] != ["chat", "-q"] or len(rest) < 3 or rest[3:] not in ([], ["-Q"]):
         raise WorkerError("worker command must end with chat -q PROMPT [-Q]")
@@ -151,7 +160,7 @@ class Workers:
         except LogError as exc:
             raise WorkerError(str(exc)) from None
         if log != str(base / rel):
-            raise WorkerError(f"log must be the task's own log {base / rel}, not {log[:200]!r}")
+            raise WorkerError(f"log must be the task's own log {base / rel}, not {printable(log)!r}")
         if len(self.running) >= MAX_RUNNING:
             raise WorkerError(f"{MAX_RUNNING} kanban workers already running: try again later")
         refused = too_many_workers(sum(1 for r in self.running.values() if r.assignee == assignee), per_profile,

@@ -298,3 +298,27 @@ def test_handoff_rate_and_worker_bounds() -> None:
     assert sum(r.take() for _ in range(40)) == 15  # never more than a burst saved up
     assert too_many_workers(3, 4, "p2") is None
     assert "already runs 4" in (too_many_workers(4, 4, "p2") or "")
+
+
+def test_request_and_worker_fields_reach_no_terminal_raw(tmp_path: Path) -> None:
+    """What a dispatcher (or any process posing as a worker) puts in a field is escaped before
+    status or an error shows it: no escape sequence, no CR/LF that would forge a line."""
+    from supervisor.kanban.observe import scan_workers
+    from supervisor.kanban.workers import printable
+
+    assert printable("t_1\x1b[2J\r\nhermesd: forged\u202e") == "t_1\\x1b[2J\\r\\nhermesd: forged\\u202e"
+    assert printable("x" * 300).endswith("…") and len(printable("x" * 300)) == 201
+    with pytest.raises(WorkerError) as err:
+        check_argv(["-p", "p2", "\x1b]0;owned\x07", "chat", "-q", "work kanban task t_1"], "p2", "t_1")
+    assert "\x1b" not in str(err.value) and "\\x1b" in str(err.value)
+    root = tmp_path / "root"
+    env = {"PATH": os.environ.get("PATH", ""), "HERMES_KANBAN_TASK": "t_9\x1b[31m\nforged", "HERMES_PROFILE": "p2",
+           "HERMES_KANBAN_DB": str(root / "kanban.db"), "HERMES_KANBAN_BOARD": "b\r\x1b[K"}
+    fake = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "chat", "-q", "x"], env=env)
+    try:
+        found = wait_for(lambda: [w for w in scan_workers(root) if w.pid == fake.pid], 10, what="the fake worker")
+        w = found[0]
+        assert w.task == "t_9\\x1b[31m\\nforged" and w.board == "b\\r\\x1b[K"
+    finally:
+        fake.kill()
+        fake.wait()
