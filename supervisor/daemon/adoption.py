@@ -122,6 +122,11 @@ def adopt_existing(d: Daemon) -> None:
                 name, Ident(pid, start), float(started) if isinstance(started, int | float) else d.wall(),
                 stopping=rec.get("stopping") is True, then_restart=rec.get("then_restart") is True,
             ))
+    # A profile whose gateway did not survive hermesd's absence: what is left in its cgroup is a
+    # dead gateway's (membership is the kernel's; an adopted gateway's cgroup is left alone).
+    for name in set(d.planner.profiles) | set(saved.profiles):
+        if name not in d.adopted.values():
+            d.domains.sweep(name)
     keep: set[int] = set()
     for ident in d.adopted:
         keep |= {ident.pid, *identity.descendants(ident.pid)}

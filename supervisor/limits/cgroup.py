@@ -529,8 +529,16 @@ def setup_plan(det: Detection) -> list[Step]:
     return steps
 
 
+def _component(name: str) -> bool:
+    """A profile name that can only name a cgroup directly below the base (names come from a
+    state file too: nothing that climbs out or hides)."""
+    return bool(name) and "/" not in name and "\0" not in name and not name.startswith(".")
+
+
 def profile_dir(det: Detection, name: str) -> str | None:
-    return None if not det.usable or det.base is None else posixpath.join(det.base, PROFILE_PREFIX + name)
+    if not det.usable or det.base is None or not _component(name):
+        return None
+    return posixpath.join(det.base, PROFILE_PREFIX + name)
 
 
 def profile_plan(det: Detection, name: str, limits: Limits) -> list[Step]:
@@ -543,7 +551,9 @@ def session_dir(det: Detection, kind: str, name: str, pid: int) -> str | None:
     """The cgroup of one session run for ``name`` (``kind``: ``exec`` or ``worker``), named by the
     PID of the command that keeps it: beside the profile's, never inside it (see EXEC_PREFIX)."""
     prefix = {"exec": EXEC_PREFIX, "worker": WORKER_PREFIX}[kind]
-    return None if not det.usable or det.base is None else posixpath.join(det.base, f"{prefix}{name}.{pid}")
+    if not det.usable or det.base is None or not _component(name):
+        return None
+    return posixpath.join(det.base, f"{prefix}{name}.{pid}")
 
 
 def session_setup_plan(det: Detection) -> list[Step]:

@@ -370,3 +370,30 @@ def test_a_flood_of_workers_kills_workers_not_the_assignees_gateway(root: Path, 
     reply = _ask(d, {**_worker_request("t_20000000"), "log": str(logs / "t_20000000.log")})
     assert reply["ok"], reply
     assert _ask(d, {"cmd": "kanban_wait", "pid": reply["pid"]}, wait=60)["code"] == 0
+
+
+def test_untagged_orphan_of_a_gateway_that_died_with_hermesd_down(root: Path, hermesd_factory, faults) -> None:
+    """hermesd is SIGKILLed, then coder's gateway dies while nobody watches: the next hermesd finds
+    what the dead gateway left in coder's cgroup and kills it (no tag to find it by)."""
+    home = root / "profiles" / "coder"
+    out = root.parent / "escapee-crash"
+    write_behaviour(home, shell=ESCAPE.format(out=out))
+    d = hermesd_factory(root)
+    d.wait_running("default", "coder", "writer")
+    pid = _escapee(home, out)
+    gateway = d.row("coder")["pid"]
+    d.kill9()
+    os.kill(gateway, signal.SIGKILL)
+    wait_for(lambda: not _alive(gateway), 10, what="coder's gateway gone")
+    assert _alive(pid)
+    faults.inject()
+    try:
+        write_behaviour(home)
+        d2 = hermesd_factory(root)
+        d2.wait_running("default", "coder", "writer")
+        gone = eventually(lambda: not _alive(pid), 10) is not None
+        faults.check(gone, f"escaped PID {pid} of a gateway that died while hermesd was down survived")
+        assert gone
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
