@@ -36,7 +36,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -266,7 +266,7 @@ def _controllers(session: Any) -> frozenset[str]:
     return session.det.controllers if session.det is not None else frozenset()
 
 
-def _worker_log(log: tuple[Path, str]) -> Any:
+def _worker_log(log: tuple[Path, str]) -> Callable[[], None]:
     """After the confinement: the worker's log as stdout and stderr (or the reason it cannot be)."""
 
     def open_log() -> None:

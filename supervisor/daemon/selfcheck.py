@@ -57,12 +57,21 @@ class Snapshot:
     threads: dict[int, Thread] = field(default_factory=dict)  # tid -> settings
 
 
+_libc: ctypes.CDLL | None = None
+
+
+def _syscall(*args: int) -> int:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return int(_libc.syscall(*args))
+
+
 def _ioprio(tid: int) -> int | None:
     nr = _IOPRIO_GET.get(os.uname().machine)
     if nr is None:
         return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    value = libc.syscall(nr, _IOPRIO_WHO_PROCESS, tid)
+    value = _syscall(nr, _IOPRIO_WHO_PROCESS, tid)
     return None if value < 0 else int(value)
 
 
@@ -195,8 +204,7 @@ def _undo(c: Change, base: Snapshot, main: Thread | None) -> None:
         nr = _IOPRIO_SET.get(os.uname().machine)
         if nr is None:
             raise OSError(38, "ioprio_set is not known on this architecture")
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.syscall(nr, _IOPRIO_WHO_PROCESS, c.tid, main.ioprio) != 0:
+        if _syscall(nr, _IOPRIO_WHO_PROCESS, c.tid, main.ioprio) != 0:
             err = ctypes.get_errno()
             raise OSError(err, os.strerror(err))
 

@@ -30,7 +30,7 @@ import sys
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing (and re) costs the shim 2 ms
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
 if __package__:
@@ -134,7 +134,8 @@ def _exec(argv: Sequence[str], env: Mapping[Any, Any], profile: str) -> None:
         _fail(profile, f"cannot execute {argv[0]}: {exc.strerror}", EXIT_CANNOT_EXEC)
 
 
-def exec_in_place(plan: Any, argv: Sequence[str], env: Mapping[str, str], after: Any = None) -> None:
+def exec_in_place(plan: Any, argv: Sequence[str], env: Mapping[str, str],
+                  after: Callable[[], None] | None = None) -> None:
     """Confine *this* process and exec ``argv`` (for ``hermesd exec``: saves a second interpreter).
 
     ``after``: called once confined, before the exec (a kanban worker opens its log there, with

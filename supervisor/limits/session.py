@@ -102,9 +102,12 @@ class Session:
         try:
             cgroup_io.attach(self.dir, pid)
         except (cgroup_io.CgroupError, ProcessLookupError) as exc:
+            from supervisor.child import become_subreaper
+
             self.problem = f"cannot join {self.dir}: {exc}"
             self._remove()
             self.dir = None
+            become_subreaper()  # its process tree is watched instead: orphans must come back to us
 
     def members(self) -> list[tuple[int, int]]:
         """``(pid, start)`` of every process of the session now."""
