@@ -397,3 +397,31 @@ def test_untagged_orphan_of_a_gateway_that_died_with_hermesd_down(root: Path, he
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_confined_profile_cannot_tune_hermesd_or_another_gateway(root: Path, hermesd_factory, faults) -> None:
+    """From inside coder (``hermesd exec coder``, confined as its gateway is): ``prlimit``,
+    ``renice``, ``taskset``, ``ionice``, ``chrt``, ``oom_score_adj`` and ``autogroup`` on hermesd and
+    on writer's gateway. Every one fails, and nothing of either changed."""
+    from supervisor.isolation import probe
+    from tests.isolation.test_process_control import ATTACKS, attack_script, snapshot
+
+    facts = probe()
+    if facts.landlock_abi < 1:
+        pytest.skip("this kernel has no Landlock: profiles are not confined here")
+    d = hermesd_factory(root)
+    pids = d.wait_running("coder", "writer")
+    targets = {"hermesd": d.proc.pid, "writer's gateway": pids["writer"]}
+    before = {name: snapshot(pid) for name, pid in targets.items()}
+    for name, pid in targets.items():
+        res = _exec(d, "coder", "sh", "-c", attack_script(pid))
+        rc = dict(line.split("=", 1) for line in res.stdout.split() if "=" in line)
+        for attack in ATTACKS:
+            faults.inject()
+            faults.check(rc.get(attack, "0") != "0", f"{attack} on {name} succeeded from a confined profile")
+    for name, pid in targets.items():
+        faults.inject()  # the target as a whole: nothing of it changed
+        faults.check(snapshot(pid) == before[name], f"{name} changed: {before[name]} -> {snapshot(pid)}")
+    assert {name: snapshot(pid) for name, pid in targets.items()} == before
+    assert faults.lost == 0, faults.notes
+    assert d.cli("status").returncode == 0
