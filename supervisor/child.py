@@ -19,7 +19,7 @@ from pathlib import Path
 from profiles import safeio
 from profiles.safeio import Beneath
 from supervisor import identity
-from supervisor.childspec import TAG_PROFILE
+from supervisor.childspec import verified_profile
 from supervisor.plan.model import Ident
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -114,15 +114,18 @@ def kill_group(ident: Ident, pidfd: int) -> None:
     identity.send_signal(pidfd, signal.SIGKILL)
 
 
-def kill_strays(root: Path, profile: str, keep: set[int]) -> list[int]:
-    """SIGKILL every process still tagged with this profile except ``keep``.
+def kill_strays(root: Path, profile: str, keep: set[int], salt: bytes) -> list[int]:
+    """SIGKILL every process tagged with this profile except ``keep``.
 
-    Finds descendants that escaped the process group (``setsid``) by the tag they inherited.
-    Each is pinned with a pidfd and re-checked before the signal.
+    Finds descendants that escaped the process group (``setsid``) by the tag they inherited, with
+    its token (:func:`supervisor.childspec.verified_profile`): a process that set the tag itself
+    is not ours to kill. Each is pinned with a pidfd and re-checked before the signal. Where the
+    profile has a cgroup, :meth:`supervisor.daemon.domains.Domains.sweep` is exact; this finds
+    what lives outside it (a child that could not be moved into it).
     """
     killed = []
-    for pid, _name, _env in identity.find_tagged(root, profile):
-        if pid in keep:
+    for pid, _name, env in identity.find_tagged(root, profile):
+        if pid in keep or verified_profile(env, salt, root) != profile:
             continue
         start = identity.proc_start_time(pid)
         if start is None:
@@ -131,7 +134,7 @@ def kill_strays(root: Path, profile: str, keep: set[int]) -> list[int]:
         if fd is None:
             continue
         try:
-            if identity.proc_environ(pid).get(TAG_PROFILE) == profile and identity.send_signal(
+            if verified_profile(identity.proc_environ(pid), salt, root) == profile and identity.send_signal(
                 fd, signal.SIGKILL
             ):
                 killed.append(pid)

@@ -9,7 +9,10 @@ finds the ``hermes`` command.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import importlib.util
+import os
 import shutil
 import sys
 from collections.abc import Mapping
@@ -25,10 +28,31 @@ from supervisor.notify import SERVICE_MANAGER_VARIABLES
 # own crash and how it finds descendants that escaped the process group.
 TAG_ROOT = "HERMESD_ROOT"
 TAG_PROFILE = "HERMESD_PROFILE"
+# Any process can *set* a tag (``HERMESD_PROFILE=p2 cmd``), so a tag alone proves nothing: this
+# keyed digest of root and profile (hermesd's per-root salt, which no confined profile can read)
+# makes a claim checkable. A profile knows only its own token (another profile's environment is
+# out of its reach under confinement), so a process can claim membership of its own profile
+# only. Where cgroups give exact membership, tags are not needed at all.
+TAG_TOKEN = "HERMESD_TAG_TOKEN"
 
 # Process-identity variables that must come from hermesd, never from its own environment.
 # Also hermesd's own service-manager channel: a child must not notify (or feed the watchdog) for it.
-_DROPPED = frozenset({"HERMES_HOME", "HERMES_PROFILE", TAG_ROOT, TAG_PROFILE, *SERVICE_MANAGER_VARIABLES})
+_DROPPED = frozenset({"HERMES_HOME", "HERMES_PROFILE", TAG_ROOT, TAG_PROFILE, TAG_TOKEN, *SERVICE_MANAGER_VARIABLES})
+
+
+def tag_token(salt: bytes, root: Path | str, profile: str) -> str:
+    """The token that proves a process was started by hermesd of ``root`` for ``profile``."""
+    msg = b"hermesd-tag\0" + os.fsencode(str(root)) + b"\0" + profile.encode("utf-8", "surrogateescape")
+    return hmac.new(salt, msg, hashlib.sha256).hexdigest()[:32]
+
+
+def verified_profile(env: Mapping[str, str], salt: bytes, root: Path | str) -> str | None:
+    """The profile a process's environment proves it belongs to, or ``None`` (no tag, another
+    root's, or a tag without the right token: set by the process itself, not by hermesd)."""
+    name = env.get(TAG_PROFILE)
+    if not name or env.get(TAG_ROOT) != str(root):
+        return None
+    return name if hmac.compare_digest(env.get(TAG_TOKEN, ""), tag_token(salt, root, name)) else None
 
 
 class GatewayCommandError(RuntimeError):
@@ -54,11 +78,14 @@ def child_env(
     profile: str,
     home: Path,
     extra: Mapping[str, str] | None = None,
+    salt: bytes | None = None,
 ) -> dict[str, str]:
     """The child's initial environment, built from hermesd's own minus what must not leak.
 
     HOME, XDG_STATE_HOME and HERMES_GATEWAY_LOCK_DIR pass through unchanged, so they are
     identical for every child and upstream's cross-profile credential locks keep working.
+    ``salt``: the daemon's per-root salt, for the tag's token (:data:`TAG_TOKEN`); without it the
+    child carries tags no sweep or tree will trust.
     """
     env = {k: v for k, v in base.items() if k not in _DROPPED and not is_platform_variable(k)}
     env.update(extra or {})
@@ -66,6 +93,8 @@ def child_env(
     env["HERMES_HOME"] = str(home)
     env[TAG_ROOT] = str(root)
     env[TAG_PROFILE] = profile
+    if salt is not None:
+        env[TAG_TOKEN] = tag_token(salt, root, profile)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 

@@ -51,6 +51,19 @@ class Config:
     hung: Mapping[str, float | None] = field(default_factory=dict)  # top-level hung_after / startup_grace
     observe: Any = None  # observe.settings.ObserveSettings, or None: defaults
     kanban_dispatcher: str = "default"  # kanban.dispatcher: the profile whose gateway dispatches, or "off"
+    # Bounds of the kanban hand-off (supervisor.kanban.bounds): a dispatcher must not be able to
+    # move its load into another profile's limits, nor flood the daemon with requests.
+    kanban_workers_per_profile: int = 4  # kanban.workers_per_profile: workers one assignee runs at once
+    kanban_worker_limits: Any = None  # kanban.worker_limits (LimitsSpec): each worker's own, over the assignee's
+    kanban_requests_per_minute: int = 60  # kanban.requests_per_minute: hand-off requests one dispatcher may make
+
+    def worker_limits_for(self, name: str) -> Any:
+        """The limits of each kanban worker run for ``name``: its own cgroup (never its assignee's
+        gateway's), with the assignee's limits, key by key overridden by ``kanban.worker_limits``."""
+        from supervisor.limits.settings import LimitsSpec, merge_limits
+
+        own = self.limits_for(name)
+        return merge_limits(LimitsSpec(own.memory_max, own.tasks_max, own.cpu_weight), self.kanban_worker_limits)
 
     def isolation_for(self, name: str) -> Any:
         """The isolation settings in force for ``name`` (defaults, the top level, the profile's own)."""
@@ -285,7 +298,7 @@ class _Reader:
             kwargs["max_starting"] = self.integer(top["max_starting"], "max_starting", minimum=1)
         kwargs.update(self.domains(top, ""))
         if "kanban" in top:
-            kwargs["kanban_dispatcher"] = self.kanban(top["kanban"])
+            kwargs.update(self.kanban(top["kanban"]))
         observed = {k: top[k] for k in ("events", "hooks", "metrics") if k in top}
         if observed:
             from supervisor.observe.settings import ObserveConfigError, parse_sections
@@ -321,25 +334,43 @@ class _Reader:
             out["hung"] = hung
         return out
 
-    def kanban(self, node: Any) -> str:
-        """``kanban: {dispatcher: PROFILE | off}``: which gateway runs upstream's kanban dispatcher.
+    def kanban(self, node: Any) -> dict[str, Any]:
+        """``kanban: {dispatcher: PROFILE | off, workers_per_profile: N, worker_limits: {...},
+        requests_per_minute: N}``: which gateway runs upstream's kanban dispatcher, and the bounds
+        of the hand-off through which it starts other profiles' workers.
 
         The profile need not exist yet (profiles come and go while the daemon runs); ``doctor``
         says when it does not. YAML's bare ``off`` arrives as ``False`` and is accepted.
         """
         from profiles.errors import ProfileError
         from profiles.names import normalize_name, validate_profile_name
+        from supervisor.limits.settings import LimitsConfigError, parse_limits
 
-        body = self.mapping(node, "kanban", {"dispatcher"})
+        body = self.mapping(node, "kanban", {"dispatcher", "workers_per_profile", "worker_limits",
+                                             "requests_per_minute"})
+        out: dict[str, Any] = {}
+        if "workers_per_profile" in body:
+            out["kanban_workers_per_profile"] = self.integer(body["workers_per_profile"], "kanban.workers_per_profile",
+                                                             minimum=1)
+        if "requests_per_minute" in body:
+            out["kanban_requests_per_minute"] = self.integer(body["requests_per_minute"],
+                                                             "kanban.requests_per_minute", minimum=1)
+        if "worker_limits" in body:
+            try:
+                out["kanban_worker_limits"] = parse_limits(_construct(body["worker_limits"]), "kanban.worker_limits")
+            except LimitsConfigError as exc:
+                sub = str(getattr(exc, "key", "") or "")[len("kanban.worker_limits") + 1 :]
+                raise self.fail_at(body["worker_limits"], tuple(p for p in sub.split(".") if p), str(exc), "") \
+                    from None
         if "dispatcher" not in body:
-            return "default"
+            return out
         value = self.scalar(body["dispatcher"], "kanban.dispatcher")
         if value is False or (isinstance(value, str) and value.strip().lower() == "off"):
-            return "off"
+            return {**out, "kanban_dispatcher": "off"}
         if not isinstance(value, str):
             raise self.fail(body["dispatcher"], "kanban.dispatcher", f"expected a profile name or off, got {value!r}")
         try:
-            return validate_profile_name(normalize_name(value))
+            return {**out, "kanban_dispatcher": validate_profile_name(normalize_name(value))}
         except ProfileError as exc:
             raise self.fail(body["dispatcher"], "kanban.dispatcher", f"not a valid profile name: {exc}") from None
 

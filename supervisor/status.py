@@ -300,7 +300,7 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
     else:
         state = "NOT RUNNING (showing files on disk)"
     lines = [f"hermesd for {doc['root']}: {state}"]
-    for key in ("problem", "config_problem", "command_error", "state_problem"):
+    for key in ("problem", "config_problem", "command_error", "state_problem", "self_problem"):
         if sup.get(key):
             lines.append(f"  ! {sup[key]}")
     stale = [r["code"] for r in doc["profiles"] if (r.get("code") or {}).get("stale")]

@@ -14,9 +14,13 @@ the daemon builds before a spawn, from the same inputs (:mod:`supervisor.daemon.
 * the profile's isolation plan (:func:`supervisor.isolation.make_plan`), applied in a forked
   child by :func:`supervisor.isolation.exec_in_place` (no second interpreter), so the command
   and every descendant are confined, and the command starts in the profile's home;
-* the profile's ``cpu_weight`` as a nice value. Memory and task limits are properties of the
-  gateway's cgroup, which a command started outside the daemon does not join: they do not
-  apply here.
+* the profile's limits, as a session of their own (:mod:`supervisor.limits.session`): the command
+  runs in a cgroup beside the gateway's (``exec.<profile>.<pid>``) with ``memory_max``,
+  ``tasks_max`` and ``cpu_weight`` written on it, enforced by the kernel where the controllers
+  exist and by this command otherwise (one line on stderr says which); a session over a limit is
+  killed (exit 137, one line naming the limit), never the gateway. When the command ends, what it
+  left running ends with it. Without a cgroup (hermesd not root and nothing delegated) the
+  command's own process tree is watched the same way.
 
 The parent stays unconfined only to wait: the command's exit status comes back unchanged
 (a death by signal N becomes 128+N, as in a shell); SIGINT/SIGQUIT are left to the command (the
@@ -32,7 +36,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,18 +53,23 @@ def register(sub: argparse._SubParsersAction, add: Any) -> None:
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                    help="the command and its arguments (after --)")
     # For the daemon running a kanban worker (supervisor.kanban.workers): the exit code is also
-    # written to this descriptor, because the daemon's reaper owns the keeper's wait status.
+    # written to this descriptor, because the daemon's reaper owns the keeper's wait status; the
+    # session is a worker's (its cgroup and limits); the worker's log is opened by the confined
+    # command itself, beneath the board's log folder (supervisor.kanban.worklog).
     p.add_argument("--status-fd", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--session", choices=("exec", "worker"), default="exec", help=argparse.SUPPRESS)
+    p.add_argument("--worker-log", nargs=2, metavar=("BASE", "REL"), help=argparse.SUPPRESS)
 
 
-_OWN_OPTIONS = ("--root", "--status-fd")
+# Options of ours that may stand between PROFILE and the command, with how many values each takes.
+_OWN_OPTIONS = {"--root": 1, "--status-fd": 1, "--session": 1, "--worker-log": 2}
 
 
 def _late_options(args: argparse.Namespace, command: list[str]) -> list[str]:
     """``hermesd exec coder --root R [--] cmd``: options between PROFILE and the command are ours.
 
-    argparse hands everything after PROFILE to the command; take back the leading ``--root`` and
-    ``--status-fd`` options (``--opt VALUE`` or ``--opt=VALUE``), then an optional ``--``. Another
+    argparse hands everything after PROFILE to the command; take back the leading options of
+    :data:`_OWN_OPTIONS` (``--opt VALUE`` or ``--opt=VALUE``), then an optional ``--``. Another
     option there is an error, never part of a command run in the wrong root.
     """
     rest = list(command)
@@ -76,20 +85,31 @@ def _late_options(args: argparse.Namespace, command: list[str]) -> list[str]:
                 raise UserError(f"exec: unknown option {rest[0][:80]!r} before the command; "
                                 "write it as: hermesd exec PROFILE [--root PATH] -- COMMAND [ARG…]")
             return rest
-        if not eq:
-            if len(rest) < 2:
-                raise UserError(f"exec: {name} needs a value")
-            value, rest = rest[1], rest[2:]
+        count = _OWN_OPTIONS[name]
+        if eq and count == 1:
+            values, rest = [value], rest[1:]
+        elif not eq and len(rest) > count:
+            values, rest = rest[1:1 + count], rest[1 + count:]
         else:
-            rest = rest[1:]
-        if name == "--status-fd":
-            try:
-                args.status_fd = int(value)
-            except ValueError:
-                raise UserError(f"exec: --status-fd needs a number, not {value[:40]!r}") from None
-        else:
-            args.root = value
+            raise UserError(f"exec: {name} needs {count} value{'s' if count > 1 else ''}")
+        _set_late(args, name, values)
     return rest[1:]
+
+
+def _set_late(args: argparse.Namespace, name: str, values: list[str]) -> None:
+    if name == "--status-fd":
+        try:
+            args.status_fd = int(values[0])
+        except ValueError:
+            raise UserError(f"exec: --status-fd needs a number, not {values[0][:40]!r}") from None
+    elif name == "--session":
+        if values[0] not in ("exec", "worker"):
+            raise UserError(f"exec: --session is exec or worker, not {values[0][:40]!r}")
+        args.session = values[0]
+    elif name == "--worker-log":
+        args.worker_log = values
+    else:
+        args.root = values[0]
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
@@ -97,8 +117,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if not command:
         raise UserError("exec needs a command: hermesd exec PROFILE -- COMMAND [ARG…]")
     root = root_of(args)
-    prepared = prepare(root, args.profile, os.environ)
-    code = run(prepared, command)
+    prepared = prepare(root, args.profile, os.environ, kind=args.session)
+    log = (Path(args.worker_log[0]), args.worker_log[1]) if args.worker_log else None
+    code = run(prepared, command, log=log)
     if args.status_fd is not None:
         with contextlib.suppress(OSError):
             os.write(args.status_fd, f"{code}\n".encode())
@@ -108,17 +129,22 @@ def cmd_exec(args: argparse.Namespace) -> int:
 class Prepared:
     """Everything ``exec`` applies, computed before any fork (so errors are plain messages)."""
 
-    __slots__ = ("env", "nice", "plan", "profile")
+    __slots__ = ("env", "kind", "limits", "nice", "plan", "profile", "root")
 
-    def __init__(self, profile: str, plan: Any, env: dict[str, str], nice: int | None) -> None:
+    def __init__(self, profile: str, plan: Any, env: dict[str, str], nice: int | None, *, root: Path | None = None,
+                 limits: Any = None, kind: str = "exec") -> None:
         self.profile = profile
         self.plan = plan
         self.env = env
         self.nice = nice
+        self.root = root
+        self.limits = limits  # limits.settings.Limits of the session (None: none)
+        self.kind = kind
 
 
-def prepare(root: Path, raw_name: str, base_env: Mapping[str, str]) -> Prepared:
-    """The plan, environment and niceness of ``raw_name``'s gateway, as the daemon would compute them.
+def prepare(root: Path, raw_name: str, base_env: Mapping[str, str], *, kind: str = "exec") -> Prepared:
+    """The plan, environment, niceness and limits of ``raw_name``'s gateway, as the daemon would
+    compute them (``kind`` ``worker``: a kanban worker's limits, :meth:`supervisor.config.Config.worker_limits_for`).
 
     An unknown profile is a :class:`UserError` with the shared "no such profile" wording; a plan
     that cannot be run (``isolation: required`` on a machine without a mechanism, an unknown
@@ -171,13 +197,13 @@ def prepare(root: Path, raw_name: str, base_env: Mapping[str, str]) -> Prepared:
     ))
     if not plan.runnable:
         raise Failure(f"profile {name}: isolation: {plan.reason}", EXIT_CANNOT_CONFINE)
+    limits = cfg.worker_limits_for(name) if kind == "worker" else cfg.limits_for(name)
     nice = None
-    weight = cfg.limits_for(name).cpu_weight
-    if weight:
+    if limits.cpu_weight:
         from supervisor.limits.tree import nice_for_weight
 
-        nice = nice_for_weight(weight)
-    return Prepared(name, plan, env, nice)
+        nice = nice_for_weight(limits.cpu_weight)
+    return Prepared(name, plan, env, nice, root=root, limits=limits, kind=kind)
 
 
 def exit_code(status: int) -> int:
@@ -187,22 +213,41 @@ def exit_code(status: int) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
-def run(prepared: Prepared, command: list[str]) -> int:
-    """Fork; the child confines itself and execs ``command``; the parent waits and returns its code."""
+def run(prepared: Prepared, command: list[str], *, log: tuple[Path, str] | None = None) -> int:
+    """Fork; the child joins the session, confines itself and execs ``command``; the parent keeps
+    the session (its limits) and returns the command's code.
+
+    ``log``: a kanban worker's ``(base, relative path)``; the child opens it after its confinement
+    (:func:`supervisor.kanban.worklog.open_beneath`) as its stdout and stderr.
+    """
     from supervisor.isolation import exec_in_place
 
+    session = _open_session(prepared)
+    if session is not None and session.note:
+        print(session.note, file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
+    hold_r, hold_w = os.pipe()  # the child waits until it is in the session's cgroup
     pid = os.fork()
     if pid == 0:  # pragma: no cover - replaced by exec (or exits 125-127)
         try:
-            if prepared.nice is not None:
+            os.close(hold_w)
+            if os.read(hold_r, 1) != b"1":  # the parent is gone: never run outside the session
+                os._exit(EXIT_CANNOT_CONFINE)
+            os.close(hold_r)
+            if prepared.nice is not None and (session is None or session.dir is None
+                                              or "cpu" not in _controllers(session)):
                 # raising priority needs CAP_SYS_NICE: keep the current one then
                 with contextlib.suppress(PermissionError):
                     os.setpriority(os.PRIO_PROCESS, 0, prepared.nice)
-            exec_in_place(prepared.plan, command, prepared.env)
+            exec_in_place(prepared.plan, command, prepared.env, after=_worker_log(log) if log else None)
         finally:
             os._exit(EXIT_CANNOT_CONFINE)
+    os.close(hold_r)
+    if session is not None:
+        session.attach(pid)
+    os.write(hold_w, b"1")
+    os.close(hold_w)
     # The terminal delivers SIGINT/SIGQUIT to the whole foreground group: the command decides.
     for sig in (signal.SIGINT, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_IGN)
@@ -213,9 +258,48 @@ def run(prepared: Prepared, command: list[str]) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, forward)
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-        except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
-            continue
-        return exit_code(status)
+    if session is None:
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+            except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
+                continue
+            return exit_code(status)
+    try:
+        status, breach = session.wait(pid)
+    finally:
+        session.close()
+    if breach is not None:
+        print(f"hermesd: {prepared.kind} {prepared.profile}: killed: {breach.describe()}", file=sys.stderr)
+    return exit_code(status)
+
+
+def _open_session(prepared: Prepared) -> Any:
+    """The session's domain (supervisor.limits.session), or None when the profile has no limits
+    to hold it to and is not a kanban worker (nothing to count, nothing to kill)."""
+    lim = prepared.limits
+    if prepared.root is None or lim is None:
+        return None
+    if prepared.kind != "worker" and lim.memory_max is None and lim.tasks_max is None and lim.cpu_weight is None:
+        return None
+    from supervisor.limits.session import open_session
+
+    return open_session(prepared.root, prepared.profile, prepared.kind, lim)
+
+
+def _controllers(session: Any) -> frozenset[str]:
+    return session.det.controllers if session.det is not None else frozenset()
+
+
+def _worker_log(log: tuple[Path, str]) -> Callable[[], None]:
+    """After the confinement: the worker's log as stdout and stderr (or the reason it cannot be)."""
+
+    def open_log() -> None:
+        from supervisor.kanban.worklog import open_beneath
+
+        fd = open_beneath(*log)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+
+    return open_log

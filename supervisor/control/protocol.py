@@ -10,8 +10,11 @@ one fixed daemon handler.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
+import time
+from dataclasses import dataclass
 from typing import Any
 
 MAX_REQUEST = 64 * 1024
@@ -38,6 +41,42 @@ REQUESTS: dict[str, dict[str, tuple[type, bool]]] = {
 
 class RequestError(ValueError):
     """A request the daemon refuses before acting; the message is the reply's error."""
+
+
+# Linux 6.5+: a pidfd of the process that connected, taken by the kernel at connect(); later
+# kernels refuse the option (ENOPROTOOPT) and the peer's start time stands in (see Peer).
+SO_PEERPIDFD = 77
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """Who is on the other end of a connection, as far as the kernel can say.
+
+    ``pid`` (``SO_PEERCRED``) is the PID at ``connect()``: by the time it is checked that process
+    may have exited and the PID been reused. ``pidfd`` (``SO_PEERPIDFD``) pins the process itself;
+    without it, ``accepted_ticks`` (the boot clock when the connection was accepted, in the clock
+    ticks of ``/proc/<pid>/stat``) lets a check refuse a process that started after it.
+    """
+
+    pid: int | None
+    uid: int | None
+    pidfd: int | None = None
+    accepted_ticks: int | None = None
+
+
+def peer_pidfd(sock: socket.socket) -> int | None:
+    """``SO_PEERPIDFD`` (the caller closes it), or ``None`` where the kernel has no such option."""
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD, 4)
+    except OSError:
+        return None
+    fd = struct.unpack("i", raw)[0]
+    return fd if fd >= 0 else None
+
+
+def boot_ticks() -> int:
+    """Now, in the unit of ``/proc/<pid>/stat``'s start time (clock ticks since boot)."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
 
 
 def peer_uid(sock: socket.socket) -> int | None:

@@ -21,10 +21,13 @@ from supervisor.control.protocol import (
     MAX_REQUEST,
     READ_TIMEOUT,
     REQUESTS,
+    Peer,
     RequestError,
+    boot_ticks,
     decode_request,
     encode,
     peer_pid_uid,
+    peer_pidfd,
 )
 
 log = logging.getLogger("hermesd")
@@ -37,11 +40,13 @@ class ControlServer:
 
     def __init__(self, path: Path, handlers: Mapping[str, Handler],
                  on_request: Callable[[str, bool], None] | None = None, *,
-                 peer_check: Callable[[int, int], str | None] | None = None,
+                 peer_check: Callable[[Peer], str | None] | None = None,
                  max_request: int = MAX_REQUEST, mode: int = 0o600) -> None:
-        """``peer_check(pid, uid)`` (a restricted server, e.g. the kanban hand-off socket): returns
+        """``peer_check(peer)`` (a restricted server, e.g. the kanban hand-off socket): returns
         why the peer is refused, or ``None``; it replaces the same-user check, and only the verbs
-        in ``handlers`` are served. Without it every verb of :data:`REQUESTS` needs a handler."""
+        in ``handlers`` are served. Without it every verb of :data:`REQUESTS` needs a handler.
+        The check gets the peer's pidfd (Linux 6.5+) or the moment of the accept, so it can prove
+        the PID it looks at is still the process that connected."""
         missing = set(REQUESTS) - set(handlers)
         if missing and peer_check is None:
             raise ValueError(f"no handler for {sorted(missing)}")
@@ -94,7 +99,14 @@ class ControlServer:
         sock = writer.get_extra_info("socket")
         pid, uid = peer_pid_uid(sock) if sock is not None else (None, None)
         if self.peer_check is not None:
-            refused = "no peer credentials" if pid is None or uid is None else self.peer_check(pid, uid)
+            accepted = boot_ticks()
+            pidfd = peer_pidfd(sock) if sock is not None else None
+            try:
+                refused = "no peer credentials" if pid is None or uid is None else \
+                    self.peer_check(Peer(pid, uid, pidfd, accepted))
+            finally:
+                if pidfd is not None:
+                    os.close(pidfd)
             if refused:
                 return {"ok": False, "error": f"permission denied: {refused}"}
         elif uid is None or (uid != os.getuid() and uid != 0):

@@ -123,24 +123,31 @@ def adopt_existing(d: Daemon) -> None:
                 name, Ident(pid, start), float(started) if isinstance(started, int | float) else d.wall(),
                 stopping=rec.get("stopping") is True, then_restart=rec.get("then_restart") is True,
             ))
+    # A profile whose gateway did not survive hermesd's absence: what is left in its cgroup is a
+    # dead gateway's (membership is the kernel's; an adopted gateway's cgroup is left alone).
+    for name in set(d.planner.profiles) | set(saved.profiles):
+        if name not in d.adopted.values():
+            d.domains.sweep(name)
     keep: set[int] = set()
     for ident in d.adopted:
         keep |= {ident.pid, *identity.descendants(ident.pid)}
     for name in found.tagged:
-        strays = child.kill_strays(d.root, name, keep=keep)
+        strays = child.kill_strays(d.root, name, keep=keep, salt=d.salt)
         if strays:
             log.warning("profile %s: killed leftovers of a dead gateway: %s", name, strays)
 
 def final_sweep(d: Daemon, budget: float = 2.0) -> None:
-    """Before exiting, kill every process still tagged with this root.
+    """Before exiting, kill every process left in a profile's (or a kanban worker's) cgroup and
+    every process still tagged, with its token, by this root.
 
     A gateway's last act may be a detached helper (upstream's diagnostic shell) that forks
     after the per-exit sweep looked; repeat until a pass finds nothing, within ``budget``.
     """
     deadline = time.monotonic() + budget
     while True:
+        killed = d.domains.sweep_all()
         names = {name for _pid, name, _env in identity.find_tagged(d.root)}
-        killed = [pid for name in names for pid in child.kill_strays(d.root, name, keep=set())]
+        killed += [pid for name in names for pid in child.kill_strays(d.root, name, keep=set(), salt=d.salt)]
         d.handle_sigchld()  # reap what we just killed (we are their subreaper)
         if not killed or time.monotonic() > deadline:
             if killed:

@@ -2,10 +2,11 @@
 their assignee's domain, and the chosen dispatcher's hand-off (its ``HERMES_BIN`` launcher and the
 restricted socket through which it hands each worker to hermesd).
 
-Why workers end where they do: they are hermesd's children, in the assignee's cgroup, so a stop,
-restart or tree kill of the *assignee* ends them, and a restart of the *dispatcher* does not. They
-also end with hermesd itself, even when the gateways are left running: no daemon would be left to
-report a worker's end to its dispatcher.
+Why workers end where they do: they are hermesd's children, each in a cgroup of its own beside the
+assignee's (its limits, never charged to the assignee's gateway), so a stop or restart of the
+*assignee* ends them, and a restart of the *dispatcher* does not. They also end with hermesd
+itself, even when the gateways are left running: no daemon would be left to report a worker's
+end to its dispatcher.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ class Board:
         from supervisor.kanban.workers import Workers
 
         self.d = daemon
-        self.workers = Workers(daemon.root, daemon.env)
-        self.handoff = Handoff(daemon.layout.dir, kanban_handlers(daemon), self.gateway_pid)
+        self.workers = Workers(daemon.root, daemon.env, keeper_log=daemon.layout.child_log,
+                               on_end=lambda run: daemon.domains.end_session("worker", run.assignee, run.pid))
+        self.handoff = Handoff(daemon.layout.dir, kanban_handlers(daemon), self.gateway_pid,
+                               in_tree=daemon.domains.member_of)
 
     def gateway_pid(self, name: str) -> int | None:
         """The PID of ``name``'s current gateway, if hermesd runs one (the hand-off's peer check)."""
@@ -39,6 +42,7 @@ class Board:
 
     async def sync(self, cfg: config_mod.Config) -> None:
         """Follow hermesd.yaml's dispatcher choice (its launcher, socket and account)."""
+        self.handoff.set_rate(cfg.kanban_requests_per_minute)
         await self.handoff.sync(cfg.kanban_dispatcher, _account_of(cfg, cfg.kanban_dispatcher))
 
     def env_for(self, name: str) -> dict[str, str]:

@@ -65,13 +65,14 @@ class Domains:
     requirements: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # per profile, what is missing
     _hot_until: float = 0.0
 
-    def start(self) -> None:
-        """Once per daemon: what the kernel offers (confinement, cgroup v2), and the tree watcher."""
+    def start(self, salt: bytes) -> None:
+        """Once per daemon: what the kernel offers (confinement, cgroup v2), and the tree watcher
+        (``salt``: the per-root salt that proves a tag was set by hermesd)."""
         from supervisor import isolation, limits
 
         self.probe = isolation.probe()
         self.cgroups = limits.setup(str(self.root))
-        self.watcher = limits.TreeWatcher(str(self.root), exclude=(os.getpid(),))
+        self.watcher = limits.TreeWatcher(str(self.root), salt=salt, exclude=(os.getpid(),))
         for problem in self.cgroups.problems:
             log.warning("cgroups: %s", problem)
         from supervisor.isolation import kanban
@@ -144,21 +145,19 @@ class Domains:
             lim.apply_nice([ident.pid], limits.cpu_weight)
         self.trees[name] = _Tree(ident, root, d, events, *_start_clock(ident.pid))
 
-    def join(self, name: str, pid: int) -> bool:
-        """Put a process hermesd runs *for* ``name`` (a kanban worker's keeper, right after its spawn,
-        before it forks the worker) into ``name``'s cgroup: the profile's limits count it, and a
-        kill of the profile's tree ends it. False: no cgroup for the profile (limits are not shared)."""
-        from supervisor.limits import cgroup, cgroup_io
+    def member_of(self, name: str, pid: int) -> bool | None:
+        """Whether ``pid`` is in the cgroup of ``name``'s running gateway (``None``: the gateway has
+        no cgroup, membership is not the kernel's to say)."""
+        from supervisor.limits import cgroup_io
 
-        d = cgroup.profile_dir(self.cgroups, name) if self.cgroups is not None else None
-        if d is None or not os.path.isdir(d):
+        tree = self.trees.get(name)
+        det = self.cgroups
+        if tree is None or tree.cgroup is None or det is None or det.top is None:
+            return None
+        where = cgroup_io.current_cgroup(pid)
+        if where is None:
             return False
-        try:
-            cgroup_io.attach(d, pid)
-        except (cgroup_io.CgroupError, OSError) as exc:
-            log.warning("profile %s: PID %d not moved into its cgroup (%s)", name, pid, exc)
-            return False
-        return True
+        return os.path.normpath(det.top.rstrip("/") + "/" + where.lstrip("/")) == os.path.normpath(tree.cgroup)
 
     def adopt(self, name: str, ident: Ident) -> None:
         """A gateway found running at start-up: into its cgroup with its whole tree, if it has one."""
@@ -186,6 +185,70 @@ class Domains:
         if tree is None or tree.ident != ident or self.watcher is None:
             return []
         return self.watcher.kill(name, tree.root)
+
+    def sweep(self, name: str) -> list[int]:
+        """What is left in ``name``'s cgroup once its gateway has exited, killed before anything is
+        spawned for the profile again (escaped ``setsid`` descendants, processes that cleared their
+        environment, detached helpers alike: membership is the kernel's, not a tag's).
+
+        Called synchronously at the exit: one read of ``cgroup.events`` when nothing is left, one
+        write of ``cgroup.kill`` otherwise, so the restart path stays free of any ``/proc`` scan.
+        Returns the PIDs that were listed (empty: no cgroup, or nothing left)."""
+        from supervisor.limits import cgroup, cgroup_io
+
+        d = cgroup.profile_dir(self.cgroups, name) if self.cgroups is not None else None
+        if d is None or cgroup_io.populated(d) is False or not os.path.isdir(d):
+            return []
+        pids = cgroup_io.procs(d)
+        try:
+            cgroup_io.kill(d)
+        except cgroup_io.CgroupError as exc:
+            log.warning("profile %s: leftovers in %s not killed (%s)", name, d, exc)
+            return []
+        if pids:
+            log.info("profile %s: killed %d leftover process(es) in its cgroup: %s", name, len(pids), pids)
+        return pids
+
+    def sweep_all(self) -> list[int]:
+        """At hermesd's own exit (without ``--keep-children``): every profile's cgroup and every
+        kanban worker's, killed (the exact counterpart of the tag sweep)."""
+        from supervisor.limits import cgroup, cgroup_io
+
+        det = self.cgroups
+        if det is None or not det.usable or det.base is None:
+            return []
+        try:
+            entries = sorted(os.listdir(det.base))
+        except OSError:
+            return []
+        killed: list[int] = []
+        for entry in entries:
+            path = os.path.join(det.base, entry)
+            if not entry.startswith(cgroup.SWEPT_PREFIXES) or not os.path.isdir(path):
+                continue
+            if cgroup_io.populated(path) is False:
+                continue
+            killed += cgroup_io.procs(path)
+            try:
+                cgroup_io.kill(path)
+            except cgroup_io.CgroupError as exc:
+                log.warning("leftovers in %s not killed (%s)", path, exc)
+        return killed
+
+    def end_session(self, kind: str, name: str, keeper: int) -> None:
+        """A session's keeper has ended (a kanban worker's, maybe killed before it could clean up):
+        kill what is left in the session's cgroup and remove it."""
+        from supervisor.limits import cgroup, cgroup_io
+
+        d = cgroup.session_dir(self.cgroups, kind, name, keeper) if self.cgroups is not None else None
+        if d is None or not os.path.isdir(d):
+            return
+        try:
+            if cgroup_io.populated(d) is not False:
+                cgroup_io.kill(d)
+            cgroup_io.remove(d, timeout=1.0)
+        except cgroup_io.CgroupError as exc:
+            log.warning("kanban: %s not cleared (%s)", d, exc)
 
     def exit_cause(self, name: str, ident: Ident) -> ExitKind | None:
         """At an exit: did the kernel kill the tree for a limit (cgroup events since the spawn)?"""

@@ -37,7 +37,7 @@ from profiles.upstream import files as gf
 from supervisor import child, childspec, identity, logs
 from supervisor import config as config_mod
 from supervisor.control.server import ControlServer
-from supervisor.daemon import adoption, interpreter
+from supervisor.daemon import adoption, interpreter, selfcheck
 from supervisor.daemon.board import Board
 from supervisor.daemon.domains import Domains, Prepared
 from supervisor.daemon.guard import Guard
@@ -105,6 +105,7 @@ class Daemon:
         self._seq = 0
         self.cpu_samples: dict[Ident, tuple[float, float]] = {}
         self.board = Board(self)  # kanban (issue 16): workers run for the board, the dispatcher's hand-off
+        self.own = selfcheck.Guard()  # hermesd's own limits and scheduling, kept as they started
 
     # ------------------------------------------------------------------------- lifetime
 
@@ -130,6 +131,7 @@ class Daemon:
         os.chdir("/")  # never pin a mount point or a profile folder that may be deleted
         child.become_subreaper()
         _raise_fd_limit()
+        self.own.start()
         self.boot = identity.boot_id()
         self.salt = self.layout.salt()
         loop.add_signal_handler(signal.SIGCHLD, self.handle_sigchld)
@@ -149,7 +151,7 @@ class Daemon:
         from supervisor import __version__
 
         self._emit({"type": "daemon_started", "profile": None, "version": __version__, "root": str(self.root)})
-        self.domains.start()
+        self.domains.start(self.salt)
         await self.load_config(initial=True)
         self.list_profiles()
         await asyncio.gather(*(self._read(n) for n in list(self.planner.profiles)))
@@ -291,10 +293,11 @@ class Daemon:
                 if fd is not None:
                     child.kill_group(a.ident, fd)
                 self.domains.kill_tree(a.name, a.ident)
-                child.kill_strays(self.root, a.name, keep=set())
+                child.kill_strays(self.root, a.name, keep=set(), salt=self.salt)
             elif isinstance(a, m.Sweep):
                 assert self._loop is not None
-                # After the respawn decision, not before it: the /proc scan stays off the restart path.
+                self.domains.sweep(a.name)  # its cgroup, exact and cheap: before a respawn joins it
+                # The tag sweep after the respawn decision: the /proc scan stays off the restart path.
                 self._loop.call_soon(self.handle_strays, a.name)
             elif isinstance(a, m.Schedule):
                 self._schedule(a.name, a.timer, a.delay)
@@ -323,7 +326,8 @@ class Daemon:
             return
         argv = childspec.child_argv(self.command, name, self.contract)
         env = childspec.child_env(self.env, root=self.root, profile=name, home=p.home,
-                                  extra={**self.config.child_environment(name), **self.board.env_for(name)})
+                                  extra={**self.config.child_environment(name), **self.board.env_for(name)},
+                                  salt=self.salt)
         logfile: Beneath | Path = self.layout.beneath(self.layout.child_log(name))
         free = logs.free_bytes(self.layout.logs)
         if free is not None and free < LOG_SPACE_MIN:
@@ -454,7 +458,7 @@ class Daemon:
         """Kill what is left of a profile's previous gateway (escaped descendants, diagnostics)."""
         p = self.planner.profiles.get(name)
         keep = {p.child.ident.pid} if p is not None and p.child is not None else set()
-        strays = child.kill_strays(self.root, name, keep=keep)
+        strays = child.kill_strays(self.root, name, keep=keep, salt=self.salt)
         if strays:
             log.info("profile %s: killed %d leftover process(es) %s", name, len(strays), strays)
 
@@ -521,7 +525,9 @@ class Daemon:
         self.execute(self.planner.shutdown(keep_children=keep_children))
 
     def handle_housekeeping(self) -> None:
-        """Every few seconds: log rotation, full log file systems, gateway states, a failed save."""
+        """Every few seconds: hermesd's own limits, log rotation, full log file systems, gateway
+        states, a failed save."""
+        self.own.check(_fd_budget_problem())  # first: a starved descriptor budget fails every step below
         problems = logs.housekeep(self.layout, list(self.planner.profiles), self.config.log_max_bytes,
                                   self.config.log_backups, LOG_SPACE_MIN)
         for p in self.planner.profiles.values():

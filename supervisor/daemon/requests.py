@@ -101,7 +101,7 @@ def handlers(d: Daemon) -> dict[str, Callable[..., Awaitable[dict[str, Any]]]]:
 def kanban_handlers(d: Daemon) -> dict[str, Callable[..., Awaitable[dict[str, Any]]]]:
     """``kanban_worker`` and ``kanban_wait``: served on the control socket (the operator) and, alone,
     on the dispatcher's hand-off socket (:mod:`supervisor.kanban.handoff`)."""
-    from supervisor.kanban.workers import WorkerError
+    from supervisor.kanban.workers import WorkerError, printable
 
     async def kanban_worker(assignee: str, argv: list[Any], env: dict[str, Any], log: str) -> dict[str, Any]:
         from profiles.names import normalize_name
@@ -109,7 +109,7 @@ def kanban_handlers(d: Daemon) -> dict[str, Callable[..., Awaitable[dict[str, An
         name = normalize_name(assignee)
         p = d.planner.profiles.get(name)
         if p is None or not p.present:
-            return {"ok": False, "error": f"kanban_worker: no profile {assignee[:80]!r}"}
+            return {"ok": False, "error": f"kanban_worker: no profile {printable(assignee, 80)!r}"}
         if d.command is None:
             return {"ok": False, "error": d.command_error or "no hermes command"}
         if not d.config.isolation_for(p.name).kanban:
@@ -118,10 +118,10 @@ def kanban_handlers(d: Daemon) -> dict[str, Callable[..., Awaitable[dict[str, An
         if not all(isinstance(a, str) for a in argv) or not all(isinstance(v, str) for v in env.values()):
             return {"ok": False, "error": "kanban_worker: argv and env must hold strings"}
         try:
-            run = d.board.workers.start(assignee=p.name, command=d.command, argv=argv, env=env, log=log)
+            run = d.board.workers.start(assignee=p.name, command=d.command, argv=argv, env=env, log=log,
+                                        per_profile=d.config.kanban_workers_per_profile)
         except WorkerError as exc:
             return {"ok": False, "error": f"kanban_worker: {exc}"}
-        d.domains.join(p.name, run.pid)  # the assignee's limits, not the dispatcher's (nor none)
         return {"ok": True, "pid": run.pid}
 
     async def kanban_wait(pid: int) -> dict[str, Any]:
@@ -172,6 +172,10 @@ def document(d: Daemon) -> dict[str, Any]:
             "ready": d.ready,
             "config_problem": d.config_problem,
             "state_problem": d.state_problem,
+            # hermesd's own limits or scheduling changed by another process and not undone, a
+            # starved descriptor budget (supervisor.daemon.selfcheck); and the latest undone changes
+            "self_problem": "; ".join(d.own.problems) or None,
+            "self_restored": list(d.own.restored),
             "command": d.command,
             "command_error": d.command_error,
             # The hermes-agent release the gateway command runs, as the daemon last read it.

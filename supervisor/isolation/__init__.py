@@ -41,7 +41,8 @@ API for the daemon (the loop) and the CLI — everything below this line is self
    has it open: report it in doctor and retry on the next start).
 
 Modules: ``probing`` (facts), ``settings`` (hermesd.yaml), ``plan`` (pure), ``confine`` + ``kernel``
-(applying, stdlib only), ``enter`` (the shim), ``kanban`` (board layout), ``install`` (inputs).
+(applying, stdlib only), ``syscalls`` (the process-control filter), ``enter`` (the shim), ``kanban``
+(board layout), ``install`` (inputs).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ Order matters and is the reason this module exists:
 5. ``PR_SET_NO_NEW_PRIVS`` and the Landlock domain: all file-system rights on ``/`` when the
    namespace did the hiding (Landlock then forbids undoing the mounts, scopes signals and
    abstract sockets and blocks ptrace), or rules carved around the hidden areas (Landlock alone).
+6. The process-control filter (:mod:`syscalls`): last, so nothing above runs under it.
 
 Every failure raises :class:`ConfineError` with one line naming the step and path.
 """
@@ -33,8 +34,10 @@ if TYPE_CHECKING:
 
 try:  # imported as supervisor.isolation.confine, or as a sibling by the -S shim
     from supervisor.isolation import kernel as k
+    from supervisor.isolation import syscalls
 except ImportError:  # pragma: no cover - exercised by the shim's script mode
     import kernel as k  # type: ignore[no-redef]
+    import syscalls  # type: ignore[no-redef]
 try:
     from profiles import beneath
 except ImportError:  # pragma: no cover - the -S shim: `profiles` sits next to `supervisor` in the install
@@ -320,6 +323,13 @@ def _build_namespace(plan: dict[str, Any]) -> None:
         _blank(path)
     if plan.get("private_dev"):
         _private_dev()
+    if plan.get("proc_read_only"):
+        # /proc/<pid>/oom_score_adj and .../autogroup of every process of the account are
+        # writable by owner: read-only, a profile cannot make another gateway (or hermesd) the
+        # OOM killer's first choice. Reading /proc is unchanged (upstream's liveness checks of
+        # PIDs outside its domain, kanban workers included, keep working).
+        k.mount("/proc", "/proc", None, k.MS_BIND | k.MS_REC)
+        _make_readonly("/proc")
 
 
 # --- 5. Landlock ---------------------------------------------------------------------------------
@@ -427,6 +437,9 @@ def apply(plan: dict[str, Any]) -> None:
         k.set_no_new_privs()
         step = "apply Landlock"
         _landlock(plan)
+        if plan.get("syscall_filter"):
+            step = "scope process control"
+            syscalls.install()
     except ConfineError:
         raise
     except OSError as exc:

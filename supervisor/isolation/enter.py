@@ -30,7 +30,7 @@ import sys
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing (and re) costs the shim 2 ms
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
 if __package__:
@@ -134,9 +134,12 @@ def _exec(argv: Sequence[str], env: Mapping[Any, Any], profile: str) -> None:
         _fail(profile, f"cannot execute {argv[0]}: {exc.strerror}", EXIT_CANNOT_EXEC)
 
 
-def exec_in_place(plan: Any, argv: Sequence[str], env: Mapping[str, str]) -> None:
+def exec_in_place(plan: Any, argv: Sequence[str], env: Mapping[str, str],
+                  after: Callable[[], None] | None = None) -> None:
     """Confine *this* process and exec ``argv`` (for ``hermesd exec``: saves a second interpreter).
 
+    ``after``: called once confined, before the exec (a kanban worker opens its log there, with
+    the profile's rights); an ``OSError`` or ``ValueError`` from it ends the process with 126.
     Never returns: on failure prints the one line and exits 125/126/127 like the shim.
     """
     data = plan if isinstance(plan, dict) else plan.to_json()
@@ -145,6 +148,11 @@ def exec_in_place(plan: Any, argv: Sequence[str], env: Mapping[str, str]) -> Non
         confine.apply(data)
     except confine.ConfineError as exc:
         _fail(profile, str(exc), EXIT_CANNOT_CONFINE)
+    if after is not None:
+        try:
+            after()
+        except (OSError, ValueError) as exc:
+            _fail(profile, str(exc), EXIT_CANNOT_EXEC)
     _exec(argv, env, profile)
 
 

@@ -47,6 +47,10 @@ CONFIG_NAME = "hermesd.yaml"
 PROFILES_DIR = "profiles"
 SHARED_DIR = "shared"
 ROOT_AUTH = "auth.json"
+# Read-only for every confined profile: a process that could write cgroup.procs (a non-root
+# hermesd's delegated tree belongs to the profiles' account) could move itself out of its
+# profile's cgroup, or into another's.
+CGROUP_FS = "/sys/fs/cgroup"
 # Capabilities a root gateway keeps when it has no account of its own: Docker's default set
 # minus MKNOD, SETPCAP and SETFCAP. Gone: SYS_ADMIN (mounts, namespaces), SYS_PTRACE,
 # DAC_READ_SEARCH (open_by_handle_at walks around every path rule), SYS_MODULE, SYS_RAWIO, BPF…
@@ -122,6 +126,8 @@ class Plan:
     scopes: tuple[str, ...] = ()  # "signal", "abstract_unix_socket"
     private_dev: bool = False  # root without an account: a minimal /dev, read-only /proc/sys and /sys
     keep_caps: tuple[str, ...] | None = None  # root without an account: capabilities kept
+    syscall_filter: bool = False  # process control limited to the process itself (supervisor.isolation.syscalls)
+    proc_read_only: bool = False  # /proc read-only in the namespace: no oom_score_adj/autogroup of others
     user: UserIds | None = None
     channels: tuple[tuple[str, str], ...] = ()  # kanban / shared_auth / root_auth -> open|closed|...
     gaps: tuple[str, ...] = ()  # what this plan does not guarantee, in words
@@ -168,6 +174,8 @@ class Plan:
             "shared_auth": ch.get("shared_auth", ""),
             "root_auth": ch.get("root_auth", ""),
             "landlock_abi": self.landlock_abi,
+            "process_control": "scoped" if self.syscall_filter else "open",
+            "proc": "read-only" if self.proc_read_only else "writable",
             "reason": self.reason,
             "summary": self.summary(),
             "hidden": list(self.hide),
@@ -202,6 +210,8 @@ class Plan:
             "scopes": list(self.scopes),
             "private_dev": self.private_dev,
             "keep_caps": None if self.keep_caps is None else list(self.keep_caps),
+            "syscall_filter": self.syscall_filter,
+            "proc_read_only": self.proc_read_only,
             "user": None if self.user is None else {
                 "name": self.user.name, "uid": self.user.uid, "gid": self.user.gid,
                 "groups": list(self.user.groups)},
@@ -227,6 +237,7 @@ class Plan:
             landlock_abi=int(d.get("landlock_abi", 0)), landlock_fs=d.get("landlock_fs", ""),
             scopes=tuple(d.get("scopes", ())), private_dev=bool(d.get("private_dev")),
             keep_caps=None if d.get("keep_caps") is None else tuple(d["keep_caps"]),
+            syscall_filter=bool(d.get("syscall_filter")), proc_read_only=bool(d.get("proc_read_only")),
             user=None if not user else UserIds(user["name"], int(user["uid"]), int(user["gid"]),
                                                tuple(int(g) for g in user.get("groups", ()))),
             channels=tuple(sorted((d.get("channels") or {}).items())), gaps=tuple(d.get("gaps", ())),
@@ -464,6 +475,18 @@ def make_plan(inp: PlanInputs) -> Plan:
         gaps.append(f"!signals are not scoped (Landlock ABI {p.landlock_abi} < 6): this profile can kill other"
                     " profiles' gateways and hermesd")
 
+    # Process control that is not a signal: rlimits, nice, affinity, scheduling, I/O priority
+    # (syscalls), OOM score and autogroup (files under /proc/<pid>), and cgroup membership.
+    read_only.append(CGROUP_FS)
+    if not p.seccomp:
+        gaps.append(f"!process control not scoped ({p.seccomp_error or 'no seccomp'}): this profile can change the"
+                    " resource limits, nice value, CPU affinity, scheduling and I/O priority of every process of its"
+                    " account (hermesd restores its own at housekeeping)")
+    if not namespace:
+        gaps.append("!/proc stays writable (Landlock alone): this profile can raise the OOM score and autogroup"
+                    " nice value of every process of its account, making another gateway the OOM killer's first"
+                    " choice (hermesd restores its own at housekeeping)")
+
     if inp.placeholders:
         gaps.append("kanban dispatcher: the other profiles' names are visible (their homes as empty read-only"
                     " folders), and it can ask hermesd to run upstream's worker for a task on the board as that"
@@ -495,6 +518,8 @@ def make_plan(inp: PlanInputs) -> Plan:
         scopes=scopes,
         private_dev=namespace and root_without_account,
         keep_caps=ROOT_KEEP_CAPS if root_without_account else None,
+        syscall_filter=p.seccomp,
+        proc_read_only=namespace,
         user=user,
         channels=tuple(sorted(channels.items())),
         gaps=tuple(dict.fromkeys(gaps)),

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from supervisor.isolation import kernel
+from supervisor.isolation import kernel, syscalls
 
 __all__ = ["LANDLOCK_FEATURES", "Probe", "doctor_lines", "landlock_features", "probe"]
 
@@ -63,6 +63,8 @@ class Probe:
     user_namespace: bool = False  # an unprivileged user can unshare(USER|NS) and mount a tmpfs in it
     user_namespace_error: str = ""
     sysctls: tuple[tuple[str, str], ...] = ()  # (name, value); value "" when the sysctl does not exist
+    seccomp: bool = False  # a seccomp filter can scope process control (see supervisor.isolation.syscalls)
+    seccomp_error: str = ""
 
     @property
     def is_root(self) -> bool:
@@ -96,6 +98,8 @@ class Probe:
             "user_namespace": self.user_namespace,
             "user_namespace_error": self.user_namespace_error,
             "sysctls": dict(self.sysctls),
+            "seccomp": self.seccomp,
+            "seccomp_error": self.seccomp_error,
         }
 
     @classmethod
@@ -110,6 +114,8 @@ class Probe:
             user_namespace=bool(data.get("user_namespace")),
             user_namespace_error=str(data.get("user_namespace_error", "")),
             sysctls=tuple(sorted((str(k), str(v)) for k, v in (data.get("sysctls") or {}).items())),
+            seccomp=bool(data.get("seccomp")),
+            seccomp_error=str(data.get("seccomp_error", "")),
         )
 
 
@@ -186,6 +192,20 @@ def _user_namespace_steps() -> None:
     kernel.mount("tmpfs", "/tmp", "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV, "size=4k")
 
 
+def _seccomp_error() -> str:
+    """Why a process-control filter cannot be installed here ("" when it can).
+
+    No fork: ``PR_GET_SECCOMP`` answers EINVAL only on a kernel built without seccomp, and the
+    filter's architectures are known from ``uname``. A filter the kernel still refuses at spawn
+    makes the shim exit 125, so nothing runs unscoped on a wrong answer here.
+    """
+    if not syscalls.supported():
+        return f"no filter for the {os.uname().machine} architecture"
+    if kernel.libc().prctl(21, 0, 0, 0, 0) < 0:  # PR_GET_SECCOMP
+        return "the kernel has no seccomp (CONFIG_SECCOMP_FILTER)"
+    return ""
+
+
 def probe(*, try_namespaces: bool = True) -> Probe:
     """Measure this machine. ``try_namespaces=False`` skips the forks (sysctls and Landlock only)."""
     abi, err = kernel.landlock_abi()
@@ -203,6 +223,7 @@ def probe(*, try_namespaces: bool = True) -> Probe:
         user_err = _in_child(_user_namespace_steps)
     else:
         mnt_err = user_err = "not probed"
+    sc_error = _seccomp_error()
     return Probe(
         euid=euid,
         kernel=os.uname().release,
@@ -213,6 +234,8 @@ def probe(*, try_namespaces: bool = True) -> Probe:
         user_namespace=not user_err,
         user_namespace_error=user_err,
         sysctls=tuple(sorted((name, _read_sysctl(name)) for name in _SYSCTLS)),
+        seccomp=not sc_error,
+        seccomp_error=sc_error,
     )
 
 
@@ -270,6 +293,13 @@ def doctor_lines(p: Probe) -> list[tuple[str, str]]:
                " it to GRUB_CMDLINE_LINUX and run update-grub)" if "not enabled" in p.landlock_error
                else "a kernel 5.13+ built with CONFIG_SECURITY_LANDLOCK=y (6.12+ for signal scoping)")
         out.append(("warning", f"Landlock missing: {p.landlock_error}. Fix: {fix}"))
+    if p.seccomp:
+        out.append(("ok", "process-control scoping: a seccomp filter per profile (no changing other processes'"
+                          " resource limits, nice value, CPU affinity, scheduling or I/O priority)"))
+    else:
+        out.append(("warning", f"process-control scoping unavailable ({p.seccomp_error}): a confined profile can"
+                               " still change the resource limits, nice value, CPU affinity and I/O priority of"
+                               " every process of its account, hermesd's included"))
     if p.is_root:
         if p.mount_namespace:
             out.append(("ok", "mount namespaces: available (root)"))

@@ -10,10 +10,16 @@ those two, and nothing else, on a second socket:
   back **read-only** into the dispatcher's confinement only (the plan's ``grants``); every other
   profile still sees an empty ``.hermesd`` (or none), and the dispatcher cannot replace the
   launcher or the socket, nor reach the control socket;
-* who: the connecting process (``SO_PEERCRED``, which a process cannot forge) must be a
-  descendant of the chosen dispatcher's *current* gateway, and that profile must still be the
-  configured dispatcher. Anything else — another profile, a process of the right account outside
-  that tree, a stale dispatcher — is refused before its request is read;
+* who: the connecting process (``SO_PEERCRED``, which a process cannot forge) must belong to the
+  chosen dispatcher's *current* gateway (its cgroup where it has one, else a descendant by
+  parent links), and that profile must still be the configured dispatcher. Anything else —
+  another profile, a process of the right account outside that tree, a stale dispatcher — is
+  refused before its request is read. The PID is proved to be the process that connected: its
+  pidfd (``SO_PEERPIDFD``, Linux 6.5+) is alive after every read about it, or, on older kernels,
+  it started before the connection was accepted and still has that start time afterwards, so a
+  PID reused in between is never taken for the dispatcher's;
+* how often: a token bucket per dispatcher (``kanban.requests_per_minute``,
+  :mod:`supervisor.kanban.bounds`), checked before anything else;
 * what: requests of at most :data:`MAX_REQUEST` bytes, read within the control protocol's
   timeout; ``kanban_worker`` only accepts upstream's worker command line for a task
   (:func:`supervisor.kanban.workers.check_argv`) and only for an assignee that keeps the board
@@ -29,11 +35,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sys
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from supervisor.control.protocol import Peer
+from supervisor.kanban.bounds import RateLimit
 from supervisor.kanban.dispatch import LAUNCHER_NAME, OFF, SOCKET_NAME, handoff_dir
 
 __all__ = ["MAX_REQUEST", "Handoff", "is_descendant", "launcher_text"]
@@ -50,6 +60,26 @@ def _ppid(pid: int) -> int | None:
             return int(fh.read().rsplit(b")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _pidfd_pid(fd: int) -> int | None:
+    """The PID a pidfd refers to (``Pid:`` of its fdinfo; -1 once the process is gone)."""
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Pid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def is_descendant(pid: int, ancestor: int) -> bool:
@@ -88,12 +118,23 @@ class Handoff:
     """The hand-off folder and server of the chosen dispatcher (at most one per daemon)."""
 
     def __init__(self, hermesd_dir: Path, handlers: Mapping[str, Callable[..., Any]],
-                 gateway_pid: Callable[[str], int | None]) -> None:
+                 gateway_pid: Callable[[str], int | None], *,
+                 in_tree: Callable[[str, int], bool | None] | None = None, per_minute: int = 60,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``in_tree(profile, pid)``: whether ``pid`` is in the profile's gateway cgroup (``None``:
+        the profile has none; parent links decide then)."""
         self.hermesd_dir = hermesd_dir
         self.handlers = dict(handlers)
         self.gateway_pid = gateway_pid  # the profile's current gateway PID (None: not running)
+        self.in_tree = in_tree
+        self.clock = clock
+        self.rate = RateLimit(per_minute, clock=clock)
         self.profile: str | None = None
         self._server: Any = None
+
+    def set_rate(self, per_minute: int) -> None:
+        if per_minute != self.rate.per_minute:
+            self.rate = RateLimit(per_minute, clock=self.clock)
 
     def folder(self, profile: str) -> Path:
         return handoff_dir(self.hermesd_dir, profile)
@@ -112,14 +153,38 @@ class Handoff:
 
         return {"HERMES_BIN": str(self.launcher(profile)), HANDOFF_ENV: str(self.socket_path(profile))}
 
-    def _check(self, pid: int, _uid: int) -> str | None:
+    def _check(self, peer: Peer) -> str | None:
         profile = self.profile
         if profile is None:
             return "no kanban dispatcher is configured"
+        if not self.rate.take():
+            return (f"too many hand-off requests from {profile} (kanban.requests_per_minute:"
+                    f" {self.rate.per_minute})")
         gw = self.gateway_pid(profile)
         if gw is None:
             return f"the kanban dispatcher {profile} is not running"
-        if not is_descendant(pid, gw):
+        pid = peer.pid
+        if pid is None:
+            return "no peer credentials"
+        start = _start_ticks(pid)
+        if peer.pidfd is not None:
+            if _pidfd_pid(peer.pidfd) != pid:
+                return f"PID {pid} has exited since it connected"
+        elif start is None or peer.accepted_ticks is None or start > peer.accepted_ticks:
+            return f"PID {pid} is not the process that connected (started after the connection)"
+        member = self.in_tree(profile, pid) if self.in_tree is not None else None
+        if member is None:
+            member = is_descendant(pid, gw)
+        # Everything read above about `pid` was about the process that connected only if it
+        # still lives (pidfd) or still has the start time it had (older kernels).
+        if peer.pidfd is not None:
+            try:
+                signal.pidfd_send_signal(peer.pidfd, 0)
+            except ProcessLookupError:
+                return f"PID {pid} has exited since it connected"
+        elif _start_ticks(pid) != start:
+            return f"PID {pid} is not the process that connected (reused)"
+        if not member:
             return f"PID {pid} is not part of {profile}'s gateway (PID {gw})"
         return None
 

@@ -67,7 +67,7 @@ def scan_workers(root: Path, proc: str = "/proc") -> list[Worker]:
     """Every readable process of ``root``'s board carrying upstream's worker environment."""
     from supervisor.childspec import TAG_PROFILE, TAG_ROOT
     from supervisor.identity import proc_environ
-    from supervisor.kanban.workers import WORKER_TAG
+    from supervisor.kanban.workers import WORKER_TAG, printable
 
     board_base = str(root / "kanban")
     root_db = str(root / "kanban.db")
@@ -99,7 +99,10 @@ def scan_workers(root: Path, proc: str = "/proc") -> list[Worker]:
         tree = env.get(TAG_PROFILE) if env.get(TAG_ROOT) == str(root) else None
         if tree is None and env.get(WORKER_TAG):
             tree = "hermesd"  # run by the daemon (supervisor.kanban.workers), in the assignee's domain
-        found[pid] = (task, Worker(pid, task, assignee, env.get("HERMES_KANBAN_BOARD"), tree))
+        # Any process can carry these variables: what status prints of them is escaped.
+        board = env.get("HERMES_KANBAN_BOARD")
+        found[pid] = (task, Worker(pid, printable(task, 80), printable(assignee, 80),
+                                   printable(board, 64) if board is not None else None, tree))
     # keep only the top process of each worker: its parent is not part of the same task
     return sorted((w for pid, (task, w) in found.items()
                    if (pp := _ppid(pid)) is None or found.get(pp, ("",))[0] != task),

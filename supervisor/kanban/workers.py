@@ -9,8 +9,16 @@ apply to it). With ``HERMES_BIN`` pointing at :mod:`supervisor.kanban.worker`, t
 * the assignee's environment contract and confinement (that is what ``exec`` does), never the
   dispatcher's: of the messenger's environment only upstream's per-task variables pass
   (:data:`TASK_VARIABLES`) — the dispatcher's own environment holds its ``.env`` secrets;
-* output appended to the log file the dispatcher opened (``<board>/logs/<task>.log``, checked to
-  lie under the kanban home), so ``hermes kanban log`` keeps working;
+* output appended to the task's log (``<board>/logs/<task>.log``, so ``hermes kanban log`` keeps
+  working): the path is derived from the task and the board, never taken from the request (which
+  must name exactly that file), and opened by the worker itself, confined as the assignee,
+  beneath the board's log folder and without following links (:mod:`supervisor.kanban.worklog`).
+  The keeper's own words (a refused log, a limit it killed the worker for) go to the assignee's
+  log in hermesd's folder;
+* in a cgroup of its own beside the assignee's (``worker.<assignee>.<keeper pid>``), with the
+  assignee's limits (or ``kanban.worker_limits``) as its *own*: a worker over them is killed, never
+  the assignee's gateway, and at most ``kanban.workers_per_profile`` run per assignee
+  (:mod:`supervisor.kanban.bounds`);
 * in hermesd's own tree, in a session of its own, untagged: ``hermesd restart <dispatcher>``
   (a tree kill of the dispatcher's gateway) does not reach it;
 * its exit status comes back unchanged through a pipe (``exec --status-fd``): the daemon's
@@ -30,12 +38,16 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TASK_VARIABLES", "WORKER_TAG", "Running", "WorkerError", "Workers", "check_argv", "task_env"]
+from supervisor.kanban.bounds import too_many_workers
+from supervisor.kanban.worklog import LogError, log_parts
+
+__all__ = ["TASK_VARIABLES", "WORKER_TAG", "Running", "WorkerError", "Workers", "check_argv", "printable",
+           "task_env"]
 
 # Upstream's per-task variables (hermes_cli/kanban_db.py, _default_spawn): all a worker needs
 # from its dispatcher.
@@ -56,6 +68,14 @@ class WorkerError(ValueError):
     """A worker request that is refused; the message is the reply's error."""
 
 
+def printable(text: str, limit: int = 200) -> str:
+    """A string from a request (or a worker's environment) made safe for a terminal or a journal
+    line: control characters (CR, LF, ESC, bidi overrides…) shown escaped, cut at ``limit``.
+    A local stand-in for the shared output rule."""
+    out = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text[:limit])
+    return out + ("…" if len(text) > limit else "")
+
+
 def check_argv(argv: Sequence[str], assignee: str, task: str) -> None:
     """Accept only upstream's worker shape: ``-p ASSIGNEE [flags] chat -q "work kanban task ID" [-Q]``."""
     args = list(argv)
@@ -68,7 +88,7 @@ def check_argv(argv: Sequence[str], assignee: str, task: str) -> None:
         elif args[i] in _FLAGS_WITH_VALUE and i + 1 < len(args):
             i += 2
         else:
-            raise WorkerError(f"unexpected worker argument {args[i][:40]!r}")
+            raise WorkerError(f"unexpected worker argument {printable(args[i], 40)!r}")
     rest = args[i:]
     if rest[:2] != ["chat", "-q"] or len(rest) < 3 or rest[3:] not in ([], ["-Q"]):
         raise WorkerError("worker command must end with chat -q PROMPT [-Q]")
@@ -102,48 +122,59 @@ class Running:
 class Workers:
     """The workers one daemon runs for the kanban board of ``root``."""
 
-    def __init__(self, root: Path, base_env: Mapping[str, str], kanban_home: Path | None = None) -> None:
+    def __init__(self, root: Path, base_env: Mapping[str, str], kanban_home: Path | None = None, *,
+                 keeper_log: Callable[[str], Path] | None = None,
+                 on_end: Callable[[Running], None] | None = None) -> None:
+        """``keeper_log(assignee)``: where a keeper's own messages go (the assignee's log in
+        hermesd's folder); default: discarded. ``on_end(run)``: after a keeper has ended (the
+        daemon clears what a killed keeper could not: its worker's cgroup)."""
+        self.on_end = on_end
         self.root = root
         self.base_env = dict(base_env)
         self.kanban_home = (kanban_home or root).resolve()
+        self.keeper_log = keeper_log
         self.running: dict[int, Running] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.finished: dict[int, int] = {}
         self._stopping: set[int] = set()  # keepers (= process groups) sent SIGTERM, SIGKILL pending
 
-    def _log_fd(self, log: str) -> int:
-        path = Path(log)
-        if not path.is_absolute():
-            raise WorkerError("log must be an absolute path")
+    def _keeper_fd(self, assignee: str) -> int:
+        path = self.keeper_log(assignee) if self.keeper_log is not None else Path(os.devnull)
         try:
-            real = path.parent.resolve(strict=True) / path.name
+            if path != Path(os.devnull):
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
-            raise WorkerError(f"log folder {path.parent}: {exc.strerror or exc}") from None
-        if not real.is_relative_to(self.kanban_home / "kanban") and not real.is_relative_to(self.kanban_home):
-            raise WorkerError(f"log {path} is not under the kanban home {self.kanban_home}")
-        try:
-            return os.open(real, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        except OSError as exc:
-            raise WorkerError(f"cannot open {path}: {exc.strerror or exc}") from None
+            raise WorkerError(f"cannot open the keeper's log {path}: {exc.strerror or exc}") from None
 
     def start(self, *, assignee: str, command: Sequence[str], argv: Sequence[str], env: Mapping[str, str],
-              log: str) -> Running:
+              log: str, per_profile: int = 4) -> Running:
         """Start the keeper for one worker; the caller awaits :meth:`wait` for its exit code."""
         per_task = task_env(env)
         task = per_task.get("HERMES_KANBAN_TASK", "")
         if not task:
             raise WorkerError("HERMES_KANBAN_TASK missing: not a kanban worker")
         check_argv(argv, assignee, task)
+        try:
+            base, rel = log_parts(self.kanban_home, per_task.get("HERMES_KANBAN_BOARD"), task)
+        except LogError as exc:
+            raise WorkerError(str(exc)) from None
+        if log != str(base / rel):
+            raise WorkerError(f"log must be the task's own log {base / rel}, not {printable(log)!r}")
         if len(self.running) >= MAX_RUNNING:
             raise WorkerError(f"{MAX_RUNNING} kanban workers already running: try again later")
+        refused = too_many_workers(sum(1 for r in self.running.values() if r.assignee == assignee), per_profile,
+                                   assignee)
+        if refused:
+            raise WorkerError(refused)
         keeper = [sys.executable, "-m", "supervisor", "exec", "--root", str(self.root), "--status-fd", "3",
-                  assignee, "--", *command, *argv]
+                  "--session", "worker", "--worker-log", str(base), rel, assignee, "--", *command, *argv]
         kenv = {**{k: v for k, v in self.base_env.items() if not k.startswith(TASK_PREFIX)}, **per_task,
                 WORKER_TAG: assignee, "HERMES_PROFILE": assignee}
         for tag in ("HERMESD_ROOT", "HERMESD_PROFILE"):
             kenv.pop(tag, None)
         loop = asyncio.get_running_loop()
-        fd = self._log_fd(log)
+        fd = self._keeper_fd(assignee)
         r, w = os.pipe2(os.O_CLOEXEC)
         try:
             pid = os.posix_spawn(
@@ -163,7 +194,7 @@ class Workers:
         finally:
             os.close(fd)
             os.close(w)
-        run = Running(pid, assignee, task, log, time.time(), loop.create_future())
+        run = Running(pid, assignee, task, str(base / rel), time.time(), loop.create_future())
         self.running[pid] = run
         task_ = loop.create_task(self._collect(run, r))
         self._tasks.add(task_)
@@ -184,6 +215,8 @@ class Workers:
         except ValueError:
             code = 128 + signal.SIGKILL
         self.running.pop(run.pid, None)
+        if self.on_end is not None:
+            self.on_end(run)
         self.finished[run.pid] = code  # a kanban_wait may arrive after the end
         while len(self.finished) > 256:
             del self.finished[next(iter(self.finished))]

@@ -201,7 +201,7 @@ def teardown(det: Detection, *, timeout: float = 1.0) -> list[str]:
     left = []
     for entry in sorted(os.listdir(det.base)):
         path = os.path.join(det.base, entry)
-        if entry.startswith(cgroup.PROFILE_PREFIX) and os.path.isdir(path):
+        if entry.startswith((*cgroup.SWEPT_PREFIXES, cgroup.EXEC_PREFIX)) and os.path.isdir(path):
             try:
                 if not cgroup_io.remove(path, timeout=timeout if cgroup_io.populated(path) is False else 0.0):
                     left.append(path)

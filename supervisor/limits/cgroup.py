@@ -51,13 +51,16 @@ from typing import Literal
 from supervisor.limits.settings import Limits
 
 __all__ = [
+    "EXEC_PREFIX",
     "FIX_DELEGATE",
     "FIX_SUBGROUP",
     "FIX_UNIFIED",
     "FIX_USER_CONTROLLERS",
     "LEAF",
     "PROFILE_PREFIX",
+    "SWEPT_PREFIXES",
     "WANTED",
+    "WORKER_PREFIX",
     "Detection",
     "DirFacts",
     "Events",
@@ -72,6 +75,7 @@ __all__ = [
     "detect",
     "doctor_findings",
     "instance_name",
+    "leaf_plan",
     "limit_hit",
     "locate",
     "mechanism",
@@ -82,12 +86,22 @@ __all__ = [
     "parse_proc_cgroup",
     "profile_dir",
     "profile_plan",
+    "session_dir",
+    "session_setup_plan",
     "setup_plan",
 ]
 
 WANTED = ("memory", "pids", "cpu")
 LEAF = "supervisor"  # hermesd's own leaf; the name DelegateSubgroup= must use
 PROFILE_PREFIX = "profile-"  # profile names may be "supervisor": the prefix keeps them apart
+# Sessions run *for* a profile but outside its gateway's tree, each in a cgroup of its own beside
+# the profile's (``<base>/exec.<profile>.<pid>``, ``<base>/worker.<profile>.<pid>``): the dot is
+# not allowed in profile names, so no session cgroup can be taken for a profile's. Beside, not
+# below: cgroup v2 lets a cgroup that holds processes (the gateway's) give no controller to
+# children, and each session needs limits of its own.
+EXEC_PREFIX = "exec."
+WORKER_PREFIX = "worker."
+SWEPT_PREFIXES = (PROFILE_PREFIX, WORKER_PREFIX)  # killed at hermesd's exit; exec sessions are the operator's
 _V1_CONTROLLERS = frozenset(
     {"cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "net_cls", "net_prio", "blkio", "perf_event",
      "hugetlb", "pids", "rdma", "misc"}
@@ -515,15 +529,41 @@ def setup_plan(det: Detection) -> list[Step]:
     return steps
 
 
+def _component(name: str) -> bool:
+    """A profile name that can only name a cgroup directly below the base (names come from a
+    state file too: nothing that climbs out or hides)."""
+    return bool(name) and "/" not in name and "\0" not in name and not name.startswith(".")
+
+
 def profile_dir(det: Detection, name: str) -> str | None:
-    return None if not det.usable or det.base is None else posixpath.join(det.base, PROFILE_PREFIX + name)
+    if not det.usable or det.base is None or not _component(name):
+        return None
+    return posixpath.join(det.base, PROFILE_PREFIX + name)
 
 
 def profile_plan(det: Detection, name: str, limits: Limits) -> list[Step]:
     """Create (idempotently) and configure one profile's cgroup; re-run it when the limits change."""
     d = profile_dir(det, name)
-    if d is None:
-        return []
+    return [] if d is None else leaf_plan(det, d, limits)
+
+
+def session_dir(det: Detection, kind: str, name: str, pid: int) -> str | None:
+    """The cgroup of one session run for ``name`` (``kind``: ``exec`` or ``worker``), named by the
+    PID of the command that keeps it: beside the profile's, never inside it (see EXEC_PREFIX)."""
+    prefix = {"exec": EXEC_PREFIX, "worker": WORKER_PREFIX}[kind]
+    if not det.usable or det.base is None or not _component(name):
+        return None
+    return posixpath.join(det.base, f"{prefix}{name}.{pid}")
+
+
+def session_setup_plan(det: Detection) -> list[Step]:
+    """What a command outside the daemon (``hermesd exec``) may do to have a base to create its
+    session in: the base and its controllers, never moving a process (that is the daemon's)."""
+    return [s for s in setup_plan(det) if not isinstance(s, MigrateAll)] if det.leaf is None else []
+
+
+def leaf_plan(det: Detection, d: str, limits: Limits) -> list[Step]:
+    """Create and configure one cgroup holding processes (a gateway's tree or a session)."""
     steps: list[Step] = [Mkdir(d)]
     ctl = det.controllers
     if "memory" in ctl:

@@ -5,11 +5,13 @@ the process group or session (``setsid``). Those still have a parent, so they st
 parent-PID closure, unless their parent died: then the kernel hands them to the nearest child
 subreaper, which is hermesd (or, for a gateway adopted after hermesd restarted, init or the
 systemd user manager). Every child hermesd spawns carries ``HERMESD_ROOT``/``HERMESD_PROFILE`` in
-its environment, inherited by everything it starts, so an orphan is attributed by that tag.
-Parent closure wins over tags (the kanban dispatcher starts other profiles' workers as its own
-children: they run in, and count against, the dispatcher's tree, as upstream-contract section 7
-says). A process that clears its environment *and* loses its parent cannot be found without
-cgroups: that is the watch mechanism's blind spot.
+its environment, inherited by everything it starts, so an orphan is attributed by that tag, but
+only when the tag carries the token hermesd gave it (``HERMESD_TAG_TOKEN``, see
+:func:`supervisor.childspec.verified_profile`): anyone can set ``HERMESD_PROFILE=p2``, and a
+process that did must not have p2 killed for its memory. Parent closure wins over tags (a
+process started by profile A's tree counts against A whatever it calls itself). A process that
+clears its environment *and* loses its parent cannot be found without cgroups: that is the watch
+mechanism's blind spot.
 
 **Memory.** A tree's memory is ``max(Σ (Pss + SwapPss), largest single RSS)``:
 

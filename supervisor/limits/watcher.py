@@ -2,7 +2,8 @@
 
 One :class:`TreeWatcher` per daemon serves every profile: a scan reads ``/proc/<pid>/stat`` once
 for every process on the host (the parent map is needed to find descendants), attributes
-orphans by their environment tag (read once per process, cached by ``(pid, start time)``), and
+orphans by their environment tag, checked against its token (read once per process, cached by
+``(pid, start time)``), and
 measures PSS only for trees whose cheap upper bound nears ``memory_max`` (see
 :mod:`supervisor.limits.tree`). A profile placed in a cgroup (:class:`CgroupRoot`) is enumerated
 from its ``cgroup.procs`` instead, with no host scan.
@@ -23,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from supervisor.childspec import TAG_PROFILE, TAG_ROOT
+from supervisor.childspec import TAG_PROFILE, TAG_ROOT, TAG_TOKEN, verified_profile
 from supervisor.limits import procfs
 from supervisor.limits.settings import Limits
 from supervisor.limits.tree import TreeSample, build_trees, needs_exact, nice_for_weight, summarize
@@ -40,6 +41,7 @@ __all__ = [
 
 _TAG_ROOT = f"{TAG_ROOT}=".encode()
 _TAG_PROFILE = f"{TAG_PROFILE}=".encode()
+_TAG_TOKEN = f"{TAG_TOKEN}=".encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +62,16 @@ class CgroupRoot:
 Root = ProcRoot | CgroupRoot
 
 
-def _profile_tag(raw: bytes) -> str | None:
+def _verified_tag(raw: bytes, salt: bytes | None, root: str) -> str | None:
+    """The profile of a tagged environment, when its token proves hermesd set the tag."""
+    if salt is None:
+        return None
+    env: dict[str, str] = {}
     for item in raw.split(b"\0"):
-        if item.startswith(_TAG_PROFILE):
-            return item[len(_TAG_PROFILE) :].decode("utf-8", "replace") or None
-    return None
+        if item.startswith((_TAG_ROOT, _TAG_PROFILE, _TAG_TOKEN)):
+            key, _, value = item.decode("utf-8", "surrogateescape").partition("=")
+            env.setdefault(key, value)
+    return verified_profile(env, salt, root)
 
 
 def _cgroup_pids(path: str) -> list[int]:
@@ -78,8 +85,13 @@ def _cgroup_pids(path: str) -> list[int]:
 class TreeWatcher:
     """Scans and kills profile trees for one hermesd root. Not thread-safe; one per daemon loop."""
 
-    def __init__(self, tag_root: str, *, proc: str = procfs.PROC, exclude: Iterable[int] = ()) -> None:
+    def __init__(self, tag_root: str, *, salt: bytes | None, proc: str = procfs.PROC,
+                 exclude: Iterable[int] = ()) -> None:
+        """``salt``: the daemon's per-root salt; an orphan is attributed by its tag only when the
+        tag carries the token hermesd gave it (``None``: no tag is trusted, orphans are lost)."""
         self.proc = proc
+        self.tag_root = tag_root
+        self.salt = salt
         self._needle = _TAG_ROOT + tag_root.encode()
         self._exclude = {os.getpid(), *exclude}
         self._tags: dict[tuple[int, int], str | None] = {}
@@ -92,7 +104,7 @@ class TreeWatcher:
         key = (pid, start)
         if key not in self._tags:
             raw = procfs.environ_has(pid, (self._needle,), self.proc)
-            self._tags[key] = _profile_tag(raw) if raw is not None else None
+            self._tags[key] = _verified_tag(raw, self.salt, self.tag_root) if raw is not None else None
         return self._tags[key]
 
     def _proc_trees(self, roots: Mapping[str, ProcRoot], procs: Mapping[int, procfs.ProcStat]) -> dict[str, list[int]]:

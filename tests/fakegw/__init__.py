@@ -58,6 +58,7 @@ KNOBS: frozenset[str] = frozenset(
         "diagnostic_shell",
         "diagnostic_seconds",
         "print_env",
+        "shell",
         "write_counter",
     }
 )

@@ -75,6 +75,7 @@ DEFAULTS: dict[str, Any] = {
     "diagnostic_seconds": 5.0,  # how long that shell lives
     "print_env": [],  # env var names to report on stdout at start
     "write_counter": False,  # append our pid to $HERMES_HOME/fakegw.starts on every start
+    "shell": None,  # str: a /bin/sh -c command run once, when running (what an agent's terminal tool runs)
 }
 
 
@@ -298,6 +299,7 @@ _CHECKS: dict[str, tuple[Any, str]] = {
     "heartbeat_interval": (lambda v: _is_num(v) and v >= 0.05, "seconds >= 0.05"),
     "poll_interval": (lambda v: _is_num(v) and v >= 0.01, "seconds >= 0.01"),
     "diagnostic_shell": (lambda v: isinstance(v, bool), "a boolean"),
+    "shell": (lambda v: v is None or isinstance(v, str), "null or a shell command"),
     "diagnostic_seconds": (lambda v: _is_num(v) and v > 0, "seconds > 0"),
     "print_env": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of names"),
     "write_counter": (lambda v: isinstance(v, bool), "a boolean"),
@@ -748,6 +750,11 @@ class FakeGateway:
 
         if self.k["grandchildren"]:
             self.spawn_grandchildren()
+        if self.k["shell"]:
+            import subprocess
+
+            proc = subprocess.Popen(["/bin/sh", "-c", self.k["shell"]], stdin=subprocess.DEVNULL, close_fds=True)
+            self._record_child(proc, "shell", False)
         if self._poll_requests() is not None:
             self.shutdown(self.request or "")
         tail = self.k["startup_tail"]

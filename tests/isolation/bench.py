@@ -42,7 +42,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--spawns", type=int, default=40)
     ap.add_argument("--gateway", type=int, default=5)
+    ap.add_argument("--scoping", action="store_true",
+                    help="only compare process-control scoping designs: filter + read-only /proc vs a PID namespace")
     args = ap.parse_args()
+    if args.scoping:
+        scoping(args.spawns, args.gateway)
+        return
     real = probe()
     mechs = [m for m in ("namespace+landlock", "landlock") if real.landlock_abi and
              (m == "landlock" or real.namespace_usable)]
@@ -124,6 +129,112 @@ def main() -> None:
         tree.close()
     print(f"kernel {real.kernel}, Landlock ABI {real.landlock_abi}, euid {real.euid}, "
           f"load {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs, {Path(sys.executable)}")
+    print("| measurement | result |\n|---|---|")
+    for name, value in rows:
+        print(f"| {name} | {value} |")
+
+
+PIDNS_SHIM = Path(__file__).with_name("pidns_shim.py")
+
+
+def _gateway_run(cmd: list[str], env: dict[str, str], home: Path) -> tuple[float, dict, dict, int]:
+    """Spawn to ``gateway_state: running``; also what upstream wrote in gateway.pid and its state file."""
+    (home / "gateway_state.json").unlink(missing_ok=True)
+    (home / "gateway.pid").unlink(missing_ok=True)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    state: dict = {}
+    try:
+        while time.monotonic() - t0 < 60:
+            try:
+                state = json.loads((home / "gateway_state.json").read_text())
+                if state["gateway_state"] == "running":
+                    break
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.005)
+        took = (time.monotonic() - t0) * 1000
+        try:
+            pidfile = json.loads((home / "gateway.pid").read_text())
+        except (OSError, ValueError):
+            pidfile = {}
+    finally:
+        proc.send_signal(2)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return took, pidfile, state, proc.pid
+
+
+def scoping(spawns: int, gateways: int) -> None:
+    """Process-control scoping: what the chosen design (seccomp filter + read-only /proc) and the
+    alternative (a PID namespace per profile, prototyped in ``pidns_shim``) cost, and what
+    upstream's own files say about the gateway's PID under each."""
+    import dataclasses
+
+    from supervisor.isolation.enter import encode_plan
+
+    real = probe()
+    tree = make_tree()
+    rows: list[tuple[str, str]] = []
+    try:
+        chosen = tree.plan(real, "a", "namespace+landlock")
+        bare = dataclasses.replace(chosen, syscall_filter=False, proc_read_only=False)
+        py = [sys.executable, "-E", "-s", "-S"]
+
+        def pidns(argv: list[str]) -> list[str]:
+            return [*py, str(PIDNS_SHIM), encode_plan(bare.to_json()), "--", *argv]
+
+        variants = {
+            "no process scoping": lambda argv: wrap_argv(bare, argv),
+            "filter + read-only /proc (chosen)": lambda argv: wrap_argv(chosen, argv),
+            "PID namespace (prototype)": pidns,
+        }
+        times: dict[str, list[float]] = {k: [] for k in variants}
+        for _ in range(spawns):
+            for name, wrap in variants.items():
+                times[name].append(_spawn_wait(wrap(["/bin/true"])))
+        base = statistics.median(times["no process scoping"])
+        for name, vals in times.items():
+            rows.append((f"spawn /bin/true through the shim: {name}",
+                         f"{_q(vals)}, {statistics.median(vals) - base:+.1f} ms"))
+        loop = [sys.executable, "-S", "-c",
+                "import os, time; t = time.perf_counter(); [os.getppid() for _ in range(300000)]; "
+                "print((time.perf_counter() - t) / 300000 * 1e9)"]
+        per_call: dict[str, list[float]] = {"no process scoping": [], "filter + read-only /proc (chosen)": []}
+        for _ in range(5):
+            for name in per_call:
+                out = subprocess.run(variants[name](loop), capture_output=True, text=True, timeout=60).stdout
+                per_call[name].append(float(out.strip()))
+        for name, vals in per_call.items():
+            rows.append((f"getppid() from Python, per call: {name}", f"{statistics.median(vals):.0f} ns"))
+        if gateways and HERMES.exists():
+            home = tree.home("a")
+            (home / ".env").write_text("")
+            argv = [str(HERMES), "-p", "a", "gateway", "run", "--external-supervisor"]
+            env = {**os.environ, "HERMES_HOME": str(home), "HERMES_S6_SUPERVISED_CHILD": "1",
+                   "HERMES_GATEWAY_MAX_STARTS": "0", "GATEWAY_MULTIPLEX_PROFILES": "false",
+                   "HERMES_DISABLE_LAZY_INSTALLS": "1"}
+            gw: dict[str, list[float]] = {k: [] for k in variants}
+            seen: dict[str, str] = {}
+            for _ in range(gateways):
+                for name, wrap in variants.items():
+                    took, pidfile, state, outer = _gateway_run(wrap(argv), env, home)
+                    gw[name].append(took)
+                    seen[name] = (f"gateway.pid says {pidfile.get('pid')}, gateway_state.json says "
+                                  f"{state.get('pid')}, hermesd spawned {outer}")
+            base = statistics.median(gw["no process scoping"])
+            for name, vals in gw.items():
+                rows.append((f"real gateway: spawn to running: {name}",
+                             f"{_q(vals)}, {statistics.median(vals) - base:+.0f} ms"))
+            for name, text in seen.items():
+                rows.append((f"PIDs upstream records: {name}", text))
+    finally:
+        tree.close()
+    print(f"kernel {real.kernel}, euid {real.euid}, load {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs")
     print("| measurement | result |\n|---|---|")
     for name, value in rows:
         print(f"| {name} | {value} |")

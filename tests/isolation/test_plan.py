@@ -6,6 +6,7 @@ machine without them: "not root", "no user namespaces", "no Landlock", "Landlock
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -22,9 +23,10 @@ from supervisor.isolation.settings import (
 )
 
 R = Path("/home/alice/.hermes")  # never touched: the planner does no I/O
-ROOT_FULL = Probe(euid=0, kernel="6.15", landlock_abi=7, mount_namespace=True, user_namespace=True)
-USER_NS = Probe(euid=1000, kernel="6.15", landlock_abi=7, user_namespace=True)
-USER_LL = Probe(euid=1000, kernel="6.15", landlock_abi=7, user_namespace_error="Operation not permitted")
+ROOT_FULL = Probe(euid=0, kernel="6.15", landlock_abi=7, mount_namespace=True, user_namespace=True, seccomp=True)
+USER_NS = Probe(euid=1000, kernel="6.15", landlock_abi=7, user_namespace=True, seccomp=True)
+USER_LL = Probe(euid=1000, kernel="6.15", landlock_abi=7, user_namespace_error="Operation not permitted",
+                seccomp=True)
 NO_LL = Probe(euid=1000, kernel="5.10", landlock_abi=0, landlock_error="the kernel has no Landlock")
 INSTALL = (Path("/home/alice/.local/share/hermesd"), Path("/home/alice/.hermes/hermes-agent"))
 
@@ -52,10 +54,24 @@ def test_root_gets_namespace_plus_landlock() -> None:
     assert p.hide == (str(R), "/srv/elsewhere")
     assert exposed(p) == {f"{R}/profiles/coder": "rw", f"{R}/kanban": "rw", f"{R}/shared": "rw",
                           f"{R}/hermes-agent": "ro"}
-    assert p.read_only == ("/home/alice/.local/share/hermesd",)
+    assert p.read_only == ("/home/alice/.local/share/hermesd", "/sys/fs/cgroup")
     assert p.scopes == ("signal", "abstract_unix_socket") and p.landlock_fs == "everything"
     assert p.private_dev and p.keep_caps and "sys_admin" not in p.keep_caps
     assert dict(p.links) == {f"{R}/{n}": f"kanban/default-board/{n}" for n in kanban.LINKS}
+
+
+def test_process_control_is_scoped_where_the_kernel_allows() -> None:
+    for probe_ in (ROOT_FULL, USER_NS):
+        p = plan_for(probe_=probe_)
+        assert p.syscall_filter and p.proc_read_only and "/sys/fs/cgroup" in p.read_only
+        assert not [g for g in p.gaps if "process control" in g or "/proc" in g]
+        assert p.status_json()["process_control"] == "scoped" and p.status_json()["proc"] == "read-only"
+    alone = plan_for(probe_=USER_LL)
+    assert alone.syscall_filter and not alone.proc_read_only and "/sys/fs/cgroup" in alone.read_only
+    assert [g for g in alone.gaps_severe() if "OOM score" in g]
+    old = plan_for(probe_=dataclasses.replace(ROOT_FULL, seccomp=False, seccomp_error="no seccomp here"))
+    assert not old.syscall_filter and old.status_json()["process_control"] == "open"
+    assert [g for g in old.gaps_severe() if "process control not scoped (no seccomp here)" in g]
 
 
 def test_unprivileged_with_user_namespaces() -> None:

@@ -35,6 +35,24 @@ def test_dispatcher_key_errors_name_the_line_and_key(text: str, where: str) -> N
         parse(text, Path("hermesd.yaml"))
 
 
+def test_worker_bounds_keys() -> None:
+    from supervisor.limits.settings import Limits
+
+    cfg = parse("limits: {memory_max: 1G}\nprofiles: {p2: {limits: {tasks_max: 50}}}\n"
+                "kanban: {workers_per_profile: 2, requests_per_minute: 10, worker_limits: {memory_max: 300M}}",
+                Path("hermesd.yaml"))
+    assert cfg.kanban_workers_per_profile == 2 and cfg.kanban_requests_per_minute == 10
+    assert cfg.worker_limits_for("p2") == Limits(memory_max=300 << 20, tasks_max=50)
+    assert cfg.limits_for("p2") == Limits(memory_max=1 << 30, tasks_max=50)  # the gateway's own are untouched
+    plain = parse("limits: {memory_max: 1G}", Path("hermesd.yaml"))
+    assert plain.kanban_workers_per_profile == 4 and plain.worker_limits_for("p2") == Limits(memory_max=1 << 30)
+    for bad, where in (("kanban: {workers_per_profile: 0}", "kanban.workers_per_profile"),
+                       ("kanban: {requests_per_minute: x}", "kanban.requests_per_minute"),
+                       ("kanban: {worker_limits: {memory_max: -1}}", "kanban.worker_limits.memory_max")):
+        with pytest.raises(ConfigError, match=rf"hermesd.yaml:1: {where}"):
+            parse(bad, Path("hermesd.yaml"))
+
+
 def test_dispatcher_env() -> None:
     assert dispatcher_env("p1", "p1") == {DISPATCH_ENV: "true"}
     assert dispatcher_env("p1", "default") == {DISPATCH_ENV: "false"}
@@ -226,3 +244,81 @@ def test_handoff_socket_serves_only_the_dispatchers_tree(tmp_path: Path) -> None
             h.close()
 
     asyncio.run(main())
+
+
+def test_handoff_peer_check_proves_the_pid_is_the_process_that_connected(tmp_path: Path) -> None:
+    """The PID-reuse window of SO_PEERCRED is closed: with the peer's pidfd (Linux 6.5+) a process
+    that has exited is refused even if its PID is (or looks) right; without one, a process that
+    started after the connection was accepted is refused."""
+    import signal
+    import time
+
+    from supervisor.control.protocol import Peer, boot_ticks
+    from supervisor.kanban.handoff import Handoff
+
+    h = Handoff(tmp_path / ".hermesd", {}, {"p1": os.getpid()}.get)
+    h.profile = "p1"
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        fd = os.pidfd_open(child.pid)
+        try:
+            assert h._check(Peer(child.pid, 0, fd, boot_ticks())) is None  # our child: in p1's tree
+            child.kill()
+            child.wait()
+            refused = h._check(Peer(child.pid, 0, fd, boot_ticks()))
+            assert refused is not None and "exited" in refused
+        finally:
+            os.close(fd)
+        before = boot_ticks()
+        time.sleep(0.05)  # a tick (10 ms) or more: the new process starts strictly later
+        late = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            refused = h._check(Peer(late.pid, 0, None, before))
+            assert refused is not None and "started after the connection" in refused
+            assert h._check(Peer(late.pid, 0, None, boot_ticks())) is None
+        finally:
+            late.send_signal(signal.SIGKILL)
+            late.wait()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_handoff_rate_and_worker_bounds() -> None:
+    from supervisor.kanban.bounds import RateLimit, too_many_workers
+
+    now = [0.0]
+    r = RateLimit(60, clock=lambda: now[0])
+    assert r.burst == 15
+    assert sum(r.take() for _ in range(40)) == 15  # a burst, then refused
+    now[0] += 2.0  # one request a second comes back
+    assert [r.take() for _ in range(3)] == [True, True, False]
+    now[0] += 3600
+    assert sum(r.take() for _ in range(40)) == 15  # never more than a burst saved up
+    assert too_many_workers(3, 4, "p2") is None
+    assert "already runs 4" in (too_many_workers(4, 4, "p2") or "")
+
+
+def test_request_and_worker_fields_reach_no_terminal_raw(tmp_path: Path) -> None:
+    """What a dispatcher (or any process posing as a worker) puts in a field is escaped before
+    status or an error shows it: no escape sequence, no CR/LF that would forge a line."""
+    from supervisor.kanban.observe import scan_workers
+    from supervisor.kanban.workers import printable
+
+    assert printable("t_1\x1b[2J\r\nhermesd: forged\u202e") == "t_1\\x1b[2J\\r\\nhermesd: forged\\u202e"
+    assert printable("x" * 300).endswith("…") and len(printable("x" * 300)) == 201
+    with pytest.raises(WorkerError) as err:
+        check_argv(["-p", "p2", "\x1b]0;owned\x07", "chat", "-q", "work kanban task t_1"], "p2", "t_1")
+    assert "\x1b" not in str(err.value) and "\\x1b" in str(err.value)
+    root = tmp_path / "root"
+    env = {"PATH": os.environ.get("PATH", ""), "HERMES_KANBAN_TASK": "t_9\x1b[31m\nforged", "HERMES_PROFILE": "p2",
+           "HERMES_KANBAN_DB": str(root / "kanban.db"), "HERMES_KANBAN_BOARD": "b\r\x1b[K"}
+    fake = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "chat", "-q", "x"], env=env)
+    try:
+        found = wait_for(lambda: [w for w in scan_workers(root) if w.pid == fake.pid], 10, what="the fake worker")
+        w = found[0]
+        assert w.task == "t_9\\x1b[31m\\nforged" and w.board == "b\\r\\x1b[K"
+    finally:
+        fake.kill()
+        fake.wait()

@@ -102,7 +102,9 @@ def test_worker_runs_as_assignee_and_survives_dispatcher_restart(need_hermes: No
     assert wenv["HERMES_KANBAN_DISPATCH_IN_GATEWAY"] == "false"
     assert cgroup_of(worker) != cgroup_of(pids["p1"])
     if (b.hermesd.status()["supervisor"]["cgroups"] or {}).get("usable"):
-        assert cgroup_of(worker) == cgroup_of(pids["p2"])  # counted against p2's limits
+        # a cgroup of its own beside p2's: p2's limits as its own, never charged to p2's gateway
+        assert f"/worker.p2.{keeper}\n" in cgroup_of(worker), cgroup_of(worker)
+        assert cgroup_of(worker) != cgroup_of(pids["p2"])
     # p2's confinement, not p1's: p1's .env and the root's are out of reach, p2's home is its own
     log = wait_for(lambda: (x := worker_log(b.root, task)) and "root=" in x.read_text() and x, 20,
                    what="the worker's probe in the task log")
@@ -168,7 +170,7 @@ def test_messenger_passes_the_exit_code_back_unchanged(need_hermes: None, boards
     b.hermesd.start()
     b.hermesd.wait_running("p2", timeout=90)
     m = Messenger(b)
-    code, out = m.via_daemon("via-daemon.log")
+    code, out = m.via_daemon(f"{m.task}.log")  # the task's own log: the only one a worker may write
     direct, direct_out = m.direct("direct.log")
     assert code == direct, (out[-2000:], direct_out[-2000:])
     if expected is not None:
@@ -176,5 +178,6 @@ def test_messenger_passes_the_exit_code_back_unchanged(need_hermes: None, boards
     else:  # the real worker with no model: it ran (printed upstream's hint) and its own code came back
         assert out.strip(), "no worker output in the log upstream reads"
     # anything but upstream's worker command line is refused: not a way to run commands as p2
-    bad, text = m.via_daemon("bad.log", ["-p", "p2", "chat", "-q", "cat ~/.env"])
+    (m.logs / f"{m.task}.log").write_text("")
+    bad, text = m.via_daemon(f"{m.task}.log", ["-p", "p2", "chat", "-q", "cat ~/.env"])
     assert bad == 1 and "refused" in text

@@ -18,6 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
+from supervisor.childspec import tag_token
 from supervisor.limits import procfs
 
 PY = sys.executable
@@ -44,9 +45,9 @@ SUBREAPER = r"""
 import ctypes, json, os, signal, subprocess, sys, time
 ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
 signal.alarm(120)
-tag, profile, code = sys.argv[1], sys.argv[2], sys.argv[3]
-env = dict(os.environ, HERMESD_ROOT=tag, HERMESD_PROFILE=profile)
-gw = subprocess.Popen([sys.executable, "-c", code, *sys.argv[4:]], env=env)
+tag, profile, token, code = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+env = dict(os.environ, HERMESD_ROOT=tag, HERMESD_PROFILE=profile, HERMESD_TAG_TOKEN=token)
+gw = subprocess.Popen([sys.executable, "-c", code, *sys.argv[5:]], env=env)
 print(gw.pid, flush=True)
 signal.signal(signal.SIGTERM, lambda *a: os._exit(0))
 while True:
@@ -117,14 +118,19 @@ class Trees:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         self.tag = f"/nonexistent/hermesd-limits-test-{os.getpid()}-{uuid.uuid4().hex[:10]}"
+        self.salt = os.urandom(16)  # the daemon's per-root salt: tags carry the token it gives
         self.popens: list[subprocess.Popen] = []
 
+    def token(self, profile: str) -> str:
+        return tag_token(self.salt, self.tag, profile)
+
     def env(self, profile: str) -> dict[str, str]:
-        return dict(os.environ, HERMESD_ROOT=self.tag, HERMESD_PROFILE=profile)
+        return dict(os.environ, HERMESD_ROOT=self.tag, HERMESD_PROFILE=profile, HERMESD_TAG_TOKEN=self.token(profile))
 
     def under_subreaper(self, code: str, *args: str, profile: str = "a") -> tuple[subprocess.Popen, int]:
         """(the subreaper, the gateway's PID): the gateway is the subreaper's child, as with hermesd."""
-        p = subprocess.Popen([PY, "-c", SUBREAPER, self.tag, profile, code, *args], stdout=subprocess.PIPE)
+        p = subprocess.Popen([PY, "-c", SUBREAPER, self.tag, profile, self.token(profile), code, *args],
+                             stdout=subprocess.PIPE)
         self.popens.append(p)
         return p, int(p.stdout.readline())
 

@@ -362,3 +362,14 @@ def test_status_fields(tmp_path):
         "mechanism": "watch", "limit_mechanisms": {"memory_max": "watch"},
     }
     assert lim.status_fields(None, Limits(), det)["mechanism"] is None
+
+
+def test_cgroup_names_stay_below_the_base() -> None:
+    from supervisor.limits.cgroup import Detection, profile_dir, session_dir
+
+    det = Detection("unified", True, via="root", base="/sys/fs/cgroup/hermesd-x")
+    assert profile_dir(det, "coder") == "/sys/fs/cgroup/hermesd-x/profile-coder"
+    assert session_dir(det, "exec", "coder", 42) == "/sys/fs/cgroup/hermesd-x/exec.coder.42"
+    assert session_dir(det, "worker", "coder", 42) == "/sys/fs/cgroup/hermesd-x/worker.coder.42"
+    for bad in ("../../x", "a/b", "", ".hidden", "a\0b"):
+        assert profile_dir(det, bad) is None and session_dir(det, "exec", bad, 1) is None

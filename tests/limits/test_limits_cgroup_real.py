@@ -109,9 +109,9 @@ def test_attach_membership_and_cgroup_kill(trees, cg):
     rel = d[len(MOUNT):]
     assert all(cgroup_io.current_cgroup(pid) == rel for pid in pids)
     assert cgroup_io.populated(d) is True
-    s = TreeWatcher(trees.tag).scan({"a": CgroupRoot(d)})["a"]
+    s = TreeWatcher(trees.tag, salt=trees.salt).scan({"a": CgroupRoot(d)})["a"]
     assert set(s.pids) == pids and s.tasks >= 3
-    u = lim.usage("a", CgroupRoot(d), TreeWatcher(trees.tag))
+    u = lim.usage("a", CgroupRoot(d), TreeWatcher(trees.tag, salt=trees.salt))
     assert u.processes == 3 and u.memory_bytes > 0  # no memory controller here: the watch figure
     assert cgroup_io.read_events(d) == cgroup.Events()  # no memory/pids controller on this mount
     assert cgroup_io.usage(d) == (None, None)
@@ -157,7 +157,7 @@ def test_adopting_a_running_tree_moves_every_member(trees, cg):
     """An adopted gateway whose tree was started outside any cgroup: attach_all moves all of it."""
     info = trees.gateway_tree(hog_mb=1, subreaper=False)
     d = cg("adopted")
-    w = TreeWatcher(trees.tag)
+    w = TreeWatcher(trees.tag, salt=trees.salt)
     from supervisor.limits.watcher import ProcRoot
 
     members = [p for p, _ in w.rescan_members("a", ProcRoot(info["gateway"], info["start"]))]
@@ -219,7 +219,7 @@ def test_setup_on_this_host(trees):
             procs[name] = q
         root_ = lim.root_for(det, "coder", procs["coder"].pid, 0)
         assert root_ == CgroupRoot(cgroup.profile_dir(det, "coder"))
-        TreeWatcher(trees.tag).kill("coder", root_)
+        TreeWatcher(trees.tag, salt=trees.salt).kill("coder", root_)
         procs["coder"].wait(timeout=5)
         wait_for(lambda: cgroup_io.populated(root_.path) is False, what="coder's cgroup to empty")
         left = lim.teardown(det)

@@ -46,7 +46,7 @@ def test_scan_cost_at_n20(trees, tmp_path):
     for g in gws:
         assert g.stdout.readline() == b"ready\n"
     roots = {f"p{i}": ProcRoot(g.pid, procfs.read_stat(g.pid).start) for i, g in enumerate(gws)}
-    w = TreeWatcher(trees.tag)
+    w = TreeWatcher(trees.tag, salt=trees.salt)
     wait_for(lambda: all(len(s.pids) == 5 for s in w.scan(roots).values()), what="every tree complete")
     host = len(procfs.scan())
 

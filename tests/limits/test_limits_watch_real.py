@@ -28,7 +28,7 @@ def test_tree_includes_escaped_orphans(trees, subreaper):
     # the orphan's parent died: it now belongs to the subreaper (or init), only its tag says whose it is
     assert psutil.Process(info["orphan"]).ppid() == (info["reaper"] or psutil.Process(info["orphan"]).ppid())
     assert psutil.Process(info["orphan"]).ppid() not in members(info)
-    w = TreeWatcher(trees.tag, exclude=[info["reaper"]] if info["reaper"] else [])
+    w = TreeWatcher(trees.tag, salt=trees.salt, exclude=[info["reaper"]] if info["reaper"] else [])
     samples = w.scan({"a": ProcRoot(info["gateway"], info["start"])})
     s = samples["a"]
     assert s.pids[0] == info["gateway"] and set(s.pids) == members(info)
@@ -40,7 +40,7 @@ def test_tree_includes_escaped_orphans(trees, subreaper):
 
 def test_memory_is_pss_not_double_counted_and_at_least_the_gateways_rss(trees):
     info = trees.gateway_tree(hog_mb=200)
-    w = TreeWatcher(trees.tag, exclude=[info["reaper"]])
+    w = TreeWatcher(trees.tag, salt=trees.salt, exclude=[info["reaper"]])
     root = ProcRoot(info["gateway"], info["start"])
     cheap = w.scan({"a": root})["a"]  # no limits: no PSS read
     assert not cheap.exact and cheap.rss_sum >= 200 * M
@@ -57,7 +57,7 @@ def test_memory_is_pss_not_double_counted_and_at_least_the_gateways_rss(trees):
 
 def test_memory_breach_then_kill_the_whole_tree(trees):
     info = trees.gateway_tree(hog_mb=200)
-    w = TreeWatcher(trees.tag, exclude=[info["reaper"]])
+    w = TreeWatcher(trees.tag, salt=trees.salt, exclude=[info["reaper"]])
     root = ProcRoot(info["gateway"], info["start"])
     limits = Limits(memory_max=150 * M)
     s = w.scan({"a": root}, {"a": limits})["a"]
@@ -73,7 +73,7 @@ def test_memory_breach_then_kill_the_whole_tree(trees):
 
 def test_tasks_breach(trees):
     info = trees.gateway_tree(hog_mb=1)
-    w = TreeWatcher(trees.tag, exclude=[info["reaper"]])
+    w = TreeWatcher(trees.tag, salt=trees.salt, exclude=[info["reaper"]])
     s = w.scan({"a": ProcRoot(info["gateway"], info["start"])}, {"a": Limits(tasks_max=5)})["a"]
     assert not s.exact  # no memory limit: PSS never read
     assert check_tree(s, Limits(tasks_max=5)).reason == "tasks_limit"
@@ -90,7 +90,7 @@ def test_recycled_gateway_pid_gives_an_empty_tree(trees):
     trees.popens.append(p)
     kid = wait_for(lambda: psutil.Process(p.pid).children(), what="the child")[0].pid
     start = procfs.read_stat(p.pid).start
-    w = TreeWatcher(trees.tag)
+    w = TreeWatcher(trees.tag, salt=trees.salt)
     assert set(w.scan({"a": ProcRoot(p.pid, start)})["a"].pids) == {p.pid, kid}
     assert w.scan({"a": ProcRoot(p.pid, start + 1)})["a"].pids == ()
     psutil.Process(kid).kill()
@@ -104,7 +104,7 @@ def test_fork_bomb_is_contained_by_watch(trees, tmp_path):
     start = wait_for(lambda: procfs.read_stat(gw) and procfs.read_stat(gw).start, what="the bomb to start")
     root = ProcRoot(gw, start)
     limits = {"a": Limits(tasks_max=100)}
-    w = TreeWatcher(trees.tag, exclude=[reaper.pid])
+    w = TreeWatcher(trees.tag, salt=trees.salt, exclude=[reaper.pid])
     previous: dict = {}
     hot_until = float("-inf")
     seen = []
@@ -136,7 +136,7 @@ def test_freeze_and_kill_catches_children_forked_during_the_kill(trees, tmp_path
     pidfile = tmp_path / "bomb.pids"
     reaper, gw = trees.under_subreaper(FORK_BOMB, str(pidfile), "200", "0.02")
     start = wait_for(lambda: procfs.read_stat(gw) and procfs.read_stat(gw).start, what="the bomb to start")
-    w = TreeWatcher(trees.tag, exclude=[reaper.pid])
+    w = TreeWatcher(trees.tag, salt=trees.salt, exclude=[reaper.pid])
     wait_for(lambda: len(pidfile.read_text().split()) >= 30 if pidfile.exists() else False, what="the bomb to grow")
     killed = freeze_and_kill(lambda: w.rescan_members("a", ProcRoot(gw, start)))
     created = [int(x) for x in pidfile.read_text().split()]
@@ -149,7 +149,7 @@ def test_status_usage_for_a_proc_root(trees):
     from supervisor import limits as lim
 
     info = trees.gateway_tree(hog_mb=1)
-    w = TreeWatcher(trees.tag, exclude=[info["reaper"]])
+    w = TreeWatcher(trees.tag, salt=trees.salt, exclude=[info["reaper"]])
     u = lim.usage("a", ProcRoot(info["gateway"], info["start"]), w)
     gw = psutil.Process(info["gateway"])
     assert u.memory_bytes >= gw.memory_info().rss and u.tasks >= gw.num_threads() and u.processes == 4
@@ -202,7 +202,7 @@ def test_procfs_host_readers():
 def test_freeze_and_kill_never_leaves_a_tree_stopped(trees):
     """Even when a rescan fails half-way, every process already stopped is killed."""
     info = trees.gateway_tree(hog_mb=1)
-    w = TreeWatcher(trees.tag, exclude=[info["reaper"]])
+    w = TreeWatcher(trees.tag, salt=trees.salt, exclude=[info["reaper"]])
     first = w.rescan_members("a", ProcRoot(info["gateway"], info["start"]))
     calls = []
 

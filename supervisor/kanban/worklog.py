@@ -1,0 +1,97 @@
+"""A kanban worker's log: where it may be (its board's log folder, nowhere else) and how it is opened.
+
+Why this is its own rule: upstream's dispatcher writes each worker's output to
+``<board>/logs/<task>.log`` and hands that file to the worker as its stdout. Under hermesd the
+dispatcher's messenger *names* the file in its request, and the dispatcher is another profile:
+a path taken from it could name another profile's ``.env``, its ``MEMORY.md`` (a lasting prompt
+injection) or hermesd's own event journal. So the daemon never opens what the request names:
+
+* :func:`expected_log` derives the only acceptable path from the task id and the board slug
+  (both checked against upstream's own patterns) under the kanban home, and the request's path
+  must be exactly that;
+* :func:`open_beneath` is called by the worker's keeper *after* the assignee's confinement is in
+  force (:func:`supervisor.cli.exec.run`): the file is opened with the assignee's rights, walking
+  from ``/`` one component at a time without following any link, and only a regular file is
+  accepted. A link planted in ``logs/`` fails (``ELOOP``), and even a path the check let through
+  could reach nothing the assignee itself cannot.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+from pathlib import Path
+
+__all__ = ["LogError", "expected_log", "log_parts", "open_beneath"]
+
+# Upstream's task ids (kanban_db: "t_" + hex) and board slugs (_BOARD_SLUG_RE: 1-64 lowercase
+# alphanumerics, hyphens, underscores, not starting with - or _). Dots are refused outright, so
+# neither can be "." or "..".
+_TASK_RE = re.compile(r"[A-Za-z0-9_-]{1,80}")
+_SLUG_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+DEFAULT_BOARD = "default"
+
+
+class LogError(ValueError):
+    """The log a worker request names is not its board's; the message says why."""
+
+
+def log_parts(kanban_home: Path, board: str | None, task: str) -> tuple[Path, str]:
+    """``(<kanban home>/kanban, relative path of the task's log)``: the base every component of
+    which must be a real folder, and the part below it (upstream's ``worker_logs_dir``)."""
+    if not _TASK_RE.fullmatch(task):
+        raise LogError(f"task id {task[:40]!r} is not one of upstream's")
+    slug = (board or "").strip().lower() or DEFAULT_BOARD
+    if not _SLUG_RE.fullmatch(slug):
+        raise LogError(f"board {slug[:40]!r} is not a valid board slug")
+    rel = f"logs/{task}.log" if slug == DEFAULT_BOARD else f"boards/{slug}/logs/{task}.log"
+    return kanban_home / "kanban", rel
+
+
+def expected_log(kanban_home: Path, board: str | None, task: str) -> Path:
+    base, rel = log_parts(kanban_home, board, task)
+    return base / rel
+
+
+def open_beneath(base: Path, rel: str) -> int:
+    """Open ``base/rel`` for appending (created if missing), never following a link anywhere on
+    the way, and only if it is a regular file. Returns a descriptor (close-on-exec).
+
+    A stand-in for the shared beneath-open rule (``openat2`` with ``RESOLVE_BENEATH`` and
+    ``RESOLVE_NO_SYMLINKS`` where the kernel has it): a per-component ``O_NOFOLLOW`` walk from
+    ``/``, ``O_NONBLOCK`` so a FIFO cannot block the open, ``fstat`` before use.
+    """
+    if not base.is_absolute() or any(p in ("", ".", "..") for p in rel.split("/")):
+        raise LogError(f"{base}/{rel}: not a plain path")
+    parts = [p for p in str(base).split("/") if p] + rel.split("/")
+    dir_flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open("/", dir_flags)
+    try:
+        for part in parts[:-1]:
+            try:
+                nxt = os.open(part, dir_flags, dir_fd=fd)
+            except OSError as exc:
+                raise LogError(f"{base}/{rel}: {part!r} {_why(exc)}") from None
+            os.close(fd)
+            fd = nxt
+        try:
+            out = os.open(parts[-1], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                          | os.O_CLOEXEC | os.O_NOCTTY, 0o644, dir_fd=fd)
+        except OSError as exc:
+            raise LogError(f"{base}/{rel}: {_why(exc)}") from None
+    finally:
+        os.close(fd)
+    st = os.fstat(out)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(out)
+        raise LogError(f"{base}/{rel}: not a regular file")
+    os.set_blocking(out, True)
+    return out
+
+
+def _why(exc: OSError) -> str:
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+        return "is a link or not a folder (links are never followed)"
+    return exc.strerror or str(exc)
