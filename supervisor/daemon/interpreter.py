@@ -28,24 +28,26 @@ async def learn_release(d: Daemon, command: list[str]) -> Hold | None:
     """
     import functools
 
-    from profiles.upstream.releases import Unsupported, contract_for, newer_than_known_note
+    from profiles.upstream.releases import Unsupported, newer_than_known_note
     from supervisor import requirements
 
     facts = await d.loop().run_in_executor(
         d.pool, functools.partial(requirements.interpreter_facts, command, env=d.env))
     d.domains.facts = facts
-    if facts.version is None:
+    contract = requirements.release_contract(facts)
+    d.release_note = None
+    if contract is None:
         d.contract, d.release_problem = None, facts.version_error or facts.error
         log.warning("cannot read the hermes-agent release: %s", d.release_problem)
         return None
-    contract = contract_for(facts.version)
     if isinstance(contract, Unsupported):
         d.contract, d.release_problem = None, contract.message
         log.error("%s", contract.message)
         return Hold(HoldKind.UNSUPPORTED_RELEASE, contract.message)
     d.contract, d.release_problem = contract, None
     if not contract.exact:
-        log.warning("%s", newer_than_known_note(facts.version))
+        d.release_note = newer_than_known_note(facts.version or "?", contract)
+        log.warning("%s", d.release_note)
     return None
 
 async def check_requirements(d: Daemon, names: list[str]) -> None:

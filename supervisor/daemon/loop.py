@@ -76,6 +76,7 @@ class Daemon:
         self.command_error: str | None = None
         self.contract: Any = None  # releases.Contract of the installed hermes-agent (None: unknown)
         self.release_problem: str | None = None  # why the release could not be read
+        self.release_note: str | None = None  # a release no measured row names: which contract it got, and why
         self.state_problem: str | None = None
         self.notifier = Notifier.from_env(self.env)
         self.domains = Domains(self.root, self.layout)

@@ -34,12 +34,13 @@ from supervisor.plan.policy import (
     decide,
     describe_exit,
 )
-from supervisor.plan.verdict import Candidate, Hold, HoldKind, judge
+from supervisor.plan.verdict import Candidate, Hold, HoldKind, ReleaseRules, judge
 
 log = logging.getLogger("hermesd")
 
 OPERATOR = "stopped by operator"
-_CURED_BY_CONFIG = frozenset({HoldKind.STARTUP_FAILED, HoldKind.ISOLATION})
+_CURED_BY_CONFIG = frozenset({HoldKind.STARTUP_FAILED, HoldKind.ISOLATION, HoldKind.SERVED_ELSEWHERE,
+                              HoldKind.MULTIPLEXING})
 OUTSIDE = "stopped outside hermesd (clean exit it did not ask for)"
 
 
@@ -55,6 +56,7 @@ class Settings:
     default_spec: str = ""  # the same for profiles hermesd.yaml does not name
     max_starting: int | None = 2  # gateways in start-up at once (None: no bound)
     start_slot_s: float = 60.0  # a start-up slot is given back after this long without "running"
+    release: ReleaseRules | None = None  # what the installed release asks of the profiles' files
 
     def enabled(self, name: str) -> bool:
         return name not in self.disabled
@@ -176,6 +178,10 @@ class Planner:
                 log.error("profile %s: %s", name, "; ".join(facts.problems))
             if p.runtime_hold is not None and p.runtime_hold.kind in _CURED_BY_CONFIG:
                 p.runtime_hold = None
+            # Another profile's files decide whether a gateway folds it in (gateway.standalone).
+            for q in self.profiles.values():
+                if q.runtime_hold is not None and q.runtime_hold.kind is HoldKind.MULTIPLEXING:
+                    q.runtime_hold = None
         return self._done()
 
     # ------------------------------------------------------------------------- inputs: start-up
@@ -284,12 +290,13 @@ class Planner:
     def child_exited(self, name: str, ident: Ident, code: int | None, sig: int | None,
                      gateway_state: str | None = None, restart_requested: bool = False, *,
                      killed_for: ExitKind | None = None, detail: str = "",
-                     unconfined: str | None = None) -> list[m.Action]:
+                     unconfined: str | None = None, stated: bool = True) -> list[m.Action]:
         """The child ``ident`` ended; ``gateway_state``/``restart_requested`` only when its state file names it.
 
         ``killed_for``: the kernel's own verdict (an OOM kill in the profile's cgroup); ``unconfined``:
         the confinement shim could not apply the plan (the child never ran the gateway): a hold, not
-        a crash loop.
+        a crash loop. ``stated``: its state file names it (a 75 without that is an "attach": another
+        gateway serves the profile; ``detail`` then says which, when the loop could tell).
         """
         p = self.profiles.get(name)
         if p is None or p.child is None or p.child.ident != ident:
@@ -299,8 +306,8 @@ class Planner:
         self._out += [m.Cancel(name, "kill"), m.Cancel(name, "start_slot"), m.Sweep(name)]
         if c.killed_for is None and killed_for is not None:
             c.killed_for, c.kill_detail = killed_for, detail
-        facts = ExitFacts(code, sig, c.stop_requested, gateway_state, restart_requested, c.killed_for)
-        self._conclude(p, c, facts, code=code, sig=sig, detail=c.kill_detail)
+        facts = ExitFacts(code, sig, c.stop_requested, gateway_state, restart_requested, c.killed_for, stated)
+        self._conclude(p, c, facts, code=code, sig=sig, detail=c.kill_detail or (detail if killed_for is None else ""))
         if unconfined is not None and not c.stop_requested:
             p.runtime_hold = Hold(HoldKind.ISOLATION, unconfined)
             if p.retry_at is not None:
@@ -327,6 +334,48 @@ class Planner:
             if known.get(plat) != now:
                 known[plat] = now
                 self._emit("platform", name, platform=plat, state=now[0], error_code=now[1], error_message=now[2])
+        return self._done()
+
+    def served(self, name: str, pid: int, others: Sequence[str], source: str) -> list[m.Action]:
+        """The child ``pid`` reported (``source``: its state file or ``identify``) serving ``others`` too.
+
+        A gateway of one profile that polls another profile's platforms breaks the one promise of a
+        per-profile fleet (and, beside that profile's own gateway, polls its tokens twice): it is
+        stopped and held until files or settings change, whatever made upstream fold them in.
+        """
+        p = self.profiles.get(name)
+        c = p.child if p is not None else None
+        if p is None or c is None or c.ident.pid != pid or not others or c.stop_requested:
+            return []
+        what = ", ".join(others)
+        log.error("profile %s: PID %d serves %s as well (%s); stopping it", name, pid, what, source)
+        self._emit("multiplexing", name, pid=pid, serves=list(others), source=source)
+        p.runtime_hold = Hold(HoldKind.MULTIPLEXING, (
+            f"its gateway (PID {pid}) served {what} as well ({source}): upstream folded other profiles into it; "
+            "hermesd stopped it so that each profile is served by its own gateway only"))
+        self._stop(p)
+        return self._done()
+
+    def rival(self, name: str, pid: int, how: str) -> list[m.Action]:
+        """A second live gateway (``pid``, not ours) serves this profile beside our running child.
+
+        Two pollers on one bot token is the harm; hermesd never signals a process it did not start, so
+        it stops its own child and holds the profile as served by a foreign gateway until that one
+        exits (then it takes the profile back), exactly as when the foreign gateway was there first.
+        """
+        p = self.profiles.get(name)
+        c = p.child if p is not None else None
+        if p is None or c is None or c.ident.pid == pid or c.stop_requested:
+            return []
+        log.error("profile %s: a second gateway PID %d serves it beside hermesd's PID %d (%s); stopping ours",
+                  name, pid, c.ident.pid, how)
+        self._emit("rival", name, pid=pid, ours=c.ident.pid, how=how)
+        p.foreign_pid = pid
+        self._out.append(m.WatchForeign(name, pid))
+        p.runtime_hold = Hold(HoldKind.FOREIGN_GATEWAY, (
+            f"a second gateway (PID {pid}, not started by hermesd; {how}) served this profile beside hermesd's; "
+            "hermesd stopped its own and takes the profile back when that one exits"))
+        self._stop(p)
         return self._done()
 
     def kill_for(self, name: str, ident: Ident, kind: ExitKind, detail: str, **event: Any) -> list[m.Action]:
@@ -430,7 +479,7 @@ class Planner:
             )
             for name in self.order if (p := self.profiles.get(name)) is not None and p.present
         ]
-        return judge(candidates, self.root_hold)
+        return judge(candidates, self.root_hold, self.settings.release)
 
     def _done(self) -> list[m.Action]:
         """Reconcile every profile, hand out start-up slots, and return the actions collected."""
@@ -559,6 +608,8 @@ class Planner:
                 self._emit("backoff", p.name, delay_s=round(decision.delay, 3), failures=p.failures,
                            retry_at=p.retry_at_wall)
                 log.info("profile %s: retry in %.1fs", p.name, decision.delay)
+        elif decision.action is Action.HOLD and kind is ExitKind.ATTACHED:
+            p.runtime_hold = Hold(HoldKind.SERVED_ELSEWHERE, reason)
         elif decision.action is Action.HOLD:
             p.runtime_hold = Hold(HoldKind.STARTUP_FAILED, f"gateway {what}: {decision.reason}")
         else:
