@@ -144,6 +144,7 @@ def document(d: Daemon) -> dict[str, Any]:
             log_problem=p.extra.get("log_problem") or discarded,
             down=p.down,
             start_problem=p.last_start_problem,
+            **_serves(p.name, p.extra) if c is not None else {},
         ))
     return {
         "root": str(d.root),
@@ -158,10 +159,29 @@ def document(d: Daemon) -> dict[str, Any]:
             # The hermes-agent release the gateway command runs, as the daemon last read it.
             "hermes_release": getattr(d.domains.facts, "version", None),
             "release_problem": d.release_problem,
+            # The measured release whose contract hermesd follows, its line, and why when no row names it.
+            "release_contract": d.contract.release if d.contract is not None else None,
+            "release_line": d.contract.line.value if d.contract is not None else None,
+            "release_note": d.release_note,
+            "rewrite_note": d.rewrite_note,
             "cgroups": _cgroups(d),
         },
         "profiles": rows,
     }
+
+
+def _serves(name: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """What a running child serves: its own ``identify`` answer first, else its state file's list."""
+    ident = extra.get("identify")
+    state = extra.get("served_state")
+    state_set = sorted(set(state) or {name}) if isinstance(state, list) else None  # []: only itself
+    if isinstance(ident, dict) and isinstance(ident.get("served"), list):
+        served = sorted(set(ident["served"]))
+        return {"serves": served, "serves_source": "identify", "identify": ident,
+                "serves_agree": state_set is None or state_set == served}
+    if state_set is not None:
+        return {"serves": state_set, "serves_source": "state file", "identify": ident, "serves_agree": None}
+    return {"identify": ident}
 
 
 def _cgroups(d: Daemon) -> dict[str, Any] | None:

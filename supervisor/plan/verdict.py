@@ -20,6 +20,7 @@ from supervisor.plan.conflicts import find_conflicts
 
 if TYPE_CHECKING:
     from profiles.snapshot import Claim, ProfileFacts
+    from profiles.upstream.releases import Contract
 
 ERROR = "error"
 WARNING = "warning"
@@ -158,6 +159,15 @@ class ReleaseRules:
     standalone_required: bool = False
     default_sees_named: bool = True
     parked_marker: bool = False
+
+    @classmethod
+    def of(cls, contract: Contract | None, version: str | None, *, default_hidden: bool) -> ReleaseRules | None:
+        """The rules of the release ``contract`` describes; ``default_hidden``: the default profile's
+        confinement shows it no other profile (see ``supervisor.isolation.plan.hides_other_profiles``)."""
+        if contract is None:
+            return None
+        return cls(release=version or contract.release, standalone_required=contract.standalone_key,
+                   default_sees_named=not default_hidden, parked_marker=contract.parked_marker)
 
 
 def release_hold(facts: ProfileFacts, rules: ReleaseRules, others: Sequence[ProfileFacts]) -> Hold | None:
