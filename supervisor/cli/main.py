@@ -35,6 +35,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("supervisor.completion", ("completion",)),
     ("supervisor.observe.cli", ("events", "metrics")),
     ("supervisor.cli.deps", ("install-deps",)),
+    ("supervisor.cli.adopt", ("adopt",)),
     ("profiles.cli", ("profile",)),
 )
 
