@@ -69,6 +69,9 @@ def classify_exit(f: ExitFacts) -> ExitKind:
         return ExitKind.PLANNED
     if f.code == Exit.RESTART and not f.stated:
         return ExitKind.ATTACHED
+    if f.code in (Exit.RESTART, None) and f.gateway_state == GatewayState.DEGRADED:
+        # upstream's event-loop watchdog leaves "degraded" (loop_liveness_watchdog) and exits 75: a hang
+        return ExitKind.HUNG
     if f.code == Exit.RESTART or (f.restart_requested and f.code in (None, 0)):
         return ExitKind.RESTART_REQUESTED
     if f.code == Exit.CONFIG or f.gateway_state == GatewayState.STARTUP_FAILED:

