@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from profiles.errors import ProfileConfigError
 from profiles.fileio import parse_yaml
 
 try:
@@ -55,6 +56,8 @@ def set_key(text: str, section: str, key: str, value: bool | int | str, *, where
     if isinstance(current, dict) and current.get(key) == value and type(current.get(key)) is type(value):
         return text
     root = yaml.compose(text, Loader=_Loader) if text.strip() else None
+    if root is not None and (not isinstance(root, yaml.MappingNode) or root.flow_style):
+        raise EditRefused(f"{where} is written as a one-line mapping; {hand}")
     lines = text.splitlines(keepends=True)
     entry = f"{key}: {_scalar_text(value)}"
     pair = _node_for(root, section) if root is not None else None
@@ -88,7 +91,10 @@ def set_key(text: str, section: str, key: str, value: bool | int | str, *, where
                 new = "".join(lines)
         else:
             raise EditRefused(f"{where}:{knode.start_mark.line + 1}: '{section}' is not a block mapping; {hand}")
-    after = parse_yaml(new, Path(where))
+    try:
+        after = parse_yaml(new, Path(where))
+    except ProfileConfigError:
+        raise EditRefused(f"{where}: the edit would not parse; {hand}") from None
     want = dict(before)
     old = before.get(section)
     want[section] = {**old, key: value} if isinstance(old, dict) else {key: value}

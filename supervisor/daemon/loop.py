@@ -106,6 +106,7 @@ class Daemon:
         self._watcher: Watcher | None = None
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="hermesd-read")
         self._reading: set[str] = set()
+        self.candidates: list[Path] = []  # folders under profiles/ that lack only an identity file
         self._reread: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._save_pending = False
@@ -244,7 +245,7 @@ class Daemon:
 
     def list_profiles(self) -> None:
         """Compare the profiles folder with what the planner knows; read the files of new ones."""
-        from profiles.discovery import profiles_to_serve
+        from profiles.discovery import REASON_NO_IDENTITY, profiles_to_serve, unserved_profile_dirs
 
         identity = self.contract.identity_markers if self.contract is not None else ()
         try:
@@ -253,6 +254,10 @@ class Daemon:
             log.error("cannot list profiles under %s: %s", self.root, exc)
             return
         new = [n for n, _ in served if (p := self.planner.profiles.get(n)) is None or not p.present]
+        # Folders that are no profile yet only for lack of an identity file are watched too: the file
+        # that makes one a profile is written inside it (hermes profile create writes it after mkdir).
+        self.candidates = [path for _n, path, why in unserved_profile_dirs(self.root, identity=identity)
+                           if why == REASON_NO_IDENTITY] if identity else []
         self.execute(self.planner.set_served([(n, Path(h)) for n, h in served]))
         if self.ready:
             self.refresh(new)
@@ -291,7 +296,7 @@ class Daemon:
 
     def _follow(self) -> None:
         if self._watcher is not None:
-            self._watcher.follow(p.home for p in self.planner.profiles.values() if p.present)
+            self._watcher.follow([*(p.home for p in self.planner.profiles.values() if p.present), *self.candidates])
 
     # ------------------------------------------------------------------------- actions
 
