@@ -7,14 +7,17 @@ so a slow interpreter never delays a respawn or a control request.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
 from supervisor import childspec
-from supervisor.plan.verdict import Hold, HoldKind
+from supervisor.plan.verdict import Hold, HoldKind, ReleaseRules
 
 if TYPE_CHECKING:
+    from supervisor.config import Config
     from supervisor.daemon.loop import Daemon
+    from supervisor.plan.planner import Settings
 
 log = logging.getLogger("hermesd")
 
@@ -35,7 +38,6 @@ async def learn_release(d: Daemon, command: list[str]) -> Hold | None:
         d.pool, functools.partial(requirements.interpreter_facts, command, env=d.env))
     d.domains.facts = facts
     contract = requirements.release_contract(facts)
-    d.release_note = None
     if contract is None:
         d.contract, d.release_problem = None, facts.version_error or facts.error
         log.warning("cannot read the hermes-agent release: %s", d.release_problem)
@@ -46,9 +48,28 @@ async def learn_release(d: Daemon, command: list[str]) -> Hold | None:
         return Hold(HoldKind.UNSUPPORTED_RELEASE, contract.message)
     d.contract, d.release_problem = contract, None
     if not contract.exact:
-        d.release_note = newer_than_known_note(facts.version or "?", contract)
-        log.warning("%s", d.release_note)
+        log.warning("%s", newer_than_known_note(facts.version or "?", contract))
     return None
+
+def planner_settings(d: Daemon, cfg: Config) -> Settings:
+    """hermesd.yaml's settings for the planner, with what the installed release asks of the files."""
+    return dataclasses.replace(cfg.planner_settings(), release=release_rules(d))
+
+
+def release_rules(d: Daemon) -> ReleaseRules | None:
+    """What the installed release asks of the profiles' files (None: release unknown), for the planner.
+
+    The default profile's gateway folds in the named profiles it can see; whether it can is its
+    confinement's business (a private mount namespace hides them).
+    """
+    from supervisor.isolation.plan import hides_other_profiles
+
+    contract = d.contract
+    if contract is None or d.domains.probe is None:
+        return None
+    hidden = hides_other_profiles(d.config.isolation_for("default"), d.domains.probe)
+    return ReleaseRules.of(contract, getattr(d.domains.facts, "version", None), default_hidden=hidden)
+
 
 async def check_requirements(d: Daemon, names: list[str]) -> None:
     """Which enabled platforms of these profiles lack a library, for status and ``probe --ready``."""

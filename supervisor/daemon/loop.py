@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import random
@@ -34,8 +33,6 @@ from typing import Any
 
 from profiles.snapshot import ProfileFacts, read_profile
 from profiles.upstream import files as gf
-from profiles.upstream.multiplex import REWRITTEN_MARKER, SERVED_KEY, others_served
-from profiles.upstream.process import Exit, GatewayState
 from supervisor import child, childspec, identity, logs
 from supervisor import config as config_mod
 from supervisor.control.server import ControlServer
@@ -45,14 +42,13 @@ from supervisor.daemon.domains import Domains, Prepared
 from supervisor.daemon.guard import Guard
 from supervisor.daemon.pidlock import PidLock
 from supervisor.daemon.requests import summary
+from supervisor.daemon.serving import Serving
 from supervisor.layout import Layout
 from supervisor.notify import Notifier
 from supervisor.plan import model as m
 from supervisor.plan.model import Ident
 from supervisor.plan.planner import Planner
-from supervisor.plan.policy import ExitKind
-from supervisor.plan.verdict import Hold, HoldKind, ReleaseRules
-from supervisor.printable import printable
+from supervisor.plan.verdict import Hold, HoldKind
 from supervisor.watch.events import FsEvents, Watcher
 
 log = logging.getLogger("hermesd")
@@ -60,7 +56,6 @@ log = logging.getLogger("hermesd")
 LOG_SPACE_MIN = 64 * 1024  # below this, a child's log counts as full
 FD_RESERVE = 32  # descriptors hermesd keeps for itself (control requests, inotify, files it reads)
 HOUSEKEEPING_S = 5.0
-IDENTIFY_EVERY_S = 30.0  # upstream's gateways rescan profiles/ every 30 s
 
 
 class Daemon:
@@ -81,9 +76,6 @@ class Daemon:
         self.command_error: str | None = None
         self.contract: Any = None  # releases.Contract of the installed hermes-agent (None: unknown)
         self.release_problem: str | None = None  # why the release could not be read
-        self.release_note: str | None = None  # a release no measured row names: which contract it got, and why
-        self.rewrite_note: str | None = None  # a gateway rewrote the root's config.yaml (upstream's marker)
-        self.rewrite_seen: float | None = None
         self.state_problem: str | None = None
         self.notifier = Notifier.from_env(self.env)
         self.domains = Domains(self.root, self.layout)
@@ -106,13 +98,13 @@ class Daemon:
         self._watcher: Watcher | None = None
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="hermesd-read")
         self._reading: set[str] = set()
-        self.candidates: list[Path] = []  # folders under profiles/ that lack only an identity file
         self._reread: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._save_pending = False
         self._seq = 0
         self.cpu_samples: dict[Ident, tuple[float, float]] = {}
         self.board = Board(self)  # kanban (issue 16): workers run for the board, the dispatcher's hand-off
+        self.serving = Serving(self)  # what each child serves, second gateways, upstream's rewrites
 
     # ------------------------------------------------------------------------- lifetime
 
@@ -228,36 +220,18 @@ class Daemon:
 
     def _apply_config(self, cfg: config_mod.Config, root_hold: Hold | None) -> None:
         self.config = cfg
-        settings = dataclasses.replace(cfg.planner_settings(), release=self.release_rules())
-        self.execute(self.planner.set_settings(settings, root_hold))
-
-    def release_rules(self) -> ReleaseRules | None:
-        """What the installed release asks of the profiles' files (None: per-profile line or unknown)."""
-        from supervisor.isolation.plan import hides_other_profiles
-
-        contract = self.contract
-        if contract is None or self.domains.probe is None:
-            return None
-        hidden = hides_other_profiles(self.config.isolation_for("default"), self.domains.probe)
-        return ReleaseRules.of(contract, getattr(self.domains.facts, "version", None), default_hidden=hidden)
+        self.execute(self.planner.set_settings(interpreter.planner_settings(self, cfg), root_hold))
 
     # ------------------------------------------------------------------------- profiles and files
 
     def list_profiles(self) -> None:
         """Compare the profiles folder with what the planner knows; read the files of new ones."""
-        from profiles.discovery import REASON_NO_IDENTITY, profiles_to_serve, unserved_profile_dirs
-
-        identity = self.contract.identity_markers if self.contract is not None else ()
         try:
-            served = profiles_to_serve(True, root=self.root, identity=identity)
+            served = self.serving.discover()  # as the installed release defines a profile
         except OSError as exc:
             log.error("cannot list profiles under %s: %s", self.root, exc)
             return
         new = [n for n, _ in served if (p := self.planner.profiles.get(n)) is None or not p.present]
-        # Folders that are no profile yet only for lack of an identity file are watched too: the file
-        # that makes one a profile is written inside it (hermes profile create writes it after mkdir).
-        self.candidates = [path for _n, path, why in unserved_profile_dirs(self.root, identity=identity)
-                           if why == REASON_NO_IDENTITY] if identity else []
         self.execute(self.planner.set_served([(n, Path(h)) for n, h in served]))
         if self.ready:
             self.refresh(new)
@@ -296,7 +270,8 @@ class Daemon:
 
     def _follow(self) -> None:
         if self._watcher is not None:
-            self._watcher.follow([*(p.home for p in self.planner.profiles.values() if p.present), *self.candidates])
+            self._watcher.follow([*(p.home for p in self.planner.profiles.values() if p.present),
+                                  *self.serving.candidates])
 
     # ------------------------------------------------------------------------- actions
 
@@ -375,8 +350,6 @@ class Daemon:
             return
         self.children[ident.pid] = (name, ident)
         self.pidfds[ident] = fd
-        p.extra.pop("identify", None)  # what the previous gateway served says nothing about this one
-        p.extra.pop("served_state", None)
         logs.note(logfile, f"hermesd: started {' '.join(argv)} as PID {ident.pid} "
                            f"(isolation: {prepared.plan.summary()})")
         self.execute(self.planner.spawned(name, ident, output_discarded=logfile == Path(os.devnull), argv0=argv[0]))
@@ -459,11 +432,8 @@ class Daemon:
         if code == _EXIT_CANNOT_CONFINE and not ours and p is not None:
             unconfined = _last_line(self.layout.child_log(name)) or "the confinement could not be applied"
         self.domains.forget(name, ident)
-        detail = ("the kernel's OOM killer ended the tree" if cause is ExitKind.MEMORY_LIMIT else
-                  "the tree hit tasks_max" if cause is ExitKind.TASKS_LIMIT else "")
-        if code == Exit.RESTART and not ours and cause is None:
-            detail = served_elsewhere.who_serves(self.env, p.home if p is not None else self.root,
-                                                 self.layout.child_log(name))
+        detail = served_elsewhere.exit_detail(self.env, p.home if p is not None else self.root,
+                                              self.layout.child_log(name), code=code, ours=ours, cause=cause)
         actions = self.planner.child_exited(
             name, ident, code, sig, state, bool(gstate.get("restart_requested")) if ours else False,
             killed_for=cause, detail=detail, unconfined=unconfined, stated=ours)
@@ -502,21 +472,7 @@ class Daemon:
             self.refresh(ev.profiles)
         for name in ev.states:
             self.check_gateway(name)
-        if ev.rewritten:
-            self.note_rewrite()
-
-    def note_rewrite(self) -> None:
-        """A gateway left upstream's marker: it rewrote the root's config.yaml (multiplex_profiles: true)."""
-        marker = self.root / REWRITTEN_MARKER
-        if not os.path.lexists(marker) or self.rewrite_seen == _mtime(marker):
-            return
-        self.rewrite_seen = _mtime(marker)
-        message = (f"a gateway rewrote {self.root / 'config.yaml'} ('gateway.multiplex_profiles: true') and left "
-                   f"{marker}: upstream's one-gateway-per-host default is on for this root")
-        log.error("%s", message)
-        self.rewrite_note = message
-        self._emit({"type": "config_rewritten", "profile": "default", "file": str(self.root / "config.yaml"),
-                    "marker": str(marker)})
+        self.serving.on_events(ev)
 
     def check_gateway(self, name: str) -> None:
         """Read what a profile's gateway reports: readiness and platforms of ours, or a foreign gateway."""
@@ -539,67 +495,7 @@ class Daemon:
                 {k: v for k, v in plats.items() if isinstance(k, str) and isinstance(v, dict)}
                 if isinstance(plats, dict) else None,
             ))
-            # Upstream's read-merge-write keeps a previous gateway's served_profiles in the file until
-            # the new one reaches "running" and stamps its own: before that the list is stale.
-            others = others_served(gstate.get(SERVED_KEY), name) if state == GatewayState.RUNNING else None
-            if others is not None:
-                p.extra["served_state"] = [name, *others]
-            if others:
-                self.execute(self.planner.served(name, pid, others, "its gateway_state.json"))
-            if state == GatewayState.RUNNING and self.contract is not None and self.contract.control_socket \
-                    and p.extra.get("identify_asked") != pid:
-                p.extra["identify_asked"] = pid  # once per gateway, and again from housekeeping
-                self._spawn_task(self.ask_identity(name, pid))
-        self.check_rival(name)
-
-    def check_rival(self, name: str) -> None:
-        """A live gateway hermesd did not start, recorded in the home of a profile our child serves."""
-        p = self.planner.profiles.get(name)
-        if p is None or p.child is None:
-            return
-        rec = gf.live_gateway(p.home)
-        if rec is None or rec.pid == p.child.ident.pid or rec.pid in self.children \
-                or any(i.pid == rec.pid for i in self.adopted):
-            return
-        argv = " ".join(identity.proc_cmdline(rec.pid))[:200]
-        self.execute(self.planner.rival(name, rec.pid, f"its gateway.pid names it; command: {printable(argv)}"))
-
-    def _identify_due(self, name: str) -> bool:
-        """Every IDENTIFY_EVERY_S per running child of a release with gateway.sock (an attach or a
-        rescan folds profiles in without rewriting the child's state file)."""
-        if self.contract is None or not self.contract.control_socket:
-            return False
-        p = self.planner.profiles[name]
-        now = time.monotonic()
-        if now - p.extra.get("identify_at", 0.0) < IDENTIFY_EVERY_S:
-            return False
-        p.extra["identify_at"] = now
-        return True
-
-    async def ask_identity(self, name: str, pid: int) -> None:
-        """``identify`` over the child's gateway.sock (in the reader pool): what it really serves."""
-        from supervisor import gatewaysock
-
-        p = self.planner.profiles.get(name)
-        if p is None or p.child is None or p.child.ident.pid != pid:
-            return
-        home = p.home
-        try:
-            ident = await self.loop().run_in_executor(self.pool, gatewaysock.identify, home, 1.0)
-        except gatewaysock.GatewaySockError as exc:
-            p.extra["identify"] = {"error": str(exc)}
-            return
-        p = self.planner.profiles.get(name)
-        if p is None or p.child is None or p.child.ident.pid != pid:
-            return
-        served = list(ident.served) if ident.served else [name]
-        p.extra["identify"] = {**ident.to_json(), "served": served}
-        if ident.pid != pid:
-            self.execute(self.planner.rival(name, ident.pid, "it answers on the profile's gateway.sock"))
-            return
-        others = ident.serves_others(name)
-        if others:
-            self.execute(self.planner.served(name, pid, others, "its gateway.sock identify"))
+        self.serving.check(name, gstate)
 
     def handle_shutdown_signal(self, name: str) -> None:
         log.info("%s received: stopping every child", name)
@@ -633,8 +529,7 @@ class Daemon:
             p.extra["log_problem"] = problem
             if p.child is not None and not p.child.ready:
                 self.check_gateway(p.name)  # in case a state-file event was missed
-            elif p.child is not None and self._identify_due(p.name):
-                self._spawn_task(self.ask_identity(p.name, p.child.ident.pid))
+            self.serving.housekeeping(p.name)
         if self.state_problem:
             self.save_now()
         self.observer.housekeeping()
@@ -661,18 +556,9 @@ class Daemon:
         self.observer.record({"ts": self.wall(), "seq": self._seq, "daemon": os.getpid(), **event})
 
 
-    # ------------------------------------------------------------------------- status
-
 
 
 _EXIT_CANNOT_CONFINE = 125  # supervisor.isolation.enter: the plan could not be applied
-
-
-def _mtime(path: Path) -> float | None:
-    try:
-        return os.lstat(path).st_mtime
-    except OSError:
-        return None
 
 
 def _last_line(path: Path) -> str | None:

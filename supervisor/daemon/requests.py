@@ -144,7 +144,7 @@ def document(d: Daemon) -> dict[str, Any]:
             log_problem=p.extra.get("log_problem") or discarded,
             down=p.down,
             start_problem=p.last_start_problem,
-            **_serves(p.name, p.extra) if c is not None else {},
+            **_serves(p.name, c.ident.pid, p.extra) if c is not None else {},
         ))
     return {
         "root": str(d.root),
@@ -162,16 +162,28 @@ def document(d: Daemon) -> dict[str, Any]:
             # The measured release whose contract hermesd follows, its line, and why when no row names it.
             "release_contract": d.contract.release if d.contract is not None else None,
             "release_line": d.contract.line.value if d.contract is not None else None,
-            "release_note": d.release_note,
-            "rewrite_note": d.rewrite_note,
+            "release_note": _release_note(d),
+            "rewrite_note": d.serving.rewrite_note,
             "cgroups": _cgroups(d),
         },
         "profiles": rows,
     }
 
 
-def _serves(name: str, extra: dict[str, Any]) -> dict[str, Any]:
-    """What a running child serves: its own ``identify`` answer first, else its state file's list."""
+def _release_note(d: Daemon) -> str | None:
+    """Which contract a release no measured row names runs with, and why (status shows it, not only the log)."""
+    from profiles.upstream.releases import newer_than_known_note
+
+    if d.contract is None or d.contract.exact:
+        return None
+    return newer_than_known_note(getattr(d.domains.facts, "version", None) or "?", d.contract)
+
+
+def _serves(name: str, pid: int, extra: dict[str, Any]) -> dict[str, Any]:
+    """What the running child ``pid`` serves: its own ``identify`` answer first, else its state file's list
+    (either only once it is about this very child; a restart leaves the previous one's for a moment)."""
+    if extra.get("serving_pid") != pid:
+        return {}
     ident = extra.get("identify")
     state = extra.get("served_state")
     state_set = sorted(set(state) or {name}) if isinstance(state, list) else None  # []: only itself
