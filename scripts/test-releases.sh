@@ -72,37 +72,21 @@ entry_of() {  # $1 env → the command the tests run: bin/hermes, or its python 
   echo "$1/bin/hermes-module"
 }
 
-install_release() {  # $1 spec → 0 when its environment is ready
-  local dist ver env out t0 pin
-  dist=$(dist_of "$1"); ver=$(ver_of "$1"); env=$(env_of "$1"); out="$cache/results/$(label_of "$1")"
+install_release() {  # $1 spec → 0 when its environment is ready (scripts/release-env.sh installs it)
+  local out t0 label
+  out="$cache/results/$(label_of "$1")"
   mkdir -p "$out"
-  if [ -f "$env/.hermesd-installed" ] && "$env/bin/python" -c 'import hermes_cli' 2>/dev/null; then
-    echo "reused" >"$out/install.status"
-    return 0
-  fi
+  rm -f "$out/install.status"
   t0=$(date +%s)
-  rm -rf "$env"
-  {
-    "$base_py" -m venv "$env" &&
-    "$env/bin/pip" install -q --upgrade pip &&
-    "$env/bin/pip" install -q "$dist==$ver" &&
-    pin=$("$env/bin/python" - "$dist" <<'EOF'
-import importlib.metadata as m, re, sys
-for req in m.requires(sys.argv[1]) or []:
-    if re.match(r"aiohttp\s*[=<>]", req) and 'extra == "messaging"' in req:
-        print(req.split(";")[0].replace(" ", ""))
-        break
-EOF
-) &&
-    if [ -n "$pin" ]; then "$env/bin/pip" install -q "$pin"; fi
-  } >"$out/install.log" 2>&1
-  local rc=$?
-  if [ $rc -ne 0 ] || ! "$env/bin/python" -c 'import hermes_cli' 2>/dev/null; then
+  if [ -f "$(env_of "$1")/.hermesd-installed" ]; then echo "reused" >"$out/install.status"; fi
+  if ! HERMESD_BASE_PYTHON="$base_py" bash "$repo/scripts/release-env.sh" "$1" "$cache" >/dev/null 2>"$out/install.err"; then
+    label=$(basename "$(env_of "$1")")
+    cat "$out/install.err" "$cache/$label.install.log" >"$out/install.log" 2>/dev/null
     echo "failed after $(( $(date +%s) - t0 )) s" >"$out/install.status"
     return 1
   fi
-  echo "$dist==$ver" >"$env/.hermesd-installed"
-  echo "installed in $(( $(date +%s) - t0 )) s" >"$out/install.status"
+  [ -f "$out/install.status" ] && [ "$(cat "$out/install.status")" = reused ] \
+    || echo "installed in $(( $(date +%s) - t0 )) s" >"$out/install.status"
 }
 
 summary=()
