@@ -39,7 +39,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from profiles.upstream.process import Exit
 
@@ -47,6 +47,9 @@ FORMATS = ("systemd", "compose", "kubernetes")
 DEFAULT_IMAGE = "hermes-agent:latest"
 CONTAINER_ROOT = "/opt/hermes"  # where a profile tree lives inside a container
 UNIT_PREFIX = "hermes-gw-"
+
+if TYPE_CHECKING:
+    from supervisor.plan.verdict import ReleaseRules
 
 
 class ExportError(ValueError):
@@ -75,8 +78,12 @@ class Gateway:
 # --------------------------------------------------------------------------- shared with the daemon
 
 
-def collect(root: Path) -> list[Gateway]:
-    """Every gateway to export; refuses exactly the profiles the daemon would hold (one verdict for both)."""
+def collect(root: Path, rules: ReleaseRules | None = None) -> list[Gateway]:
+    """Every gateway to export; refuses exactly the profiles the daemon would hold (one verdict for both).
+
+    ``rules``: what the release the units will run asks of the files (the multiplex-default line's
+    ``gateway.standalone``), when it is known here (systemd units run this machine's release).
+    """
     from profiles.discovery import profiles_to_serve
     from profiles.snapshot import read_profile
     from supervisor import config as config_mod
@@ -97,7 +104,7 @@ def collect(root: Path) -> list[Gateway]:
             print(f"hermesd export: profile {name!r} skipped: disabled in {layout.config}", file=sys.stderr)
             continue
         facts.append(read_profile(name, Path(home), salt))
-    holds = judge([Candidate(f, f.name) for f in facts])
+    holds = judge([Candidate(f, f.name) for f in facts], None, rules)
     problems = [f"profile {name!r}: {hold.kind.value}: {hold.message}" for name, hold in holds.items() if hold]
     if problems:
         raise ExportError("cannot export; hermesd itself would hold these profiles:\n  " + "\n  ".join(problems))
@@ -127,13 +134,12 @@ def _local_contract(command: Sequence[str]) -> Any:
     """The contract of the release ``command`` runs on this machine (the systemd units run it here);
     ``None`` when it cannot be read. An unsupported release refuses the export, as the daemon would
     hold every profile."""
-    from profiles.upstream.releases import Unsupported, contract_for
-    from supervisor.requirements import interpreter_facts
+    from profiles.upstream.releases import Unsupported
+    from supervisor.requirements import interpreter_facts, release_contract
 
-    facts = interpreter_facts(list(command))
-    if not facts.version:
+    contract = release_contract(interpreter_facts(list(command)))
+    if contract is None:
         return None
-    contract = contract_for(facts.version)
     if isinstance(contract, Unsupported):
         raise ExportError(f"cannot export; hermesd itself would hold every profile: {contract.message}")
     return contract
@@ -373,13 +379,11 @@ def _write(directory: Path, files: Mapping[str, str]) -> None:
 def export_files(fmt: str, root: Path, *, image: str = DEFAULT_IMAGE, storage: str = "1Gi",
                  gateway_command: Sequence[str] | None = None, hermesd: Sequence[str] | None = None) -> dict[str, str]:
     """``{file name: text}`` for ``fmt``; raises :class:`ExportError`."""
-    gateways = collect(root)
-    if not gateways:
-        raise ExportError(f"no profile to export under {root}")
     if fmt == "systemd":
         from supervisor import config as config_mod
         from supervisor.childspec import GatewayCommandError, resolve_gateway_command
         from supervisor.layout import Layout
+        from supervisor.plan.verdict import ReleaseRules
         from supervisor.service import hermesd_command
 
         if gateway_command is None:
@@ -388,8 +392,17 @@ def export_files(fmt: str, root: Path, *, image: str = DEFAULT_IMAGE, storage: s
                 gateway_command = resolve_gateway_command(list(configured) if configured else None)
             except GatewayCommandError as exc:
                 raise ExportError(str(exc)) from None
+        contract = _local_contract(gateway_command)
+        # exported units run without hermesd's confinement: the default gateway sees every profile
+        gateways = collect(root, ReleaseRules.of(contract, contract.release if contract else None,
+                                                 default_hidden=False))
+        if not gateways:
+            raise ExportError(f"no profile to export under {root}")
         return render_systemd(gateways, root=root, gateway_command=gateway_command,
-                              hermesd=hermesd or hermesd_command(), contract=_local_contract(gateway_command))
+                              hermesd=hermesd or hermesd_command(), contract=contract)
+    gateways = collect(root)
+    if not gateways:
+        raise ExportError(f"no profile to export under {root}")
     if fmt == "compose":
         return {"compose.yaml": render_compose(gateways, root=root, image=image)}
     import yaml

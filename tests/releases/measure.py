@@ -432,7 +432,7 @@ def attach(sb: Sandbox, *, flag: bool) -> dict[str, Any]:
     if not st:
         return {"host_running": False, "output": host.text()[-500:]}
     served = poll(lambda: host.state().get("served_profiles"), 5)
-    run = sb.start("coder", flag=flag, force=False)
+    run = sb.start("coder", flag=flag, force=False, drop_env=("GATEWAY_MULTIPLEX_PROFILES",))
     t0 = time.monotonic()
     code = _exit_or_running(run, 45)
     out = {"host_running": True, "host_serves": served, "exit": code, "exit_s": round(time.monotonic() - t0, 1),
