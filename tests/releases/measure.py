@@ -116,7 +116,8 @@ def marker_without_signal(sb: Sandbox, *, flag: bool) -> dict[str, Any]:
     if not run.wait_state("running", timeout=START):
         return {"exit": "never running"}
     gf.write_planned_stop_marker(run.home, run.pid, gf.proc_start_time(run.pid))
-    code = run.wait_exit(8)
+    # polled every 0.5 s; the shutdown that follows takes seconds on a loaded machine (0.22.2: up to ~10 s)
+    code = run.wait_exit(30)
     out = {"exit": code, **_final(run)}
     if code is None:
         out["marker_left"] = (run.home / gf.PLANNED_STOP_MARKER).exists()
@@ -371,6 +372,7 @@ def named_alone(sb: Sandbox, *, flag: bool, force: bool) -> dict[str, Any]:
         sb.stop(run)
     else:
         out["output"] = run.text()[-300:]
+        out["refused_own_gateway"] = "does not get a gateway of its own" in run.text()
     out.pop("_served_profiles", None)
     return out
 
