@@ -213,7 +213,7 @@ class Daemon:
         self._apply_config(cfg, root_hold)
         if not initial and self.command is not None:
             known = [n for n, p in self.planner.profiles.items() if p.facts]
-            self._spawn_task(interpreter.check_requirements(self, known))
+            self.spawn_task(interpreter.check_requirements(self, known))
         await self.observer.reconfigure(cfg.observe_settings())
         self._emit({"type": "config_applied", "profile": None})
         return True
@@ -243,7 +243,7 @@ class Daemon:
             if name in self._reading:
                 self._reread.add(name)
             else:
-                self._spawn_task(self._read(name))
+                self.spawn_task(self._read(name))
 
     async def _read(self, name: str) -> ProfileFacts | None:
         assert self._loop is not None
@@ -262,7 +262,7 @@ class Daemon:
         finally:
             self._reading.discard(name)
 
-    def _spawn_task(self, coro: Any) -> None:
+    def spawn_task(self, coro: Any) -> None:
         assert self._loop is not None
         task = self._loop.create_task(coro)
         self._tasks.add(task)
@@ -465,7 +465,7 @@ class Daemon:
         """Profiles added, removed or edited, hermesd.yaml changed, a gateway wrote its state."""
         if ev.config:
             log.info("hermesd.yaml changed")
-            self._spawn_task(self.load_config())
+            self.spawn_task(self.load_config())
         if ev.rescan:
             self.list_profiles()
         if ev.profiles:
@@ -502,7 +502,7 @@ class Daemon:
         self.shutdown(keep_children=False)
 
     def handle_reload_signal(self) -> None:
-        self._spawn_task(self.reload())
+        self.spawn_task(self.reload())
 
     async def reload(self) -> None:
         """Re-read hermesd.yaml and every profile's files (for file systems without change events)."""

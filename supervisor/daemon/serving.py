@@ -20,6 +20,7 @@ from profiles.upstream import files as gf
 from profiles.upstream.multiplex import REWRITTEN_MARKER, SERVED_KEY, others_served
 from profiles.upstream.process import GatewayState
 from supervisor import identity
+from supervisor.plan import model as m
 from supervisor.printable import printable
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ class Serving:
             d.execute(d.planner.served(name, pid, others, "its gateway_state.json"))
         if state == GatewayState.RUNNING and self._has_socket() and p.extra.get("identify_asked") != pid:
             p.extra["identify_asked"] = pid  # once per gateway, then every IDENTIFY_EVERY_S (housekeeping)
-            d._spawn_task(self.ask_identity(name, pid))
+            d.spawn_task(self.ask_identity(name, pid))
 
     def housekeeping(self, name: str) -> None:
         """Ask a running child again now and then: a rescan folds profiles in without a state write."""
@@ -93,7 +94,7 @@ class Serving:
         now = time.monotonic()
         if now - p.extra.get("identify_at", 0.0) >= IDENTIFY_EVERY_S:
             p.extra["identify_at"] = now
-            self.d._spawn_task(self.ask_identity(name, p.child.ident.pid))
+            self.d.spawn_task(self.ask_identity(name, p.child.ident.pid))
 
     def _has_socket(self) -> bool:
         return self.d.contract is not None and self.d.contract.control_socket
@@ -147,8 +148,8 @@ class Serving:
                    f"{marker}: upstream's one-gateway-per-host default is on for this root")
         log.error("%s", message)
         self.rewrite_note = message
-        d._emit({"type": "config_rewritten", "profile": "default", "file": str(d.root / "config.yaml"),
-                 "marker": str(marker)})
+        d.execute([m.Emit({"type": "config_rewritten", "profile": "default", "file": str(d.root / "config.yaml"),
+                           "marker": str(marker)})])
 
 
 def _mtime(path: Path) -> float | None:
