@@ -144,3 +144,21 @@ def test_proc_readers_agree_with_the_kernel():
             os.kill(pid, 9)
         parent.kill()
         parent.wait()
+
+
+@pytest.mark.parametrize(("argv", "ours"), [
+    (["/v/bin/hermes", "gateway", "run", "--external-supervisor"], True),
+    (["/v/bin/hermes", "-p", "coder", "gateway", "run"], True),  # before 0.19.0: no flag
+    (["/v/bin/hermes", "-p", "coder", "gateway", "run", "--external-supervisor", "--force"], True),  # 0.22.2
+    (["/v/bin/python", "-m", "hermes_cli.main", "gateway", "run", "--force"], True),
+    (["/v/bin/hermes", "gateway", "run", "--replace"], False),
+    (["/v/bin/hermes", "gateway", "run", "--force", "--external-supervisor"], False),  # not hermesd's order
+    (["/v/bin/hermes", "gateway", "status"], False),
+    (["/v/bin/hermes", "chat"], False),
+])
+def test_gateway_command_lines_hermesd_starts_under_every_release(argv, ours):
+    """Adoption after a hermesd restart recognises its children by their command line, whatever flags the
+    release's contract gave them."""
+    from supervisor.identity import is_gateway_cmdline
+
+    assert is_gateway_cmdline(argv) is ours
