@@ -254,6 +254,7 @@ class Daemon:
                 if p is None or not p.present:
                     return None
                 facts = await self._loop.run_in_executor(self.pool, read_profile, name, p.home, self.salt)
+                self.serving.compare(p.facts, facts)
                 self.execute(self.planner.set_facts(name, facts))
                 await interpreter.check_requirements(self, [name])
                 if name not in self._reread:

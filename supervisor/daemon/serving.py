@@ -16,14 +16,17 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from profiles.names import DEFAULT_PROFILE
 from profiles.upstream import files as gf
-from profiles.upstream.multiplex import REWRITTEN_MARKER, SERVED_KEY, others_served
+from profiles.upstream.bools import coerce_bool
+from profiles.upstream.multiplex import REWRITTEN_MARKER, SERVED_KEY, multiplex_flag, others_served
 from profiles.upstream.process import GatewayState
 from supervisor import identity
 from supervisor.plan import model as m
 from supervisor.printable import printable
 
 if TYPE_CHECKING:
+    from profiles.snapshot import ProfileFacts
     from supervisor.daemon.loop import Daemon
     from supervisor.plan.model import Profile
     from supervisor.watch.events import FsEvents
@@ -135,6 +138,21 @@ class Serving:
         others = ident.serves_others(name)
         if others:
             d.execute(d.planner.served(name, pid, others, "its gateway.sock identify"))
+
+    def compare(self, before: ProfileFacts | None, after: ProfileFacts) -> None:
+        """The default profile's config.yaml changed: did ``multiplex_profiles`` just turn on? Upstream's
+        default gateway writes it when it folds profiles in (a marker is left only when it overwrote an
+        explicit false), so the key flipping is a rewrite too, whoever ran that gateway."""
+        if after.name != DEFAULT_PROFILE or before is None or before.config is None or after.config is None:
+            return
+        if coerce_bool(multiplex_flag(before.config), False) or not coerce_bool(multiplex_flag(after.config), False):
+            return
+        message = (f"{after.home / 'config.yaml'} now says gateway.multiplex_profiles: true: a gateway of the "
+                   "multiplex-default line rewrote it when it folded other profiles in (or someone set it)")
+        log.error("%s", message)
+        self.rewrite_note = message
+        self.d.execute([m.Emit({"type": "config_rewritten", "profile": DEFAULT_PROFILE,
+                                "file": str(after.home / "config.yaml"), "marker": None})])
 
     def note_rewrite(self) -> None:
         """A gateway left upstream's marker: it rewrote the root's config.yaml (multiplex_profiles: true)."""

@@ -256,7 +256,8 @@ def summary(event: Mapping[str, Any]) -> str:
         return (f"a second gateway PID {_s(e.get('pid'))} serves the profile beside hermesd's PID "
                 f"{_s(e.get('ours'))} ({_s(e.get('how'))}): hermesd stops its own")
     if t == "config_rewritten":
-        return f"a gateway rewrote {_s(e.get('file'))} (upstream's marker {_s(e.get('marker'))})"
+        how = f"upstream's marker {e['marker']}" if e.get("marker") else "gateway.multiplex_profiles turned true"
+        return f"a gateway rewrote {_s(e.get('file'))} ({how})"
     extra = " ".join(f"{k}={v}" for k, v in e.items() if k not in BASE_KEYS)
     return f"{_s(t)} {extra}".rstrip()
 
