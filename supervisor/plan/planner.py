@@ -8,7 +8,8 @@ interleaving of events, is tested in-process without sleeping (``tests/plan/``).
 
 Invariants (checked by the state-machine tests): at most one child per profile, alive or being
 spawned; signals only ever name the child the planner holds; a profile that should run and does
-not has a reason (a hold, a retry time, a start slot it waits for); backoff never exceeds the cap.
+not has a reason (a hold, a retry time, a start slot it waits for); no exit, 75 included, restarts a
+profile at once twice without time passing; backoff never exceeds the cap.
 """
 
 from __future__ import annotations
