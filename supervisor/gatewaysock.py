@@ -18,7 +18,7 @@ import stat
 import time
 from pathlib import Path
 
-from profiles.upstream.gatewaysock import IDENTIFY, MAX_REPLY_BYTES, SOCKET_NAME, Identity, ProtocolError
+from profiles.upstream.gatewaysock import IDENTIFY, MAX_REPLY_BYTES, POINTER_NAME, SOCKET_NAME, Identity, ProtocolError
 from profiles.upstream.gatewaysock import parse_identify as _parse
 from profiles.upstream.gatewaysock import request as _request
 
@@ -37,6 +37,10 @@ def _open_socket_path(home: Path) -> int:
     try:
         fd = os.open(SOCKET_NAME, flags, dir_fd=dirfd)
     except FileNotFoundError:
+        if _exists_at(dirfd, POINTER_NAME):
+            raise GatewaySockError(f"{home / SOCKET_NAME}: the gateway put its control socket elsewhere "
+                                   f"({POINTER_NAME}: the home's path is too long for a unix socket); hermesd "
+                                   "does not follow that pointer") from None
         raise GatewaySockError(f"{home / SOCKET_NAME}: no control socket") from None
     except OSError as exc:
         raise GatewaySockError(f"{home / SOCKET_NAME}: cannot open: {exc.strerror}") from None
@@ -48,6 +52,14 @@ def _open_socket_path(home: Path) -> int:
         what = "a symlink (not followed)" if stat.S_ISLNK(mode) else "not a socket"
         raise GatewaySockError(f"{home / SOCKET_NAME}: is {what}")
     return fd
+
+
+def _exists_at(dirfd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
 
 
 def ask(home: Path, verb: str = IDENTIFY, timeout: float = 1.0) -> bytes:

@@ -4,7 +4,7 @@ Measured on upstream main after 0.21.3 (``gateway/control_socket.py``): a unix s
 ``$HERMES_HOME/gateway.sock``, one request per connection, one JSON line in and one out, then the
 server closes. ``identify`` answers who the gateway is and what it serves; it is a stronger proof
 than a PID file, because only the live process can answer on its own socket. Homes whose socket
-path would exceed ``sun_path`` get a socket in the temp folder named by a ``gateway.sock.path``
+path would exceed 100 bytes get a socket in the temp folder named by a ``gateway.sock.path``
 pointer file; hermesd does not follow such a pointer (it names any path a profile likes), so those
 gateways are read from their files only.
 
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 SOCKET_NAME = "gateway.sock"
+POINTER_NAME = "gateway.sock.path"  # names the socket in the temp folder when the home's path is too long
 PROTOCOL = 1
 MAX_REPLY_BYTES = 64 * 1024  # upstream caps replies at 512 KiB; an identify answer is a few hundred bytes
 IDENTIFY = "identify"

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("hermesd")
 
 IDENTIFY_EVERY_S = 30.0  # upstream's gateways rescan profiles/ every 30 s
+IDENTIFY_RETRIES = 10  # a new gateway's socket not answering yet: asked again this often...
+IDENTIFY_RETRY_S = 1.0  # ... this far apart
 
 
 class Serving:
@@ -74,7 +76,7 @@ class Serving:
         d = self.d
         name = p.name
         if p.extra.get("serving_pid") != pid:  # a new gateway: what the previous one served says nothing
-            for key in ("identify", "served_state", "serving_pid"):
+            for key in ("identify", "served_state", "serving_pid", "identify_tries"):
                 p.extra.pop(key, None)
             p.extra["serving_pid"] = pid
         state = gstate.get("gateway_state")
@@ -127,6 +129,10 @@ class Serving:
             ident = await d.loop().run_in_executor(d.pool, gatewaysock.identify, p.home, 1.0)
         except gatewaysock.GatewaySockError as exc:
             p.extra["identify"] = {"error": str(exc)}
+            # upstream binds the socket a moment after it writes "running" (later still on a busy host)
+            tries = p.extra["identify_tries"] = p.extra.get("identify_tries", 0) + 1
+            if tries <= IDENTIFY_RETRIES:
+                d.loop().call_later(IDENTIFY_RETRY_S, lambda: d.spawn_task(self.ask_identity(name, pid)))
             return
         p = d.planner.profiles.get(name)
         if p is None or p.child is None or p.child.ident.pid != pid:

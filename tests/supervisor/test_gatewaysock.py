@@ -156,3 +156,16 @@ def test_parse_keeps_only_typed_fields():
     assert ident.multiplex is None
     with pytest.raises(ProtocolError):
         parse_identify(b'{"ok": true}')
+
+
+def test_a_pointer_to_a_socket_elsewhere_is_named_and_not_followed(tmp_path, serve):
+    """Upstream's fallback for a home too long for a unix socket: gateway.sock.path names a socket in /tmp."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    srv = serve(lambda _req: json.dumps(GOOD).encode() + b"\n", elsewhere / "hermes-gw-0123.sock")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "gateway.sock.path").write_text(str(elsewhere / "hermes-gw-0123.sock"))
+    with pytest.raises(GatewaySockError, match="does not follow that pointer"):
+        identify(home)
+    assert srv.requests == []
