@@ -34,6 +34,10 @@ class Server:
         self.thread.start()
 
     def _serve(self) -> None:
+        with contextlib.suppress(OSError):  # closed before this thread began: nothing to serve
+            self._loop()
+
+    def _loop(self) -> None:
         self.sock.settimeout(0.1)
         while not self.stop.is_set():
             try:
