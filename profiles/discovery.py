@@ -12,7 +12,9 @@ only fail, so three kinds of directory that upstream would list are *not* served
 * symlinked directories: a link can point out of the root, and hermesd never follows a
   link out of the profiles folder;
 * a name with a trailing newline (``"ok\n"``): upstream's ``^…$`` lets it through, but
-  ``hermes -p 'ok\n'`` strips it to ``ok`` and fails.
+  ``hermes -p 'ok\n'`` strips it to ``ok`` and fails;
+* on the multiplex-default line (when the caller passes the release's identity files), a folder
+  with none of them: upstream lists no such folder and ``hermes -p X`` exits 1.
 
 :func:`unserved_entries` lists every skipped entry with its reason (invalid name, reserved
 name, symlink, not a directory) and whether upstream would serve it, so ``hermesd doctor`` can
@@ -38,7 +40,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +71,7 @@ REASON_NOT_DIR = "not a directory"
 REASON_SYMLINK = "symlink"
 REASON_INVALID = "invalid name"
 REASON_RESERVED = "reserved name"
+REASON_NO_IDENTITY = "no identity file"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +90,12 @@ class UnservedEntry:
     upstream_serves: bool = False
 
 
-def _classify(entry: os.DirEntry[str]) -> tuple[str | None, bool]:
-    """``(None, True)`` for a servable profile directory, else ``(reason, upstream_serves)``."""
+def _classify(entry: os.DirEntry[str], identity: Sequence[str] = ()) -> tuple[str | None, bool]:
+    """``(None, True)`` for a servable profile directory, else ``(reason, upstream_serves)``.
+
+    ``identity``: the files of which one must be in the folder on the installed release (the
+    multiplex-default line); empty: any folder with a valid name is a profile.
+    """
     upstream_name = upstream_id_match(entry.name) and entry.name != DEFAULT_PROFILE
     try:
         if entry.is_symlink():
@@ -101,10 +108,12 @@ def _classify(entry: os.DirEntry[str]) -> tuple[str | None, bool]:
         return REASON_INVALID, upstream_name
     if entry.name in RESERVED_NAMES:
         return REASON_RESERVED, upstream_name
+    if identity and not any(os.path.lexists(os.path.join(entry.path, m)) for m in identity):
+        return REASON_NO_IDENTITY, False
     return None, True
 
 
-def _scan(root: Path) -> tuple[list[tuple[str, Path]], list[UnservedEntry]]:
+def _scan(root: Path, identity: Sequence[str] = ()) -> tuple[list[tuple[str, Path]], list[UnservedEntry]]:
     served: list[tuple[str, Path]] = []
     skipped: list[UnservedEntry] = []
     folder = root / PROFILES_DIRNAME
@@ -116,7 +125,7 @@ def _scan(root: Path) -> tuple[list[tuple[str, Path]], list[UnservedEntry]]:
         for entry in it:
             if entry.name.startswith("."):
                 continue
-            reason, upstream = _classify(entry)
+            reason, upstream = _classify(entry, identity)
             if reason is None:
                 served.append((entry.name, Path(entry.path)))
             else:
@@ -137,10 +146,10 @@ def profile_names(root: Path | str | None = None, env: Mapping[str, str] | None 
 
 
 def unserved_profile_dirs(
-    root: Path | str | None = None, env: Mapping[str, str] | None = None
+    root: Path | str | None = None, env: Mapping[str, str] | None = None, *, identity: Sequence[str] = ()
 ) -> list[tuple[str, Path, str]]:
     """Every non-dot entry under ``profiles/`` that is not served, as ``(name, path, reason)``."""
-    return [(u.name, u.path, u.reason) for u in _scan(root_or_env(root, env))[1]]
+    return [(u.name, u.path, u.reason) for u in _scan(root_or_env(root, env), identity)[1]]
 
 
 def unserved_entries(root: Path | str | None = None, env: Mapping[str, str] | None = None) -> list[UnservedEntry]:
@@ -359,12 +368,16 @@ def active_profile(root: Path | str | None = None, env: Mapping[str, str] | None
 
 
 def profiles_to_serve(
-    multiplex: bool, root: Path | str | None = None, env: Mapping[str, str] | None = None
+    multiplex: bool, root: Path | str | None = None, env: Mapping[str, str] | None = None, *,
+    identity: Sequence[str] = (),
 ) -> list[tuple[str, Path]]:
     """The ``(name, home)`` pairs to run a gateway for.
 
     ``multiplex=False``: just the active profile (as upstream's single-profile gateway).
     ``multiplex=True``: ``default`` first, then every servable named profile, sorted.
+    ``identity``: the installed release's identity files (``Contract.identity_markers``): on the
+    multiplex-default line a folder without one of them is no profile (``hermes -p X`` exits 1
+    "does not exist"), so hermesd does not serve it; the daemon and doctor pass it.
     """
     base = root_or_env(root, env)
     if not multiplex:
@@ -374,4 +387,4 @@ def profiles_to_serve(
                 f"active profile {name!r} is not a servable profile under {base / PROFILES_DIRNAME}"
             )
         return [(name, get_profile_dir(name, base))]
-    return [(DEFAULT_PROFILE, base), *named_profiles(base)]
+    return [(DEFAULT_PROFILE, base), *_scan(base, identity)[0]]

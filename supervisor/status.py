@@ -45,6 +45,11 @@ _DEFAULTS: dict[str, Any] = {
     "kanban": None,  # {dispatcher, dispatcher_pid, dispatcher_supervised, workers}: supervisor.kanban.observe
     "requirements_missing": [],
     "code": None,  # supervisor.codeid.CodeView: the code the gateway runs against the code installed
+    # What the child serves (the multiplex-default line reports it): names, where from, its identify answer.
+    "serves": None,
+    "serves_source": None,
+    "serves_agree": None,
+    "identify": None,
 }
 
 
@@ -241,6 +246,16 @@ def _platforms_cell(ok: int, plats: dict[str, Any], missing: list[dict[str, Any]
     return f"{cell} !req" if missing else cell
 
 
+def _serves_cell(row: dict[str, Any]) -> str:
+    """``coder`` (only itself), ``default,coder!`` (others too), ``-`` (not running or not reported)."""
+    served = row.get("serves")
+    if served is None:
+        return "-"
+    others = [s for s in served if s != row["name"]]
+    disagree = "?" if row.get("serves_agree") is False else ""
+    return ",".join(served or [row["name"]]) + ("!" if others else "") + disagree
+
+
 def platform_notes(row: dict[str, Any]) -> list[str]:
     """One line per platform that is not connected (its state and the gateway's reason), and one per
     enabled platform whose requirements the gateway's interpreter lacks (with the install command).
@@ -300,15 +315,21 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
     else:
         state = "NOT RUNNING (showing files on disk)"
     lines = [f"hermesd for {doc['root']}: {state}"]
-    for key in ("problem", "config_problem", "command_error", "state_problem", "self_problem"):
+    for key in ("problem", "config_problem", "command_error", "state_problem", "self_problem", "release_problem",
+                "rewrite_note"):
         if sup.get(key):
             lines.append(f"  ! {sup[key]}")
+    if sup.get("release_note"):
+        lines.append(f"  note: {sup['release_note']}")
     stale = [r["code"] for r in doc["profiles"] if (r.get("code") or {}).get("stale")]
     if stale:
         runs = "gateways run" if len(stale) > 1 else "gateway runs"
         lines.append(f"  ! {len(stale)} {runs} older code than the installed hermes-agent "
                      f"{_code_label(stale[0].get('installed'))}: 'hermesd upgrade' restarts them onto it one at a time")
     cols = ["PROFILE", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT", "GATEWAY", "PLATFORMS", "BEAT", "CPU", "MEM"]
+    serves_column = any(r.get("serves") is not None for r in doc["profiles"])
+    if serves_column:
+        cols.append("SERVES")
     table = [cols]
     notes = []
     for r in doc["profiles"]:
@@ -327,7 +348,11 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
             _ago(r.get("heartbeat_age_s")),
             "-" if r.get("cpu_percent") is None else f"{r['cpu_percent']:.0f}%",
             _mb(r.get("memory_bytes") if r.get("memory_bytes") is not None else r.get("rss_bytes")),
+            *([_serves_cell(r)] if serves_column else []),
         ])
+        if r.get("serves_agree") is False:
+            notes.append(f"  {r['name']}: its gateway_state.json and its gateway.sock identify disagree about what "
+                         f"it serves (identify: {', '.join(r.get('serves') or [])})")
         if r["state"] != HEALTHY and r.get("reason"):
             retry = f"; retry at {_when(r['next_retry_at'])}" if r.get("next_retry_at") else ""
             notes.append(f"  {r['name']}: {r['state']}: {r['reason']}{retry}")

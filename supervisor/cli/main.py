@@ -38,6 +38,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("supervisor.observe.cli", ("events", "metrics")),
     ("supervisor.cli.deps", ("install-deps",)),
     ("supervisor.upgrade.cli", ("upgrade",)),
+    ("supervisor.cli.adopt", ("adopt",)),
     ("profiles.cli", ("profile",)),
 )
 

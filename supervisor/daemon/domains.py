@@ -277,10 +277,10 @@ class Domains:
         tree = self.trees.get(name)
         if tree is None:
             return None
-        state, beat = hung_mod.observe(home, tree.ident.pid)
+        state, beat, gstate = hung_mod.observe(home, tree.ident.pid)
         return hung_mod.check_hung(pid=tree.ident.pid, start_mono=tree.start_mono, start_wall=tree.start_wall,
                                    proc_state=state, beat=beat, settings=hung, now_mono=time.monotonic(),
-                                   now_wall=time.time())
+                                   now_wall=time.time(), gateway_state=gstate)
 
     def scan(self, limits: Mapping[str, Any]) -> tuple[dict[str, Any], float | None]:
         """One watch scan of the running profiles whose limits no cgroup enforces: breaches and the next delay."""

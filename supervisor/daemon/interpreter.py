@@ -10,15 +10,18 @@ older code than is installed.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
 from supervisor import childspec, codeid
 from supervisor.codeid import CodeId, Installed
-from supervisor.plan.verdict import Hold, HoldKind
+from supervisor.plan.verdict import Hold, HoldKind, ReleaseRules
 
 if TYPE_CHECKING:
+    from supervisor.config import Config
     from supervisor.daemon.loop import Daemon
+    from supervisor.plan.planner import Settings
 
 log = logging.getLogger("hermesd")
 
@@ -32,24 +35,24 @@ async def learn_release(d: Daemon, command: list[str]) -> Hold | None:
     """
     import functools
 
-    from profiles.upstream.releases import Unsupported, contract_for, newer_than_known_note
+    from profiles.upstream.releases import Unsupported, newer_than_known_note
     from supervisor import requirements
 
     facts = await d.loop().run_in_executor(
         d.pool, functools.partial(requirements.interpreter_facts, command, env=d.env))
     d.domains.facts = facts
-    if facts.version is None:
+    contract = requirements.release_contract(facts)
+    if contract is None:
         d.contract, d.release_problem = None, facts.version_error or facts.error
         log.warning("cannot read the hermes-agent release: %s", d.release_problem)
         return None
-    contract = contract_for(facts.version)
     if isinstance(contract, Unsupported):
         d.contract, d.release_problem = None, contract.message
         log.error("%s", contract.message)
         return Hold(HoldKind.UNSUPPORTED_RELEASE, contract.message)
     d.contract, d.release_problem = contract, None
     if not contract.exact:
-        log.warning("%s", newer_than_known_note(facts.version))
+        log.warning("%s", newer_than_known_note(facts.version or "?", contract))
     return None
 
 def installed(d: Daemon) -> Installed | None:
@@ -62,6 +65,26 @@ def code_now(d: Daemon) -> CodeId | None:
     probe, so a ``pip install`` the daemon has not been told about is still recorded right."""
     found = installed(d)
     return found.code if found is not None else None
+
+
+def planner_settings(d: Daemon, cfg: Config) -> Settings:
+    """hermesd.yaml's settings for the planner, with what the installed release asks of the files."""
+    return dataclasses.replace(cfg.planner_settings(), release=release_rules(d))
+
+
+def release_rules(d: Daemon) -> ReleaseRules | None:
+    """What the installed release asks of the profiles' files (None: release unknown), for the planner.
+
+    The default profile's gateway folds in the named profiles it can see; whether it can is its
+    confinement's business (a private mount namespace hides them).
+    """
+    from supervisor.isolation.plan import hides_other_profiles
+
+    contract = d.contract
+    if contract is None or d.domains.probe is None:
+        return None
+    hidden = hides_other_profiles(d.config.isolation_for("default"), d.domains.probe)
+    return ReleaseRules.of(contract, getattr(d.domains.facts, "version", None), default_hidden=hidden)
 
 
 async def check_requirements(d: Daemon, names: list[str]) -> None:

@@ -37,18 +37,18 @@ from profiles.upstream import files as gf
 from supervisor import child, childspec, identity, logs
 from supervisor import config as config_mod
 from supervisor.control.server import ControlServer
-from supervisor.daemon import adoption, interpreter, selfcheck
+from supervisor.daemon import adoption, interpreter, selfcheck, served_elsewhere
 from supervisor.daemon.board import Board
 from supervisor.daemon.domains import Domains, Prepared
 from supervisor.daemon.guard import Guard
 from supervisor.daemon.pidlock import PidLock
 from supervisor.daemon.requests import summary
+from supervisor.daemon.serving import Serving
 from supervisor.layout import Layout
 from supervisor.notify import Notifier
 from supervisor.plan import model as m
 from supervisor.plan.model import Ident
 from supervisor.plan.planner import Planner
-from supervisor.plan.policy import ExitKind
 from supervisor.plan.verdict import Hold, HoldKind
 from supervisor.watch.events import FsEvents, Watcher
 
@@ -106,6 +106,7 @@ class Daemon:
         self.cpu_samples: dict[Ident, tuple[float, float]] = {}
         self.board = Board(self)  # kanban (issue 16): workers run for the board, the dispatcher's hand-off
         self.own = selfcheck.Guard()  # hermesd's own limits and scheduling, kept as they started
+        self.serving = Serving(self)  # what each child serves, second gateways, upstream's rewrites
 
     # ------------------------------------------------------------------------- lifetime
 
@@ -215,23 +216,21 @@ class Daemon:
         self._apply_config(cfg, root_hold)
         if not initial and self.command is not None:
             known = [n for n, p in self.planner.profiles.items() if p.facts]
-            self._spawn_task(interpreter.check_requirements(self, known))
+            self.spawn_task(interpreter.check_requirements(self, known))
         await self.observer.reconfigure(cfg.observe_settings())
         self._emit({"type": "config_applied", "profile": None})
         return True
 
     def _apply_config(self, cfg: config_mod.Config, root_hold: Hold | None) -> None:
         self.config = cfg
-        self.execute(self.planner.set_settings(cfg.planner_settings(), root_hold))
+        self.execute(self.planner.set_settings(interpreter.planner_settings(self, cfg), root_hold))
 
     # ------------------------------------------------------------------------- profiles and files
 
     def list_profiles(self) -> None:
         """Compare the profiles folder with what the planner knows; read the files of new ones."""
-        from profiles.discovery import profiles_to_serve
-
         try:
-            served = profiles_to_serve(True, root=self.root)
+            served = self.serving.discover()  # as the installed release defines a profile
         except OSError as exc:
             log.error("cannot list profiles under %s: %s", self.root, exc)
             return
@@ -247,7 +246,7 @@ class Daemon:
             if name in self._reading:
                 self._reread.add(name)
             else:
-                self._spawn_task(self._read(name))
+                self.spawn_task(self._read(name))
 
     async def _read(self, name: str) -> ProfileFacts | None:
         assert self._loop is not None
@@ -258,6 +257,7 @@ class Daemon:
                 if p is None or not p.present:
                     return None
                 facts = await self._loop.run_in_executor(self.pool, read_profile, name, p.home, self.salt)
+                self.serving.compare(p.facts, facts)
                 self.execute(self.planner.set_facts(name, facts))
                 await interpreter.check_requirements(self, [name])
                 if name not in self._reread:
@@ -266,7 +266,7 @@ class Daemon:
         finally:
             self._reading.discard(name)
 
-    def _spawn_task(self, coro: Any) -> None:
+    def spawn_task(self, coro: Any) -> None:
         assert self._loop is not None
         task = self._loop.create_task(coro)
         self._tasks.add(task)
@@ -274,7 +274,8 @@ class Daemon:
 
     def _follow(self) -> None:
         if self._watcher is not None:
-            self._watcher.follow(p.home for p in self.planner.profiles.values() if p.present)
+            self._watcher.follow([*(p.home for p in self.planner.profiles.values() if p.present),
+                                  *self.serving.candidates])
 
     # ------------------------------------------------------------------------- actions
 
@@ -440,10 +441,11 @@ class Daemon:
             unconfined = (_last_line(self.layout.beneath(self.layout.child_log(name)))
                           or "the confinement could not be applied")
         self.domains.forget(name, ident)
+        detail = served_elsewhere.exit_detail(self.env, p.home if p is not None else self.root,
+                                              self.layout.child_log(name), code=code, ours=ours, cause=cause)
         actions = self.planner.child_exited(
             name, ident, code, sig, state, bool(gstate.get("restart_requested")) if ours else False,
-            killed_for=cause, detail="the kernel's OOM killer ended the tree" if cause is ExitKind.MEMORY_LIMIT else
-            ("the tree hit tasks_max" if cause is ExitKind.TASKS_LIMIT else ""), unconfined=unconfined)
+            killed_for=cause, detail=detail, unconfined=unconfined, stated=ours)
         if p is not None:
             kind = (p.last_exit or {}).get("kind") or "?"
             logs.note(self.layout.beneath(self.layout.child_log(name)),
@@ -473,13 +475,14 @@ class Daemon:
         """Profiles added, removed or edited, hermesd.yaml changed, a gateway wrote its state."""
         if ev.config:
             log.info("hermesd.yaml changed")
-            self._spawn_task(self.load_config())
+            self.spawn_task(self.load_config())
         if ev.rescan:
             self.list_profiles()
         if ev.profiles:
             self.refresh(ev.profiles)
         for name in ev.states:
             self.check_gateway(name)
+        self.serving.on_events(ev)
 
     def check_gateway(self, name: str) -> None:
         """Read what a profile's gateway reports: readiness and platforms of ours, or a foreign gateway."""
@@ -502,13 +505,14 @@ class Daemon:
                 {k: v for k, v in plats.items() if isinstance(k, str) and isinstance(v, dict)}
                 if isinstance(plats, dict) else None,
             ))
+        self.serving.check(name, gstate)
 
     def handle_shutdown_signal(self, name: str) -> None:
         log.info("%s received: stopping every child", name)
         self.shutdown(keep_children=False)
 
     def handle_reload_signal(self) -> None:
-        self._spawn_task(self.reload())
+        self.spawn_task(self.reload())
 
     async def reload(self) -> None:
         """Re-read hermesd.yaml and every profile's files (for file systems without change events)."""
@@ -537,6 +541,7 @@ class Daemon:
             p.extra["log_problem"] = problem
             if p.child is not None and not p.child.ready:
                 self.check_gateway(p.name)  # in case a state-file event was missed
+            self.serving.housekeeping(p.name)
         if self.state_problem:
             self.save_now()
         self.observer.housekeeping()
@@ -562,8 +567,6 @@ class Daemon:
         self._seq += 1
         self.observer.record({"ts": self.wall(), "seq": self._seq, "daemon": os.getpid(), **event})
 
-
-    # ------------------------------------------------------------------------- status
 
 
 

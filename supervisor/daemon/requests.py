@@ -163,6 +163,7 @@ def document(d: Daemon) -> dict[str, Any]:
             down=p.down,
             start_problem=p.last_start_problem,
             code=_code(p, installed),
+            **_serves(p.name, c.ident.pid, p.extra) if c is not None else {},
         ))
     return {
         "root": str(d.root),
@@ -183,6 +184,11 @@ def document(d: Daemon) -> dict[str, Any]:
             # The hermes-agent code on disk now (supervisor.codeid): each row's "code" compares with it.
             "installed_code": installed.code.to_json() if installed is not None else None,
             "release_problem": d.release_problem,
+            # The measured release whose contract hermesd follows, its line, and why when no row names it.
+            "release_contract": d.contract.release if d.contract is not None else None,
+            "release_line": d.contract.line.value if d.contract is not None else None,
+            "release_note": _release_note(d),
+            "rewrite_note": d.serving.rewrite_note,
             "cgroups": _cgroups(d),
         },
         "profiles": rows,
@@ -195,6 +201,32 @@ def _code(p: Profile, installed: Installed | None) -> dict[str, Any] | None:
         return None
     found = codeid.view(p.home, c.ident.pid, recorded=c.code, started_wall=c.started_wall, installed=installed)
     return found.to_json() if found is not None else None
+
+
+def _release_note(d: Daemon) -> str | None:
+    """Which contract a release no measured row names runs with, and why (status shows it, not only the log)."""
+    from profiles.upstream.releases import newer_than_known_note
+
+    if d.contract is None or d.contract.exact:
+        return None
+    return newer_than_known_note(getattr(d.domains.facts, "version", None) or "?", d.contract)
+
+
+def _serves(name: str, pid: int, extra: dict[str, Any]) -> dict[str, Any]:
+    """What the running child ``pid`` serves: its own ``identify`` answer first, else its state file's list
+    (either only once it is about this very child; a restart leaves the previous one's for a moment)."""
+    if extra.get("serving_pid") != pid:
+        return {}
+    ident = extra.get("identify")
+    state = extra.get("served_state")
+    state_set = sorted(set(state) or {name}) if isinstance(state, list) else None  # []: only itself
+    if isinstance(ident, dict) and isinstance(ident.get("served"), list):
+        served = sorted(set(ident["served"]))
+        return {"serves": served, "serves_source": "identify", "identify": ident,
+                "serves_agree": state_set is None or state_set == served}
+    if state_set is not None:
+        return {"serves": state_set, "serves_source": "state file", "identify": ident, "serves_agree": None}
+    return {"identify": ident}
 
 
 def _cgroups(d: Daemon) -> dict[str, Any] | None:

@@ -54,12 +54,13 @@ __all__ = ["RANK", "Finding", "diagnose", "exit_code", "register", "render", "se
 def _checks() -> list[Callable[[Scan], None]]:
     """Every check in the order it runs: settings before profiles, verdicts before the details
     that explain them, the kernel's offer last (it forks a probe)."""
-    from supervisor.doctor import domains, gateway, routes, runtime, scan, settings, verdicts
+    from supervisor.doctor import domains, gateway, routes, runtime, scan, settings, upgrades, verdicts
 
     return [
         settings.check_hermesd_config, settings.check_hermesd_folder, settings.check_command,
         gateway.check_gateway_interpreter, scan.discover, settings.check_config_profiles, gateway.check_stale_code,
-        scan.load_salt, scan.read_profiles, verdicts.check_verdicts, routes.check_multiplex_and_routes,
+        scan.load_salt, scan.read_profiles, verdicts.check_verdicts, upgrades.check_upgrades,
+        routes.check_multiplex_and_routes,
         settings.check_lock_environment, settings.check_env_permissions, runtime.check_runtime_files,
         runtime.check_links,
         runtime.check_services, runtime.check_wrappers, domains.check_kanban, domains.check_isolation,

@@ -10,14 +10,14 @@ that (:mod:`supervisor.codeid`, the rule ``status`` applies).
 from __future__ import annotations
 
 from supervisor.doctor.scan import Scan
-from supervisor.plan.verdict import ERROR, WARNING, HoldKind
+from supervisor.plan.verdict import ERROR, INFO, WARNING, HoldKind
 
 
 def check_gateway_interpreter(scan: Scan) -> None:
-    from profiles.upstream.releases import Unsupported, contract_for
+    from profiles.upstream.releases import Unsupported, newer_than_known_note
     from supervisor import childspec
     from supervisor import config as config_mod
-    from supervisor.requirements import interpreter_facts, requirement_findings
+    from supervisor.requirements import interpreter_facts, release_contract, requirement_findings
 
     if scan.config is None or not scan.config_ok:
         return
@@ -26,13 +26,30 @@ def check_gateway_interpreter(scan: Scan) -> None:
                                                     scan.env.get("PATH"))
     except childspec.GatewayCommandError:
         return  # check_command has said so
+    scan.command = command
     facts = interpreter_facts(command, env=dict(scan.env))
-    if facts.version:
-        contract = contract_for(facts.version)
-        if isinstance(contract, Unsupported):
-            scan.add(ERROR, HoldKind.UNSUPPORTED_RELEASE.doctor_code, None,
-                     f"{contract.message}; hermesd holds every profile ({HoldKind.UNSUPPORTED_RELEASE.value})",
-                     HoldKind.UNSUPPORTED_RELEASE.fix)
+    contract = release_contract(facts)
+    scan.version = facts.version
+    if isinstance(contract, Unsupported):
+        scan.add(ERROR, HoldKind.UNSUPPORTED_RELEASE.doctor_code, None,
+                 f"{contract.message}; hermesd holds every profile ({HoldKind.UNSUPPORTED_RELEASE.value})",
+                 HoldKind.UNSUPPORTED_RELEASE.fix)
+    elif contract is not None:
+        scan.contract = contract
+        if not contract.exact:
+            scan.add(WARNING, "release_newer_than_known", None, newer_than_known_note(facts.version or "?", contract),
+                     "run 'bash scripts/test-releases.sh' from hermesd's source against this release, or pin a "
+                     "measured one")
+        if contract.multiplex_default:
+            scan.add(INFO, "release_multiplex_default", None,
+                     f"hermes-agent {facts.version} follows upstream's one-gateway-per-host line: hermesd starts every "
+                     "gateway with --force, and a named profile needs 'gateway.standalone: true' in its own "
+                     "config.yaml to keep a gateway of its own",
+                     "nothing to do when 'hermesd adopt' has run; see docs/upstream.md")
+    guard = duplicate_guard_problem(command)
+    if guard:
+        scan.add(WARNING, "command_defeats_duplicate_guard", None, guard,
+                 f"set 'command: [{_interpreter_of(command, scan.env)}, -m, hermes_cli.main]' in hermesd.yaml")
     try:
         found = requirement_findings(scan.root, command=command, env=dict(scan.env))
     except (childspec.GatewayCommandError, config_mod.ConfigError):
@@ -81,3 +98,32 @@ def check_stale_code(scan: Scan) -> None:
                      "a first import of a changed module can fail in it ('cannot import name …')",
                      f"hermesd upgrade --root {scan.root} (one gateway at a time, each health-checked), "
                      f"or hermesd restart {prof.name}")
+
+
+def duplicate_guard_problem(command: list[str]) -> str | None:
+    """Why upstream's own duplicate-gateway guard cannot see hermesd's children run as ``command``, or None.
+
+    Upstream takes a recorded gateway for a live one only when its command line names ``hermes`` (the
+    basename) or ``hermes_cli.main`` (``gateway/status.py _gateway_command_subcommand``); a renamed
+    console script (``hermesx``, a wrapper) makes every record look stale, so a manual ``hermes -p X
+    gateway run`` starts a second gateway beside hermesd's.
+    """
+    import os
+
+    words = [os.path.basename(w).lower() for w in command]
+    if any(w in ("hermes", "hermes.exe") for w in words) or any("hermes_cli.main" in w or "hermes_cli/main.py" in w
+                                                                 for w in command):
+        return None
+    return (f"the gateway command {' '.join(command)!r} names neither 'hermes' nor 'hermes_cli.main': upstream's "
+            "duplicate-gateway guard does not recognise its gateways, so a manual 'hermes -p NAME gateway run' starts "
+            "a second gateway beside hermesd's (hermesd then stops its own, to keep one)")
+
+
+def _interpreter_of(command: list[str], env: object) -> str:
+    from supervisor.hermes_release import HermesVersionError, interpreter_argv
+
+    try:
+        interp = interpreter_argv(command, getattr(env, "get", lambda _k: None)("PATH"))
+    except HermesVersionError:
+        interp = None
+    return interp[0] if interp else "/path/to/python"

@@ -25,7 +25,7 @@ def check_multiplex_and_routes(scan: Scan) -> None:
     from_env = multiplex_override(default.env.get("GATEWAY_MULTIPLEX_PROFILES"))
     multiplex = from_env if from_env is not None else from_config
     _check_routes(scan, cfg, multiplex, forced_on=from_env is True)
-    if from_config and from_env is None:
+    if from_config and from_env is None and not (scan.contract is not None and scan.contract.multiplex_default):
         scan.add(
             WARNING, "multiplex_profiles_on", DEFAULT,
             f"{scan.root / 'config.yaml'} turns on gateway.multiplex_profiles. hermesd turns it off for its "

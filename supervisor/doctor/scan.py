@@ -16,6 +16,7 @@ from supervisor.plan.verdict import ERROR, INFO, WARNING
 
 if TYPE_CHECKING:
     from profiles.snapshot import ProfileFacts
+    from profiles.upstream.releases import Contract
     from supervisor.config import Config
 
 DEFAULT = "default"
@@ -70,6 +71,10 @@ class Scan:
     profiles: list[ProfileEntry] = field(default_factory=list)
     salt: bytes = b""
     salt_note: str = ""
+    # The installed release as the gateway's interpreter reports it (check_gateway_interpreter sets them).
+    version: str | None = None
+    contract: Contract | None = None
+    command: list[str] | None = None
 
     def add(self, severity: str, code: str, profile: str | None, message: str, fix: str) -> None:
         self.findings.append(Finding(severity, code, profile, message, fix))
@@ -91,15 +96,25 @@ class Scan:
 
 def discover(scan: Scan) -> None:
     """The profiles hermesd would serve, and the folders under ``profiles/`` it never will."""
-    from profiles.discovery import REASON_NOT_DIR, profiles_to_serve, unserved_profile_dirs
+    from profiles.discovery import REASON_NO_IDENTITY, REASON_NOT_DIR, profiles_to_serve, unserved_profile_dirs
 
-    scan.profiles = [ProfileEntry(n, Path(h)) for n, h in profiles_to_serve(True, root=scan.root)]
-    for name, path, reason in unserved_profile_dirs(scan.root):
+    identity = scan.contract.identity_markers if scan.contract is not None else ()
+    scan.profiles = [ProfileEntry(n, Path(h)) for n, h in profiles_to_serve(True, root=scan.root, identity=identity)]
+    for name, path, reason in unserved_profile_dirs(scan.root, identity=identity):
         if reason == REASON_NOT_DIR:
             scan.add(
                 INFO, "stray_file_in_profiles", None,
                 f"{path} is not a directory, so it is not a profile",
                 "move it out of the profiles folder if it is not meant to be there",
+            )
+            continue
+        if reason == REASON_NO_IDENTITY:
+            scan.add(
+                INFO, "unserved_profile_dir", None,
+                f"{path} is no profile on hermes-agent {scan.version}: it holds none of {', '.join(identity)} "
+                "(Hermes itself says 'does not exist' for it), so hermesd does not start a gateway for it",
+                f"if it is meant to be a profile, create it with 'hermes profile create {name}' (or 'hermesd "
+                f"profile create {name}')",
             )
             continue
         scan.add(

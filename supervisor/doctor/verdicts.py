@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from supervisor.doctor.scan import Scan
-from supervisor.plan.verdict import WARNING, HoldKind
+from supervisor.plan.verdict import WARNING, HoldKind, ReleaseRules
 
 
 def check_verdicts(scan: Scan) -> None:
@@ -23,7 +23,7 @@ def check_verdicts(scan: Scan) -> None:
     facts = {p.name: p.facts for p in scan.profiles}
     shared = {claim: names for claim, names in all_conflicts(
         list(facts), {n: f.claims for n, f in facts.items() if f is not None})}
-    for name, hold in judge(candidates).items():
+    for name, hold in judge(candidates, rules=_release_rules(scan)).items():
         if hold is None:
             continue
         effect = (f"its running gateway keeps its last good configuration; hermesd holds {name!r} "
@@ -52,3 +52,14 @@ def check_verdicts(scan: Scan) -> None:
             "makes them take turns with it (or one cannot bind the port)",
             f"give profile {names[1]!r} its own {claim.platform} settings, then 'hermesd restart {names[1]}'",
         )
+
+
+def _release_rules(scan: Scan) -> ReleaseRules | None:
+    """The daemon's :meth:`~supervisor.daemon.loop.Daemon.release_rules`, from what doctor learned."""
+    if scan.contract is None or scan.config is None:
+        return None
+    from supervisor import isolation
+    from supervisor.isolation.plan import hides_other_profiles
+
+    hidden = hides_other_profiles(scan.config.isolation_for("default"), isolation.probe())
+    return ReleaseRules.of(scan.contract, scan.version, default_hidden=hidden)

@@ -39,7 +39,8 @@ from supervisor.isolation import kanban
 from supervisor.isolation.probing import Probe, best_mechanism
 from supervisor.isolation.settings import IsolationSettings
 
-__all__ = ["MECHANISMS", "PLAN_VERSION", "Access", "Plan", "PlanInputs", "UserIds", "make_plan"]
+__all__ = ["MECHANISMS", "PLAN_VERSION", "Access", "Plan", "PlanInputs", "UserIds", "hides_other_profiles",
+           "make_plan"]
 
 PLAN_VERSION = 1
 MECHANISMS = ("namespace+landlock", "landlock", "off", "unavailable")
@@ -301,6 +302,15 @@ def _choose(inp: PlanInputs) -> tuple[str, str]:
         return best, f"auto: Landlock ABI {p.landlock_abi} only (no private mount namespace: {ns_why or 'unavailable'})"
     how = "root" if p.is_root else "user namespace"
     return best, f"auto: private mount namespace ({how}) + Landlock ABI {p.landlock_abi}"
+
+
+def hides_other_profiles(settings: IsolationSettings, probe: Probe) -> bool:
+    """Whether a profile's confinement shows it no other profile's files (a private mount namespace).
+
+    Landlock alone denies reading them but not seeing that they exist, which is all upstream's
+    multiplexing default gateway needs to count a folder as a profile to serve.
+    """
+    return settings.mode != "off" and best_mechanism(probe) == "namespace+landlock"
 
 
 def make_plan(inp: PlanInputs) -> Plan:

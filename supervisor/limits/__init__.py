@@ -32,9 +32,10 @@ Everything below the planner/loop line: settings, pure decisions, and thin I/O. 
 **Hung timer** (per running profile, at the ``next_check`` the last evaluation returned;
 monotonic clock, i.e. ``loop.call_at``)::
 
-    state, beat = hung.observe(home, pid)
+    state, beat, gstate = hung.observe(home, pid)
     res = hung.check_hung(pid=pid, start_mono=..., start_wall=..., proc_state=state, beat=beat,
-                          settings=hung_settings, now_mono=time.monotonic(), now_wall=time.time())
+                          settings=hung_settings, now_mono=time.monotonic(), now_wall=time.time(),
+                          gateway_state=gstate)
     if res.hung:  kill the tree at once (watcher.kill; a frozen loop cannot handle SIGTERM and
                   a stopped one would not see it), exit record res.hung.record(), restart through
                   the normal backoff (classify as a crash)

@@ -14,6 +14,10 @@ Verdict (:func:`check_hung`, pure):
   :func:`beat_age`) at least ``hung_after`` old: hung, cause ``heartbeat``, with the age.
 - no heartbeat of this process yet and ``startup_grace`` seconds since it started: hung, cause
   ``no_heartbeat``. A heartbeat left by the previous gateway (another PID) is not this one's.
+- the gateway's own event-loop watchdog (the multiplex-default line) wrote ``gateway_state:
+  degraded`` with ``exit_reason: loop_liveness_watchdog`` into a state file naming this process:
+  hung, cause ``watchdog``, at once. Upstream then exits 75 by itself; that exit is a hang too
+  (:func:`supervisor.plan.policy.classify_exit`), backed off like one, not a restart request.
 
 Clock: **monotonic** (``time.monotonic()``, ``CLOCK_MONOTONIC``). The heartbeat carries the
 gateway's own ``time.monotonic()``, which on Linux is the same system-wide clock for every process
@@ -44,6 +48,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from profiles.upstream.multiplex import WATCHDOG_REASON
+from profiles.upstream.process import GatewayState
 from supervisor.limits.settings import HungSettings
 
 __all__ = [
@@ -53,13 +59,14 @@ __all__ = [
     "beat_age",
     "check_hung",
     "observe",
+    "watchdog_fired",
 ]
 
 STOPPED_STATES = frozenset("Tt")
 _TOLERANCE = 1.0  # seconds: /proc start times have tick (10 ms) resolution, clocks are read apart
 _EPSILON = 0.005  # timers may fire a hair early; never hand back a deadline that is "now"
 
-HungCause = Literal["stopped", "heartbeat", "no_heartbeat"]
+HungCause = Literal["stopped", "heartbeat", "no_heartbeat", "watchdog"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +154,7 @@ def check_hung(
     now_mono: float,
     now_wall: float,
     start_wall: float | None = None,
+    gateway_state: Mapping[str, Any] | None = None,
 ) -> HungCheck:
     """Is the running gateway ``pid`` hung? See the module docstring for the rules and the cadence.
 
@@ -154,7 +162,8 @@ def check_hung(
     the monotonic clock; for an adopted gateway too (its real start, not the adoption).
     ``proc_state``: field 3 of ``/proc/<pid>/stat``; ``None`` or ``Z``/``X``: the process is gone
     and its exit is being handled elsewhere, so no verdict and no further check.
-    ``beat``: the parsed heartbeat file (``{}`` when missing or junk).
+    ``beat``: the parsed heartbeat file (``{}`` when missing or junk); ``gateway_state``: the parsed
+    ``gateway_state.json`` (only its watchdog verdict for this very PID counts).
     """
     age = beat_age(beat, pid=pid, start_mono=start_mono, now_mono=now_mono, now_wall=now_wall, start_wall=start_wall)
     after = settings.hung_after
@@ -163,6 +172,9 @@ def check_hung(
     if proc_state in STOPPED_STATES:
         how = "by a signal (SIGSTOP)" if proc_state == "T" else "by a tracer"
         return HungCheck(Hung("stopped", age, f"stopped {how}"), age, None)
+    if watchdog_fired(gateway_state, pid):
+        return HungCheck(Hung("watchdog", age, "the gateway's own event-loop watchdog found its loop stalled "
+                                               f"(gateway_state degraded, {WATCHDOG_REASON})"), age, None)
     if age is not None:
         if age >= after:
             return HungCheck(Hung("heartbeat", age, f"heartbeat {age:.0f}s old (hung_after {after:g}s)"), age, None)
@@ -181,13 +193,22 @@ def check_hung(
     return HungCheck(None, None, max(nxt, now_mono) + _EPSILON)
 
 
-def observe(home: Path, pid: int) -> tuple[str | None, dict[str, Any]]:
-    """I/O for :func:`check_hung`: the process's state letter and the heartbeat file (``{}`` if absent/junk).
+def watchdog_fired(gateway_state: Mapping[str, Any] | None, pid: int) -> bool:
+    """The state file names ``pid`` and says its event-loop watchdog fired (``degraded``, loop_liveness_watchdog)."""
+    if not isinstance(gateway_state, Mapping) or gateway_state.get("pid") != pid:
+        return False
+    return gateway_state.get("gateway_state") == GatewayState.DEGRADED and \
+        gateway_state.get("exit_reason") == WATCHDOG_REASON
 
-    The heartbeat is read through the gateway-files reader (``O_NONBLOCK``, regular files only,
-    1 MiB cap), so a FIFO or a symlink to ``/dev/zero`` planted there costs one ``open``.
+
+def observe(home: Path, pid: int) -> tuple[str | None, dict[str, Any], dict[str, Any]]:
+    """I/O for :func:`check_hung`: the process's state letter, the heartbeat and the state file (``{}`` if
+    absent/junk).
+
+    Both files are read through the gateway-files reader (``O_NONBLOCK``, regular files only, 1 MiB
+    cap), so a FIFO or a symlink to ``/dev/zero`` planted there costs one ``open``.
     """
     from profiles.upstream import files as gf
     from supervisor.limits.procfs import state_letter
 
-    return state_letter(pid), gf.read_heartbeat(home)
+    return state_letter(pid), gf.read_heartbeat(home), gf.read_gateway_state(home)

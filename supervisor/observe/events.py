@@ -52,6 +52,11 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "upgrade_gate": ("id", "passed", "reason", "took_s"),
     "upgrade_restored": ("id", "files"),
     "upgrade_finished": ("id", "operation", "result", "reason"),
+    # the multiplex-default line: a child serving other profiles, a second gateway beside ours,
+    # a gateway's rewrite of the root's config.yaml
+    "multiplexing": ("pid", "serves", "source"),
+    "rival": ("pid", "ours", "how"),
+    "config_rewritten": ("file", "marker"),
 }
 EVENT_TYPES: tuple[str, ...] = tuple(EVENT_FIELDS)
 DAEMON_WIDE: frozenset[str] = frozenset({"daemon_started", "daemon_stopping", "config_applied", "config_rejected",
@@ -63,11 +68,11 @@ CLIENT_EVENTS: frozenset[str] = frozenset(t for t in EVENT_FIELDS if t.startswit
 # How an exit was classified (the ``kind`` of an ``exited`` event).
 EXIT_KINDS: tuple[str, ...] = (
     "planned", "restart_requested", "config_error", "external_stop", "crash", "hung",
-    "memory_limit", "tasks_limit", "spawn_error",
+    "memory_limit", "tasks_limit", "spawn_error", "attached",
 )
 # Exits that count as a failure of the profile (the rest were asked for, by someone).
 FAILURE_KINDS: frozenset[str] = frozenset(
-    {"crash", "hung", "memory_limit", "tasks_limit", "spawn_error", "config_error"}
+    {"crash", "hung", "memory_limit", "tasks_limit", "spawn_error", "config_error", "attached"}
 )
 STOPPED_BY: tuple[str, ...] = ("operator", "outside")
 
@@ -259,6 +264,15 @@ def summary(event: Mapping[str, Any]) -> str:
         return f"recovered: running healthy again after {_s(n)} failure{'' if n == 1 else 's'}"
     if t is not None and str(t).startswith("upgrade_"):
         return _upgrade_summary(e)
+    if t == "multiplexing":
+        serves = ", ".join(str(x) for x in e.get("serves") or [])
+        return f"PID {_s(e.get('pid'))} serves {serves} as well ({_s(e.get('source'))}): stopping it"
+    if t == "rival":
+        return (f"a second gateway PID {_s(e.get('pid'))} serves the profile beside hermesd's PID "
+                f"{_s(e.get('ours'))} ({_s(e.get('how'))}): hermesd stops its own")
+    if t == "config_rewritten":
+        how = f"upstream's marker {e['marker']}" if e.get("marker") else "gateway.multiplex_profiles turned true"
+        return f"a gateway rewrote {_s(e.get('file'))} ({how})"
     extra = " ".join(f"{k}={v}" for k, v in e.items() if k not in BASE_KEYS)
     return f"{_s(t)} {extra}".rstrip()
 

@@ -8,7 +8,8 @@ interleaving of events, is tested in-process without sleeping (``tests/plan/``).
 
 Invariants (checked by the state-machine tests): at most one child per profile, alive or being
 spawned; signals only ever name the child the planner holds; a profile that should run and does
-not has a reason (a hold, a retry time, a start slot it waits for); backoff never exceeds the cap.
+not has a reason (a hold, a retry time, a start slot it waits for); no exit, 75 included, restarts a
+profile at once twice without time passing; backoff never exceeds the cap.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from profiles.upstream.process import GatewayState, stop_timeout
 from supervisor.plan import model as m
 from supervisor.plan import words
 from supervisor.plan.model import Child, Ident, Profile
+from supervisor.plan.others import OUTSIDE, OtherGateways
 from supervisor.plan.policy import (
     Action,
     ExitFacts,
@@ -35,7 +37,7 @@ from supervisor.plan.policy import (
     decide,
     describe_exit,
 )
-from supervisor.plan.verdict import Candidate, Hold, HoldKind, judge
+from supervisor.plan.verdict import Candidate, Hold, HoldKind, ReleaseRules, judge
 
 if TYPE_CHECKING:
     from supervisor.codeid import CodeId
@@ -43,8 +45,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("hermesd")
 
 OPERATOR = "stopped by operator"
-_CURED_BY_CONFIG = frozenset({HoldKind.STARTUP_FAILED, HoldKind.ISOLATION})
-OUTSIDE = "stopped outside hermesd (clean exit it did not ask for)"
+_CURED_BY_CONFIG = frozenset({HoldKind.STARTUP_FAILED, HoldKind.ISOLATION, HoldKind.SERVED_ELSEWHERE,
+                              HoldKind.MULTIPLEXING})
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,7 @@ class Settings:
     default_spec: str = ""  # the same for profiles hermesd.yaml does not name
     max_starting: int | None = 2  # gateways in start-up at once (None: no bound)
     start_slot_s: float = 60.0  # a start-up slot is given back after this long without "running"
+    release: ReleaseRules | None = None  # what the installed release asks of the profiles' files
 
     def enabled(self, name: str) -> bool:
         return name not in self.disabled
@@ -72,7 +75,7 @@ class Settings:
         return stop_timeout(facts.drain_s if facts is not None else 0.0)
 
 
-class Planner:
+class Planner(OtherGateways):
     """Desired vs actual, per profile; see the module docstring."""
 
     def __init__(
@@ -160,6 +163,10 @@ class Planner:
                 log.error("profile %s: %s", name, "; ".join(facts.problems))
             if p.runtime_hold is not None and p.runtime_hold.kind in _CURED_BY_CONFIG:
                 p.runtime_hold = None
+            # Another profile's files decide whether a gateway folds it in (gateway.standalone).
+            for q in self.profiles.values():
+                if q.runtime_hold is not None and q.runtime_hold.kind is HoldKind.MULTIPLEXING:
+                    q.runtime_hold = None
         return self._done()
 
     # ------------------------------------------------------------------------- inputs: start-up
@@ -241,41 +248,16 @@ class Planner:
         p.runtime_hold = Hold(HoldKind.ISOLATION, reason)
         return self._done()
 
-    def foreign(self, name: str, pid: int) -> list[m.Action]:
-        """A gateway hermesd did not start holds this profile (its gateway.pid names a live gateway)."""
-        p = self.profiles.get(name)
-        if p is None:
-            return []
-        p.spawning = False
-        if p.foreign_pid != pid:
-            p.foreign_pid = pid
-            self._emit("foreign", name, pid=pid)
-            self._out.append(m.WatchForeign(name, pid))
-        p.runtime_hold = Hold(HoldKind.FOREIGN_GATEWAY, f"foreign gateway (PID {pid}) holds this profile")
-        return self._done()
-
-    def foreign_gone(self, name: str) -> list[m.Action]:
-        """The foreign gateway exited: take the profile back (also after an outside stop that preceded it)."""
-        p = self.profiles.get(name)
-        if p is None:
-            return []
-        p.foreign_pid = None
-        if p.runtime_hold is not None and p.runtime_hold.kind is HoldKind.FOREIGN_GATEWAY:
-            p.runtime_hold = None
-            log.info("profile %s: the foreign gateway exited; hermesd takes the profile back", name)
-        if p.down == OUTSIDE:
-            p.down = None
-        return self._done()
-
     def child_exited(self, name: str, ident: Ident, code: int | None, sig: int | None,
                      gateway_state: str | None = None, restart_requested: bool = False, *,
                      killed_for: ExitKind | None = None, detail: str = "",
-                     unconfined: str | None = None) -> list[m.Action]:
+                     unconfined: str | None = None, stated: bool = True) -> list[m.Action]:
         """The child ``ident`` ended; ``gateway_state``/``restart_requested`` only when its state file names it.
 
         ``killed_for``: the kernel's own verdict (an OOM kill in the profile's cgroup); ``unconfined``:
         the confinement shim could not apply the plan (the child never ran the gateway): a hold, not
-        a crash loop.
+        a crash loop. ``stated``: its state file names it (a 75 without that is an "attach": another
+        gateway serves the profile; ``detail`` then says which, when the loop could tell).
         """
         p = self.profiles.get(name)
         if p is None or p.child is None or p.child.ident != ident:
@@ -285,8 +267,8 @@ class Planner:
         self._out += [m.Cancel(name, "kill"), m.Cancel(name, "start_slot"), m.Sweep(name)]
         if c.killed_for is None and killed_for is not None:
             c.killed_for, c.kill_detail = killed_for, detail
-        facts = ExitFacts(code, sig, c.stop_requested, gateway_state, restart_requested, c.killed_for)
-        self._conclude(p, c, facts, code=code, sig=sig, detail=c.kill_detail)
+        facts = ExitFacts(code, sig, c.stop_requested, gateway_state, restart_requested, c.killed_for, stated)
+        self._conclude(p, c, facts, code=code, sig=sig, detail=c.kill_detail or (detail if killed_for is None else ""))
         if unconfined is not None and not c.stop_requested:
             p.runtime_hold = Hold(HoldKind.ISOLATION, unconfined)
             if p.retry_at is not None:
@@ -415,7 +397,7 @@ class Planner:
             for name in [*self.order, *(n for n in self.profiles if n not in self.order)]
             if (p := self.profiles.get(name)) is not None and (p.present or p.child is not None)
         ]
-        return judge(candidates, self.root_hold)
+        return judge(candidates, self.root_hold, self.settings.release)
 
     def _done(self) -> list[m.Action]:
         """Reconcile every profile, hand out start-up slots, and return the actions collected."""
@@ -562,6 +544,8 @@ class Planner:
                 self._emit("backoff", p.name, delay_s=round(decision.delay, 3), failures=p.failures,
                            retry_at=p.retry_at_wall)
                 log.info("profile %s: retry in %.1fs", p.name, decision.delay)
+        elif decision.action is Action.HOLD and kind is ExitKind.ATTACHED:
+            p.runtime_hold = Hold(HoldKind.SERVED_ELSEWHERE, reason)
         elif decision.action is Action.HOLD:
             p.runtime_hold = Hold(HoldKind.STARTUP_FAILED, f"gateway {what}: {decision.reason}")
         else:

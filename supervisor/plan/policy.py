@@ -19,7 +19,8 @@ from profiles.upstream.process import Exit, GatewayState
 
 class ExitKind(enum.Enum):
     PLANNED = "planned"  # hermesd asked for this stop
-    RESTART_REQUESTED = "restart_requested"  # 75 / restart_requested: restart now, no penalty
+    RESTART_REQUESTED = "restart_requested"  # 75 / restart_requested: restart now, unless it keeps coming quickly
+    ATTACHED = "attached"  # 75 before the gateway ever ran: another gateway serves this profile
     CONFIG_ERROR = "config_error"  # 78 / startup_failed: hold until files change
     EXTERNAL_STOP = "external_stop"  # clean stop hermesd did not ask for: stay stopped
     CRASH = "crash"  # anything else: restart with backoff
@@ -35,7 +36,7 @@ class ExitKind(enum.Enum):
 
 
 _FAILURES = frozenset({ExitKind.CRASH, ExitKind.HUNG, ExitKind.MEMORY_LIMIT, ExitKind.TASKS_LIMIT,
-                       ExitKind.SPAWN_ERROR})
+                       ExitKind.SPAWN_ERROR, ExitKind.ATTACHED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,9 @@ class ExitFacts:
     then ``gateway_state`` and ``restart_requested`` (read from ``gateway_state.json`` only when
     it names this very process) carry the whole story. ``killed_for`` is set when hermesd killed
     the gateway on purpose (hung, over a limit): that reason beats whatever the exit looked like.
+    ``stated``: the state file names this process at all. A 75 from a gateway that never wrote
+    its state is no restart request: on the multiplex-default line it is upstream's "attach"
+    (another gateway already serves this profile), which a restart only repeats.
     """
 
     code: int | None
@@ -54,6 +58,7 @@ class ExitFacts:
     gateway_state: str | None = None
     restart_requested: bool = False
     killed_for: ExitKind | None = None
+    stated: bool = True
 
 
 def classify_exit(f: ExitFacts) -> ExitKind:
@@ -62,6 +67,11 @@ def classify_exit(f: ExitFacts) -> ExitKind:
         return f.killed_for
     if f.requested_by_us:
         return ExitKind.PLANNED
+    if f.code == Exit.RESTART and not f.stated:
+        return ExitKind.ATTACHED
+    if f.code in (Exit.RESTART, None) and f.gateway_state == GatewayState.DEGRADED:
+        # upstream's event-loop watchdog leaves "degraded" (loop_liveness_watchdog) and exits 75: a hang
+        return ExitKind.HUNG
     if f.code == Exit.RESTART or (f.restart_requested and f.code in (None, 0)):
         return ExitKind.RESTART_REQUESTED
     if f.code == Exit.CONFIG or f.gateway_state == GatewayState.STARTUP_FAILED:
@@ -85,6 +95,11 @@ def describe_exit(code: int | None, sig: int | None) -> str:
     if code is not None:
         return f"exit {code}"
     return "exited (adopted: status unknown)"
+
+
+# Consecutive quick "attach" exits (75 before the gateway ever ran) after which hermesd stops trying:
+# another gateway serves the profile, and each restart would only ask it again.
+ATTACH_LOOP = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +128,7 @@ class Decision:
 
 
 _REASONS = {
+    ExitKind.ATTACHED: "exit 75 before start-up: another gateway serves this profile",
     ExitKind.HUNG: "killed: hung",
     ExitKind.MEMORY_LIMIT: "killed: over its memory limit",
     ExitKind.TASKS_LIMIT: "killed: over its tasks limit",
@@ -132,19 +148,29 @@ def decide(
 
     ``failures`` counts consecutive short-lived failures before this one. A healthy run
     (``uptime >= healthy_after``) wipes it, so the first crash after a healthy run restarts at
-    once; each further one doubles the wait up to the cap. Hung and over-limit kills and failed
-    spawns back off like crashes: a profile that keeps hitting its limit is a crash loop.
+    once; each further one doubles the wait up to the cap. Hung and over-limit kills, failed
+    spawns and attach exits back off like crashes: a profile that keeps hitting its limit is a
+    crash loop. A restart request is honoured at once after a healthy run or as the first quick
+    exit; one that comes quickly again counts like a crash, so no exit code restarts without limit.
     """
     if kind is ExitKind.PLANNED:
         return Decision(Action.STOP, 0.0, 0, "stopped by hermesd")
     if kind is ExitKind.RESTART_REQUESTED:
-        return Decision(Action.RESTART, 0.0, 0, "gateway requested a restart")
+        if uptime >= policy.healthy_after:
+            return Decision(Action.RESTART, 0.0, 0, "gateway requested a restart")
+        if failures == 0:
+            return Decision(Action.RESTART, 0.0, 1, "gateway requested a restart (quick exit: counted)")
+        return Decision(Action.RESTART, backoff_delay(failures, policy, rng), failures + 1,
+                        "gateway requested a restart again after a short run: backing off")
     if kind is ExitKind.CONFIG_ERROR:
         return Decision(Action.HOLD, 0.0, failures, "configuration error: fix the profile's files")
     if kind is ExitKind.EXTERNAL_STOP:
         return Decision(Action.STOP, 0.0, 0, "stopped outside hermesd (clean exit it did not ask for)")
     if uptime >= policy.healthy_after:
         failures = 0
+    if kind is ExitKind.ATTACHED and failures + 1 >= ATTACH_LOOP:
+        return Decision(Action.HOLD, 0.0, failures + 1,
+                        f"exit 75 before start-up {failures + 1} times in a row: another gateway serves this profile")
     prefix = _REASONS.get(kind)
     if failures == 0 and kind is not ExitKind.SPAWN_ERROR:
         why = "crashed after a healthy run" if uptime >= policy.healthy_after else "crashed (first failure)"

@@ -14,10 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from profiles.names import DEFAULT_PROFILE
+from profiles.upstream.multiplex import PARKED_MARKER
 from supervisor.plan.conflicts import find_conflicts
 
 if TYPE_CHECKING:
     from profiles.snapshot import Claim, ProfileFacts
+    from profiles.upstream.releases import Contract
 
 ERROR = "error"
 WARNING = "warning"
@@ -32,6 +35,10 @@ class HoldKind(enum.Enum):
     ENV_OVERRIDE = "env_override"
     CREDENTIAL_CONFLICT = "credential_conflict"
     PORT_CONFLICT = "port_conflict"
+    # From the profiles' files as the installed release reads them (the multiplex-default line).
+    STANDALONE_REQUIRED = "standalone_required"
+    WOULD_MULTIPLEX = "would_multiplex"
+    PARKED = "parked"
     # From the root as a whole (judge applies them to every profile).
     NO_CONFIG = "hermesd_config_error"
     NO_COMMAND = "command_error"
@@ -40,6 +47,8 @@ class HoldKind(enum.Enum):
     FOREIGN_GATEWAY = "foreign_gateway"
     STARTUP_FAILED = "startup_failed"
     ISOLATION = "isolation_unavailable"
+    SERVED_ELSEWHERE = "served_elsewhere"  # exit 75 before start-up, again and again: another gateway serves it
+    MULTIPLEXING = "multiplexing"  # its gateway reported serving other profiles too
 
     @property
     def doctor_code(self) -> str:
@@ -85,6 +94,25 @@ _DOCTOR: dict[HoldKind, tuple[str, str, str]] = {
     HoldKind.ISOLATION: (
         "isolation_unavailable", ERROR,
         "see 'hermesd doctor' for what the kernel lacks, or set isolation: auto (or off) for the profile"),
+    HoldKind.STANDALONE_REQUIRED: (
+        "standalone_required", ERROR,
+        "run 'hermesd adopt' (it shows the change to each config.yaml first, keeps a backup under "
+        "<root>/.hermesd/adopt/, and 'hermesd adopt --undo' restores the files byte for byte)"),
+    HoldKind.WOULD_MULTIPLEX: (
+        "default_would_multiplex", ERROR,
+        "run 'hermesd adopt' (gateway.standalone: true in each named profile), or turn isolation on so the "
+        "default profile's gateway cannot see the other profiles"),
+    HoldKind.PARKED: (
+        "profile_parked", WARNING,
+        "'hermes -p NAME gateway stop' parked it; remove <home>/gateway.parked (or run 'hermes -p NAME gateway "
+        "start') to have it served again"),
+    HoldKind.SERVED_ELSEWHERE: (
+        "served_elsewhere", ERROR,
+        "stop the other gateway that serves this profile (its PID is in the message), then 'hermesd start NAME'"),
+    HoldKind.MULTIPLEXING: (
+        "gateway_multiplexing", ERROR,
+        "run 'hermesd adopt' so every named profile keeps to its own gateway, or turn isolation on; hermesd "
+        "starts it again when files or hermesd.yaml change, or on 'hermesd start NAME'"),
 }
 
 
@@ -117,6 +145,57 @@ class Candidate:
     in_use: tuple[Claim, ...] = field(default=())
     running: bool | None = None
 
+@dataclass(frozen=True, slots=True)
+class ReleaseRules:
+    """What the installed release asks of the profiles' files before a per-profile fleet can run.
+
+    Built by the daemon (and doctor) from the release's contract and the default profile's
+    confinement. ``standalone_required``: a named profile's gateway keeps to itself only with
+    ``gateway.standalone: true`` in its own config.yaml; ``default_sees_named``: the default
+    profile's gateway can see the named profiles' folders (no private mount namespace), so it would
+    serve every one that lacks the key (and rewrite the root's config.yaml).
+    """
+
+    release: str = ""
+    standalone_required: bool = False
+    default_sees_named: bool = True
+    parked_marker: bool = False
+
+    @classmethod
+    def of(cls, contract: Contract | None, version: str | None, *, default_hidden: bool) -> ReleaseRules | None:
+        """The rules of the release ``contract`` describes; ``default_hidden``: the default profile's
+        confinement shows it no other profile (see ``supervisor.isolation.plan.hides_other_profiles``)."""
+        if contract is None:
+            return None
+        return cls(release=version or contract.release, standalone_required=contract.standalone_key,
+                   default_sees_named=not default_hidden, parked_marker=contract.parked_marker)
+
+
+def release_hold(facts: ProfileFacts, rules: ReleaseRules, others: Sequence[ProfileFacts]) -> Hold | None:
+    """The hold the installed release earns a profile whose own files are fine (see :class:`ReleaseRules`)."""
+    named = facts.name != DEFAULT_PROFILE
+    if named and rules.parked_marker and facts.parked:
+        return Hold(HoldKind.PARKED, f"{facts.home / PARKED_MARKER} says upstream parked this profile ('hermes -p "
+                                     f"{facts.name} gateway stop'); hermesd leaves it stopped while the file is there")
+    if not rules.standalone_required:
+        return None
+    root = facts.home.parent.parent if named else facts.home
+    if named and not facts.standalone:
+        return Hold(HoldKind.STANDALONE_REQUIRED, (
+            f"hermes-agent {rules.release} runs one gateway per host: a named profile gets a gateway of its own "
+            f"only with 'gateway.standalone: true' in {facts.home / 'config.yaml'}, which is your file and "
+            f"hermesd does not change it without your consent; to keep this profile in its own gateway run: "
+            f"hermesd adopt --root {root}"))
+    if not named and rules.default_sees_named:
+        folded = sorted(o.name for o in others if o.name != DEFAULT_PROFILE and not o.standalone and not o.parked)
+        if folded:
+            return Hold(HoldKind.WOULD_MULTIPLEX, (
+                f"hermes-agent {rules.release}'s default gateway would serve {', '.join(folded)} as well (they "
+                f"lack 'gateway.standalone: true' and isolation does not hide them from it) and rewrite "
+                f"{facts.home / 'config.yaml'}; run: hermesd adopt --root {root}"))
+    return None
+
+
 def file_hold(facts: ProfileFacts) -> Hold | None:
     """The hold a profile's own files earn, before any comparison with other profiles."""
     if facts.problems:
@@ -132,11 +211,14 @@ def file_hold(facts: ProfileFacts) -> Hold | None:
     return None
 
 
-def judge(candidates: Sequence[Candidate], root_hold: Hold | None = None) -> dict[str, Hold | None]:
+def judge(candidates: Sequence[Candidate], root_hold: Hold | None = None,
+          rules: ReleaseRules | None = None) -> dict[str, Hold | None]:
     """Per candidate (in serving order), the hold that keeps it down, or ``None`` to run it.
 
     A root-wide hold (no valid hermesd.yaml yet, no gateway command, an unsupported release)
-    applies to everyone. Otherwise a profile is held for its own files first; then, among the
+    applies to everyone. Otherwise a profile is held for its own files first, then for what the
+    installed release makes of them (``rules``: a named profile without ``gateway.standalone`` on
+    the multiplex-default line, a default gateway that would fold the others in); then, among the
     profiles that compete (active ones, and wanting ones whose files are fine), a contested
     credential or port goes to the profile whose gateway uses it, else to an active profile
     that wants it, else to the first in serving order, and every other claimant is held.
@@ -150,8 +232,12 @@ def judge(candidates: Sequence[Candidate], root_hold: Hold | None = None) -> dic
     copied its token).
     """
     out: dict[str, Hold | None] = {}
+    everyone = [c.facts for c in candidates if c.facts is not None]
     for c in candidates:
-        out[c.name] = root_hold or (file_hold(c.facts) if c.facts is not None else None)
+        own = root_hold or (file_hold(c.facts) if c.facts is not None else None)
+        if own is None and rules is not None and c.facts is not None:
+            own = release_hold(c.facts, rules, everyone)
+        out[c.name] = own
     lost: set[str] = set()  # between two runs but held now: they keep nothing
     while True:
         order: list[str] = []

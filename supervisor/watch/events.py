@@ -21,10 +21,16 @@ from pathlib import Path
 from typing import Protocol
 
 from profiles.upstream.files import PID_FILE, STATE_FILE
+from profiles.upstream.multiplex import IDENTITY_MARKERS, PARKED_MARKER, REWRITTEN_MARKER
 from supervisor.layout import CONFIG_NAME
 
-PROFILE_FILES = frozenset({".env", "config.yaml", "profile.yaml"})
+# A profile's own files, plus the parking marker ``hermes -p X gateway stop`` leaves on the
+# multiplex-default line (it changes the verdict, not the gateway's configuration).
+PROFILE_FILES = frozenset({".env", "config.yaml", "profile.yaml", PARKED_MARKER})
 GATEWAY_FILES = frozenset({STATE_FILE, PID_FILE})
+# On the multiplex-default line a folder under profiles/ becomes a profile when one of these appears
+# in it (state.db is left out: SQLite rewrites it all the time; ``hermesd reload`` covers that case).
+IDENTITY_FILES = frozenset(IDENTITY_MARKERS) - {"state.db"}
 DEBOUNCE_S = 0.3  # a burst of writes (an editor's save) becomes one batch
 # A gateway renames whole files into place, so its writes are reported at once (a start-up slot
 # frees the moment a gateway runs), from a budget per folder: a burst of STATE_BURST batches, then
@@ -42,9 +48,10 @@ class FsEvents:
     config: bool = False
     profiles: set[str] = field(default_factory=set)  # their .env / config.yaml / profile.yaml changed
     states: set[str] = field(default_factory=set)  # their gateway wrote its state or PID file
+    rewritten: bool = False  # a gateway left upstream's "I rewrote config.yaml" marker in the root
 
     def __bool__(self) -> bool:
-        return self.rescan or self.config or bool(self.profiles) or bool(self.states)
+        return self.rescan or self.config or bool(self.profiles) or bool(self.states) or self.rewritten
 
 
 def classify(root: Path, paths: Iterable[str]) -> FsEvents:
@@ -57,7 +64,13 @@ def classify(root: Path, paths: Iterable[str]) -> FsEvents:
             out.rescan = True
         elif p == root / CONFIG_NAME:
             out.config = True
-        elif p.name in PROFILE_FILES or p.name in GATEWAY_FILES:
+        elif p == root / REWRITTEN_MARKER:
+            out.rewritten = True
+        elif p.name in PROFILE_FILES or p.name in GATEWAY_FILES or p.name in IDENTITY_FILES:
+            if p.name in IDENTITY_FILES and p.parent.parent == profiles_dir:
+                out.rescan = True  # a folder may just have become a profile (or stopped being one)
+            if p.name not in PROFILE_FILES and p.name not in GATEWAY_FILES:
+                continue
             target = out.profiles if p.name in PROFILE_FILES else out.states
             if p.parent == root:
                 target.add("default")

@@ -116,3 +116,53 @@ def test_crash_every_second_or_so(root, hermesd_factory, faults):
     assert {n: d.row(n)["pid"] for n in others} == others
     settle_and_account(d, root, "coder", faults)
     assert len(gateway_leaders(root)) == 2
+
+
+@pytest.mark.slow
+def test_exit_75_at_once_forever_backs_off(root, hermesd_factory, faults):
+    """A gateway that asks to be restarted (75, "restart requested" in its state file) the moment it
+    runs, forever: once at once, then the backoff, as for any quick exit (measured before on the
+    multiplex-default line: 28 restarts in 28 s)."""
+    write_config(root, restart={"initial_delay": 0.1, "max_delay": CAP, "factor": 2.0, "jitter": 0.0,
+                                "healthy_after": 3.0})
+    coder = root / "profiles" / "coder"
+    write_behaviour(coder, exit_after=0.0, exit_code=75, exit_after_clean=True, write_counter=True)
+    d = hermesd_factory(root)
+    others = d.wait_running("default", "writer")
+    delays = wait_for(lambda: (x := retry_delays(d.log.read_text(), "coder")) and len(x) >= 6 and x, 30,
+                      what="six backoff delays")
+    assert delays[:4] == [0.1, 0.2, 0.4, CAP], delays
+    assert delays[-2:] == [CAP, CAP], delays
+    row = d.row("coder")
+    assert row["last_exit"]["code"] == 75 and row["last_exit"]["kind"] == "restart_requested", row
+    # bounded: over 4 s at the cap, at most one start per cap (plus the one in flight)
+    n0, t0 = len(read_starts(coder)), time.monotonic()
+    time.sleep(4.0)  # a measured window: the loop runs by itself meanwhile
+    starts = len(read_starts(coder)) - n0
+    window = time.monotonic() - t0
+    faults.note(f"{starts} starts in {window:.1f}s with 75 at once forever (cap {CAP}s)")
+    faults.inject(starts)
+    faults.survive(starts if starts <= window / CAP + 2 else 0)
+    assert starts <= window / CAP + 2, starts
+    assert {n: d.row(n)["pid"] for n in others} == others
+    settle_and_account(d, root, "coder", faults)
+
+
+@pytest.mark.slow
+def test_exit_75_before_start_up_is_an_attach_loop_held_with_its_reason(root, hermesd_factory, faults):
+    """75 before the gateway ever wrote its state (upstream's "attach": another gateway serves the
+    profile): the backoff, then a hold that says so, instead of asking again forever."""
+    write_config(root, restart={"initial_delay": 0.1, "max_delay": CAP, "factor": 2.0, "jitter": 0.0,
+                                "healthy_after": 3.0})
+    coder = root / "profiles" / "coder"
+    write_behaviour(coder, exit_at_start=75)
+    d = hermesd_factory(root)
+    d.wait_running("default", "writer")
+    row = d.wait_state("coder", "held", timeout=20)
+    faults.inject(1)
+    assert row["hold"]["kind"] == "served_elsewhere", row
+    assert "another gateway serves this profile" in row["reason"], row
+    assert row["last_exit"]["kind"] == "attached" and row["restarts"] == 2, row
+    time.sleep(2 * CAP)  # held means no further attempt: measured over two cap periods
+    assert d.row("coder")["restarts"] == 2
+    faults.survive(1)

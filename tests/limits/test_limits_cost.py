@@ -69,9 +69,9 @@ def test_scan_cost_at_n20(trees, tmp_path):
     settings = HungSettings()
 
     def hung_once():
-        state, beat = hung.observe(home, gws[0].pid)
+        state, beat, gstate = hung.observe(home, gws[0].pid)
         hung.check_hung(pid=gws[0].pid, start_mono=0.0, proc_state=state, beat=beat, settings=settings,
-                        now_mono=time.monotonic(), now_wall=time.time())
+                        now_mono=time.monotonic(), now_wall=time.time(), gateway_state=gstate)
 
     hung_cpu, _ = per_call(hung_once, 200)
     samples = w.last

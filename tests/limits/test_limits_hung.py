@@ -52,6 +52,17 @@ def test_stopped_is_hung_whatever_the_heartbeat():
     assert "tracer" in check(T0 + 50, beat(T0 + 45), state="t").hung.detail
 
 
+def test_upstreams_own_watchdog_verdict_is_hung_at_once():
+    """The multiplex-default line's event-loop watchdog writes degraded + loop_liveness_watchdog, then exits 75."""
+    fired = {"pid": PID, "gateway_state": "degraded", "exit_reason": "loop_liveness_watchdog",
+             "restart_requested": True}
+    r = check(T0 + 50, beat(T0 + 45), gateway_state=fired)
+    assert r.hung is not None and r.hung.cause == "watchdog" and "watchdog" in r.hung.detail and r.next_check is None
+    # another process's verdict, a plain transient "degraded", or no state: not this gateway's hang
+    for other in ({**fired, "pid": PID + 1}, {**fired, "exit_reason": None}, {}, None):
+        assert check(T0 + 50, beat(T0 + 45), gateway_state=other).hung is None
+
+
 def test_gone_or_zombie_gives_nothing_to_do():
     for state in (None, "Z", "X"):
         r = check(T0 + 500, beat(T0 + 1), state=state)
@@ -145,8 +156,9 @@ def test_observe_reads_state_and_heartbeat(tmp_path):
 
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "gateway.heartbeat").write_text(json.dumps({"pid": os.getpid(), "monotonic": 1.0}))
-    state, b = observe(tmp_path, os.getpid())
-    assert state in ("R", "S") and b["pid"] == os.getpid()
+    (tmp_path / "gateway_state.json").write_text(json.dumps({"pid": os.getpid(), "gateway_state": "degraded"}))
+    state, b, g = observe(tmp_path, os.getpid())
+    assert state in ("R", "S") and b["pid"] == os.getpid() and g["gateway_state"] == "degraded"
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "state" / "gateway.heartbeat").unlink()
     os.symlink(tmp_path / "fifo", tmp_path / "state" / "gateway.heartbeat")

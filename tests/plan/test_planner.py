@@ -240,10 +240,50 @@ def test_exit_78_holds_until_the_files_change():
     assert "default" in w.alive
 
 
-def test_exit_75_restarts_at_once_without_penalty():
+def test_exit_75_after_a_healthy_run_restarts_at_once_without_penalty():
     w = World.make(("default",))
-    w.exit("default", 75)
+    w.advance(10)  # healthy_after in World.make's policy
+    w.exit("default", 75, state="stopped")
     assert "default" in w.alive and w.planner.profiles["default"].failures == 0
+
+
+def test_a_quick_exit_75_forever_backs_off_like_a_crash():
+    """75 ("restart me") that comes again and again within seconds: at once the first time, then the
+    backoff doubles to its cap; never an unbounded run of immediate restarts."""
+    w = World.make(("default",))
+    delays = []
+    for _ in range(12):
+        spawned = len(w.spawns)
+        w.exit("default", 75, state="stopped")
+        if "default" not in w.alive:
+            retry = w.timers[("default", "retry")]
+            delays.append(retry - w.now)
+            w.advance(retry - w.now)
+        else:
+            delays.append(0.0)
+        assert len(w.spawns) == spawned + 1 and "default" in w.alive
+    assert delays[:5] == [0.0, 1.0, 2.0, 4.0, 8.0] and set(delays[5:]) == {8.0}  # the cap
+    assert [e["kind"] for e in w.events if e["type"] == "exited"] == ["restart_requested"] * 12
+    assert w.state("default") == "running" and not w.problems
+
+
+def test_attach_exits_back_off_then_become_a_hold_with_the_reason():
+    """75 from a gateway whose state file never named it: another gateway serves the profile."""
+    w = World.make(("default", "a"))
+    who = "the host gateway PID 4242 (launched from /r) serves default, a"
+    w.exit("a", 75, stated=False, detail=who)
+    assert "a" in w.alive  # the first at once
+    w.exit("a", 75, stated=False, detail=who)
+    assert w.state("a") == "backoff"
+    w.advance(w.timers[("a", "retry")] - w.now)
+    w.exit("a", 75, stated=False, detail=who)
+    p = w.planner.profiles["a"]
+    assert w.state("a") == "held" and p.hold.kind is HoldKind.SERVED_ELSEWHERE
+    assert "another gateway serves this profile" in p.hold.message and "PID 4242" in p.hold.message
+    w.advance(1000)
+    assert "a" not in w.alive and [e["kind"] for e in w.events if e["type"] == "exited"] == ["attached"] * 3
+    w.run(w.planner.request_start("a")[1])  # the operator (or a file change) lifts it
+    assert "a" in w.alive and "default" in w.alive and not w.problems
 
 
 def test_shutdown_stops_everyone_then_finishes():

@@ -1,10 +1,13 @@
 """Random event sequences against the planner, checking its invariants after every step.
 
-Events: exits of every kind, hung kills, operator start/stop/restart, file edits (fine, broken,
-sharing a token), spawn failures, foreign gateways, time passing, profiles appearing and
-disappearing, shutdown. Invariants: never two children for one profile; a signal or kill only
-ever names the live child; a profile that should run and does not always has a reason; backoff
-never exceeds its cap; after shutdown, once every child is gone, the planner says it is finished.
+Events: exits of every kind (75 with and without a state file naming the child), hung kills,
+operator start/stop/restart, file edits (fine, broken, sharing a token), spawn failures, foreign
+gateways (before a start and beside a running child), a child reporting that it serves another
+profile, time passing, profiles appearing and disappearing, shutdown. Invariants: never two
+children for one profile; a signal or kill only ever names the live child; a profile that should
+run and does not always has a reason; no exit restarts a profile at once twice without time
+passing; backoff never exceeds its cap; after shutdown, once every child is gone, the planner
+says it is finished.
 """
 
 from __future__ import annotations
@@ -25,14 +28,29 @@ class PlannerMachine(RuleBasedStateMachine):
     def start(self, slots: int | None, auto_ready: bool) -> None:
         self.w = World.make(NAMES, max_starting=slots, auto_ready=auto_ready, stop_timeout=5)
         self.version = 0
+        self.immediate: dict[tuple[str, float], int] = {}  # respawns at once after an exit, per instant
 
     # ------------------------------------------------------------------ the world
 
     @rule(name=st.sampled_from(NAMES), code=st.sampled_from([0, 1, 75, 78, None]),
-          state=st.sampled_from([None, "stopped", "running", "startup_failed"]))
-    def child_exits(self, name: str, code: int | None, state: str | None) -> None:
+          state=st.sampled_from([None, "stopped", "running", "startup_failed"]), stated=st.booleans())
+    def child_exits(self, name: str, code: int | None, state: str | None, stated: bool) -> None:
         if name in self.w.alive:
-            self.w.exit(name, code, 9 if code is None else None, state)
+            before = len(self.w.spawns)
+            self.w.exit(name, code, 9 if code is None else None, state, stated=stated or state is not None)
+            if name in self.w.alive and len(self.w.spawns) > before:
+                key = (name, self.w.now)
+                self.immediate[key] = self.immediate.get(key, 0) + 1
+
+    @rule(name=st.sampled_from(NAMES), other=st.sampled_from(NAMES))
+    def gateway_reports_serving_another(self, name: str, other: str) -> None:
+        if name in self.w.alive and other != name:
+            self.w.run(self.w.planner.served(name, self.w.alive[name].pid, (other,), "state file"))
+
+    @rule(name=st.sampled_from(NAMES))
+    def a_second_gateway_appears_beside_ours(self, name: str) -> None:
+        if name in self.w.alive:
+            self.w.run(self.w.planner.rival(name, 9000 + NAMES.index(name), "its gateway.pid"))
 
     @rule(name=st.sampled_from(NAMES))
     def becomes_ready(self, name: str) -> None:
@@ -66,6 +84,7 @@ class PlannerMachine(RuleBasedStateMachine):
 
     @rule(name=st.sampled_from(NAMES), kind=st.sampled_from(["fine", "broken", "token"]))
     def files_change(self, name: str, kind: str) -> None:
+        self.immediate.clear()  # a configuration change restarts afresh (failures cleared by the planned stop)
         if name not in self.w.planner.profiles or not self.w.planner.profiles[name].present:
             return
         self.version += 1
@@ -75,6 +94,7 @@ class PlannerMachine(RuleBasedStateMachine):
 
     @rule(keep=st.sets(st.sampled_from(NAMES[1:])))
     def profiles_folder_changes(self, keep: set[str]) -> None:
+        self.immediate.clear()  # a profile that comes back is a new profile, with no failures
         served = [(n, facts(n).home) for n in NAMES if n == "default" or n in keep]
         self.w.run(self.w.planner.set_served(served))
         for n, _home in served:
@@ -85,6 +105,7 @@ class PlannerMachine(RuleBasedStateMachine):
 
     @rule(name=st.sampled_from(NAMES), verb=st.sampled_from(["start", "stop", "restart", "graceful", "force"]))
     def operator(self, name: str, verb: str) -> None:
+        self.immediate.clear()  # "hermesd start" clears a backoff on purpose
         p = self.w.planner.profiles.get(name)
         if p is None or not p.present:
             return
@@ -124,6 +145,11 @@ class PlannerMachine(RuleBasedStateMachine):
                 assert p.hold is not None or p.retry_at is not None or p.queued or p.facts is None, p
                 state, reason = planner.state_of(p)
                 assert state in ("held", "backoff", "starting") and (state != "held" or reason)
+
+    @invariant()
+    def no_exit_restarts_at_once_twice_without_time_passing(self) -> None:
+        """Whatever the exit (75 included), a second immediate respawn needs time, an operator or a file edit."""
+        assert all(n <= 1 for n in self.immediate.values()), self.immediate
 
     @invariant()
     def backoff_is_bounded(self) -> None:

@@ -23,10 +23,10 @@ from supervisor.plan.policy import RestartPolicy
 
 
 def facts(name: str, *, claims: tuple[Claim, ...] = (), problems: tuple[str, ...] = (),
-          digest: str = "v1", home: Path | None = None) -> ProfileFacts:
+          digest: str = "v1", home: Path | None = None, standalone: bool = False, parked: bool = False) -> ProfileFacts:
     home = home or (Path("/r") if name == "default" else Path("/r/profiles") / name)
     return ProfileFacts(name, home, {} if not problems else None, {} if not problems else None, problems,
-                        claims if not problems else (), (), (), 0.0, digest)
+                        claims if not problems else (), (), (), 0.0, digest, standalone=standalone, parked=parked)
 
 
 TOKEN = Claim("credential", "telegram", "telegram-bot-token", "fp1")
@@ -103,9 +103,10 @@ class World:
 
     # ------------------------------------------------------------------ the world moving
 
-    def exit(self, name: str, code: int | None = 1, sig: int | None = None, state: str | None = None) -> None:
+    def exit(self, name: str, code: int | None = 1, sig: int | None = None, state: str | None = None, *,
+             stated: bool = True, detail: str = "") -> None:
         ident = self.alive.pop(name)
-        self.run(self.planner.child_exited(name, ident, code, sig, state))
+        self.run(self.planner.child_exited(name, ident, code, sig, state, stated=stated, detail=detail))
 
     def ready(self, name: str) -> None:
         self.run(self.planner.gateway_reported(name, self.alive[name].pid, "running"))

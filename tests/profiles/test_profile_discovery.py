@@ -154,3 +154,22 @@ def test_existing_profile_home_refuses_symlinks(root: Path, tmp_path: Path) -> N
         existing_profile_home("nobody", root)
     assert existing_profile_home("default", root) == root
     assert os.path.samefile(existing_profile_home("default", root), root)
+
+
+def test_identity_rule_of_the_multiplex_default_line(tmp_path: Path) -> None:
+    """With the release's identity files, a folder holding none of them is no profile (and is reported)."""
+    from profiles.discovery import REASON_NO_IDENTITY, unserved_profile_dirs
+    from profiles.upstream.multiplex import IDENTITY_MARKERS
+
+    root = tmp_path / "root"
+    for name, marker in (("a", "config.yaml"), ("b", "SOUL.md"), ("c", None), ("d", "state.db")):
+        (root / "profiles" / name).mkdir(parents=True)
+        if marker:
+            (root / "profiles" / name / marker).write_text("")
+    os.symlink("/nonexistent", root / "profiles" / "c" / "auth.json.bak")  # not a marker name
+    assert [n for n, _ in profiles_to_serve(True, root=root)] == ["default", "a", "b", "c", "d"]
+    served = [n for n, _ in profiles_to_serve(True, root=root, identity=IDENTITY_MARKERS)]
+    assert served == ["default", "a", "b", "d"]
+    assert ("c", root / "profiles" / "c", REASON_NO_IDENTITY) in unserved_profile_dirs(root, identity=IDENTITY_MARKERS)
+    os.symlink("/nonexistent", root / "profiles" / "c" / ".env")  # a dangling marker still claims identity
+    assert "c" in [n for n, _ in profiles_to_serve(True, root=root, identity=IDENTITY_MARKERS)]

@@ -110,17 +110,23 @@ class Run:
 
 
 class Sandbox:
-    """A scratch Hermes root (``<tmp>/root``, profiles ``coder`` and ``writer``) and HOME (``<tmp>/home``)."""
+    """A scratch Hermes root (``<tmp>/root``, profiles ``coder`` and ``writer``) and HOME (``<tmp>/home``).
+
+    Each named profile has a ``config.yaml`` (``model: {}``): on the multiplex-default line a folder
+    without an identity file is no profile at all, and every earlier release ignores the file.
+    """
 
     def __init__(self, tmp: Path, hermes: Path) -> None:
         self.hermes = hermes
         self.root = (tmp / "root").resolve()
         self.home_dir = (tmp / "home").resolve()
-        (self.root / "profiles" / "coder").mkdir(parents=True, exist_ok=True)
-        (self.root / "profiles" / "writer").mkdir(parents=True, exist_ok=True)
+        for name in ("coder", "writer"):
+            (self.root / "profiles" / name).mkdir(parents=True, exist_ok=True)
+            (self.root / "profiles" / name / "config.yaml").write_text("model: {}\n")
         self.home_dir.mkdir(parents=True, exist_ok=True)
         self.runs: list[Run] = []
         self._n = 0
+        self.force = False  # every start passes --force (the multiplex-default line, as hermesd does)
 
     def profile_home(self, profile: str) -> Path:
         return self.root if profile == "default" else self.root / "profiles" / profile
@@ -154,15 +160,18 @@ class Sandbox:
         extra_env: Mapping[str, str] | None = None,
         drop_env: tuple[str, ...] = (),
         args: tuple[str, ...] = (),
+        force: bool | None = None,
     ) -> Run:
-        """``hermes [-p NAME] gateway run [--external-supervisor]`` as hermesd would start it.
+        """``hermes [-p NAME] gateway run [--external-supervisor] [--force]`` as hermesd would start it.
 
-        ``p_flag`` defaults to "named profiles only", like hermesd; ``home`` overrides HERMES_HOME.
+        ``p_flag`` defaults to "named profiles only", like hermesd; ``home`` overrides HERMES_HOME;
+        ``force``: the multiplex-default line's ``--force`` (default: :attr:`force`, what hermesd passes).
         """
+        force = self.force if force is None else force
         home = home if home is not None else self.profile_home(profile)
         use_p = (profile != "default") if p_flag is None else p_flag
         argv = [str(self.hermes), *(["-p", profile] if use_p else []), "gateway", "run",
-                *(["--external-supervisor"] if flag else []), *args]
+                *(["--external-supervisor"] if flag else []), *(["--force"] if force else []), *args]
         self._n += 1
         out = self.root.parent / f"gateway-{self._n}.out"
         with out.open("wb") as fh:
@@ -174,6 +183,11 @@ class Sandbox:
         run = Run(proc, home, out, time.monotonic(), argv)
         self.runs.append(run)
         return run
+
+    def standalone(self, *names: str) -> None:
+        """``gateway.standalone: true`` in each named profile's config.yaml (what ``hermesd adopt`` writes)."""
+        for name in names:
+            (self.profile_home(name) / "config.yaml").write_text("model: {}\ngateway:\n  standalone: true\n")
 
     def stop(self, run: Run, timeout: float = 60) -> int | None:
         """Planned stop (marker + SIGTERM), then SIGKILL at the deadline; the exit code, or None if killed."""

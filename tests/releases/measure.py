@@ -116,7 +116,8 @@ def marker_without_signal(sb: Sandbox, *, flag: bool) -> dict[str, Any]:
     if not run.wait_state("running", timeout=START):
         return {"exit": "never running"}
     gf.write_planned_stop_marker(run.home, run.pid, gf.proc_start_time(run.pid))
-    code = run.wait_exit(8)
+    # polled every 0.5 s; the shutdown that follows takes seconds on a loaded machine (0.22.2: up to ~10 s)
+    code = run.wait_exit(30)
     out = {"exit": code, **_final(run)}
     if code is None:
         out["marker_left"] = (run.home / gf.PLANNED_STOP_MARKER).exists()
@@ -352,3 +353,104 @@ def _where_it_ran(sb: Sandbox, run: Run) -> dict[str, Any]:
 def _clear_runtime(home: Path) -> None:
     for name in ("gateway.pid", "gateway_state.json", gf.PLANNED_STOP_MARKER):
         (home / name).unlink(missing_ok=True)
+
+
+# -- the multiplex-default line (each measured on every release: earlier ones answer "no such thing")
+
+
+def named_alone(sb: Sandbox, *, flag: bool, force: bool) -> dict[str, Any]:
+    """``hermes -p coder gateway run`` with no ``gateway.standalone`` in coder's config.yaml: does it run,
+    and what does it serve? (The multiplex-default line refuses it with 78 unless ``--force``, and with
+    ``--force`` it serves the default profile as well.)"""
+    (sb.profile_home("coder") / "config.yaml").write_text("model: {}\n")
+    run = sb.start("coder", flag=flag, force=force)
+    code = _exit_or_running(run, 45)
+    out = _outcome(sb, run, code) if code is not None else {"exit": None}
+    if code is None:
+        st = run.state()
+        out = {"exit": None, "state": st.get("gateway_state"), "served_profiles": st.get("served_profiles")}
+        sb.stop(run)
+    else:
+        out["output"] = run.text()[-300:]
+        out["refused_own_gateway"] = "does not get a gateway of its own" in run.text()
+    out.pop("_served_profiles", None)
+    return out
+
+
+def standalone_identity(sb: Sandbox, *, flag: bool) -> dict[str, Any]:
+    """coder with ``gateway.standalone: true`` (and the sandbox's ``--force``): what its state file says it
+    serves, and what its ``gateway.sock`` answers to ``identify`` (asked with hermesd's own client)."""
+    from supervisor import gatewaysock
+
+    sb.standalone("coder")
+    run = sb.start("coder", flag=flag)
+    st = run.wait_state("running", timeout=START)
+    if not st:
+        return {"running": False, "output": run.text()[-500:]}
+    sock = run.home / "gateway.sock"
+    out: dict[str, Any] = {"running": True, "served_profiles": st.get("served_profiles"),
+                           "socket": sock.exists() and not sock.is_symlink()}
+    if out["socket"]:
+        try:
+            ident = gatewaysock.identify(run.home, timeout=5.0)
+            out["identify"] = {"pid_matches": ident.pid == run.pid,
+                               "start_time_matches": ident.start_time == gf.proc_start_time(run.pid),
+                               "home_matches": ident.hermes_home == str(run.home), "profile": ident.profile,
+                               "served": list(ident.served) if ident.served is not None else None,
+                               "supervisor": ident.supervisor}
+        except gatewaysock.GatewaySockError as exc:
+            out["identify"] = {"error": str(exc)}
+    sb.stop(run)
+    return out
+
+
+def default_folds(sb: Sandbox, *, flag: bool) -> dict[str, Any]:
+    """The default profile's gateway as hermesd starts it (GATEWAY_MULTIPLEX_PROFILES=false), with two named
+    profiles that do not opt out: what it serves, and whether the root's config.yaml was rewritten."""
+    for name in ("coder", "writer"):
+        (sb.profile_home(name) / "config.yaml").write_text("model: {}\n")
+    config = sb.root / "config.yaml"
+    config.write_text("model: {}\n# a comment the user wrote\n")
+    before = config.read_bytes()
+    run = sb.start(flag=flag)
+    st = run.wait_state("running", timeout=START)
+    out: dict[str, Any] = {"running": bool(st), "served_profiles": (st or {}).get("served_profiles")}
+    poll(lambda: config.read_bytes() != before, 3)  # the rewrite lands right after the decision
+    after = config.read_bytes()
+    out["config_rewritten"] = after != before
+    out["config_after"] = after.decode("utf-8", "replace")[:300]
+    out["marker"] = (sb.root / ".multiplex_opt_out_rewritten").exists()
+    sb.stop(run)
+    return out
+
+
+def attach(sb: Sandbox, *, flag: bool) -> dict[str, Any]:
+    """A multiplexing default gateway runs (config says so, no environment override); then coder's own
+    gateway starts the way hermesd would start it without ``--force``: how does it end?"""
+    (sb.root / "config.yaml").write_text("gateway:\n  multiplex_profiles: true\n")
+    (sb.profile_home("coder") / "config.yaml").write_text("model: {}\n")
+    host = sb.start(flag=flag, force=False, drop_env=("GATEWAY_MULTIPLEX_PROFILES",))
+    st = host.wait_state("running", timeout=START)
+    if not st:
+        return {"host_running": False, "output": host.text()[-500:]}
+    served = poll(lambda: host.state().get("served_profiles"), 5)
+    run = sb.start("coder", flag=flag, force=False, drop_env=("GATEWAY_MULTIPLEX_PROFILES",))
+    t0 = time.monotonic()
+    code = _exit_or_running(run, 45)
+    out = {"host_running": True, "host_serves": served, "exit": code, "exit_s": round(time.monotonic() - t0, 1),
+           "state_names_it": run.state().get("pid") == run.pid, "output": run.text()[-400:]}
+    if code is None:
+        sb.stop(run)
+    sb.stop(host)
+    return out
+
+
+def empty_folder(sb: Sandbox, *, flag: bool) -> dict[str, Any]:
+    """``profiles/empty`` with no file in it: is it a profile ``hermes -p empty gateway run`` accepts?"""
+    (sb.root / "profiles" / "empty").mkdir()
+    run = sb.start("empty", flag=flag)
+    code = _exit_or_running(run, 45)
+    out = {"exit": code, "output": run.text()[-300:]}
+    if code is None:
+        sb.stop(run)
+    return out

@@ -42,9 +42,12 @@ def test_known_rows_are_ordered_unique_and_supported_from_the_oldest_supported_o
 
 
 def test_every_supported_row_keeps_hermesd_s_isolation_guarantees():
-    """What makes a release supportable: argv and environment alone pin a child to one profile."""
+    """What makes a release supportable: argv and environment alone pin a child to one profile, or (the
+    multiplex-default line) they do together with the profile's own opt-out, which hermesd asks for."""
     for c in r.KNOWN:
         isolates = c.s6_pins_default and c.multiplexing is not r.Multiplexing.CONFIG_ONLY and c.lazy_installs_env
+        if c.multiplexing is r.Multiplexing.DEFAULT_ON:
+            isolates = isolates and c.standalone_key and c.force_flag and c.line is r.Line.MULTIPLEX_DEFAULT
         assert isolates is c.supported, c.release
         if c.supported:
             assert c.exit_restart == 75 and c.exit_fatal_config == 78
@@ -80,9 +83,10 @@ def test_gateway_args_follow_the_flag():
     ("0.19.0.post1", "0.19.0", True),
     ("0.19.0+local.7", "0.19.0", True),
     ("v0.19", "0.19.0", True),
-    ("0.19.1", "0.19.0", False),  # newer than known: the newest contract, flagged
-    ("0.20.0rc1", "0.19.0", False),
-    ("1.0", "0.19.0", False),
+    ("0.19.1", "0.19.0", True),  # an unmeasured patch between measured rows: the older row
+    ("0.20.0rc1", "0.19.0", True),
+    ("0.22.2.post1", "0.22.2", True),
+    ("1.0", "0.22.2", False),  # newer than known, no markers asked: the newest row, flagged
 ])
 def test_contract_for_unmeasured_versions(version, row, exact):
     got = r.contract_for(version)
@@ -90,8 +94,39 @@ def test_contract_for_unmeasured_versions(version, row, exact):
 
 
 def test_newer_than_known_note():
-    note = r.newer_than_known_note("0.20.0")
-    assert "0.20.0" in note and r.NEWEST_KNOWN in note and "test-releases.sh" in note and "\n" not in note
+    note = r.newer_than_known_note("0.30.0")
+    assert "0.30.0" in note and r.NEWEST_KNOWN in note and "test-releases.sh" in note and "\n" not in note
+
+
+MUX = {"hermes_cli.gateway_multiplex_mode": True, "gateway.host_attach": True}
+PER = {"hermes_cli.gateway_multiplex_mode": False, "gateway.host_attach": False}
+
+
+@pytest.mark.parametrize(("version", "markers", "row", "exact"), [
+    ("0.22.2.post1", MUX, "0.22.2", True),
+    ("0.0.0", MUX, "0.22.2", False),  # upstream main without an install stamp reports 0.0.0
+    ("0.21.3", {"gateway.host_attach": True}, "0.22.2", False),  # one marker is enough
+    ("0.23.0", MUX, "0.22.2", False),
+    ("0.23.0", PER, "0.20.1", False),  # newer, but its code has no multiplex default: the per-profile line
+    ("0.21.3", PER, "0.20.1", False),
+    ("0.20.1", PER, "0.20.1", True),
+    ("0.19.0", PER, "0.19.0", True),
+])
+def test_the_line_is_chosen_by_behaviour_not_by_number(version, markers, row, exact):
+    got = r.contract_for(version, markers)
+    assert isinstance(got, r.Contract) and (got.release, got.exact) == (row, exact)
+    assert (got.line is r.Line.MULTIPLEX_DEFAULT) is any(markers.values())
+    if not exact:
+        note = r.newer_than_known_note(version, got)
+        assert version in note and row in note and got.line.value in note
+        if got.detected_by:
+            assert "gateway/host_attach.py" in note or "gateway_multiplex_mode.py" in note
+
+
+def test_line_of():
+    assert r.line_of(None) is None and r.line_of({}) is r.Line.PER_PROFILE
+    assert r.line_of(MUX) is r.Line.MULTIPLEX_DEFAULT
+    assert set(r.marker_modules()) == set(MUX)
 
 
 @pytest.mark.parametrize("text", ["", "junk", "0.x", "0.0.1", "-1.0"])
@@ -111,6 +146,8 @@ def test_parse_version_orders_like_releases():
 @given(st.text(max_size=40))
 def test_contract_for_never_raises(text):
     assert isinstance(r.contract_for(text), r.Contract | r.Unsupported)
+    assert isinstance(r.contract_for(text, MUX), r.Contract)  # the line's contract whatever the number says
+    assert isinstance(r.contract_for(text, PER), r.Contract | r.Unsupported)
 
 
 # -- reading an interpreter from a script's first bytes

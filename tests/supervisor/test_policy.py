@@ -26,6 +26,13 @@ P = RestartPolicy()
     ("facts", "kind"),
     [
         (ExitFacts(75, None, False), ExitKind.RESTART_REQUESTED),
+        # 75 from a process the state file never named: upstream's attach (another gateway serves it)
+        (ExitFacts(75, None, False, stated=False), ExitKind.ATTACHED),
+        # upstream's event-loop watchdog: state "degraded", then exit 75 on its own: a hang, not a request
+        (ExitFacts(75, None, False, gateway_state="degraded", restart_requested=True), ExitKind.HUNG),
+        (ExitFacts(None, None, False, gateway_state="degraded", restart_requested=True), ExitKind.HUNG),
+        (ExitFacts(75, None, True, stated=False), ExitKind.PLANNED),
+        (ExitFacts(1, None, False, stated=False), ExitKind.CRASH),
         (ExitFacts(78, None, False), ExitKind.CONFIG_ERROR),
         (ExitFacts(1, None, False, gateway_state="startup_failed"), ExitKind.CONFIG_ERROR),
         (ExitFacts(0, None, False, gateway_state="stopped"), ExitKind.EXTERNAL_STOP),
@@ -51,11 +58,10 @@ def test_classify(facts, kind):
 
 
 def test_decisions_for_each_kind():
-    assert decide(ExitKind.RESTART_REQUESTED, failures=5, uptime=1, policy=P) == decide(
-        ExitKind.RESTART_REQUESTED, failures=0, uptime=100, policy=P
-    )
-    d = decide(ExitKind.RESTART_REQUESTED, failures=5, uptime=1, policy=P)
-    assert (d.action, d.delay, d.failures) == (Action.RESTART, 0.0, 0)
+    healthy = decide(ExitKind.RESTART_REQUESTED, failures=5, uptime=P.healthy_after, policy=P)
+    assert (healthy.action, healthy.delay, healthy.failures) == (Action.RESTART, 0.0, 0)
+    first_quick = decide(ExitKind.RESTART_REQUESTED, failures=0, uptime=1, policy=P)
+    assert (first_quick.action, first_quick.delay, first_quick.failures) == (Action.RESTART, 0.0, 1)
     assert decide(ExitKind.CONFIG_ERROR, failures=2, uptime=1, policy=P).action is Action.HOLD
     assert decide(ExitKind.EXTERNAL_STOP, failures=2, uptime=1, policy=P).action is Action.STOP
     assert decide(ExitKind.PLANNED, failures=2, uptime=1, policy=P).action is Action.STOP
@@ -92,3 +98,46 @@ def test_describe_exit():
     assert describe_exit(1, None) == "exit 1"
     assert describe_exit(None, signal.SIGKILL) == "killed by SIGKILL"
     assert "adopted" in describe_exit(None, None)
+
+
+@pytest.mark.parametrize("kind", [ExitKind.RESTART_REQUESTED, ExitKind.CRASH, ExitKind.ATTACHED, ExitKind.HUNG,
+                                  ExitKind.SPAWN_ERROR, ExitKind.MEMORY_LIMIT, ExitKind.TASKS_LIMIT])
+def test_no_exit_kind_restarts_at_once_more_than_once_in_a_row_when_quick(kind):
+    """A quick exit of any kind that restarts is bounded by the backoff from the second one on
+    (the first crash or restart request restarts at once; a failed spawn waits from the first)."""
+    rng = random.Random(3)
+    failures, immediate = 0, 0
+    for _ in range(40):
+        d = decide(kind, failures=failures, uptime=0.2, policy=P, rng=rng)
+        if d.action is not Action.RESTART:
+            break
+        failures = d.failures
+        immediate += d.delay == 0.0
+        assert d.delay <= P.max_delay
+    assert immediate <= 1
+
+
+@given(st.lists(st.tuples(st.sampled_from(list(ExitKind)), st.floats(0, 200)), max_size=60), st.integers(0, 99))
+def test_quick_restarts_are_bounded_whatever_the_sequence(exits, seed):
+    """Whatever kinds of exit come in whatever order, two immediate restarts in a row only ever follow
+    a healthy run (uptime >= healthy_after) between them."""
+    rng = random.Random(seed)
+    failures, last_immediate_quick = 0, False
+    for kind, uptime in exits:
+        d = decide(kind, failures=failures, uptime=uptime, policy=P, rng=rng)
+        if d.action is not Action.RESTART:
+            failures = d.failures
+            last_immediate_quick = False
+            continue
+        immediate_quick = d.delay == 0.0 and uptime < P.healthy_after
+        assert not (immediate_quick and last_immediate_quick), (kind, uptime, failures)
+        last_immediate_quick = immediate_quick
+        failures = d.failures
+
+
+def test_attach_loop_becomes_a_hold():
+    d1 = decide(ExitKind.ATTACHED, failures=0, uptime=3, policy=P)
+    d2 = decide(ExitKind.ATTACHED, failures=d1.failures, uptime=3, policy=P, rng=random.Random(1))
+    d3 = decide(ExitKind.ATTACHED, failures=d2.failures, uptime=3, policy=P)
+    assert (d1.action, d1.delay) == (Action.RESTART, 0.0) and d2.action is Action.RESTART and d2.delay > 0
+    assert d3.action is Action.HOLD and "another gateway serves this profile" in d3.reason

@@ -16,6 +16,7 @@ import pytest
 from profiles.upstream import files as gf
 from profiles.upstream.releases import contract_for
 from supervisor.hermes_release import detect_version
+from supervisor.requirements import interpreter_facts, release_contract
 from tests.harness import pid_alive, tagged_pids, wait_for, write_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_gateway]
@@ -27,9 +28,16 @@ HERMES = Path(os.environ.get("HERMESD_TEST_HERMES") or Path(sys.executable).pare
 
 @pytest.fixture
 def real_root(root: Path) -> Path:
+    """A root as its owner has it for this release: on the multiplex-default line each named profile's
+    config.yaml says ``gateway.standalone: true`` (what ``hermesd adopt`` writes; without it hermesd
+    holds them, see tests/releases/test_fleet.py)."""
     if not HERMES.exists():
         pytest.fail(f"hermes-agent is a test dependency but {HERMES} is missing: install '.[test]'")
     write_config(root, command=[str(HERMES)], stop_timeout=60)
+    contract = release_contract(interpreter_facts([str(HERMES)]))
+    if getattr(contract, "standalone_key", False):
+        for name in ("coder", "writer"):
+            (root / "profiles" / name / "config.yaml").write_text("gateway:\n  standalone: true\n")
     return root
 
 

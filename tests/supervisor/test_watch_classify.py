@@ -9,7 +9,9 @@ ROOT = Path("/r")
 
 def test_profile_files_and_folders():
     ev = classify(ROOT, ["/r/profiles/coder/.env", "/r/config.yaml", "/r/profiles/x/profile.yaml"])
-    assert ev.profiles == {"coder", "default", "x"} and not ev.rescan and not ev.config
+    assert ev.profiles == {"coder", "default", "x"} and not ev.config
+    assert ev.rescan  # an identity file under profiles/: the folder may have just become a profile
+    assert not classify(ROOT, ["/r/config.yaml"]).rescan
     assert classify(ROOT, ["/r/profiles/new"]).rescan
     assert classify(ROOT, ["/r/profiles"]).rescan
     assert classify(ROOT, ["/r/hermesd.yaml"]).config
@@ -35,3 +37,16 @@ def test_watched_dirs(tmp_path):
     (tmp_path / "profiles" / "a").mkdir(parents=True)
     dirs = watched_dirs(tmp_path, [tmp_path, tmp_path / "profiles" / "a", tmp_path / "profiles" / "gone"])
     assert dirs == sorted([tmp_path, tmp_path / "profiles", tmp_path / "profiles" / "a"])
+
+
+def test_the_multiplex_default_lines_files():
+    """Upstream's parking marker re-reads the profile; an identity file appearing in a folder under
+    profiles/ may turn it into a profile (rescan); upstream's config-rewrite marker is its own event."""
+    ev = classify(ROOT, ["/r/profiles/coder/gateway.parked"])
+    assert ev.profiles == {"coder"} and not ev.rescan
+    for name in ("SOUL.md", "auth.json", "config.yaml", ".env", "profile.yaml"):
+        assert classify(ROOT, [f"/r/profiles/new/{name}"]).rescan, name
+    assert not classify(ROOT, ["/r/profiles/coder/state.db"])  # SQLite rewrites it all the time
+    assert not classify(ROOT, ["/r/SOUL.md", "/r/profiles/coder/logs/SOUL.md"])
+    ev = classify(ROOT, ["/r/.multiplex_opt_out_rewritten"])
+    assert ev.rewritten and bool(ev) and not ev.profiles

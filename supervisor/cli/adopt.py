@@ -1,0 +1,95 @@
+"""``hermesd adopt [PROFILE…] [--dry-run] [--undo]``: consent to the config.yaml lines a per-profile fleet
+needs on upstream's multiplex-default releases, shown as a diff, backed up, and undoable.
+
+On those releases (upstream main after 0.21.3) a named profile runs a gateway of its own only with
+``gateway.standalone: true`` in its own config.yaml, and ``hermes update`` folds a per-profile fleet
+into one process unless the root's config.yaml says ``gateway.auto_multiplex_migration: false``.
+hermesd holds the named profiles until then and never edits a user's file on its own: this command
+is the consent. It prints each change as a unified diff, keeps every original byte under
+``<root>/.hermesd/adopt/<time>/``, writes the files (never through a link), and ``--undo`` puts the
+newest record's files back byte for byte (a file edited since is left alone and named). A running
+daemon sees the files change and starts the profiles it held; nothing is ever re-applied by itself.
+
+Exit 0: written, undone, or nothing to do (or ``--dry-run``); 1: a file could not be changed or restored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+HELP = "write gateway.standalone into each named profile's config.yaml (with consent, diff, backup, undo)"
+EXAMPLE = "hermesd adopt --dry-run"
+
+
+def register(sub: Any) -> argparse.ArgumentParser:
+    """Add ``hermesd adopt`` to the CLI."""
+    from supervisor.cli.common import add_root
+
+    p = sub.add_parser(
+        "adopt", help=HELP,
+        description=HELP + ".\nNeeded on the multiplex-default releases (upstream main after 0.21.3): a named "
+                           "profile gets a gateway of its own\nonly with 'gateway.standalone: true' in its "
+                           "config.yaml; the root's config.yaml gets 'gateway.auto_multiplex_migration: false'\n"
+                           "so that 'hermes update' does not fold the fleet. Each change is shown as a diff; the "
+                           "originals are kept under\n<root>/.hermesd/adopt/; --undo restores the newest record "
+                           "byte for byte.\nExit 0 done or nothing to do, 1 a file could not be changed, 2 usage "
+                           "error.",
+        epilog=f"example:\n  {EXAMPLE}\n  hermesd adopt\n  hermesd adopt --undo",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_root(p)
+    p.add_argument("profiles", nargs="*", metavar="PROFILE",
+                   help="profiles to change (default: every named profile, and the root's config.yaml)")
+    p.add_argument("--dry-run", action="store_true", help="show the changes, write nothing")
+    p.add_argument("--undo", action="store_true", help="restore the files of the newest adoption")
+    p.set_defaults(func=cmd_adopt)
+    return p
+
+
+def cmd_adopt(args: argparse.Namespace) -> int:
+    from profiles import adopt
+    from profiles.discovery import profiles_to_serve
+    from profiles.upstream.multiplex import IDENTITY_MARKERS
+    from supervisor.cli.common import Failure, UserError, check_names, root_of
+    from supervisor.layout import Layout
+
+    root = root_of(args)
+    layout = Layout(root)
+    if args.undo:
+        if args.profiles or args.dry_run:
+            raise UserError("--undo restores a whole adoption record: give no PROFILE and no --dry-run")
+        record = adopt.latest(layout.adopt_dir)
+        if record is None:
+            print(f"nothing to undo: no adoption record under {layout.adopt_dir}")
+            return 0
+        results = adopt.undo(record)
+        for r in results:
+            print(f"{r.path}: {r.note}")
+        print(f"record {record} marked undone")
+        if any(not r.restored for r in results):
+            raise Failure("some files were left alone (see above)")
+        return 0
+    names = None
+    if args.profiles:
+        known = [n for n, _ in profiles_to_serve(True, root=root, identity=IDENTITY_MARKERS)]
+        names = check_names(list(args.profiles), known)
+    changes, refusals = adopt.plan(root, names)
+    for c in changes:
+        print(f"# {c.profile}: {c.why}")
+        sys.stdout.write(c.diff())
+    for r in refusals:
+        print(f"# {r.profile}: cannot change {r.path}: {r.reason}", file=sys.stderr)
+    if not changes:
+        print("nothing to change: every profile already has what a per-profile fleet needs"
+              if not refusals else "nothing written")
+        return 1 if refusals else 0
+    if args.dry_run:
+        print(f"(dry run: {len(changes)} file(s) would change; nothing written)")
+        return 1 if refusals else 0
+    record = adopt.apply(changes, layout.ensure_adopt_dir())
+    print(f"wrote {len(changes)} file(s); originals kept in {record} (undo: hermesd adopt --undo --root {root})")
+    if refusals:
+        raise Failure(f"{len(refusals)} file(s) not changed (see above)")
+    return 0

@@ -1,0 +1,136 @@
+"""hermesd adopt's pieces: the one-key YAML edit, and adopt's plan, write, backup and byte-for-byte undo."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from profiles import adopt
+from profiles.upstream import multiplex as mx
+from profiles.yamledit import EditRefused, set_key
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("", "gateway:\n  standalone: true\n"),
+    ("model: x", "model: x\ngateway:\n  standalone: true\n"),
+    ("# keep\nagent:\n  max_turns: 10\n", "# keep\nagent:\n  max_turns: 10\ngateway:\n  standalone: true\n"),
+    ("gateway:\n  foo: 1  # mine\nz: 2\n", "gateway:\n  standalone: true\n  foo: 1  # mine\nz: 2\n"),
+    ("gateway:\n    foo: 1\n", "gateway:\n    standalone: true\n    foo: 1\n"),
+    ("gateway:\n", "gateway:\n  standalone: true\n"),
+    ("gateway:\n  standalone: false  # was\n", "gateway:\n  standalone: true  # was\n"),
+    ("gateway:\n  standalone: 'no'\n", "gateway:\n  standalone: true\n"),
+    ("gateway:\r\n  foo: 1\r\n", "gateway:\r\n  standalone: true\r\n  foo: 1\r\n"),
+    ("gateway:\n  standalone: true\n", "gateway:\n  standalone: true\n"),  # already so: unchanged
+])
+def test_set_key_changes_one_line_and_nothing_else(text, want):
+    assert set_key(text, "gateway", "standalone", True) == want
+
+
+@pytest.mark.parametrize("text", [
+    "gateway: {foo: 1}\n", "gateway: 3\n", "x: &a {y: 1}\ngateway: *a\n", "gateway: # note\n", "- a\n- b\n",
+    "gateway:\n  standalone: |\n    true\n",
+])
+def test_set_key_refuses_what_it_cannot_edit_exactly(text):
+    with pytest.raises(EditRefused) as err:
+        set_key(text, "gateway", "standalone", True)
+    assert "standalone: true" in str(err.value)  # the line to add by hand
+
+
+_keys = st.text("abcxyz_", min_size=1, max_size=6)
+_scalars = st.one_of(st.integers(-5, 5), st.booleans(), st.text("abc ", max_size=5))
+
+
+@settings(max_examples=150)
+@given(st.dictionaries(_keys, st.one_of(_scalars, st.dictionaries(_keys, _scalars, max_size=3)), max_size=5),
+       st.booleans())
+def test_set_key_on_generated_documents_sets_exactly_the_key(doc, flow):
+    text = yaml.safe_dump(doc, default_flow_style=flow, sort_keys=False) if doc else ""
+    try:
+        out = set_key(text, "gateway", "standalone", True)
+    except EditRefused:
+        return  # refusing is always allowed; a wrong edit never is
+    got = yaml.safe_load(out) or {}
+    want = dict(doc)
+    old = doc.get("gateway")
+    want["gateway"] = {**old, "standalone": True} if isinstance(old, dict) else {"standalone": True}
+    assert got == want
+
+
+def _root(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    for name in ("coder", "writer"):
+        (root / "profiles" / name).mkdir(parents=True)
+    (root / "config.yaml").write_bytes(b"\xef\xbb\xbf# BOM and CRLF\r\nmodel: {}\r\n")
+    (root / "profiles" / "coder" / "config.yaml").write_text("# coder\nagent:\n  max_turns: 10\n")
+    (root / "profiles" / "coder" / "config.yaml").chmod(0o640)
+    (root / "profiles" / "writer" / ".env").write_text("")  # a profile with no config.yaml yet
+    (root / "profiles" / "not-a-profile").mkdir()  # no identity file: not a profile on that line
+    return root
+
+
+def _digest(paths: list[Path]) -> dict[Path, str | None]:
+    return {p: hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None for p in paths}
+
+
+def test_plan_apply_undo_restores_every_byte(tmp_path):
+    root = _root(tmp_path)
+    files = [root / "config.yaml", *(root / "profiles" / n / "config.yaml" for n in ("coder", "writer"))]
+    before = _digest(files)
+    changes, refusals = adopt.plan(root)
+    assert refusals == [] and sorted(c.profile for c in changes) == ["coder", "default", "writer"]
+    assert all(c.diff().startswith("---") for c in changes)
+    assert not (root / "profiles" / "not-a-profile" / "config.yaml").exists()
+    record = adopt.apply(changes, _backups(tmp_path))
+    assert mx.standalone(yaml.safe_load((root / "profiles" / "coder" / "config.yaml").read_text()))
+    assert not mx.auto_migration_on(yaml.safe_load((root / "config.yaml").read_bytes().decode("utf-8-sig")))
+    assert (root / "config.yaml").read_bytes().startswith(b"\xef\xbb\xbf# BOM and CRLF\r\n")
+    assert (root / "profiles" / "coder" / "config.yaml").stat().st_mode & 0o777 == 0o640
+    assert adopt.plan(root) == ([], [])  # nothing left to do, nothing re-applied
+    assert adopt.latest(tmp_path / "backups") == record
+    results = adopt.undo(record)
+    assert all(r.restored for r in results) and len(results) == 3
+    assert _digest(files) == before  # writer's config.yaml did not exist and does not again
+    assert adopt.latest(tmp_path / "backups") is None
+
+
+def test_undo_leaves_a_file_edited_since_alone(tmp_path):
+    root = _root(tmp_path)
+    record = adopt.apply(adopt.plan(root)[0], _backups(tmp_path))
+    edited = root / "profiles" / "coder" / "config.yaml"
+    edited.write_text(edited.read_text() + "# my later edit\n")
+    results = {r.path: r for r in adopt.undo(record)}
+    assert not results[edited].restored and "changed since" in results[edited].note
+    assert "# my later edit" in edited.read_text()
+    assert results[root / "config.yaml"].restored
+
+
+def test_a_symlinked_config_is_never_written_through(tmp_path):
+    root = _root(tmp_path)
+    target = tmp_path / "outside.yaml"
+    target.write_text("precious: true\n")
+    coder = root / "profiles" / "coder" / "config.yaml"
+    coder.unlink()
+    os.symlink(target, coder)
+    changes, refusals = adopt.plan(root)
+    assert [r.profile for r in refusals] == ["coder"] and "symlink" in refusals[0].reason
+    adopt.apply(changes, _backups(tmp_path))
+    assert target.read_text() == "precious: true\n" and coder.is_symlink()
+
+
+def test_a_file_that_cannot_be_edited_exactly_is_refused_with_the_line_to_add(tmp_path):
+    root = _root(tmp_path)
+    (root / "profiles" / "coder" / "config.yaml").write_text("gateway: {foo: 1}\n")
+    changes, refusals = adopt.plan(root, ["coder"])
+    assert changes == [] and "standalone: true" in refusals[0].reason
+
+
+def _backups(tmp_path: Path) -> Path:
+    folder = tmp_path / "backups"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
