@@ -324,7 +324,7 @@ def read_operator_file(path: Path | str, limit: int) -> bytes:
 
 
 def replace_bytes(where: Beneath | Path | str, data: bytes, mode: int = 0o600, *, durable: bool = True,
-                  exclusive: bool = False, exact_mode: bool = False) -> None:
+                  exclusive: bool = False, exact_mode: bool = False, folder_owner: bool = False) -> None:
     """Replace ``where`` with ``data`` so readers see the old file or the new one, never a torn one.
 
     The temp file is created ``O_EXCL | O_NOFOLLOW`` under a random name in the destination's folder
@@ -333,17 +333,20 @@ def replace_bytes(where: Beneath | Path | str, data: bytes, mode: int = 0o600, *
     ``durable=False`` skips the fsync, for short-lived files that need not survive a power cut.
     ``exclusive=True`` never replaces: the file appears complete or ``FileExistsError`` is raised
     (``linkat`` of the temp file; the first of two racing writers wins). ``exact_mode=True`` sets
-    ``mode`` whatever the umask (``fchmod`` of the temp file's descriptor).
+    ``mode`` whatever the umask (``fchmod`` of the temp file's descriptor). ``folder_owner=True`` gives
+    the file to the owner of its folder (a profile run under its own account must be able to read
+    what hermesd, as root, writes for it there).
     """
     where = beneath(where)
     def write(fd: int) -> None:
         if exact_mode:
             os.fchmod(fd, mode)
+
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
 
-    _replace(where, write, mode, durable=durable, exclusive=exclusive)
+    _replace(where, write, mode, durable=durable, exclusive=exclusive, folder_owner=folder_owner)
 
 
 def replace_with_copy(where: Beneath | Path | str, source: Beneath | Path | str, mode: int = 0o600) -> None:
@@ -364,7 +367,8 @@ def replace_with_copy(where: Beneath | Path | str, source: Beneath | Path | str,
         os.close(src)
 
 
-def _replace(where: Beneath, write: Callable[[int], None], mode: int, *, durable: bool, exclusive: bool) -> None:
+def _replace(where: Beneath, write: Callable[[int], None], mode: int, *, durable: bool, exclusive: bool,
+             folder_owner: bool = False) -> None:
     with _parent(where) as (dir_fd, name):
         tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
         try:
@@ -373,6 +377,10 @@ def _replace(where: Beneath, write: Callable[[int], None], mode: int, *, durable
             raise OSError(exc.errno, exc.strerror, str(where.path)) from None
         try:
             try:
+                if folder_owner and os.geteuid() == 0:
+                    folder = os.fstat(dir_fd)
+                    if (folder.st_uid, folder.st_gid) != (0, 0):
+                        os.fchown(fd, folder.st_uid, folder.st_gid)
                 write(fd)
                 if durable:
                     os.fsync(fd)

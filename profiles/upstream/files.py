@@ -279,8 +279,10 @@ def write_planned_stop_marker(home: Path, pid: int, start_time: int | None) -> N
         "written_at": datetime.now(UTC).isoformat(),
     }
     # Lives seconds (60 s TTL): no fsync. The temp file is O_EXCL under a random name and the rename
-    # is between descriptors of the home: a link the profile planted is never written through.
-    write_json_atomic(home_file(home, PLANNED_STOP_MARKER), record, durable=False)
+    # is between descriptors of the home: a link the profile planted is never written through. It
+    # belongs to the home's owner: a gateway run under its own account must read and remove it.
+    replace_bytes(home_file(home, PLANNED_STOP_MARKER), json.dumps(record, sort_keys=True).encode("utf-8"),
+                  durable=False, folder_owner=True)
 
 
 def write_json_atomic(where: Beneath | Path, obj: object, mode: int = 0o600, *, durable: bool = True) -> None:

@@ -157,7 +157,8 @@ def decide(
         return Decision(Action.STOP, 0.0, 0, "stopped by hermesd")
     if kind is ExitKind.RESTART_REQUESTED:
         if uptime >= policy.healthy_after:
-            return Decision(Action.RESTART, 0.0, 0, "gateway requested a restart")
+            # At once, but it uses the one immediate restart: a quick exit right after backs off.
+            return Decision(Action.RESTART, 0.0, 1, "gateway requested a restart")
         if failures == 0:
             return Decision(Action.RESTART, 0.0, 1, "gateway requested a restart (quick exit: counted)")
         return Decision(Action.RESTART, backoff_delay(failures, policy, rng), failures + 1,

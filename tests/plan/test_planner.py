@@ -240,11 +240,16 @@ def test_exit_78_holds_until_the_files_change():
     assert "default" in w.alive
 
 
-def test_exit_75_after_a_healthy_run_restarts_at_once_without_penalty():
+def test_exit_75_after_a_healthy_run_restarts_at_once_and_a_quick_exit_after_it_backs_off():
+    """A restart request after a healthy run is honoured at once, as a crash after one is; it uses
+    the one immediate restart, so whatever exit follows quickly waits (no two at once)."""
     w = World.make(("default",))
     w.advance(10)  # healthy_after in World.make's policy
+    spawned = len(w.spawns)
     w.exit("default", 75, state="stopped")
-    assert "default" in w.alive and w.planner.profiles["default"].failures == 0
+    assert "default" in w.alive and len(w.spawns) == spawned + 1 and w.planner.profiles["default"].failures == 1
+    w.exit("default", 0)
+    assert "default" not in w.alive and ("default", "retry") in w.timers
 
 
 def test_a_quick_exit_75_forever_backs_off_like_a_crash():

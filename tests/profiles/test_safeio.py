@@ -160,3 +160,15 @@ def test_operator_files_may_be_links(tmp_path):
     os.mkfifo(tmp_path / "fifo.yaml")
     with pytest.raises(UnsafeFileError, match="FIFO"):
         safeio.read_operator_file(tmp_path / "fifo.yaml", 100)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another account needs root")
+def test_a_file_written_for_a_profile_belongs_to_its_folders_owner(root, resolver):
+    """A gateway run under its own account must read and remove what hermesd (root) writes for it."""
+    home = root / "profiles" / "alpha"
+    os.chown(home, 65534, 65534)
+    safeio.replace_bytes(safeio.home_file(home, "marker.json"), b"{}", folder_owner=True)
+    st = os.lstat(home / "marker.json")
+    assert (st.st_uid, st.st_gid) == (65534, 65534)
+    safeio.replace_bytes(safeio.home_file(home, "plain.json"), b"{}")
+    assert os.lstat(home / "plain.json").st_uid == 0

@@ -59,7 +59,7 @@ def test_classify(facts, kind):
 
 def test_decisions_for_each_kind():
     healthy = decide(ExitKind.RESTART_REQUESTED, failures=5, uptime=P.healthy_after, policy=P)
-    assert (healthy.action, healthy.delay, healthy.failures) == (Action.RESTART, 0.0, 0)
+    assert (healthy.action, healthy.delay, healthy.failures) == (Action.RESTART, 0.0, 1)  # the one at-once restart
     first_quick = decide(ExitKind.RESTART_REQUESTED, failures=0, uptime=1, policy=P)
     assert (first_quick.action, first_quick.delay, first_quick.failures) == (Action.RESTART, 0.0, 1)
     assert decide(ExitKind.CONFIG_ERROR, failures=2, uptime=1, policy=P).action is Action.HOLD
