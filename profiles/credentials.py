@@ -8,8 +8,10 @@ and ``config.yaml`` the way the gateway would (the rules live with each platform
 
 Lock scopes (``Credential.kind``): ``telegram-bot-token``, ``discord-bot-token``,
 ``slack-app-token``, ``signal-phone``, ``weixin-bot-token``, ``qqbot-appid``, ``yuanbao-app-key``,
-``feishu-app-id``, ``whatsapp-session``, ``irc`` (``server:nickname``), ``line`` (channel access
-token). Values never leave this module: callers get a salted fingerprint only.
+``feishu-app-id``, ``whatsapp-session``, ``irc`` (``server:nickname``), ``line`` (the first 16 hex
+digits of the channel access token's SHA-256). Upstream's IRC and LINE locks never stop a second
+gateway; hermesd holds it anyway (docs/upstream.md). Values never leave this module: callers get a
+salted fingerprint only.
 """
 
 from __future__ import annotations

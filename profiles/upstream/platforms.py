@@ -6,24 +6,25 @@ credential its adapter locks (upstream's lock scope and the value that identifie
 listener it opens, and what it needs installed. Keeping them in one row means a new platform cannot
 get a credential rule without also being scrubbed from children, or the reverse.
 
-How a profile's files turn into an enabled platform was read from hermes-agent 0.19.0
-(``gateway/config.py`` ``load_gateway_config`` / ``_apply_env_overrides`` and each adapter's
-``connect``):
+How a profile's files turn into locks and listeners was read from hermes-agent 0.19.0
+(``gateway/config.py`` ``load_gateway_config`` / ``_apply_env_overrides``, ``gateway/run.py``'s start-up
+and each adapter's constructor and ``connect``), and is checked against that code running
+(``tests/profiles/test_gateway_oracle.py``):
 
-* Values: the profile's ``.env`` wins over ``config.yaml`` (the gateway loads ``.env`` into its
-  environment with override, and environment variables override the YAML), except where an adapter
-  reads ``extra`` first (Feishu webhook port/host, BlueBubbles webhook port/host when not enabled
-  from ``.env``): those follow the adapter. The process environment is never consulted: it is the
-  supervisor's, and hermesd scrubs platform variables from its children.
+* The gateway's environment (:func:`gateway_env`): ``.env`` after upstream's repair, with override;
+  ``.op.env`` for names still unset; then config.yaml's top-level scalars for names still unset.
+  Credential-looking names (``*_TOKEN``, ``*_KEY``, ``*_SECRET``, ``*_API_KEY``) from the two files
+  lose non-ASCII characters, as upstream's loader strips them. The process environment is never
+  consulted: it is the supervisor's, and hermesd scrubs platform variables from its children.
 * ``config.yaml`` platform blocks are merged as upstream merges them: ``gateway.platforms.<p>`` then
   ``platforms.<p>`` (``extra`` merged one level deep), then a top-level ``<p>:`` block's ``enabled``.
-  An explicit ``enabled: false`` keeps a platform off even when ``.env`` has its token, except for
-  the platforms upstream force-enables from ``.env`` (API server, webhook, SMS, BlueBubbles,
-  WhatsApp Cloud, WeCom callback, Feishu, Weixin, QQ, Yuanbao).
-* A credential counts only when its platform would be enabled and its adapter would get as far as
-  taking the lock (Slack needs a bot token before it locks the app token).
-* Credential-looking ``.env`` keys (``*_TOKEN``, ``*_KEY``, ``*_SECRET``, ``*_API_KEY``) have
-  non-ASCII characters stripped, as upstream's loader does.
+  An explicit ``enabled: false`` keeps a platform off even when the environment has its token, except
+  for the platforms upstream force-enables from it (API server, webhook, SMS, BlueBubbles, WhatsApp
+  Cloud, WeCom callback, Feishu, Weixin, QQ, Yuanbao). ``plugins.disabled`` naming a platform
+  plugin's manifest (``telegram-platform``) means no adapter is ever built for it.
+* A credential counts only where the adapter takes its lock, with the value it locks (as written,
+  blanks included); a listener only where the adapter listens. Each rule below cites what its
+  adapter checks first. Port 0 asks for any free port and is nobody's to claim.
 
 Which platforms a profile *enables* (:func:`enabled_platforms`) follows the same two passes
 upstream runs in ``_apply_env_overrides``: the explicit per-platform ``.env`` blocks, then the
@@ -35,9 +36,13 @@ the plugin platforms that have no ``.env`` block, line, teams, google_chat, phot
 their libraries are missing; that silence is what hermesd must not copy).
 
 Not modelled (documented so nobody relies on it): tokens a platform persists in its own state
-files (Slack workspaces, Weixin accounts), plugin platforms not shipped with hermes-agent, the
-legacy ``gateway.json`` layer under ``config.yaml``, and variables the gateway inherits from the
-supervisor's own environment (``GOOGLE_CLOUD_PROJECT`` for Google Chat, say).
+files (Slack workspaces, Weixin accounts), ``secrets:`` sources (Bitwarden, 1Password), webhook
+routes added at run time, plugin platforms not shipped with hermes-agent, the legacy
+``gateway.json`` layer under ``config.yaml``, the ``/etc/hermes`` managed overlay, and variables the
+gateway inherits from the supervisor's own environment (``GOOGLE_CLOUD_PROJECT`` for Google Chat,
+``OP_SERVICE_ACCOUNT_TOKEN``, say). Deliberately stricter (docs/upstream.md): the WhatsApp session
+and bridge port are claimed before the session is paired, the Photon sidecar port before the
+sidecar is installed.
 
 Values never leave the rules except to :mod:`profiles.credentials`, which fingerprints them.
 """

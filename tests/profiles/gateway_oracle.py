@@ -65,12 +65,14 @@ import sys
 import time
 import traceback
 import types
+from pathlib import Path
 from typing import Any
 
 # --------------------------------------------------------------------------- recording
 
 RECORD: dict[str, Any] = {}
 CURRENT: list[str | None] = [None]  # the platform whose adapter is being created or connected
+CONNECT = [True]  # False: stop after the config loader (for measuring what asking upstream costs)
 
 
 def _reset_record() -> None:
@@ -477,7 +479,8 @@ def install_stand_ins() -> None:
 def _own_top_levels() -> set[str]:
     """The top-level modules hermes-agent installs (they are re-imported per profile)."""
     names: set[str] = set()
-    dist = importlib.metadata.distribution("hermes-agent")
+    # The distribution that installs the ``gateway`` package (hermes-agent, or a repackaging of it).
+    dist = importlib.metadata.distribution(importlib.metadata.packages_distributions()["gateway"][0])
     for f in dist.files or ():
         parts = f.parts
         if not parts or parts[0].endswith((".dist-info", ".data")) or parts[0] == "..":
@@ -520,6 +523,8 @@ async def _connect_all(runner: Any, timeout: float) -> None:
         RECORD["checks"] = {e.name: bool(e.check_fn()) for e in platform_registry.plugin_entries()}
     except Exception as exc:
         RECORD["errors"].append(f"checks: {type(exc).__name__}: {exc}"[:300])
+    if not CONNECT[0]:
+        return  # configuration only: what the config loader enables, no adapter built
     reason = _own_policy_open_startup_violation(config)
     if reason:
         RECORD["refused"] = str(reason)
@@ -655,11 +660,15 @@ def warm_up(scratch: str) -> set[str]:
 
     logging.disable(logging.CRITICAL)
     try:
-        import gateway.run
+        import gateway.run  # noqa: F401
         import hermes_cli.main  # noqa: F401
+        import plugins.platforms as bundled
 
-        gateway.run.GatewayRunner()  # loads every platform plugin and the libraries they import
-        for name in _LAZY:  # what adapters import inside connect(), for the libraries they pull in
+        # Import modules only: building a GatewayRunner here would start upstream's threads (a
+        # start-up watchdog among them) in the parent, which no child inherits but the parent runs.
+        adapters = [f"plugins.platforms.{d.name}.adapter" for d in Path(bundled.__path__[0]).iterdir()
+                    if (d / "adapter.py").exists()]
+        for name in (*adapters, *_LAZY):  # the libraries platform code imports, loaded once
             with contextlib.suppress(Exception):
                 importlib.import_module(name)
     except BaseException as exc:
@@ -751,7 +760,7 @@ def run_cold(profiles: list[dict[str, Any]], timeout: float, stand_ins: bool) ->
     out = []
     for profile in profiles:
         request = json.dumps({"profiles": [profile], "jobs": 1, "connect_timeout": timeout, "single": True,
-                              "stand_ins": stand_ins})
+                              "stand_ins": stand_ins, "connect": CONNECT[0]})
         proc = subprocess.run([sys.executable, os.path.abspath(__file__)], input=request, capture_output=True,
                               text=True, timeout=timeout * 60 + 30, check=False)
         lines = proc.stdout.strip().splitlines()
@@ -762,6 +771,7 @@ def run_cold(profiles: list[dict[str, Any]], timeout: float, stand_ins: bool) ->
 def main() -> None:
     request = json.load(sys.stdin)
     profiles = request["profiles"]
+    CONNECT[0] = bool(request.get("connect", True))
     timeout = float(request.get("connect_timeout", 3.0))
     stand_ins = request.get("stand_ins", True)
     if request.get("single"):

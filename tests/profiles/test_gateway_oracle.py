@@ -43,6 +43,8 @@ from oracle_profiles import (
     predict,
 )
 
+from profiles.upstream.releases import Unsupported, contract_for
+
 COUNT = int(os.environ.get("HERMESD_ORACLE_PROFILES", "252"))
 SEED = int(os.environ.get("HERMESD_ORACLE_SEED", "20261201"))
 JOBS = int(os.environ.get("HERMESD_ORACLE_JOBS", str(os.cpu_count() or 2)))
@@ -54,7 +56,20 @@ def _has_gateway(python: str) -> bool:
     return subprocess.run([python, "-c", probe], capture_output=True, timeout=120, check=False).returncode == 0
 
 
-pytestmark = pytest.mark.skipif(not _has_gateway(oracle_python()), reason="no hermes-agent in the oracle interpreter")
+def _release(python: str) -> str:
+    """The hermes-agent release the oracle interpreter has (its ``hermes_cli.__version__``)."""
+    proc = subprocess.run([python, "-c", "import hermes_cli; print(hermes_cli.__version__)"], capture_output=True,
+                          text=True, timeout=120, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else "unknown"
+
+
+RELEASE = _release(oracle_python()) if _has_gateway(oracle_python()) else None
+pytestmark = [
+    pytest.mark.skipif(RELEASE is None, reason="no hermes-agent in the oracle interpreter"),
+    # hermesd runs no gateway of an unsupported release (every profile is held), so no claim matters.
+    pytest.mark.skipif(RELEASE is not None and isinstance(contract_for(RELEASE), Unsupported),
+                       reason=f"hermes-agent {RELEASE} is not supported: hermesd starts no gateway of it"),
+]
 
 
 @dataclass(frozen=True)
@@ -113,7 +128,8 @@ DELIBERATE: dict[str, Deliberate] = {
     # platform out; hermesd counts it enabled, claims the sidecar port and reports what is missing.
     "photon": Deliberate(
         "Photon sidecar",
-        lambda d, c: d.platform == "photon" and not c.record.get("checks", {}).get("photon", True)
+        lambda d, c: d.platform == "photon"
+        and (not c.record.get("checks", {}).get("photon", True) or _fatal(c, "photon").startswith("SIDECAR"))
         and ((d.field == "enabled" and d.hermesd == "True") or (d.field == "port" and _only_hermesd(d)))),
     # A value an adapter cannot parse (a webhook port that is not a number, say) stops upstream's
     # whole gateway at start-up, so it holds nothing; hermesd keeps the profile's claims.
@@ -189,7 +205,8 @@ def test_hermesd_claims_what_upstream_takes(cases: list[Case]) -> None:
                                     f"    {case.profile.describe()}\n    upstream: "
                                     f"{json.dumps(case.record.get('platforms', {}).get(d.platform))}")
     report = {"profiles": len(cases), "fields": fields, "agree": fields - sum(counts.values()),
-              "differences": dict(sorted(counts.items())), "seed": SEED, "python": oracle_python(), **TIMES}
+              "differences": dict(sorted(counts.items())), "seed": SEED, "release": RELEASE, "python": oracle_python(),
+              **TIMES}
     print(f"\noracle: {json.dumps(report)}")
     if os.environ.get("HERMESD_ORACLE_REPORT"):
         Path(os.environ["HERMESD_ORACLE_REPORT"]).write_text(json.dumps(report, indent=2) + "\n")
