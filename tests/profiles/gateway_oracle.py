@@ -29,7 +29,8 @@ Recorded, and kept from leaving the machine:
   stand-ins whatever is installed, so results do not depend on which SDKs an environment has: an
   SDK call succeeds and returns another stand-in, and a call that the SDK documents as opening a
   listener (``start_webhook(listen=…, port=…)``) is recorded as a bind;
-* ``asyncio.sleep``/``time.sleep`` are capped at 10 ms, and every connect is bounded.
+* ``asyncio.sleep`` and the main thread's ``time.sleep`` are capped at 10 ms, every connect is
+  bounded, and only the main thread may end the process (an upstream watchdog thread cannot).
 
 Speed: importing hermes-agent costs about 0.4 s. The parent imports it once (into a scratch
 home), then drops every module hermes-agent owns from ``sys.modules`` and keeps the third-party
@@ -62,6 +63,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import types
@@ -85,7 +87,7 @@ def _reset_record() -> None:
 
 def _note(kind: str, item: dict[str, Any]) -> None:
     item.setdefault("platform", CURRENT[0])
-    RECORD[kind].append(item)
+    RECORD.setdefault(kind, []).append(item)
 
 
 # --------------------------------------------------------------------------- network
@@ -265,7 +267,21 @@ async def _async_sleep(delay: float, result: Any = None) -> Any:
 
 
 def _time_sleep(delay: float) -> None:
-    _real_time_sleep(min(max(float(delay or 0), 0.0), SLEEP_CAP))
+    """Capped on the main thread (connect paths); background threads (watchdogs) keep real time."""
+    if threading.current_thread() is threading.main_thread():
+        delay = min(max(float(delay or 0), 0.0), SLEEP_CAP)
+    _real_time_sleep(delay)
+
+
+_real_os_exit = os._exit
+
+
+def _os_exit(code: int) -> None:
+    """Only the main thread ends the process: an upstream watchdog thread must not end the oracle."""
+    if threading.current_thread() is threading.main_thread():
+        _real_os_exit(code)
+    _note("signals", {"exit_from_thread": int(code), "signal": 0})
+    raise SystemExit(code)
 
 
 def install_guards() -> None:
@@ -287,6 +303,7 @@ def install_guards() -> None:
     os.killpg = _killpg
     asyncio.sleep = _async_sleep
     time.sleep = _time_sleep
+    os._exit = _os_exit
     # No connection is ever made, so no certificate is ever checked: skip reading CA bundles
     # (70 ms per HTTP client otherwise).
     ssl.SSLContext.load_verify_locations = lambda self, *a, **k: None  # type: ignore[method-assign]
