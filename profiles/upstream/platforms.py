@@ -435,7 +435,8 @@ class _Feishu:
             self.port: int | None = int(extra.get("webhook_port") or v.get("FEISHU_WEBHOOK_PORT", "8765"))
         except (TypeError, ValueError):
             self.port = None  # the adapter cannot be built
-        self.source = SRC_CONFIG if extra.get("app_id") and not v.e("FEISHU_APP_SECRET") else v.src("FEISHU_APP_ID")
+        from_env = bool(v.e("FEISHU_APP_ID") and v.e("FEISHU_APP_SECRET")) or not extra.get("app_id")
+        self.source = v.src("FEISHU_APP_ID") if from_env else SRC_CONFIG
 
     def locks(self) -> bool:
         """connect() gets to the lock: id and secret, a known mode, webhook mode signed."""
