@@ -196,9 +196,13 @@ def test_generated_profiles_reach_every_platform(cases: list[Case]) -> None:
     assert not never, f"never enabled upstream: {never}"
     expected_locks = {"telegram-bot-token", "discord-bot-token", "slack-app-token", "signal-phone", "weixin-bot-token",
                       "qqbot-appid", "yuanbao-app-key", "feishu-app-id", "whatsapp-session", "irc", "line"}
+    if str(RELEASE).startswith("0.18."):  # QQ and WeCom callback never connect there (docs/upstream.md)
+        expected_locks.discard("qqbot-appid")
     assert expected_locks <= set(locks), f"no lock seen for {sorted(expected_locks - set(locks))}"
     expected_ports = {"api_server", "webhook", "msgraph_webhook", "sms", "bluebubbles", "whatsapp_cloud",
                       "wecom_callback", "line", "feishu", "telegram", "teams", "whatsapp", "raft"}
+    if str(RELEASE).startswith("0.18."):
+        expected_ports.discard("wecom_callback")
     assert expected_ports <= set(ports), f"no listener seen for {sorted(expected_ports - set(ports))}"
     broken = [(c.profile.name, c.record["errors"][:1]) for c in cases if c.record.get("errors")]
     assert not broken, f"upstream's start-up failed in the oracle itself: {broken[:5]}"
