@@ -8,8 +8,10 @@ and ``config.yaml`` the way the gateway would (the rules live with each platform
 
 Lock scopes (``Credential.kind``): ``telegram-bot-token``, ``discord-bot-token``,
 ``slack-app-token``, ``signal-phone``, ``weixin-bot-token``, ``qqbot-appid``, ``yuanbao-app-key``,
-``feishu-app-id``, ``whatsapp-session``, ``irc`` (``server:nickname``), ``line`` (channel access
-token). Values never leave this module: callers get a salted fingerprint only.
+``feishu-app-id``, ``whatsapp-session``, ``irc`` (``server:nickname``), ``line`` (the first 16 hex
+digits of the channel access token's SHA-256). Upstream's IRC and LINE locks never stop a second
+gateway; hermesd holds it anyway (docs/upstream.md). Values never leave this module: callers get a
+salted fingerprint only.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ __all__ = [
 ]
 
 ENV_FILE = ".env"
+OP_ENV_FILE = ".op.env"  # upstream loads it after .env, without override (1Password's bootstrap token)
 CONFIG_FILE = "config.yaml"
 
 
@@ -100,16 +103,19 @@ def load_config(home: Path) -> dict[str, Any]:
     return copy.deepcopy(_config(Path(home)))
 
 
-def view_of(home: Path, env: dict[str, str] | None = None, cfg: dict[str, Any] | None = None) -> View:
-    """The profile's files as its gateway would merge them; reads whichever of the two is not given.
+def view_of(home: Path, env: dict[str, str] | None = None, cfg: dict[str, Any] | None = None,
+            op_env: dict[str, str] | None = None) -> View:
+    """The profile's files as its gateway would merge them; reads whichever of the three is not given.
 
-    Raises :class:`ProfileConfigError` when ``.env`` or ``config.yaml`` is malformed.
+    Raises :class:`ProfileConfigError` when ``.env``, ``.op.env`` or ``config.yaml`` is malformed.
     """
     if env is None:
         env = read_env_file(home_file(home, ENV_FILE))
     if cfg is None:
         cfg = _config(home)
-    return View(Path(home), env, cfg)
+    if op_env is None:
+        op_env = read_env_file(home_file(home, OP_ENV_FILE))
+    return View(Path(home), env, cfg, op_env)
 
 
 def profile_credentials(home: Path, salt: bytes, *, view: View | None = None) -> list[Credential]:

@@ -6,6 +6,11 @@ lines, unquoted values with a trailing `` # comment`` stripped, ``'quoted keys'`
 and blank lines, a ``KEY`` with no ``=`` (it sets nothing, and cancels an earlier ``KEY=``), and ``${VAR}`` /
 ``${VAR:-default}`` expansion.
 
+Before parsing, the text gets the repair upstream writes back to ``.env`` before loading it
+(``hermes_cli/config.py`` ``_sanitize_env_lines``): every line loses its surrounding blanks, and a
+line holding two known settings run together (``TELEGRAM_BOT_TOKEN=123:abcAPI_SERVER_KEY=k``) is
+split into one line each (:func:`repair`). hermesd never writes the repaired text back.
+
 Two deliberate differences, both because hermesd judges a profile from its files alone:
 
 * ``${VAR}`` expands only from keys defined *earlier in the same file*; the process
@@ -27,6 +32,7 @@ from pathlib import Path
 from profiles.errors import ProfileConfigError
 from profiles.fileio import read_capped_if_changed
 from profiles.safeio import Beneath, beneath
+from profiles.upstream.envkeys import KNOWN_ENV_KEYS
 
 _WS = re.compile(r"[^\S\r\n]*")
 _BLANK = re.compile(r"\s*")
@@ -119,10 +125,82 @@ def parse_env_text(text: str, path: Path) -> dict[str, str]:
             values[key] = _expand(value, values)
 
 
+_STRUCTURED = ("://", "?", "&")
+
+
+def _split_points(line: str) -> list[int]:
+    """Where known ``NAME=`` settings start in ``line``, dropping matches inside a longer one."""
+    ranges = []
+    for name in KNOWN_ENV_KEYS:
+        needle = name + "="
+        i = line.find(needle)
+        while i >= 0:
+            ranges.append((i, i + len(needle)))
+            i = line.find(needle, i + len(needle))
+    return sorted({s for s, e in ranges if not any(s2 <= s and e2 >= e and (s2, e2) != (s, e) for s2, e2 in ranges)})
+
+
+def _sanitized(lines: list[str]) -> list[str]:
+    out = []
+    for line in lines:
+        raw = line.rstrip("\r\n")
+        stripped = raw.strip()
+        if not stripped or stripped.startswith("#"):
+            out.append(raw + "\n")
+            continue
+        points = _split_points(stripped) if stripped.count("=") >= 2 else []  # a split needs two settings
+        if len(points) > 1 and points[0] == 0:
+            parts = [stripped[p:q] for p, q in zip(points, [*points[1:], len(stripped)], strict=True)]
+            values = [seg.split("=", 1)[1] for seg in parts[:-1]]
+            if not any(any(m in v for m in _STRUCTURED) or any(c.isspace() for c in v) for v in values):
+                out.extend(part.strip() + "\n" for part in parts if part.strip())
+                continue
+        out.append(stripped + "\n")
+    return out
+
+
+def repair(text: str) -> tuple[str, bool]:
+    """Upstream's rewrite of ``.env`` text before it loads it, and whether it changes the file.
+
+    Lines are split as Python's text files split them (``\\n``, ``\\r\\n``, ``\\r``); NULs go.
+    """
+    parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    lines = [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+    out = _sanitized([line.replace("\x00", "") for line in lines])
+    return "".join(out), out != lines
+
+
+def decode(raw: bytes) -> str:
+    """``.env`` bytes as upstream ends up loading them (``env_loader._sanitize_env_file_if_needed``).
+
+    The repair is applied when it changes something (upstream then writes the repaired text back
+    as UTF-8, so undecodable bytes stay replacement characters); otherwise the original bytes are
+    read as UTF-8, else Latin-1. A UTF-16 file (with its BOM) is read as such; an undecodable
+    first line or a UTF-32 BOM leaves the file as it is.
+    """
+    if raw.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):
+        return raw.decode("latin-1")
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        try:
+            return repair(raw.decode("utf-16"))[0]
+        except UnicodeDecodeError:
+            return raw.decode("latin-1")
+    lenient = raw.decode("utf-8-sig", errors="replace")
+    if not lenient.startswith("\ufffd"):
+        text, changed = repair(lenient)
+        if changed:
+            return text
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
 def read_env_file(path: Beneath | Path | str) -> dict[str, str]:
     """The variables a ``.env`` file sets; ``{}`` when it does not exist.
 
-    UTF-8 with an optional BOM, falling back to Latin-1 like upstream's loader.
+    UTF-8 with an optional BOM, falling back to Latin-1 like upstream's loader, after upstream's
+    repair (:func:`decode`).
     Malformed content raises :class:`ProfileConfigError` naming the file and line; so does a
     ``.env`` that is a link (hermesd never reads one profile's file through another's).
     """
@@ -140,10 +218,6 @@ def read_env_file(path: Beneath | Path | str) -> dict[str, str]:
     if raw is None and hit is not None:
         return dict(hit[1])
     assert raw is not None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        text = raw.decode("latin-1")
-    values = parse_env_text(text.replace("\x00", ""), spot.path)
+    values = parse_env_text(decode(raw).replace("\x00", ""), spot.path)
     _cache[key] = (stamp, values)
     return dict(values)

@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from profiles.credentials import CONFIG_FILE, ENV_FILE, load_config, profile_credentials, profile_ports, view_of
+from profiles.credentials import (
+    CONFIG_FILE,
+    ENV_FILE,
+    OP_ENV_FILE,
+    load_config,
+    profile_credentials,
+    profile_ports,
+    view_of,
+)
 from profiles.envfile import read_env_file
 from profiles.errors import ProfileConfigError
 from profiles.safeio import home_file
@@ -62,6 +70,7 @@ class ProfileFacts:
     # the profile's own config.yaml, and ``gateway.parked`` (``hermes -p X gateway stop``) in its home.
     standalone: bool = False
     parked: bool = False
+    op_env: dict[str, str] | None = None  # .op.env, which fills what .env and hermesd leave unset
 
     @property
     def ok(self) -> bool:
@@ -92,15 +101,20 @@ def read_profile(name: str, home: Path, salt: bytes) -> ProfileFacts:
         env = read_env_file(home_file(home, ENV_FILE))
     except (ProfileConfigError, OSError, ValueError) as exc:
         problems.append(_problem(exc, home / ENV_FILE))
+    op_env: dict[str, str] | None = None
+    try:
+        op_env = read_env_file(home_file(home, OP_ENV_FILE))
+    except (ProfileConfigError, OSError, ValueError) as exc:
+        problems.append(_problem(exc, home / OP_ENV_FILE))
     try:
         config = load_config(home)
     except (ProfileConfigError, OSError, ValueError) as exc:
         problems.append(_problem(exc, home / CONFIG_FILE))
     parked = os.path.lexists(home / PARKED_MARKER)
-    if env is None or config is None:
+    if env is None or config is None or op_env is None:
         return ProfileFacts(name, home, env, config, tuple(problems), (), (), (), 0.0,
-                            "error:" + digest_of(problems), parked=parked)
-    view = view_of(home, env, config)
+                            "error:" + digest_of(problems), parked=parked, op_env=op_env)
+    view = view_of(home, env, config, op_env)
     claims = [
         Claim("credential", c.platform, c.kind, c.fingerprint) for c in profile_credentials(home, salt, view=view)
     ]
@@ -108,6 +122,6 @@ def read_profile(name: str, home: Path, salt: bytes) -> ProfileFacts:
     platforms = enabled_platforms(view)
     return ProfileFacts(
         name, home, env, config, (), tuple(claims), tuple(env_overrides(env, config)), tuple(platforms),
-        drain_seconds(config), digest_of({"env": env, "config": config}),
-        standalone=standalone(config), parked=parked,
+        drain_seconds(config), digest_of({"env": env, "config": config, "op_env": op_env}),
+        standalone=standalone(config), parked=parked, op_env=op_env,
     )

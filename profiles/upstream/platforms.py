@@ -6,24 +6,25 @@ credential its adapter locks (upstream's lock scope and the value that identifie
 listener it opens, and what it needs installed. Keeping them in one row means a new platform cannot
 get a credential rule without also being scrubbed from children, or the reverse.
 
-How a profile's files turn into an enabled platform was read from hermes-agent 0.19.0
-(``gateway/config.py`` ``load_gateway_config`` / ``_apply_env_overrides`` and each adapter's
-``connect``):
+How a profile's files turn into locks and listeners was read from hermes-agent 0.19.0
+(``gateway/config.py`` ``load_gateway_config`` / ``_apply_env_overrides``, ``gateway/run.py``'s start-up
+and each adapter's constructor and ``connect``), and is checked against that code running
+(``tests/profiles/test_gateway_oracle.py``):
 
-* Values: the profile's ``.env`` wins over ``config.yaml`` (the gateway loads ``.env`` into its
-  environment with override, and environment variables override the YAML), except where an adapter
-  reads ``extra`` first (Feishu webhook port/host, BlueBubbles webhook port/host when not enabled
-  from ``.env``): those follow the adapter. The process environment is never consulted: it is the
-  supervisor's, and hermesd scrubs platform variables from its children.
+* The gateway's environment (:func:`gateway_env`): ``.env`` after upstream's repair, with override;
+  ``.op.env`` for names still unset; then config.yaml's top-level scalars for names still unset.
+  Credential-looking names (``*_TOKEN``, ``*_KEY``, ``*_SECRET``, ``*_API_KEY``) from the two files
+  lose non-ASCII characters, as upstream's loader strips them. The process environment is never
+  consulted: it is the supervisor's, and hermesd scrubs platform variables from its children.
 * ``config.yaml`` platform blocks are merged as upstream merges them: ``gateway.platforms.<p>`` then
   ``platforms.<p>`` (``extra`` merged one level deep), then a top-level ``<p>:`` block's ``enabled``.
-  An explicit ``enabled: false`` keeps a platform off even when ``.env`` has its token, except for
-  the platforms upstream force-enables from ``.env`` (API server, webhook, SMS, BlueBubbles,
-  WhatsApp Cloud, WeCom callback, Feishu, Weixin, QQ, Yuanbao).
-* A credential counts only when its platform would be enabled and its adapter would get as far as
-  taking the lock (Slack needs a bot token before it locks the app token).
-* Credential-looking ``.env`` keys (``*_TOKEN``, ``*_KEY``, ``*_SECRET``, ``*_API_KEY``) have
-  non-ASCII characters stripped, as upstream's loader does.
+  An explicit ``enabled: false`` keeps a platform off even when the environment has its token, except
+  for the platforms upstream force-enables from it (API server, webhook, SMS, BlueBubbles, WhatsApp
+  Cloud, WeCom callback, Feishu, Weixin, QQ, Yuanbao). ``plugins.disabled`` naming a platform
+  plugin's manifest (``telegram-platform``) means no adapter is ever built for it.
+* A credential counts only where the adapter takes its lock, with the value it locks (as written,
+  blanks included); a listener only where the adapter listens. Each rule below cites what its
+  adapter checks first. Port 0 asks for any free port and is nobody's to claim.
 
 Which platforms a profile *enables* (:func:`enabled_platforms`) follows the same two passes
 upstream runs in ``_apply_env_overrides``: the explicit per-platform ``.env`` blocks, then the
@@ -35,15 +36,22 @@ the plugin platforms that have no ``.env`` block, line, teams, google_chat, phot
 their libraries are missing; that silence is what hermesd must not copy).
 
 Not modelled (documented so nobody relies on it): tokens a platform persists in its own state
-files (Slack workspaces, Weixin accounts), plugin platforms not shipped with hermes-agent, the
-legacy ``gateway.json`` layer under ``config.yaml``, and variables the gateway inherits from the
-supervisor's own environment (``GOOGLE_CLOUD_PROJECT`` for Google Chat, say).
+files (Slack workspaces, Weixin accounts), ``secrets:`` sources (Bitwarden, 1Password), webhook
+routes added at run time, plugin platforms not shipped with hermes-agent, the legacy
+``gateway.json`` layer under ``config.yaml``, the ``/etc/hermes`` managed overlay, and variables the
+gateway inherits from the supervisor's own environment (``GOOGLE_CLOUD_PROJECT`` for Google Chat,
+``OP_SERVICE_ACCOUNT_TOKEN``, say). Deliberately stricter (docs/upstream.md): the WhatsApp session
+and bridge port are claimed before the session is paired, the Photon sidecar port before the
+sidecar is installed.
 
 Values never leave the rules except to :mod:`profiles.credentials`, which fingerprints them.
 """
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,10 +108,10 @@ _PLACEHOLDERS = frozenset(
 )
 
 
-def _usable_secret(value: str) -> bool:
+def _usable_secret(value: str, min_length: int = 4) -> bool:
     """Upstream's ``has_usable_secret``: a placeholder token disables its platform at start-up."""
     cleaned = value.strip()
-    return len(cleaned) >= 4 and cleaned.lower() not in _PLACEHOLDERS
+    return len(cleaned) >= min_length and cleaned.lower() not in _PLACEHOLDERS
 
 
 def _is_int(value: str) -> bool:
@@ -115,21 +123,104 @@ def _is_int(value: str) -> bool:
 
 
 
-class View:
-    """A profile's ``.env`` and ``config.yaml`` with upstream's merge rules applied lazily."""
+# Plugin folders under hermes-agent's ``plugins/platforms/``. ``plugins.disabled`` switches one off by its
+# manifest name, ``<folder>-platform`` (the folder name or ``platforms/<folder>`` does nothing); WeCom's
+# plugin registers both WeCom modes.
+PLUGIN_OF: dict[str, str] = {
+    **{p: p for p in ("dingtalk", "discord", "email", "feishu", "google_chat", "homeassistant", "irc", "line",
+                      "matrix", "mattermost", "ntfy", "photon", "raft", "simplex", "slack", "sms", "teams",
+                      "telegram", "wecom", "whatsapp")},
+    "wecom_callback": "wecom",
+}
+# Platforms that exist only as plugins (not members of upstream's ``Platform`` enum): with the plugin
+# disabled, nothing in config.yaml or .env can enable them.
+PLUGIN_ONLY = frozenset({"irc", "line", "teams", "google_chat", "ntfy", "simplex", "photon", "raft"})
+SRC_OP_ENV = ".op.env"
+_SCALARS = (str, int, float, bool)
+_EXPAND = re.compile(r"\$\{([^}]+)\}")
 
-    def __init__(self, home: Path, env: Mapping[str, str], cfg: Mapping[str, Any]) -> None:
+
+def _bridged(cfg: Mapping[str, Any], env: Mapping[str, str]) -> Iterable[tuple[str, str]]:
+    """``gateway/run.py``'s bridge: each top-level scalar of config.yaml, as the environment gets it.
+
+    Strings have ``${VAR}`` expanded from the environment so far (unknown names stay as written);
+    a value becomes ``str(value)`` (``true`` → ``"True"``). A key upstream cannot put into the
+    environment (not text, empty, holding ``=`` or NUL) ends the bridge there, as its exception does.
+    """
+    for key, value in cfg.items():
+        if not isinstance(value, _SCALARS):
+            continue
+        if not isinstance(key, str) or not key or "=" in key or "\0" in key:
+            return
+        if key in env:
+            continue
+        if isinstance(value, str):
+            value = _EXPAND.sub(lambda m: env.get(m.group(1), m.group(0)), value)
+        text = str(value)
+        if "\0" in text:
+            return
+        yield key, text
+
+
+def gateway_env(env: Mapping[str, str], op_env: Mapping[str, str] | None, cfg: Mapping[str, Any]
+                ) -> tuple[dict[str, str], dict[str, str]]:
+    """The platform settings a profile's gateway ends up with in its environment, and each one's file.
+
+    hermes-agent 0.19.0 at start-up (``hermes_cli/env_loader.py``, ``gateway/run.py``): the
+    (repaired) ``.env`` with override; then ``.op.env`` without override, unless
+    ``OP_SERVICE_ACCOUNT_TOKEN`` is already set; non-ASCII characters stripped from credential-looking
+    names after each load; then config.yaml's top-level scalars for names still unset. hermesd's
+    children inherit no platform variable, so nothing else sets one.
+    """
+    out = _strip_non_ascii(dict(env))
+    source = dict.fromkeys(out, SRC_ENV)
+    if op_env and "OP_SERVICE_ACCOUNT_TOKEN" not in out:
+        for key, value in _strip_non_ascii(dict(op_env)).items():
+            if key not in out:
+                out[key], source[key] = value, SRC_OP_ENV
+    for key, value in _bridged(cfg, out):
+        out[key], source[key] = value, SRC_CONFIG
+    return out, source
+
+
+class View:
+    """A profile's files as its gateway reads them: its environment and config.yaml's platform blocks."""
+
+    def __init__(self, home: Path, env: Mapping[str, str], cfg: Mapping[str, Any],
+                 op_env: Mapping[str, str] | None = None) -> None:
         self.home = Path(home)
-        self.env = _strip_non_ascii(dict(env))
         self.cfg = cfg
+        self.env, self._source = gateway_env(env, op_env, cfg)
         self._platforms: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {}
+        plugins = cfg.get("plugins")
+        disabled = plugins.get("disabled") if isinstance(plugins, dict) else None
+        try:
+            self._disabled = set(disabled) if isinstance(disabled, list) else set()
+        except TypeError:  # an unhashable entry: upstream's set() raises and it disables nothing
+            self._disabled = set()
 
     def e(self, name: str) -> str:
-        """A ``.env`` value, ``""`` when unset."""
+        """The gateway's value of environment variable ``name``, ``""`` when unset."""
         return self.env.get(name, "")
+
+    def get(self, name: str, default: str) -> str:
+        """``os.getenv(name, default)``: ``default`` only when unset (an empty value stays empty)."""
+        return self.env.get(name, default)
+
+    def has(self, name: str) -> bool:
+        return name in self.env
+
+    def src(self, name: str) -> str:
+        """The file that set environment variable ``name`` (``.env``, ``.op.env`` or config.yaml)."""
+        return self._source.get(name, SRC_ENV)
 
     def e_true(self, name: str) -> bool:
         return self.e(name).strip().lower() in TRUTHY
+
+    def plugin_off(self, name: str) -> bool:
+        """Whether ``plugins.disabled`` in config.yaml switches off the plugin that provides ``name``."""
+        folder = PLUGIN_OF.get(name)
+        return folder is not None and f"{folder}-platform" in self._disabled
 
     def _platform(self, name: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
         cached = self._platforms.get(name)
@@ -184,133 +275,206 @@ class View:
         return self._platform(name)[2]
 
     def cfg_enabled(self, name: str) -> bool:
+        """config.yaml says ``enabled: true`` (for a plugin-only platform, only while its plugin loads)."""
+        if name in PLUGIN_ONLY and self.plugin_off(name):
+            return False
         return coerce_bool(self.block(name).get("enabled"), False)
 
     def explicitly_off(self, name: str) -> bool:
-        return self.explicit(name) and not self.cfg_enabled(name)
+        return self.explicit(name) and not coerce_bool(self.block(name).get("enabled"), False)
 
     def plugin_enabled(self, name: str, configured: bool) -> bool:
-        """Upstream's plugin pass: on if YAML enables it, or if configured and not explicitly off."""
+        """Upstream's plugin pass: on if YAML enables it, or if configured and not explicitly off.
+
+        A disabled plugin never registers, so its pass does not run.
+        """
+        if self.plugin_off(name):
+            return self.cfg_enabled(name)
         return self.cfg_enabled(name) or (configured and not self.explicit(name))
 
 
 Found = tuple[str, str, str, str]  # platform, lock scope, identifying value, source file
 
 
+def _one(platform: str, kind: str, value: object, source: str) -> list[Found]:
+    """A lock on ``value``; only text is ever locked (upstream's lock hashes the text, anything else raises)."""
+    return [(platform, kind, value, source)] if isinstance(value, str) and value else []
 
-def _one(platform: str, kind: str, value: str, source: str) -> list[Found]:
-    return [(platform, kind, value, source)] if value else []
 
+def _bot_token(v: View, platform: str, env_name: str) -> tuple[object, str] | None:
+    """The bot token a token-authenticated platform would start with (``PlatformConfig.token``), and its source.
 
-def _bot_token(v: View, platform: str, env_name: str) -> tuple[str, str] | None:
-    """The bot token a token-authenticated platform would start with, and its source.
-
-    Follows upstream: the ``.env`` token enables the platform unless YAML explicitly
+    Follows upstream: the environment's token enables the platform unless YAML explicitly
     disables it; a YAML-only token needs ``enabled: true`` (the plugin pass probes without
-    it); a placeholder token (shorter than 4, or ``changeme``-like) keeps it off.
+    it); a placeholder token (shorter than 4, or ``changeme``-like) keeps it off. The token is
+    locked as written, blanks included.
     """
     if v.e(env_name):
         if v.explicitly_off(platform):
             return None
-        token, source = v.e(env_name), SRC_ENV
+        token: object = v.e(env_name)
+        source = v.src(env_name)
     elif v.cfg_enabled(platform):
-        token, source = _text(v.block(platform).get("token")), SRC_CONFIG
+        token, source = v.block(platform).get("token"), SRC_CONFIG
     else:
         return None
-    if token.strip() and not _usable_secret(token):
+    if isinstance(token, str) and token.strip() and not _usable_secret(token):
         return None
     return token, source
 
 
 def _telegram(v: View) -> list[Found]:
-    found = _bot_token(v, "telegram", "TELEGRAM_BOT_TOKEN")
+    found = _bot_token(v, "telegram", "TELEGRAM_BOT_TOKEN") if not v.plugin_off("telegram") else None
     return _one("telegram", "telegram-bot-token", *found) if found else []
 
 
 def _discord(v: View) -> list[Found]:
-    found = _bot_token(v, "discord", "DISCORD_BOT_TOKEN")
+    found = _bot_token(v, "discord", "DISCORD_BOT_TOKEN") if not v.plugin_off("discord") else None
     return _one("discord", "discord-bot-token", *found) if found else []
 
 
 def _slack(v: View) -> list[Found]:
-    if v.e("SLACK_BOT_TOKEN"):
-        enabled = not v.explicitly_off("slack")
-        bot = v.e("SLACK_BOT_TOKEN")
-    else:
-        enabled = v.cfg_enabled("slack")
-        bot = _text(v.block("slack").get("token"))
-    if not (enabled and bot and _usable_secret(bot)):
+    # connect(): the bot token (PlatformConfig.token) and SLACK_APP_TOKEN, which is locked.
+    found = _bot_token(v, "slack", "SLACK_BOT_TOKEN") if not v.plugin_off("slack") else None
+    if not found or not found[0]:
         return []
-    return _one("slack", "slack-app-token", v.e("SLACK_APP_TOKEN"), SRC_ENV)
+    return _one("slack", "slack-app-token", v.e("SLACK_APP_TOKEN"), v.src("SLACK_APP_TOKEN"))
+
+
+def _signal_extra(v: View) -> dict[str, Any]:
+    extra = dict(v.extra("signal"))
+    if v.e("SIGNAL_HTTP_URL") and v.e("SIGNAL_ACCOUNT"):  # the .env block writes both into extra
+        extra.update(http_url=v.e("SIGNAL_HTTP_URL"), account=v.e("SIGNAL_ACCOUNT"))
+    return extra
 
 
 def _signal(v: View) -> list[Found]:
-    if v.e("SIGNAL_HTTP_URL") and v.e("SIGNAL_ACCOUNT"):
-        if v.explicitly_off("signal"):
-            return []
-        return _one("signal", "signal-phone", v.e("SIGNAL_ACCOUNT"), SRC_ENV)
-    extra = v.extra("signal")
-    if not (v.cfg_enabled("signal") and _text(extra.get("http_url"))):
+    # validate_signal_config: URL and account, each from extra or the environment (stripped);
+    # the adapter then locks extra's account only, as written.
+    if not _on_signal(v):
         return []
-    return _one("signal", "signal-phone", _text(extra.get("account")), SRC_CONFIG)
+    extra = _signal_extra(v)
+    try:
+        url = (extra.get("http_url", "") or v.e("SIGNAL_HTTP_URL")).strip()
+        account = (extra.get("account", "") or v.e("SIGNAL_ACCOUNT")).strip()
+    except AttributeError:  # a number in YAML: upstream's start-up fails
+        return []
+    if not (url and account):
+        return []
+    both_env = bool(v.e("SIGNAL_HTTP_URL") and v.e("SIGNAL_ACCOUNT"))
+    source = v.src("SIGNAL_ACCOUNT") if both_env else SRC_CONFIG
+    return _one("signal", "signal-phone", extra.get("account", ""), source)
 
 
 def _weixin(v: View) -> list[Found]:
-    if not (v.e("WEIXIN_TOKEN") or v.e("WEIXIN_ACCOUNT_ID") or v.cfg_enabled("weixin")):
+    # WeixinAdapter: token = PlatformConfig.token or extra token or WEIXIN_TOKEN; account id from extra
+    # or WEIXIN_ACCOUNT_ID; both stripped and both required before the lock.
+    if not _on_weixin(v):
         return []
-    config_token = v.e("WEIXIN_TOKEN") or _text(v.block("weixin").get("token"))
-    if config_token.strip() and not _usable_secret(config_token):
-        return []
-    if v.e("WEIXIN_TOKEN"):
-        return _one("weixin", "weixin-bot-token", v.e("WEIXIN_TOKEN").strip(), SRC_ENV)
-    token = config_token or _text(v.extra("weixin").get("token"))
-    return _one("weixin", "weixin-bot-token", token.strip(), SRC_CONFIG)
+    extra = v.extra("weixin")
+    account = str(extra.get("account_id") or v.e("WEIXIN_ACCOUNT_ID")).strip()
+    config_token = v.e("WEIXIN_TOKEN") or v.block("weixin").get("token")
+    token = str(config_token or extra.get("token") or v.e("WEIXIN_TOKEN")).strip()
+    if not (token and account):
+        return []  # (with an account id but no token upstream reads a token it saved itself: not modelled)
+    return _one("weixin", "weixin-bot-token", token, v.src("WEIXIN_TOKEN") if v.e("WEIXIN_TOKEN") else SRC_CONFIG)
 
 
 def _qqbot(v: View) -> list[Found]:
-    if not (v.e("QQ_APP_ID") or v.e("QQ_CLIENT_SECRET") or v.cfg_enabled("qqbot")):
+    # QQAdapter: app id and client secret, each from extra (the .env block writes them there) or the
+    # environment, stripped; both required before the lock.
+    if not _on_qqbot(v):
         return []
-    if v.e("QQ_APP_ID"):
-        return _one("qqbot", "qqbot-appid", v.e("QQ_APP_ID").strip(), SRC_ENV)
-    return _one("qqbot", "qqbot-appid", _text(v.extra("qqbot").get("app_id")), SRC_CONFIG)
+    extra = v.extra("qqbot")
+    app_id = str(v.e("QQ_APP_ID") or extra.get("app_id") or "").strip()
+    secret = str(v.e("QQ_CLIENT_SECRET") or extra.get("client_secret") or "").strip()
+    if not (app_id and secret):
+        return []
+    return _one("qqbot", "qqbot-appid", app_id, v.src("QQ_APP_ID") if v.e("QQ_APP_ID") else SRC_CONFIG)
 
 
 def _yuanbao(v: View) -> list[Found]:
-    app_id = v.e("YUANBAO_APP_ID") or v.e("YUANBAO_APP_KEY")
-    if app_id and v.e("YUANBAO_APP_SECRET"):
-        return _one("yuanbao", "yuanbao-app-key", app_id.strip(), SRC_ENV)
-    extra = v.extra("yuanbao")
-    if not (v.cfg_enabled("yuanbao") and _text(extra.get("app_secret"))):
+    # YuanbaoAdapter reads extra only (app_id, app_secret), stripped; the .env block fills both when
+    # the environment has an id and a secret.
+    if not _on_yuanbao(v):
         return []
-    return _one("yuanbao", "yuanbao-app-key", _text(extra.get("app_id")), SRC_CONFIG)
+    env_id = v.e("YUANBAO_APP_ID") or v.e("YUANBAO_APP_KEY")
+    if env_id and v.e("YUANBAO_APP_SECRET"):
+        app_id, secret = env_id, v.e("YUANBAO_APP_SECRET")
+        source = v.src("YUANBAO_APP_ID") if v.e("YUANBAO_APP_ID") else v.src("YUANBAO_APP_KEY")
+    else:
+        extra = v.extra("yuanbao")
+        app_id, secret, source = extra.get("app_id") or "", extra.get("app_secret") or "", SRC_CONFIG
+    if not (isinstance(app_id, str) and isinstance(secret, str) and app_id.strip() and secret.strip()):
+        return []
+    return _one("yuanbao", "yuanbao-app-key", app_id.strip(), source)
+
+
+class _Feishu:
+    """The Feishu adapter's settings (``FeishuAdapter._load_settings``), or why it is never built."""
+
+    def __init__(self, v: View) -> None:
+        extra = dict(v.extra("feishu"))
+        if v.e("FEISHU_APP_ID") and v.e("FEISHU_APP_SECRET"):  # the .env block
+            extra.update(app_id=v.e("FEISHU_APP_ID"), app_secret=v.e("FEISHU_APP_SECRET"),
+                         connection_mode=v.get("FEISHU_CONNECTION_MODE", "websocket"))
+            for key, env in (("encrypt_key", "FEISHU_ENCRYPT_KEY"),
+                             ("verification_token", "FEISHU_VERIFICATION_TOKEN")):
+                if v.e(env):
+                    extra[key] = v.e(env)
+
+        def setting(key: str, env: str, default: str = "") -> str:
+            return str(extra.get(key) or v.get(env, default)).strip()
+
+        self.app_id = setting("app_id", "FEISHU_APP_ID")
+        self.app_secret = setting("app_secret", "FEISHU_APP_SECRET")
+        self.mode = setting("connection_mode", "FEISHU_CONNECTION_MODE", "websocket").lower()
+        self.signed = bool(setting("encrypt_key", "FEISHU_ENCRYPT_KEY")
+                           or setting("verification_token", "FEISHU_VERIFICATION_TOKEN"))
+        self.host = setting("webhook_host", "FEISHU_WEBHOOK_HOST", "127.0.0.1")
+        try:
+            self.port: int | None = int(extra.get("webhook_port") or v.get("FEISHU_WEBHOOK_PORT", "8765"))
+        except (TypeError, ValueError):
+            self.port = None  # the adapter cannot be built
+        from_env = bool(v.e("FEISHU_APP_ID") and v.e("FEISHU_APP_SECRET")) or not extra.get("app_id")
+        self.source = v.src("FEISHU_APP_ID") if from_env else SRC_CONFIG
+
+    def locks(self) -> bool:
+        """connect() gets to the lock: id and secret, a known mode, webhook mode signed."""
+        return (self.port is not None and bool(self.app_id and self.app_secret)
+                and self.mode in ("websocket", "webhook") and (self.mode != "webhook" or self.signed))
 
 
 def _feishu(v: View) -> list[Found]:
-    if v.e("FEISHU_APP_ID") and v.e("FEISHU_APP_SECRET"):
-        return _one("feishu", "feishu-app-id", v.e("FEISHU_APP_ID").strip(), SRC_ENV)
-    cfg_id = _text(v.extra("feishu").get("app_id"))
-    if not v.plugin_enabled("feishu", bool(cfg_id)):
+    if v.plugin_off("feishu") or not _on_feishu(v):
         return []
-    if cfg_id:
-        return _one("feishu", "feishu-app-id", cfg_id, SRC_CONFIG)
-    return _one("feishu", "feishu-app-id", v.e("FEISHU_APP_ID").strip(), SRC_ENV)
+    settings = _Feishu(v)
+    return _one("feishu", "feishu-app-id", settings.app_id, settings.source) if settings.locks() else []
+
+
+def _whatsapp_enabled(v: View) -> tuple[bool, str]:
+    flag = v.e("WHATSAPP_ENABLED").strip().lower()
+    if flag in TRUTHY:
+        return True, v.src("WHATSAPP_ENABLED")
+    if flag in {"false", "0", "no"}:
+        # Upstream turns the platform off, then its plugin pass turns it back on when the
+        # YAML block carries settings and never said ``enabled`` itself.
+        return not v.explicit("whatsapp") and v.has_extra("whatsapp") and not v.plugin_off("whatsapp"), SRC_CONFIG
+    return v.plugin_enabled("whatsapp", v.has_extra("whatsapp")), SRC_CONFIG
 
 
 def _whatsapp(v: View) -> list[Found]:
-    flag = v.e("WHATSAPP_ENABLED").strip().lower()
-    if flag in TRUTHY:
-        enabled, source = True, SRC_ENV
-    elif flag in {"false", "0", "no"}:
-        # Upstream turns the platform off, then its plugin pass turns it back on when the
-        # YAML block carries settings and never said ``enabled`` itself.
-        enabled, source = not v.explicit("whatsapp") and v.has_extra("whatsapp"), SRC_CONFIG
-    else:
-        enabled, source = v.plugin_enabled("whatsapp", v.has_extra("whatsapp")), SRC_CONFIG
-    if not enabled:
+    # Stricter than upstream, which locks the session only once it is paired (creds.json) and its
+    # bridge script exists: a session two profiles share collides as soon as either is paired.
+    enabled, source = _whatsapp_enabled(v)
+    if not enabled or v.plugin_off("whatsapp"):
         return []
-    configured = _text(v.extra("whatsapp").get("session_path"))
-    if configured:
-        return _one("whatsapp", "whatsapp-session", configured, SRC_CONFIG)
+    extra = v.extra("whatsapp")
+    if "session_path" in extra:  # Path(value): "" is the gateway's working folder, a number stops the adapter
+        configured = extra["session_path"]
+        if not isinstance(configured, str):
+            return []
+        return _one("whatsapp", "whatsapp-session", str(Path(configured)), SRC_CONFIG)
     legacy = v.home / "whatsapp" / "session"
     try:
         use_legacy = legacy.is_dir() and any(legacy.iterdir())
@@ -321,151 +485,304 @@ def _whatsapp(v: View) -> list[Found]:
 
 
 def _irc(v: View) -> list[Found]:
-    extra = v.extra("irc")
-    server = v.e("IRC_SERVER") or _text(extra.get("server"))
-    channel = v.e("IRC_CHANNEL") or _text(extra.get("channel"))
-    nick = v.e("IRC_NICKNAME") or _text(extra.get("nickname")) or "hermes-bot"
-    # The plugin's requirement check wants IRC_SERVER and IRC_CHANNEL in the environment,
-    # so a config.yaml-only IRC setup needs an explicit ``enabled: true``.
-    env_ready = bool(v.e("IRC_SERVER") and v.e("IRC_CHANNEL"))
-    if not (server and channel) or not v.plugin_enabled("irc", env_ready):
+    # The plugin's check_fn wants IRC_SERVER and IRC_CHANNEL in the environment before any adapter
+    # is built; the adapter then locks "server:nickname" as written (env first, then extra).
+    if v.plugin_off("irc") or not _on_irc(v) or not (v.e("IRC_SERVER") and v.e("IRC_CHANNEL")):
         return []
-    source = SRC_ENV if (v.e("IRC_SERVER") or v.e("IRC_NICKNAME")) else SRC_CONFIG
+    extra = v.extra("irc")
+    try:
+        int(v.e("IRC_PORT") or extra.get("port", 6697))
+    except (TypeError, ValueError):
+        return []  # the adapter cannot be built
+    server = v.e("IRC_SERVER") or extra.get("server", "")
+    channel = v.e("IRC_CHANNEL") or extra.get("channel", "")
+    nick = v.e("IRC_NICKNAME") or extra.get("nickname", "hermes-bot")
+    if not (server and channel):
+        return []
+    source = v.src("IRC_NICKNAME") if v.e("IRC_NICKNAME") else v.src("IRC_SERVER")
     return _one("irc", "irc", f"{server}:{nick}", source)
 
 
+def _line_token(v: View) -> object:
+    """The channel access token the LINE adapter starts with, or ``None`` when it is never built."""
+    if v.plugin_off("line") or not _on_line(v):
+        return None
+    if not (v.e("LINE_CHANNEL_ACCESS_TOKEN") and v.e("LINE_CHANNEL_SECRET")):  # check_fn: the environment only
+        return None
+    return v.e("LINE_CHANNEL_ACCESS_TOKEN")
+
+
 def _line(v: View) -> list[Found]:
-    extra = v.extra("line")
-    token = v.e("LINE_CHANNEL_ACCESS_TOKEN") or _text(extra.get("channel_access_token"))
-    secret = v.e("LINE_CHANNEL_SECRET") or _text(extra.get("channel_secret"))
-    env_ready = bool(v.e("LINE_CHANNEL_ACCESS_TOKEN") and v.e("LINE_CHANNEL_SECRET"))
-    if not (token and secret) or not v.plugin_enabled("line", env_ready):
+    # The adapter locks the first 16 hex digits of the token's SHA-256, not the token.
+    token = _line_token(v)
+    if not isinstance(token, str) or not token:
         return []
-    source = SRC_ENV if v.e("LINE_CHANNEL_ACCESS_TOKEN") else SRC_CONFIG
-    return _one("line", "line", token, source)
+    return _one("line", "line", hashlib.sha256(token.encode()).hexdigest()[:16], v.src("LINE_CHANNEL_ACCESS_TOKEN"))
+
+
+# --------------------------------------------------------------------------- listeners
+
+
+def _listen(name: str, port: int | None, host: object) -> PortBinding | None:
+    """A listener on a fixed port; port 0 asks for any free port, which is nobody's to claim."""
+    if port is None or port == 0:
+        return None
+    return PortBinding(name, port, None if host in (None, "", "0.0.0.0", "::") else str(host))
+
+
+def _int(value: object) -> int | None:
+    """``int(value)`` as Python does it, ``None`` where that raises."""
+    try:
+        return int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def _api_server(v: View) -> PortBinding | None:
-    by_env = v.e_true("API_SERVER_ENABLED") or bool(v.e("API_SERVER_KEY"))
-    if not (by_env or v.cfg_enabled("api_server")):
+    # APIServerAdapter: extra host/port/key first (the .env block writes them there), else the
+    # environment's, else 127.0.0.1:8642; connect() refuses to listen without a key of 16+ characters.
+    if not _on_api_server(v):
         return None
-    extra = v.extra("api_server")
-    port: object = extra.get("port")
-    host: object = extra.get("host")
-    if by_env and _is_int(v.e("API_SERVER_PORT")):
-        port = v.e("API_SERVER_PORT")
-    if by_env and v.e("API_SERVER_HOST"):
-        host = v.e("API_SERVER_HOST")
-    if port is None:
-        port = v.e("API_SERVER_PORT") or 8642
-    if host is None:
-        host = v.e("API_SERVER_HOST") or "127.0.0.1"
-    return PortBinding("api_server", _int_or(port, 8642), _text(host) or None)
+    extra = dict(v.extra("api_server"))
+    if v.e_true("API_SERVER_ENABLED") or v.e("API_SERVER_KEY"):
+        if v.e("API_SERVER_KEY"):
+            extra["key"] = v.e("API_SERVER_KEY")
+        if v.e("API_SERVER_PORT") and _is_int(v.e("API_SERVER_PORT")):
+            extra["port"] = int(v.e("API_SERVER_PORT"), 10)
+        if v.e("API_SERVER_HOST"):
+            extra["host"] = v.e("API_SERVER_HOST")
+    key = extra.get("key", v.e("API_SERVER_KEY"))
+    if not (isinstance(key, str) and _usable_secret(key, 16)):
+        return None
+    raw_port = extra.get("port")
+    port = _int(v.get("API_SERVER_PORT", "8642") if raw_port is None else raw_port)
+    host = extra.get("host", v.get("API_SERVER_HOST", "127.0.0.1"))
+    return _listen("api_server", 8642 if port is None else port, host)
 
 
 def _webhook(v: View) -> PortBinding | None:
-    by_env = v.e_true("WEBHOOK_ENABLED")
-    if not (by_env or v.cfg_enabled("webhook")):
+    # WebhookAdapter: every route needs a secret (its own or the global one) or connect() raises
+    # before listening. A port that is not a number stops the whole gateway at start-up; hermesd
+    # then keeps claiming the default port (the crash is reported as a start-up failure).
+    if not _on_webhook(v):
         return None
-    extra = v.extra("webhook")
-    port: object = extra.get("port")
-    if by_env and _is_int(v.e("WEBHOOK_PORT")):
-        port = v.e("WEBHOOK_PORT")
-    return PortBinding("webhook", _int_or(port, 8644), _text(extra.get("host")) or None)
+    extra = dict(v.extra("webhook"))
+    if v.e_true("WEBHOOK_ENABLED"):
+        if v.e("WEBHOOK_PORT") and _is_int(v.e("WEBHOOK_PORT")):
+            extra["port"] = int(v.e("WEBHOOK_PORT"), 10)
+        if v.e("WEBHOOK_SECRET"):
+            extra["secret"] = v.e("WEBHOOK_SECRET")
+    routes = extra.get("routes", {})
+    secret = extra.get("secret", "")
+    try:
+        if any(not route.get("secret", secret) for route in dict(routes).values()):
+            return None
+    except (AttributeError, TypeError, ValueError):
+        return None
+    port = _int(extra.get("port", 8644))
+    return _listen("webhook", 8644 if port is None else port, extra.get("host") or None)
 
 
 def _msgraph_webhook(v: View) -> PortBinding | None:
-    if not (v.e_true("MSGRAPH_WEBHOOK_ENABLED") or v.cfg_enabled("msgraph_webhook")):
+    # MSGraphWebhookAdapter: no listener without extra.client_state, nor on a host reachable from
+    # the network without extra.allowed_source_cidrs.
+    if not _on_msgraph_webhook(v):
         return None
-    extra = v.extra("msgraph_webhook")
-    port: object = extra.get("port")
-    if _is_int(v.e("MSGRAPH_WEBHOOK_PORT")):
-        port = v.e("MSGRAPH_WEBHOOK_PORT")
-    return PortBinding("msgraph_webhook", _int_or(port, 8646), _text(extra.get("host", "0.0.0.0")) or None)
+    extra = dict(v.extra("msgraph_webhook"))
+    if v.e("MSGRAPH_WEBHOOK_PORT") and _is_int(v.e("MSGRAPH_WEBHOOK_PORT")):
+        extra["port"] = int(v.e("MSGRAPH_WEBHOOK_PORT"), 10)
+    if v.e("MSGRAPH_WEBHOOK_CLIENT_STATE"):
+        extra["client_state"] = v.e("MSGRAPH_WEBHOOK_CLIENT_STATE")
+    cidrs = [c.strip() for c in v.e("MSGRAPH_WEBHOOK_ALLOWED_SOURCE_CIDRS").split(",") if c.strip()]
+    if cidrs:
+        extra["allowed_source_cidrs"] = cidrs
+    state = extra.get("client_state")
+    if state is None or not str(state).strip():
+        return None
+    if extra.get("host", "0.0.0.0") is None:
+        return None  # str(None): the host "None", which does not resolve
+    host = str(extra.get("host", "0.0.0.0"))
+    if _network_accessible(host) and not _networks(extra.get("allowed_source_cidrs")):
+        return None
+    port = _int(extra.get("port", 8646))
+    return _listen("msgraph_webhook", 8646 if port is None else port, host)
+
+
+def _network_accessible(host: str) -> bool:
+    """``gateway/platforms/base.py`` ``is_network_accessible``: not a loopback address (names count as reachable)."""
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return host != "localhost"
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return not (addr.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
+def _networks(raw: object) -> bool:
+    """Whether ``allowed_source_cidrs`` holds at least one valid network."""
+    if isinstance(raw, str):
+        items: list[object] = raw.split(",")
+    elif isinstance(raw, (list, tuple, set)):
+        items = list(raw)
+    else:
+        return False
+    for item in items:
+        try:
+            ipaddress.ip_network(str(item).strip(), strict=False)
+        except ValueError:
+            continue
+        if str(item).strip():
+            return True
+    return False
 
 
 def _sms(v: View) -> PortBinding | None:
-    # The adapter reads TWILIO_* from the environment only and cannot start without both.
-    if not (v.e("TWILIO_ACCOUNT_SID") and "TWILIO_AUTH_TOKEN" in v.env):
+    # The SMS plugin reads the environment only: the account and auth token to exist at all, a
+    # sending number and a webhook URL (or SMS_INSECURE_NO_SIGNATURE=true) before it listens.
+    if v.plugin_off("sms") or not _on_sms(v) or not (v.e("TWILIO_ACCOUNT_SID") and v.e("TWILIO_AUTH_TOKEN")):
         return None
-    return PortBinding(
-        "sms", _int_or(v.e("SMS_WEBHOOK_PORT") or 8080, 8080), v.e("SMS_WEBHOOK_HOST") or "127.0.0.1"
-    )
+    port = _int(v.get("SMS_WEBHOOK_PORT", "8080"))
+    if port is None or not v.e("TWILIO_PHONE_NUMBER"):
+        return None
+    if not (v.e("SMS_WEBHOOK_URL").strip() or v.e("SMS_INSECURE_NO_SIGNATURE").lower() == "true"):
+        return None
+    return _listen("sms", port, v.get("SMS_WEBHOOK_HOST", "127.0.0.1"))
 
 
 def _bluebubbles(v: View) -> PortBinding | None:
-    by_env = bool(v.e("BLUEBUBBLES_SERVER_URL") and v.e("BLUEBUBBLES_PASSWORD"))
-    if not (by_env or v.cfg_enabled("bluebubbles")):
+    # BlueBubblesAdapter: server URL and password (extra first, then the environment) before it
+    # listens; the .env block writes its own values into extra when it enables the platform.
+    if not _on_bluebubbles(v):
         return None
-    if by_env:
-        port: object = _int_or(v.e("BLUEBUBBLES_WEBHOOK_PORT") or 8645, 8645)
-        host: object = v.e("BLUEBUBBLES_WEBHOOK_HOST") or "127.0.0.1"
-    else:
-        extra = v.extra("bluebubbles")
-        port = extra.get("webhook_port") or v.e("BLUEBUBBLES_WEBHOOK_PORT") or 8645
-        host = extra.get("webhook_host") or v.e("BLUEBUBBLES_WEBHOOK_HOST") or "127.0.0.1"
-    return PortBinding("bluebubbles", _int_or(port, 8645), _text(host) or None)
+    extra = dict(v.extra("bluebubbles"))
+    if v.e("BLUEBUBBLES_SERVER_URL") and v.e("BLUEBUBBLES_PASSWORD"):
+        extra.update(server_url=v.e("BLUEBUBBLES_SERVER_URL").rstrip("/"), password=v.e("BLUEBUBBLES_PASSWORD"),
+                     webhook_host=v.get("BLUEBUBBLES_WEBHOOK_HOST", "127.0.0.1"),
+                     webhook_port=_getenv_int(v, "BLUEBUBBLES_WEBHOOK_PORT", 8645))
+    url = extra.get("server_url") or v.e("BLUEBUBBLES_SERVER_URL")
+    password = extra.get("password") or v.e("BLUEBUBBLES_PASSWORD")
+    if not (isinstance(url, str) and url.strip() and password):
+        return None
+    port = _int(extra.get("webhook_port") or v.get("BLUEBUBBLES_WEBHOOK_PORT", "8645"))
+    host = extra.get("webhook_host") or v.get("BLUEBUBBLES_WEBHOOK_HOST", "127.0.0.1")
+    return _listen("bluebubbles", port, host)
+
+
+def _getenv_int(v: View, name: str, default: int) -> int:
+    """``gateway/config.py`` ``_getenv_int``: base-10 after stripping, else the default."""
+    try:
+        return int(v.get(name, str(default)).strip(), 10)
+    except ValueError:
+        return default
 
 
 def _whatsapp_cloud(v: View) -> PortBinding | None:
-    by_env = bool(v.e("WHATSAPP_CLOUD_PHONE_NUMBER_ID") and v.e("WHATSAPP_CLOUD_ACCESS_TOKEN"))
-    if not (by_env or v.cfg_enabled("whatsapp_cloud")):
+    # WhatsAppCloudAdapter: phone number id and access token (stripped, from extra, which the .env
+    # block fills) before it listens.
+    if not _on_whatsapp_cloud(v):
         return None
-    extra = v.extra("whatsapp_cloud")
-    port: object = extra.get("webhook_port", 8090)
-    host: object = extra.get("webhook_host", "0.0.0.0")
-    if by_env and _is_int(v.e("WHATSAPP_CLOUD_WEBHOOK_PORT")):
-        port = v.e("WHATSAPP_CLOUD_WEBHOOK_PORT")
-    if by_env and v.e("WHATSAPP_CLOUD_WEBHOOK_HOST"):
-        host = v.e("WHATSAPP_CLOUD_WEBHOOK_HOST")
-    return PortBinding("whatsapp_cloud", _int_or(port, 8090), _text(host) or None)
+    extra = dict(v.extra("whatsapp_cloud"))
+    if v.e("WHATSAPP_CLOUD_PHONE_NUMBER_ID") and v.e("WHATSAPP_CLOUD_ACCESS_TOKEN"):
+        extra.update(phone_number_id=v.e("WHATSAPP_CLOUD_PHONE_NUMBER_ID"),
+                     access_token=v.e("WHATSAPP_CLOUD_ACCESS_TOKEN"))
+        if v.e("WHATSAPP_CLOUD_WEBHOOK_HOST"):
+            extra["webhook_host"] = v.e("WHATSAPP_CLOUD_WEBHOOK_HOST")
+        if v.e("WHATSAPP_CLOUD_WEBHOOK_PORT") and _is_int(v.e("WHATSAPP_CLOUD_WEBHOOK_PORT")):
+            extra["webhook_port"] = int(v.e("WHATSAPP_CLOUD_WEBHOOK_PORT"), 10)
+    if not (str(extra.get("phone_number_id", "")).strip() and str(extra.get("access_token", "")).strip()):
+        return None
+    port = _int(extra.get("webhook_port", 8090))
+    if extra.get("webhook_host", "0.0.0.0") is None:
+        return None  # str(None): the host "None", which does not resolve
+    return _listen("whatsapp_cloud", 8090 if port is None else port, str(extra.get("webhook_host", "0.0.0.0")))
 
 
 def _wecom_callback(v: View) -> PortBinding | None:
-    by_env = bool(v.e("WECOM_CALLBACK_CORP_ID") and v.e("WECOM_CALLBACK_CORP_SECRET"))
-    extra = v.extra("wecom_callback")
-    configured = bool(extra.get("corp_id") or extra.get("apps"))
-    if not (by_env or v.plugin_enabled("wecom_callback", configured)):
+    # WecomCallbackAdapter: host and port from extra (``or`` the defaults, so port 0 is 8645); the
+    # .env block writes its values there. It needs an app (corp_id or apps) before it listens.
+    if v.plugin_off("wecom_callback") or not _on_wecom_callback(v):
         return None
-    if by_env:
-        port: object = _int_or(v.e("WECOM_CALLBACK_PORT") or 8645, 8645)
-        host: object = v.e("WECOM_CALLBACK_HOST") or "0.0.0.0"
-    else:
-        port = extra.get("port") or 8645
-        host = extra.get("host") or "0.0.0.0"
-    return PortBinding("wecom_callback", _int_or(port, 8645), _text(host) or None)
+    extra = dict(v.extra("wecom_callback"))
+    if v.e("WECOM_CALLBACK_CORP_ID") and v.e("WECOM_CALLBACK_CORP_SECRET"):
+        extra.update(corp_id=v.e("WECOM_CALLBACK_CORP_ID"), corp_secret=v.e("WECOM_CALLBACK_CORP_SECRET"),
+                     host=v.get("WECOM_CALLBACK_HOST", "0.0.0.0"), port=_getenv_int(v, "WECOM_CALLBACK_PORT", 8645))
+    apps = extra.get("apps")
+    if not (extra.get("corp_id") or (isinstance(apps, list) and any(isinstance(a, dict) for a in apps))):
+        return None
+    port = _int(extra.get("port") or 8645)
+    return _listen("wecom_callback", port, str(extra.get("host") or "0.0.0.0"))
 
 
 def _line_port(v: View) -> PortBinding | None:
-    if not _line(v):
+    token = _line_token(v)
+    if not token:
         return None
     extra = v.extra("line")
-    port = v.e("LINE_PORT") or extra.get("port", 8646)
-    host = v.e("LINE_HOST") or extra.get("host", "0.0.0.0")
-    return PortBinding("line", _int_or(port, 8646), _text(host) or None)
+    port = _int(v.e("LINE_PORT") or extra.get("port", 8646))
+    return _listen("line", 8646 if port is None else port, v.e("LINE_HOST") or extra.get("host", "0.0.0.0"))
 
 
 def _feishu_port(v: View) -> PortBinding | None:
-    # The adapter's connect() binds nothing without an app id and secret, nor in webhook mode
-    # without a verification token or encrypt key (each from extra, else the environment).
-    extra = v.extra("feishu")
+    # FeishuAdapter in webhook mode listens once it has taken its lock.
+    if v.plugin_off("feishu") or not _on_feishu(v):
+        return None
+    settings = _Feishu(v)
+    if not (settings.locks() and settings.mode == "webhook"):
+        return None
+    return _listen("feishu", settings.port, settings.host)
 
-    def setting(key: str, env_name: str) -> str:
-        return _text(extra.get(key)) or v.e(env_name).strip()
 
-    if not (_on_feishu(v) and setting("app_id", "FEISHU_APP_ID") and setting("app_secret", "FEISHU_APP_SECRET")):
+def _telegram_port(v: View) -> PortBinding | None:
+    # Webhook mode (TELEGRAM_WEBHOOK_URL, with the secret it requires) listens on all interfaces.
+    if not _telegram(v) or not (v.e("TELEGRAM_WEBHOOK_URL").strip() and v.e("TELEGRAM_WEBHOOK_SECRET").strip()):
         return None
-    if not (setting("verification_token", "FEISHU_VERIFICATION_TOKEN") or setting("encrypt_key", "FEISHU_ENCRYPT_KEY")):
+    return _listen("telegram", _getenv_int_loose(v, "TELEGRAM_WEBHOOK_PORT", 8443), "0.0.0.0")
+
+
+def _getenv_int_loose(v: View, name: str, default: int) -> int:
+    """``utils.env_int``: ``int()`` of the stripped value, the default when empty or not a number."""
+    value = _int(v.e(name).strip()) if v.e(name).strip() else None
+    return default if value is None else value
+
+
+def _teams_port(v: View) -> PortBinding | None:
+    # TeamsAdapter listens on all interfaces once it has its three credentials.
+    if v.plugin_off("teams") or not _on_teams(v):
         return None
-    if v.e("FEISHU_APP_ID") and v.e("FEISHU_APP_SECRET"):
-        mode = v.e("FEISHU_CONNECTION_MODE") or "websocket"
-    else:
-        mode = _text(extra.get("connection_mode")) or v.e("FEISHU_CONNECTION_MODE") or "websocket"
-    if mode.strip().lower() != "webhook":
+    extra = v.extra("teams")
+    if not all(extra.get(k) or v.e(f"TEAMS_{k.upper()}") for k in ("client_id", "client_secret", "tenant_id")):
         return None
-    port = extra.get("webhook_port") or v.e("FEISHU_WEBHOOK_PORT") or 8765
-    host = extra.get("webhook_host") or v.e("FEISHU_WEBHOOK_HOST") or "127.0.0.1"
-    return PortBinding("feishu", _int_or(port, 8765), _text(host) or None)
+    port = _int(extra.get("port") or v.get("TEAMS_PORT", "3978"))
+    return _listen("teams", 3978 if port is None else port, "0.0.0.0")
+
+
+def _whatsapp_port(v: View) -> PortBinding | None:
+    # The Node bridge the adapter starts listens on bridge_port (loopback); the adapter first kills
+    # whatever listens there, so two WhatsApp profiles on one port stop each other's bridge.
+    if not _whatsapp(v):
+        return None
+    port = v.extra("whatsapp").get("bridge_port", 3000)
+    return _listen("whatsapp", port if isinstance(port, int) else _int(port), "127.0.0.1")
+
+
+def _photon_port(v: View) -> PortBinding | None:
+    # The Photon sidecar (autostarted unless PHOTON_SIDECAR_AUTOSTART says no) listens on loopback.
+    if v.plugin_off("photon") or not _on_photon(v):
+        return None
+    if str(v.get("PHOTON_SIDECAR_AUTOSTART", "true")).lower() in ("0", "false", "no"):
+        return None
+    port = _int(v.extra("photon").get("sidecar_port") or v.e("PHOTON_SIDECAR_PORT") or None)
+    return _listen("photon", 8789 if port is None else port, "127.0.0.1")
+
+
+def _raft_port(v: View) -> PortBinding | None:
+    # RaftAdapter listens on extra port (0, any free port, by default).
+    if v.plugin_off("raft") or not _on_raft(v):
+        return None
+    extra = v.extra("raft")
+    if extra.get("host", "127.0.0.1") is None:
+        return None  # str(None): the host "None", which does not resolve
+    return _listen("raft", _int(extra.get("port", 0)), str(extra.get("host", "127.0.0.1")))
 
 
 # --------------------------------------------------------------------------- enabled platforms
@@ -564,8 +881,10 @@ def _on_wecom(v: View) -> bool:  # 2148 (!), then the plugin pass: is_connected 
     return by_env or v.plugin_enabled("wecom", bool(v.extra("wecom").get("bot_id")))
 
 
-def _on_wecom_callback(v: View) -> bool:  # 2171 (!), then extra corp_id or apps
-    return _wecom_callback(v) is not None
+def _on_wecom_callback(v: View) -> bool:  # 2171 (!), then the plugin pass: extra corp_id or apps
+    by_env = bool(v.e("WECOM_CALLBACK_CORP_ID") and v.e("WECOM_CALLBACK_CORP_SECRET"))
+    extra = v.extra("wecom_callback")
+    return by_env or v.plugin_enabled("wecom_callback", bool(extra.get("corp_id") or extra.get("apps")))
 
 
 def _on_weixin(v: View) -> bool:  # 2188 (!), placeholder check on its token
@@ -587,11 +906,12 @@ def _on_yuanbao(v: View) -> bool:  # 2312 (!)
 
 
 def _on_whatsapp_cloud(v: View) -> bool:  # 1794 (!)
-    return _whatsapp_cloud(v) is not None
+    by_env = bool(v.e("WHATSAPP_CLOUD_PHONE_NUMBER_ID") and v.e("WHATSAPP_CLOUD_ACCESS_TOKEN"))
+    return _forced(v, "whatsapp_cloud", by_env)
 
 
-def _on_whatsapp(v: View) -> bool:  # 1772 + the plugin pass (see _whatsapp)
-    return bool(_whatsapp(v))
+def _on_whatsapp(v: View) -> bool:  # 1772 + the plugin pass (see _whatsapp_enabled)
+    return _whatsapp_enabled(v)[0]
 
 
 def _on_irc(v: View) -> bool:  # plugin pass: check_fn wants IRC_SERVER and IRC_CHANNEL in the environment
@@ -888,6 +1208,8 @@ def requirement_of(view: View, name: str) -> Requirement:
     if name == "photon":
         programs = (Program(view.e("PHOTON_NODE_BIN") or "node"),)
         files = (_PHOTON_SIDECAR,)
+    if name == "feishu" and _Feishu(view).mode == "webhook":  # its webhook server; the feishu extra lacks it
+        imports = (*imports, _AIOHTTP_WEB)
     specs = list(needs.specs)
     for module in imports:
         spec = spec_for_module(module)
@@ -915,7 +1237,8 @@ class Platform:
 
 
 PLATFORMS: tuple[Platform, ...] = (
-    Platform("telegram", ("TELEGRAM_",), credential=_telegram, enabled=_on_telegram, needs=_NEEDS["telegram"]),
+    Platform("telegram", ("TELEGRAM_",), credential=_telegram, port=_telegram_port, enabled=_on_telegram,
+             needs=_NEEDS["telegram"]),
     Platform("discord", ("DISCORD_",), credential=_discord, enabled=_on_discord, needs=_NEEDS["discord"]),
     Platform("slack", ("SLACK_",), credential=_slack, enabled=_on_slack, needs=_NEEDS["slack"]),
     Platform("signal", ("SIGNAL_",), credential=_signal, enabled=_on_signal, needs=_NEEDS["signal"]),
@@ -924,7 +1247,8 @@ PLATFORMS: tuple[Platform, ...] = (
     Platform("yuanbao", ("YUANBAO_",), credential=_yuanbao, enabled=_on_yuanbao, needs=_NEEDS["yuanbao"]),
     Platform("feishu", ("FEISHU_",), credential=_feishu, port=_feishu_port, enabled=_on_feishu,
              needs=_NEEDS["feishu"]),
-    Platform("whatsapp", ("WHATSAPP_",), credential=_whatsapp, enabled=_on_whatsapp, needs=_NEEDS["whatsapp"]),
+    Platform("whatsapp", ("WHATSAPP_",), credential=_whatsapp, port=_whatsapp_port, enabled=_on_whatsapp,
+             needs=_NEEDS["whatsapp"]),
     Platform("whatsapp_cloud", ("WHATSAPP_CLOUD_",), port=_whatsapp_cloud, enabled=_on_whatsapp_cloud,
              needs=_NEEDS["whatsapp_cloud"]),
     Platform("irc", ("IRC_",), credential=_irc, enabled=_on_irc, needs=_NEEDS["irc"]),
@@ -944,12 +1268,15 @@ PLATFORMS: tuple[Platform, ...] = (
     Platform("dingtalk", ("DINGTALK_",), enabled=_on_dingtalk, needs=_NEEDS["dingtalk"]),
     Platform("homeassistant", ("HASS_",), enabled=_on_homeassistant, needs=_NEEDS["homeassistant"]),
     Platform("wecom", ("WECOM_",), enabled=_on_wecom, needs=_NEEDS["wecom"]),
-    Platform("teams", ("TEAMS_",), enabled=_on_teams, needs=_NEEDS["teams"]),
+    Platform("teams", ("TEAMS_",), port=_teams_port, enabled=_on_teams,
+             needs=_NEEDS["teams"]),
     Platform("google_chat", ("GOOGLE_CHAT_",), enabled=_on_google_chat, needs=_NEEDS["google_chat"]),
     Platform("ntfy", ("NTFY_",), enabled=_on_ntfy, needs=_NEEDS["ntfy"]),
     Platform("simplex", ("SIMPLEX_",), enabled=_on_simplex, needs=_NEEDS["simplex"]),
-    Platform("photon", ("PHOTON_",), enabled=_on_photon, needs=_NEEDS["photon"]),
-    Platform("raft", ("RAFT_",), enabled=_on_raft, needs=_NEEDS["raft"]),
+    Platform("photon", ("PHOTON_",), port=_photon_port, enabled=_on_photon,
+             needs=_NEEDS["photon"]),
+    Platform("raft", ("RAFT_",), port=_raft_port, enabled=_on_raft,
+             needs=_NEEDS["raft"]),
     Platform("relay", ("GATEWAY_RELAY_",), enabled=_on_relay, needs=_NEEDS["relay"]),
 )
 _BY_NAME: dict[str, Platform] = {p.name: p for p in PLATFORMS}

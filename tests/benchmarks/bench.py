@@ -923,7 +923,8 @@ def generate_profiles(root: Path, count: int, seed: int = 1) -> dict[str, int]:
         if i % 4 == 0:
             port = 9000 + (i - 4 if i % 200 == 8 else i)
             planted["shared_api_port"] += port != 9000 + i
-            lines += ["API_SERVER_ENABLED=true", f"API_SERVER_PORT={port}", f"API_SERVER_KEY=key{i}"]
+            lines += ["API_SERVER_ENABLED=true", f"API_SERVER_PORT={port}",
+                      f"API_SERVER_KEY=key-{i:04d}-0123456789abcdef"]  # upstream listens with a 16+ key only
         if i % 10 == 0:
             lines.append(f"SLACK_BOT_TOKEN=xoxb-{i}-bench\nSLACK_APP_TOKEN=xapp-{i}-bench")
         (home / ".env").write_text("\n".join(lines) + "\n")

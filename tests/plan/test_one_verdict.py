@@ -34,13 +34,13 @@ ENVS = {
     "broken": "TELEGRAM_BOT_TOKEN=123:AAH secret (from BotFather)\n",
     "max_starts": "HERMES_GATEWAY_MAX_STARTS=5\n",
     "s6": "HERMES_S6_SUPERVISED_CHILD=true\n",
-    "api_env": "API_SERVER_ENABLED=true\nAPI_SERVER_PORT=8650\n",
+    "api_env": "API_SERVER_ENABLED=true\nAPI_SERVER_PORT=8650\nAPI_SERVER_KEY=k-0123456789abcdef\n",
 }
 CONFIGS = {
     "none": None,
     "empty": "{}\n",
-    "api": "platforms:\n  api_server:\n    enabled: true\n    extra: {port: 8650}\n",
-    "api_other": "platforms:\n  api_server:\n    enabled: true\n    extra: {port: 8651}\n",
+    "api": "platforms:\n  api_server:\n    enabled: true\n    extra: {port: 8650, key: k-0123456789abcdef}\n",
+    "api_other": "platforms:\n  api_server:\n    enabled: true\n    extra: {port: 8651, key: k-0123456789abcdef}\n",
     "broken": "platforms: [unclosed\n",
     "alias_bomb": "a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
                   "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"

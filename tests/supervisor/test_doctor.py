@@ -127,7 +127,8 @@ profile_routes:
   - {name: tie-b, platform: slack, chat_id: "C1", profile: helper}
 """)
     # coder: same bot token as default, an API server, and a dead gateway's pid and lock files.
-    write_env(root, "coder", f"TELEGRAM_BOT_TOKEN={TOKEN}\nAPI_SERVER_ENABLED=true\n")
+    write_env(root, "coder",
+              f"TELEGRAM_BOT_TOKEN={TOKEN}\nAPI_SERVER_ENABLED=true\nAPI_SERVER_KEY=k-0123456789abcdef\n")
     gone = dead_pid()
     (root / "profiles/coder/gateway.pid").write_text(pid_record(gone, 12345))
     (root / "profiles/coder/gateway.lock").write_text(pid_record(gone, 12345))
@@ -135,11 +136,11 @@ profile_routes:
     # overrides the respawn breaker hermesd switches off.
     write_env(
         root, "helper",
-        "API_SERVER_ENABLED=true\nHOME=/somewhere/else\nGATEWAY_MULTIPLEX_PROFILES=true\nHERMES_GATEWAY_MAX_STARTS=5\n",
+        "API_SERVER_ENABLED=true\nAPI_SERVER_KEY=k-0123456789abcdef\nHOME=/somewhere/else\nGATEWAY_MULTIPLEX_PROFILES=true\nHERMES_GATEWAY_MAX_STARTS=5\n",
         mode=0o644,
     )
     # porter: nothing wrong but the API server's default port, which coder has first.
-    write_env(root, "porter", "API_SERVER_ENABLED=true\n")
+    write_env(root, "porter", "API_SERVER_ENABLED=true\nAPI_SERVER_KEY=k-0123456789abcdef\n")
     # broken: a .env line that does not parse.
     write_env(root, "broken", "TELEGRAM_BOT_TOKEN=fine\nthis is not valid\n")
     # live: a gateway.pid naming a live gateway-like process not started by hermesd.
@@ -220,7 +221,7 @@ def clean_root(tmp_path: Path) -> Path:
     root = make_root(tmp_path, "coder", "writer")
     write_env(root, "default", "SIGNAL_HTTP_URL=http://127.0.0.1:8080\nSIGNAL_ACCOUNT=+15550000001\n")
     write_env(root, "coder", "SIGNAL_HTTP_URL=http://127.0.0.1:8080\nSIGNAL_ACCOUNT=+15550000002\n"
-                             "API_SERVER_ENABLED=true\n")
+                             "API_SERVER_ENABLED=true\nAPI_SERVER_KEY=k-0123456789abcdef\n")
     write_env(root, "writer", "SIGNAL_HTTP_URL=http://127.0.0.1:8080\nSIGNAL_ACCOUNT=+15550000003\n")
     write_config(root, "default", "model: {default: x}\n")
     return root
@@ -330,7 +331,7 @@ def test_disabled_profile_does_not_compete(tmp_path):
 def test_duplicate_port(tmp_path):
     root = make_root(tmp_path, "alpha")
     write_env(root, "default", "WEBHOOK_ENABLED=true\nWEBHOOK_PORT=9000\n")
-    write_env(root, "alpha", "API_SERVER_ENABLED=true\nAPI_SERVER_PORT=9000\n")
+    write_env(root, "alpha", "API_SERVER_ENABLED=true\nAPI_SERVER_KEY=k-0123456789abcdef\nAPI_SERVER_PORT=9000\n")
     [dup] = only(run(root, tmp_path), "duplicate_port")
     assert dup.profile == "alpha" and "port 9000" in dup.message and "'default'" in dup.message
 
@@ -371,7 +372,7 @@ def test_dotenv_false_switches_config_multiplex_off(tmp_path):
     root = make_root(tmp_path, "alpha")
     write_config(root, "default", "multiplex_profiles: true\n")
     write_env(root, "default", "GATEWAY_MULTIPLEX_PROFILES=false\n")
-    write_env(root, "alpha", "API_SERVER_ENABLED=true\n")
+    write_env(root, "alpha", "API_SERVER_ENABLED=true\nAPI_SERVER_KEY=k-0123456789abcdef\n")
     findings = run(root, tmp_path)
     assert not only(findings, "multiplex_profiles_on")
     assert not only(findings, "secondary_port_binding")
@@ -379,7 +380,7 @@ def test_dotenv_false_switches_config_multiplex_off(tmp_path):
 
 def test_secondary_port_binding_only_under_multiplexing(tmp_path):
     root = make_root(tmp_path, "alpha", "chat")
-    write_env(root, "default", "API_SERVER_ENABLED=true\n")  # the default may bind
+    write_env(root, "default", "API_SERVER_ENABLED=true\nAPI_SERVER_KEY=k-0123456789abcdef\n")  # the default may bind
     write_env(root, "alpha", "WEBHOOK_ENABLED=true\n")
     write_env(root, "chat", "FEISHU_APP_ID=cli_x\nFEISHU_APP_SECRET=s3cret-value\n")  # websocket: no port
     assert not only(run(root, tmp_path), "secondary_port_binding")

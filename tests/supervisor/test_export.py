@@ -41,7 +41,8 @@ def root(tmp_path: Path) -> Path:
     (r / "profiles" / "writer").mkdir()
     (r / ".env").write_text(f"TELEGRAM_BOT_TOKEN={SECRETS['default']}\n")
     (r / "profiles" / "coder" / ".env").write_text(f"DISCORD_BOT_TOKEN={SECRETS['coder']}\n")
-    (r / "profiles" / "writer" / ".env").write_text(f"OPENAI_API_KEY={SECRETS['writer']}\nAPI_SERVER_ENABLED=true\n")
+    (r / "profiles" / "writer" / ".env").write_text(
+        f"OPENAI_API_KEY={SECRETS['writer']}\nAPI_SERVER_ENABLED=true\nAPI_SERVER_KEY=k-0123456789abcdef\n")
     (r / "profiles" / "writer" / "config.yaml").write_text("agent:\n  restart_drain_timeout: 100\n")
     return r
 
@@ -262,7 +263,8 @@ def test_refuses_duplicate_tokens_naming_them(root):
 
 
 def test_refuses_duplicate_ports_naming_them(root):
-    (root / "profiles" / "coder" / "config.yaml").write_text("platforms:\n  api_server:\n    enabled: true\n")
+    (root / "profiles" / "coder" / "config.yaml").write_text(
+        "platforms:\n  api_server:\n    enabled: true\n    extra: {key: k-0123456789abcdef}\n")
     refusal = r"profile 'writer': port_conflict: api_server port 8642 .* profile 'coder'"
     with pytest.raises(export.ExportError, match=refusal):
         export.export_files("kubernetes", root)

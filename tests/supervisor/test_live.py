@@ -52,7 +52,7 @@ def test_running_holder_keeps_token_when_a_clone_appears(root, hermesd_factory):
 
 def test_port_conflict(root, hermesd_factory):
     for name in ("coder", "writer"):
-        (root / "profiles" / name / ".env").write_text("API_SERVER_ENABLED=true\nAPI_SERVER_KEY=k\n")
+        (root / "profiles" / name / ".env").write_text("API_SERVER_ENABLED=true\nAPI_SERVER_KEY=k-0123456789abcdef\n")
     d = hermesd_factory(root)
     d.wait_running("coder")
     row = d.wait_state("writer", "held")
