@@ -1,5 +1,6 @@
 """The class-level check of the file rule: no product code opens, writes, renames, removes, chmods,
-copies or creates a file by path except through :mod:`profiles.safeio`.
+copies or creates a file by path except through :mod:`profiles.safeio` (and :mod:`profiles.safetree`
+for whole trees).
 
 Every path under a profile's home, the root's shared channels, ``.hermesd`` and the alias folder can
 be a link the profile's agent planted; hermesd runs as root, so a raw ``open``, ``os.replace`` or
@@ -169,9 +170,9 @@ def _all_calls() -> dict[tuple[str, str], list[str]]:
 def test_no_file_call_by_path_outside_the_rule():
     found = _all_calls()
     bad = [loc for key, locs in sorted(found.items()) if key not in ALLOWED for loc in locs]
-    assert not bad, ("file calls by path outside profiles/safeio.py (use safeio: it resolves beneath the folder "
-                     "without following a link; or add the function to ALLOWED with why no profile can write "
-                     "the path):\n  " + "\n  ".join(bad))
+    assert not bad, ("file calls by path outside the rule's modules (use safeio, or safetree for a whole tree: "
+                     "they resolve beneath the folder without following a link; or add the function to ALLOWED "
+                     "with why no profile can write the path):\n  " + "\n  ".join(bad))
 
 
 def test_every_exception_is_still_needed():
