@@ -9,7 +9,7 @@ record byte for byte, as long as the file is still what it wrote (a file edited 
 alone and named). Nothing here runs by itself: the daemon never calls it.
 
 Files are read and written without following a link (a profile can plant ``config.yaml -> /etc/…``);
-writes go through :func:`profiles.fileio.atomic_write_text` and keep the file's mode and owner.
+reads and writes go through :mod:`profiles.safeio` and keep the file's mode and owner.
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from profiles import safeio
 from profiles.discovery import profiles_to_serve
 from profiles.errors import ProfileConfigError
-from profiles.fileio import MAX_PROFILE_FILE, atomic_write_text
+from profiles.fileio import MAX_PROFILE_FILE
 from profiles.names import DEFAULT_PROFILE
 from profiles.upstream.multiplex import AUTO_MIGRATION_KEY, IDENTITY_MARKERS, STANDALONE_KEY
 from profiles.yamledit import EditRefused, set_key
@@ -67,29 +68,25 @@ class AdoptError(OSError):
     """A record cannot be written or read; the message names the file."""
 
 
-def _read_nofollow(path: Path) -> tuple[bytes | None, os.stat_result | None]:
-    """The bytes of a regular file that is not a link, or (None, None) when it does not exist."""
+def _read_nofollow(where: safeio.Beneath) -> tuple[bytes | None, os.stat_result | None]:
+    """The bytes and status of a regular file reached without a link, or (None, None) when it does not exist."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        fd = safeio.open_beneath(where, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         return None, None
+    except safeio.LinkRefusedError:
+        raise ProfileConfigError(where.path, "is a symlink; hermesd never writes through a link") from None
     except OSError as exc:
-        if os.path.islink(path):
-            raise ProfileConfigError(path, "is a symlink; hermesd never writes through a link") from None
-        raise ProfileConfigError(path, f"cannot read: {exc.strerror}") from None
+        raise ProfileConfigError(where.path, f"cannot read: {exc.strerror}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise ProfileConfigError(path, "is not a regular file")
-        if st.st_size > MAX_PROFILE_FILE:
-            raise ProfileConfigError(path, "is too large to edit")
-        chunks, size = [], 0
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > MAX_PROFILE_FILE:
-                raise ProfileConfigError(path, "is too large to edit")
-        return b"".join(chunks), st
+            raise ProfileConfigError(where.path, "is not a regular file")
+        try:
+            data = safeio.read_fd(fd, where, MAX_PROFILE_FILE)
+        except safeio.UnsafeFileError:
+            raise ProfileConfigError(where.path, "is too large to edit") from None
+        return data, st
     finally:
         os.close(fd)
 
@@ -97,7 +94,7 @@ def _read_nofollow(path: Path) -> tuple[bytes | None, os.stat_result | None]:
 def _change(profile: str, home: Path, key: tuple[str, str], value: bool, why: str) -> Change | Refusal | None:
     path = home / CONFIG
     try:
-        before, st = _read_nofollow(path)
+        before, st = _read_nofollow(safeio.home_file(home, CONFIG))
         text = before.decode("utf-8") if before is not None else ""
         after = set_key(text, key[0], key[1], value, where=str(path))
     except UnicodeDecodeError:
@@ -106,7 +103,9 @@ def _change(profile: str, home: Path, key: tuple[str, str], value: bool, why: st
         return Refusal(profile, path, str(exc))
     if before is not None and after == text:
         return None
-    home_st = os.stat(home)
+    home_st = safeio.lstat(safeio.beneath(home))
+    if home_st is None:
+        return Refusal(profile, path, f"{home}: cannot be reached without following a link")
     return Change(profile, path, before, after,
                   mode=stat.S_IMODE(st.st_mode) if st is not None else 0o644,
                   uid=st.st_uid if st is not None else home_st.st_uid,
@@ -144,7 +143,7 @@ def apply(changes: list[Change], backups: Path) -> Path:
     for n in itertools.count():
         record = backups / (stamp if n == 0 else f"{stamp}-{n}")
         try:
-            record.mkdir(mode=0o700)
+            safeio.mkdir(safeio.at(backups.parent, backups.name, record.name), 0o700)
             break
         except FileExistsError:
             continue
@@ -153,24 +152,20 @@ def apply(changes: list[Change], backups: Path) -> Path:
         saved = None
         if c.before is not None:
             saved = f"{i}.orig"
-            fd = os.open(record / saved, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(c.before)
-                fh.flush()
-                os.fsync(fh.fileno())
+            safeio.replace_bytes(safeio.at(record, saved), c.before, 0o600, exclusive=True)
         entries.append({"profile": c.profile, "path": str(c.path), "backup": saved, "mode": c.mode,
                         "uid": c.uid, "gid": c.gid,
                         "sha256_before": _sha(c.before) if c.before is not None else None,
                         "sha256_after": _sha(c.after.encode()), "why": c.why})
     _write_manifest(record, {"created_at": time.time(), "files": entries, "undone_at": None})
     for c in changes:
-        atomic_write_text(c.path, c.after, mode=c.mode)
-        os.chown(c.path, c.uid, c.gid, follow_symlinks=False)
+        safeio.replace_bytes(safeio.beneath(c.path), c.after.encode("utf-8"), c.mode, exact_mode=True,
+                             owner=(c.uid, c.gid))
     return record
 
 
 def _write_manifest(record: Path, data: dict[str, Any]) -> None:
-    atomic_write_text(record / MANIFEST, json.dumps(data, indent=1) + "\n", mode=0o600)
+    safeio.replace_bytes(safeio.at(record, MANIFEST), (json.dumps(data, indent=1) + "\n").encode(), 0o600)
 
 
 def latest(backups: Path) -> Path | None:
@@ -187,7 +182,7 @@ def latest(backups: Path) -> Path | None:
 
 
 def _manifest(record: Path) -> dict[str, Any]:
-    raw, _ = _read_nofollow(record / MANIFEST)
+    raw, _ = _read_nofollow(safeio.at(record, MANIFEST))
     try:
         data = json.loads(raw or b"")
     except ValueError:
@@ -211,7 +206,7 @@ def undo(record: Path) -> list[Undone]:
     for entry in data["files"]:
         path = Path(str(entry["path"]))
         try:
-            now, _ = _read_nofollow(path)
+            now, _ = _read_nofollow(safeio.beneath(path))
         except ProfileConfigError as exc:
             out.append(Undone(path, False, f"left alone: {exc}"))
             continue
@@ -220,15 +215,15 @@ def undo(record: Path) -> list[Undone]:
             out.append(Undone(path, False, f"changed since 'hermesd adopt' wrote it: left alone{where}"))
             continue
         if entry.get("backup") is None:
-            path.unlink()
+            safeio.unlink(safeio.beneath(path))
             out.append(Undone(path, True, "removed (hermesd adopt had created it)"))
             continue
-        original, _ = _read_nofollow(record / str(entry["backup"]))
+        original, _ = _read_nofollow(safeio.at(record, str(entry["backup"])))
         if original is None or _sha(original) != entry.get("sha256_before"):
             out.append(Undone(path, False, f"the backup {record / entry['backup']} is missing or altered: left alone"))
             continue
-        atomic_write_text(path, original.decode("utf-8"), mode=int(entry["mode"]))
-        os.chown(path, int(entry["uid"]), int(entry["gid"]), follow_symlinks=False)
+        safeio.replace_bytes(safeio.beneath(path), original, int(entry["mode"]), exact_mode=True,
+                             owner=(int(entry["uid"]), int(entry["gid"])))
         out.append(Undone(path, True, "restored byte for byte"))
     data["undone_at"] = time.time()
     _write_manifest(record, data)

@@ -8,7 +8,10 @@ profile (the root itself) is exported like upstream: only the known profile arti
 its top level (``config.yaml``, ``SOUL.md``, ``skills``, ``memories``, ``cron``, ...), so a
 root that doubles as a working directory does not leak unrelated files; its archive is
 rooted at ``default/``. Symlinks and special files are skipped (and reported), because
-import refuses them. The archive is written to a temp file and renamed into place.
+import refuses them; the profile is read by descriptor (:func:`profiles.safetree.walk`), so a
+name swapped for a link or a FIFO after the listing adds nothing else. A file with several
+hard links is archived as a file each time (a hard-link member would be refused on import).
+The archive is written to a temp file and renamed into place.
 
 Import — DECISION: links are refused outright. Only regular files and directories are
 accepted; any symlink or hardlink (even one pointing inside the archive), device, fifo
@@ -16,8 +19,9 @@ or sparse member is an error, as are absolute paths, drive letters, ``..`` compo
 members outside the single top-level folder, duplicate or conflicting paths, more than
 ``max_members`` members and more than ``max_bytes`` of content. Every member is checked
 *before* anything is written; extraction then happens in a dot-named scratch folder
-inside ``profiles/`` (the same filesystem) and the result is renamed into place in one
-step, so a failure at any point leaves nothing behind.
+inside ``profiles/`` (the same filesystem), every path resolved beneath it without following a
+link (:mod:`profiles.safeio`), and the result is renamed into place in one step, so a failure at
+any point leaves nothing behind.
 
 Modes are masked, because root may later run what another user packed: a file keeps its
 archived owner/exec bits but never group/other write and never set-id bits, and is at least
@@ -45,13 +49,16 @@ import tarfile
 import tempfile
 import zlib
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
+from profiles import safeio, safetree
 from profiles.discovery import existing_profile_home
 from profiles.errors import InvalidNameError, ProfileExistsError, ProfileNotFoundError, UnsafeArchiveError
 from profiles.names import DEFAULT_PROFILE, parse_profile_name, shown
 from profiles.paths import HERMESD_DIRNAME, PROFILES_DIRNAME, root_or_env
+from profiles.safeio import Beneath
 from profiles.upstream.files import HEARTBEAT_FILE, RUNTIME_TOP_FILES
 
 DEFAULT_MAX_BYTES = 2 * 1024**3
@@ -120,32 +127,25 @@ def _excluded(rel_parts: tuple[str, ...], is_default: bool) -> bool:
     return "/".join(rel_parts) == HEARTBEAT_FILE
 
 
-def _walk(home: Path, is_default: bool, skipped: list[str]) -> Iterator[tuple[Path, tuple[str, ...]]]:
-    """Exportable entries under ``home`` as ``(path, relative parts)``, parents before children."""
-    stack: list[tuple[Path, tuple[str, ...]]] = [(home, ())]
-    while stack:
-        folder, rel = stack.pop()
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError as exc:
-            skipped.append(f"{'/'.join(rel) or '.'}: unreadable ({exc.strerror})")
+def _walk(home: Path, is_default: bool, skipped: list[str]) -> Iterator[safetree.Entry]:
+    """The home and its exportable entries, parents before children, each pinned (never a link followed)."""
+
+    def enter(entry: safetree.Entry) -> bool:
+        return not entry.parts or not _excluded(entry.parts, is_default)
+
+    def unreadable(parts: tuple[str, ...], exc: OSError, listing: bool) -> None:
+        skipped.append(f"{'/'.join(parts) or '.'}: unreadable ({exc.strerror or exc})")
+
+    for entry in safetree.walk(safeio.home_file(home), enter=enter, on_error=unreadable):
+        if entry.parts and _excluded(entry.parts, is_default):
             continue
-        subdirs: list[tuple[Path, tuple[str, ...]]] = []
-        for entry in entries:
-            parts = (*rel, entry.name)
-            if _excluded(parts, is_default):
-                continue
-            label = "/".join(parts)
-            if entry.is_symlink():
-                skipped.append(f"{label}: symlink")
-            elif entry.is_dir(follow_symlinks=False):
-                yield Path(entry.path), parts
-                subdirs.append((Path(entry.path), parts))
-            elif entry.is_file(follow_symlinks=False):
-                yield Path(entry.path), parts
-            else:
-                skipped.append(f"{label}: special file")
-        stack.extend(reversed(subdirs))
+        mode = entry.st.st_mode
+        if stat.S_ISLNK(mode):
+            skipped.append(f"{entry.rel}: symlink")
+        elif stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+            yield entry
+        else:
+            skipped.append(f"{entry.rel}: special file")
 
 
 def archive_path(output: Path | str | None, canon: str) -> Path:
@@ -156,11 +156,31 @@ def archive_path(output: Path | str | None, canon: str) -> Path:
     return Path(base + ".tar.gz")
 
 
-def _normalised_info(info: tarfile.TarInfo) -> tarfile.TarInfo:
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    info.mode &= 0o777
+def _info(name: str, st: os.stat_result) -> tarfile.TarInfo:
+    """A member for a folder or regular file, from the ``fstat`` of the entry that is archived (no
+    owner, no set-id bits: the archive may be imported by another user)."""
+    info = tarfile.TarInfo(name)
+    info.mode = stat.S_IMODE(st.st_mode) & 0o777
+    info.mtime = int(st.st_mtime)
+    if stat.S_ISDIR(st.st_mode):
+        info.type = tarfile.DIRTYPE
+    else:
+        info.size = st.st_size
     return info
+
+
+def _write_archive(target: Path, fill: Callable[[tarfile.TarFile], None]) -> None:
+    """Write the operator's archive file atomically: a temp file beside ``target``, renamed over it."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+            fill(tar)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def export_profile(
@@ -170,34 +190,33 @@ def export_profile(
     env: Mapping[str, str] | None = None,
     progress: Callable[[int, int | None], None] | None = None,
 ) -> ExportResult:
-    """Write profile ``name`` to ``output`` (default ``./<name>.tar.gz``), rooted at ``<name>/``."""
+    """Write profile ``name`` to ``output`` (default ``./<name>.tar.gz``), rooted at ``<name>/``.
+
+    The profile's files are read through :func:`profiles.safetree.walk`: each entry is judged and
+    read through the descriptor that pins it, so a name swapped for a link or a FIFO after the
+    listing puts nothing else into the archive.
+    """
     canon = parse_profile_name(name)
     home = existing_profile_home(canon, root, env)
     is_default = canon == DEFAULT_PROFILE
     target = archive_path(output, canon)
-    target.parent.mkdir(parents=True, exist_ok=True)
     skipped: list[str] = []
     count = 0
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
-            tar.addfile(_normalised_info(tar.gettarinfo(str(home), arcname=canon)))
+
+    def fill(tar: tarfile.TarFile) -> None:
+        nonlocal count
+        for entry in _walk(home, is_default, skipped):
+            arcname = "/".join((canon, *entry.parts))
+            if stat.S_ISDIR(entry.st.st_mode):
+                tar.addfile(_info(arcname, entry.st))
+            else:
+                with os.fdopen(safetree.open_entry(entry, os.O_RDONLY), "rb") as fh:
+                    tar.addfile(_info(arcname, os.fstat(fh.fileno())), fh)
             count += 1
-            for path, parts in _walk(home, is_default, skipped):
-                info = _normalised_info(tar.gettarinfo(str(path), arcname="/".join((canon, *parts))))
-                if info.isreg():
-                    with open(path, "rb") as fh:
-                        tar.addfile(info, fh)
-                else:
-                    tar.addfile(info)
-                count += 1
-                if progress is not None:
-                    progress(count, None)
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+            if progress is not None and entry.parts:
+                progress(count, None)
+
+    _write_archive(target, fill)
     return ExportResult(target, count, skipped)
 
 
@@ -345,42 +364,43 @@ def dir_mode(archived: int | None) -> int:
     return (archived & DIR_MODE_MASK) | stat.S_IRWXU
 
 
+def _below(dest: Beneath, rel: tuple[str, ...]) -> Beneath:
+    return dest / "/".join(rel) if rel else dest
+
+
 def _extract(
-    tar: tarfile.TarFile, plan: _Plan, dest: Path, progress: Callable[[int, int | None], None] | None = None
+    tar: tarfile.TarFile, plan: _Plan, dest: Beneath, progress: Callable[[int, int | None], None] | None = None
 ) -> None:
     # Everything is created owner-only inside the owner-only scratch folder and given its final
     # (masked) mode at the end, folders deepest first, so no moment exposes a writable path.
-    dir_modes: dict[Path, int] = {dest: dir_mode(None)}
+    # Every path is resolved beneath the scratch folder without following a link.
+    dir_modes: dict[tuple[str, ...], int] = {(): dir_mode(None)}
 
-    def make_dirs(path: Path) -> None:
-        missing: list[Path] = []
-        while path not in dir_modes and not path.is_dir():
-            missing.append(path)
-            path = path.parent
-        for folder in reversed(missing):
-            os.mkdir(folder, 0o700)
-            dir_modes.setdefault(folder, dir_mode(None))
+    def make_dirs(rel: tuple[str, ...]) -> None:
+        for i in range(1, len(rel) + 1):
+            if rel[:i] not in dir_modes:
+                safeio.mkdir(_below(dest, rel[:i]), 0o700)
+                dir_modes[rel[:i]] = dir_mode(None)
 
-    os.mkdir(dest, 0o700)
+    safeio.mkdir(dest, 0o700)
     for n, (member, parts) in enumerate(plan.members, 1):
         if progress is not None:
             progress(n, len(plan.members))
         rel = parts[1:]
-        target = dest.joinpath(*rel) if rel else dest
         if member.isdir():
-            make_dirs(target)
-            dir_modes[target] = dir_mode(member.mode)
+            make_dirs(rel)
+            dir_modes[rel] = dir_mode(member.mode)
             continue
-        make_dirs(target.parent)
+        make_dirs(rel[:-1])
         source = tar.extractfile(member)
         if source is None:
             raise UnsafeArchiveError(f"cannot read archive member {shown(member.name)}")
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = safeio.open_beneath(_below(dest, rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with source, os.fdopen(fd, "wb") as out:
             shutil.copyfileobj(source, out)
-        os.chmod(target, file_mode(member.mode, rel))
-    for path in sorted(dir_modes, key=lambda p: len(p.parts), reverse=True):
-        os.chmod(path, dir_modes[path])
+            os.fchmod(out.fileno(), file_mode(member.mode, rel))
+    for rel in sorted(dir_modes, key=len, reverse=True):
+        safeio.chmod(_below(dest, rel), dir_modes[rel])
 
 
 def _import_name(explicit: str | None, top: str) -> str:
@@ -392,6 +412,13 @@ def _import_name(explicit: str | None, top: str) -> str:
         raise InvalidNameError(
             f"the archive's folder {shown(top)} cannot be a profile name ({exc}); use --name"
         ) from exc
+
+
+@contextmanager
+def _open_archive(source: Path) -> Iterator[tarfile.TarFile]:
+    """The archive the operator names on the command line (its own file: a link to it is fine)."""
+    with open(source, "rb") as raw, tarfile.open(fileobj=raw, mode="r:*", tarinfo=_BoundedTarInfo) as tar:
+        yield tar
 
 
 def import_profile(
@@ -414,23 +441,24 @@ def import_profile(
         if os.path.lexists(base / PROFILES_DIRNAME / explicit):
             raise ProfileExistsError(f"profile {explicit!r} already exists at {base / PROFILES_DIRNAME / explicit}")
     try:
-        with open(source, "rb") as raw, tarfile.open(fileobj=raw, mode="r:*", tarinfo=_BoundedTarInfo) as tar:
+        with _open_archive(source) as tar:
             plan = _plan(tar, max_bytes, max_members)
             canon = _import_name(name, plan.top)
             target = base / PROFILES_DIRNAME / canon
             if os.path.lexists(target):
                 raise ProfileExistsError(f"profile {canon!r} already exists at {target}")
-            folder = base / PROFILES_DIRNAME
-            folder.mkdir(parents=True, exist_ok=True)
-            scratch = Path(tempfile.mkdtemp(prefix=f".importing-{canon}-", dir=folder))
+            folder = safeio.at(base, PROFILES_DIRNAME)
+            safeio.makedirs(folder, 0o755)
+            scratch = safeio.temp_folder(folder, f".importing-{canon}-")
             try:
                 staged = scratch / canon
                 _extract(tar, plan, staged, progress)
                 if os.path.lexists(target):
                     raise ProfileExistsError(f"profile {canon!r} already exists at {target}")
-                os.rename(staged, target)
+                safeio.move(staged, safeio.home_file(target))
             finally:
-                shutil.rmtree(scratch, ignore_errors=True)
+                with suppress(OSError):
+                    safetree.remove_tree(scratch)
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError) as exc:
         raise UnsafeArchiveError(f"cannot read archive {source}: {exc}") from exc
     return ImportResult(canon, target, len(plan.members))

@@ -36,6 +36,7 @@ from profiles.lifecycle import create_profile, delete_profile, rename_profile
 from profiles.meta import read_profile_meta, write_profile_meta
 from profiles.names import DEFAULT_PROFILE, parse_profile_name
 from profiles.paths import existing_root, hermes_home
+from profiles.printable import printable
 from profiles.progress import Progress
 from wrappers.scripts import (
     KIND_UPSTREAM,
@@ -75,7 +76,7 @@ Handler = Callable[[argparse.Namespace, Context], int]
 
 def fail(message: str, code: int = EXIT_USAGE) -> int:
     """Print the one error line and return ``code``."""
-    print(f"hermesd: error: {message}", file=sys.stderr)
+    print(f"hermesd: error: {printable(message)}", file=sys.stderr)
     return code
 
 
@@ -111,7 +112,7 @@ def _alias_dir(args: argparse.Namespace) -> Path:
 
 
 def _warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
+    print(f"warning: {printable(message)}", file=sys.stderr)
 
 
 def _on_path(folder: Path) -> bool:
@@ -146,26 +147,28 @@ UPSTREAM_NOTE = (
 
 
 def _print_summary(s: ProfileSummary) -> None:
+    """What ``profile show`` prints. Model, description, listeners and problems come from the
+    profile's files: shown escaped (:func:`profiles.printable.printable`), never as terminal input."""
     print(f"Profile: {s.name}{'  (active)' if s.active else ''}")
-    print(f"Path:    {s.path}")
+    print(f"Path:    {printable(s.path)}")
     if s.model:
-        print(f"Model:   {s.model}" + (f" ({s.provider})" if s.provider else ""))
+        print(f"Model:   {printable(s.model)}" + (f" ({printable(s.provider)})" if s.provider else ""))
     print(f"Gateway: {'running (pid ' + str(s.gateway_pid) + ')' if s.gateway_pid else 'stopped'}")
     print(f".env:    {'exists' if s.has_env else 'not configured'}")
     if s.description:
-        print(f"About:   {'[auto] ' if s.description_auto else ''}{s.description}")
+        print(f"About:   {'[auto] ' if s.description_auto else ''}{printable(s.description)}")
     if s.credential_kinds:
-        print(f"Credentials: {', '.join(s.credential_kinds)}")
+        print(f"Credentials: {printable(', '.join(s.credential_kinds))}")
     for port in s.ports:
-        print(f"Listens: {port['platform']} on {port['host'] or '*'}:{port['port']}")
+        print(f"Listens: {printable(port['platform'])} on {printable(port['host'] or '*')}:{printable(port['port'])}")
     for alias in s.aliases:
         if alias in s.upstream_aliases:
-            print(f"Alias:   {alias}  (upstream's wrapper: '{alias} gateway ...' bypasses hermesd; "
-                  f"convert it with: hermesd profile alias {s.name} --adopt --name {alias})")
+            print(f"Alias:   {printable(alias)}  (upstream's wrapper: '{printable(alias)} gateway ...' bypasses "
+                  f"hermesd; convert it with: hermesd profile alias {s.name} --adopt --name {printable(alias)})")
         else:
-            print(f"Alias:   {alias}")
+            print(f"Alias:   {printable(alias)}")
     for problem in s.problems:
-        print(f"Problem: {problem}")
+        print(f"Problem: {printable(problem)}")
 
 
 def _cmd_status(args: argparse.Namespace, ctx: Context) -> int:
@@ -196,9 +199,9 @@ def _cmd_list(args: argparse.Namespace, ctx: Context) -> int:
         gateway = "running" if s.gateway_pid else "stopped"
         alias = ",".join(_alias_text(a, a in s.upstream_aliases) for a in s.aliases) or "-"
         about = ("! " + s.problems[0]) if s.problems else s.description
-        print(f"{mark}{s.name:<20} {gateway:<10} {alias:<16} {about}")
+        print(f"{mark}{s.name:<20} {gateway:<10} {printable(alias):<16} {printable(about)}")
     for name, path, reason in unserved:
-        print(f" skipped: {name!r} ({reason}) at {path}")
+        print(f" skipped: {name!r} ({printable(reason)}) at {printable(path)}")
     if any(s.upstream_aliases for s in summaries):
         print(UPSTREAM_NOTE)
     return EXIT_OK
@@ -232,7 +235,7 @@ def _cmd_describe(args: argparse.Namespace, ctx: Context) -> int:
     if not meta["description"]:
         print(f"(no description set for {canon!r})")
     else:
-        print(f"{'[auto] ' if meta['description_auto'] else ''}{meta['description']}")
+        print(f"{'[auto] ' if meta['description_auto'] else ''}{printable(meta['description'])}")
     return EXIT_OK
 
 
@@ -247,28 +250,29 @@ def _cmd_info(args: argparse.Namespace, ctx: Context) -> int:
     if not data:
         print(f"Profile {canon!r} is not a distribution (no distribution.yaml).")
         return EXIT_OK
-    print(f"Distribution: {data.get('name')}")
-    print(f"Version:      {data.get('version', '?')}")
+    # distribution.yaml is the profile's file: every value is shown escaped
+    print(f"Distribution: {printable(data.get('name'))}")
+    print(f"Version:      {printable(data.get('version', '?'))}")
     for key, label in (("description", "Description"), ("author", "Author"), ("license", "License")):
         if data.get(key):
-            print(f"{label + ':':<14}{data[key]}")
+            print(f"{label + ':':<14}{printable(data[key])}")
     if data.get("hermes_requires"):
-        print(f"Requires:     Hermes {data['hermes_requires']}")
+        print(f"Requires:     Hermes {printable(data['hermes_requires'])}")
     if data.get("source"):
-        print(f"Source:       {data['source']}")
+        print(f"Source:       {printable(data['source'])}")
     if data.get("installed_at"):
-        print(f"Installed:    {data['installed_at']}")
+        print(f"Installed:    {printable(data['installed_at'])}")
     env_reqs = data.get("env_requires") or []
     if env_reqs:
         print("Environment variables:")
         for req in env_reqs:
             tag = "required" if req.get("required", True) else "optional"
-            line = f"  {req['name']} ({tag})"
+            line = f"  {printable(req['name'])} ({tag})"
             if req.get("description"):
-                line += f" - {req['description']}"
+                line += f" - {printable(req['description'])}"
             print(line)
             if req.get("default") is not None:
-                print(f"      default: {req['default']}")
+                print(f"      default: {printable(req['default'])}")
     return EXIT_OK
 
 
@@ -298,7 +302,7 @@ def _cmd_create(args: argparse.Namespace, ctx: Context) -> int:
         else:
             print(f"Cloned config, .env, SOUL.md, skills and memories from {result.source!r}.")
     if result.migrated:
-        print(result.migrated)
+        print(printable(result.migrated))
     if args.no_skills:
         print("No bundled skills will be seeded (--no-skills). Delete .no-bundled-skills in the profile to opt "
               "back in.")
@@ -433,7 +437,7 @@ def _cmd_import(args: argparse.Namespace, ctx: Context) -> int:
 
 def _print_wrapper(w: WrapperInfo) -> None:
     kind = "  [upstream: gateway verbs bypass hermesd]" if w.kind == KIND_UPSTREAM else ""
-    print(f"{w.alias} -> {w.profile}  ({w.path}){kind}")
+    print(f"{printable(w.alias)} -> {printable(w.profile)}  ({printable(w.path)}){kind}")
 
 
 def _cmd_alias(args: argparse.Namespace, ctx: Context) -> int:

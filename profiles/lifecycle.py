@@ -13,7 +13,7 @@ and the description are whatever the installed release does. hermesd adds only t
 
 * the source of a clone is the active profile of the root (upstream: whatever ``HERMES_HOME``
   is), and upstream clones from a copy of it that holds no link out of it
-  (:mod:`profiles.mirror`), never from the source itself: a ``.env`` that links to another
+  (:func:`profiles.safetree.copy_tree`), never from the source itself: a ``.env`` that links to another
   profile's is left out and named, not followed. The copy sits in the scratch root's
   ``profiles/``, even a copy of the root: upstream imports its root's ``plugins/`` as code, so
   that root holds nothing a profile wrote. The copy also leaves out hermesd's ``.hermesd``
@@ -38,11 +38,11 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from profiles import safeio, safetree
 from profiles.credentials import credential_kinds
 from profiles.discovery import (
     CUSTOM_PROFILE,
@@ -60,9 +60,9 @@ from profiles.errors import (
     ProfileExistsError,
     ProfileNotFoundError,
 )
-from profiles.mirror import mirror_tree, remove_tree
 from profiles.names import DEFAULT_PROFILE, parse_profile_name, shown
 from profiles.paths import ACTIVE_PROFILE_FILE, HERMESD_DIRNAME, PROFILES_DIRNAME, root_or_env
+from profiles.safeio import Beneath
 from profiles.upstream import calls
 from profiles.upstream.files import HEARTBEAT_FILE, RUNTIME_TOP_FILES, live_gateway
 from wrappers.scripts import (
@@ -110,10 +110,11 @@ class ChangeResult:
 # --------------------------------------------------------------------------- create
 
 
-def _scratch(root: Path, purpose: str, name: str) -> Path:
-    folder = root / PROFILES_DIRNAME
-    folder.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{purpose}-{name}-", dir=folder))
+def _scratch(root: Path, purpose: str, name: str) -> Beneath:
+    """A private dot-named folder in ``profiles/`` (discovery ignores it), reached without a link."""
+    folder = safeio.at(root, PROFILES_DIRNAME)
+    safeio.makedirs(folder, 0o755)
+    return safeio.temp_folder(folder, f".{purpose}-{name}-")
 
 
 def _clone_source(base: Path, clone_from: str | None, env: Mapping[str, str] | None) -> tuple[str, Path]:
@@ -150,28 +151,26 @@ def _stand_in(source: str, new: str) -> str:
     return "root-copy" if new != "root-copy" else "root-copy-2"
 
 
-def _config_alone(home: Path, folder: Path) -> Path | None:
-    """A folder holding only ``home``'s ``config.yaml``, where upstream reads its schema version."""
-    folder.mkdir()
+def _config_alone(home: Beneath, folder: Beneath) -> Path | None:
+    """A folder holding only a copy of ``home``'s ``config.yaml``, where upstream reads its schema version
+    (none when the mirror holds no regular ``config.yaml``)."""
+    safeio.mkdir(folder, 0o700)
     try:
-        os.link(home / "config.yaml", folder / "config.yaml")
+        safeio.replace_with_copy(folder / "config.yaml", home / "config.yaml", 0o600, preserve=True)
     except OSError:
         return None
-    return folder
+    return folder.path
 
 
-def _harden(home: Path) -> None:
+def _harden(home: Beneath) -> None:
     """``.env`` owner-only, and no set-id bit anywhere: the copy is root's, its content the source's."""
-    for folder, _subdirs, files, fd in os.fwalk(home):
-        for name in files:
-            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            if not stat.S_ISREG(st.st_mode):
-                continue
-            mode = stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID)
-            if folder == str(home) and name == ".env":
-                mode = 0o600
-            if mode != stat.S_IMODE(st.st_mode):
-                os.chmod(name, mode, dir_fd=fd)
+    for entry in safetree.walk(home):
+        if not stat.S_ISREG(entry.st.st_mode):
+            continue
+        was = stat.S_IMODE(entry.st.st_mode)
+        mode = 0o600 if entry.parts == (".env",) else was & ~(stat.S_ISUID | stat.S_ISGID)
+        if mode != was:
+            safetree.set_mode(entry, mode)
 
 
 def _credential_warning(name: str, source: str, home: Path, final: Path) -> tuple[list[str], list[str]]:
@@ -237,36 +236,41 @@ def create_profile(
     scratch = _scratch(base, "creating", canon)
     try:
         work_root, work_home = scratch / "root", scratch / "home"
-        work_home.mkdir()
-        (work_root / PROFILES_DIRNAME).mkdir(parents=True)
+        safeio.mkdir(work_home, 0o755)
+        safeio.makedirs(work_root / PROFILES_DIRNAME, 0o755)
         stand_in = schema_of = None
         if source is not None and source_name is not None:
             stand_in = _stand_in(source_name, canon)
             mirrored = work_root / PROFILES_DIRNAME / stand_in
-            for left_out in mirror_tree(source, mirrored, _skipper(source_name == DEFAULT_PROFILE)):
-                result.warnings.append(f"not copied from {source_name!r}: {shown(left_out)} is a link that "
+            try:
+                left_out = safetree.copy_tree(safeio.home_file(source), mirrored,
+                                              _skipper(source_name == DEFAULT_PROFILE))
+            except safetree.TooDeepError as exc:
+                raise ProfileError(f"cannot clone: {exc}") from None
+            for rel in left_out:
+                result.warnings.append(f"not copied from {source_name!r}: {shown(rel)} is a link that "
                                        "could lead out of the profile (hermesd follows none)")
             if mode == "clone":
                 schema_of = _config_alone(mirrored, scratch / "schema")
         made = calls.create_profile(
-            interpreter, canon, work_root=work_root, work_home=work_home, clone_from=stand_in,
+            interpreter, canon, work_root=work_root.path, work_home=work_home.path, clone_from=stand_in,
             clone_all=clone_all, clone_config=mode == "clone", no_skills=no_skills, description=description,
             schema_of=schema_of, env=env,
         )
         build = work_root / PROFILES_DIRNAME / canon
-        if build.is_symlink() or not build.is_dir() or made.path.resolve() != build.resolve():
-            raise calls.UpstreamCallError(f"hermes-agent's create_profile made {made.path}, not {build}")
+        if build.path.is_symlink() or not build.path.is_dir() or made.path.resolve() != build.path.resolve():
+            raise calls.UpstreamCallError(f"hermes-agent's create_profile made {made.path}, not {build.path}")
         result.release = made.release
         _harden(build)
         _migration_note(made, result)
         if source_name is not None:
-            result.credential_kinds, warnings = _credential_warning(canon, source_name, build, target)
+            result.credential_kinds, warnings = _credential_warning(canon, source_name, build.path, target)
             result.warnings.extend(warnings)
         if os.path.lexists(target):
             raise ProfileExistsError(f"profile {canon!r} already exists at {target}")
-        os.rename(build, target)
+        safeio.move(build, safeio.home_file(target))
     finally:
-        remove_tree(scratch)
+        safetree.remove_tree(scratch)
     return result
 
 
@@ -309,9 +313,9 @@ def delete_profile(
     _ensure_stopped(canon, home, stop_gateway)
     result = ChangeResult(canon, home)
     scratch = _scratch(base, "deleting", canon)
-    os.rename(home, scratch / canon)
+    safeio.move(safeio.home_file(home), scratch / canon)
     try:
-        remove_tree(scratch)
+        safetree.remove_tree(scratch)
     except OSError as exc:
         result.warnings.append(f"profile removed from the list, but {scratch} could not be fully deleted: {exc}")
     try:
@@ -322,7 +326,7 @@ def delete_profile(
         result.warnings.append(str(exc))
     for wrapper in aliases_for_profile(canon, base, wrapper_dir, env, include_upstream=True):
         try:
-            wrapper.path.unlink()
+            safeio.unlink(safeio.at(wrapper.path.parent, wrapper.path.name), missing_ok=False)
         except FileNotFoundError:
             continue
         except OSError as exc:
@@ -367,7 +371,7 @@ def rename_profile(
         raise ProfileExistsError(f"profile {new_canon!r} already exists at {target}")
     wrappers = aliases_for_profile(old_canon, base, wrapper_dir, env, include_upstream=True)
     _ensure_stopped(old_canon, home, stop_gateway)
-    os.rename(home, target)
+    safeio.move(safeio.home_file(home), safeio.home_file(target))
     result = ChangeResult(new_canon, target)
     try:
         if read_active_profile(base) == old_canon:
@@ -380,7 +384,7 @@ def rename_profile(
         alias = new_canon if wrapper.alias == old_canon else wrapper.alias
         try:
             if alias != wrapper.alias:
-                wrapper.path.unlink(missing_ok=True)
+                safeio.unlink(safeio.at(wrapper.path.parent, wrapper.path.name))
                 result.aliases_removed.append(_alias_label(wrapper.alias, wrapper.kind))
                 create_wrapper(
                     alias, new_canon, base, wrapper.path.parent,

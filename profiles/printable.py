@@ -29,12 +29,19 @@ def _escape(ch: str) -> str:
     return f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
 
 
-def printable(text: object) -> str:
-    """``text`` (any object, as ``str``) with every non-printable character shown escaped: one line."""
+def printable(text: object, limit: int | None = None) -> str:
+    """``text`` (any object, as ``str``) with every non-printable character shown escaped: one line.
+
+    ``limit``: at most that many characters of ``text`` are shown, then ``…`` (a field from a request
+    or a process environment, whose length its sender chose).
+    """
     s = text if isinstance(text, str) else str(text)
-    if s.isprintable():
-        return s
-    return "".join(ch if ch.isprintable() else _escape(ch) for ch in s)
+    cut = limit is not None and len(s) > limit
+    if cut:
+        s = s[:limit]
+    if not s.isprintable():
+        s = "".join(ch if ch.isprintable() else _escape(ch) for ch in s)
+    return s + "…" if cut else s
 
 
 def printable_lines(text: str) -> str:

@@ -24,8 +24,14 @@ another profile's ``.env`` makes root overwrite it. So every such operation goes
   ``O_CREAT | O_EXCL | O_NOFOLLOW`` under an unguessable name in the destination's folder (opened
   by descriptor), then ``renameat`` between descriptors of that one folder.
 
+* **Changes of kind, mode and owner act on the entry itself.** Folders are created one at a time
+  by descriptor (:func:`mkdir`, :func:`makedirs`, :func:`temp_folder`); a mode is set through a
+  descriptor that pins the entry just checked (:func:`chmod`), an owner with ``AT_SYMLINK_NOFOLLOW``
+  (:func:`chown`); logs are appended to only when they are regular files (:func:`open_append`).
+
 Callers get descriptors, bounded bytes or an atomic replace; they never hold a path string into
-a profile's tree between a check and a use. Standard library only: the health probe and the
+a profile's tree between a check and a use. Whole trees (walk, copy, removal) are
+:mod:`profiles.safetree`'s, built on this module. Standard library only: the health probe and the
 confinement shim import this module and must stay cheap.
 """
 
@@ -47,22 +53,29 @@ __all__ = [
     "UnsafeFileError",
     "at",
     "beneath",
+    "chmod",
+    "chown",
     "describe_size",
     "home_file",
     "link_on_path",
     "lstat",
     "makedirs",
+    "mkdir",
     "move",
+    "open_append",
     "open_beneath",
     "open_dir",
     "read_if_changed",
     "read_operator_file",
     "read_regular",
     "read_regular_or_none",
+    "readlink",
     "rename",
     "replace_bytes",
     "replace_with_copy",
     "symlink",
+    "temp_folder",
+    "under",
     "unlink",
 ]
 
@@ -153,12 +166,29 @@ def home_file(home: Path | str, *parts: str) -> Beneath:
 
 
 def beneath(where: Beneath | Path | str) -> Beneath:
-    """``where`` as the rule resolves it: a plain path names a file directly in its folder, and that
-    folder is resolved with :func:`home_file` (from the root when it is a profile home)."""
+    """``where`` as the rule resolves it: a plain path names an entry directly in its folder, and that
+    folder is resolved with :func:`home_file` (from the root when it is a profile home); a profile
+    home itself is resolved from the root too. Either way the last component is never a link."""
     if isinstance(where, Beneath):
         return where
     path = Path(where)
+    if path.parent.name == PROFILES_DIRNAME and path.name not in ("", ".", ".."):
+        return home_file(path)
     return home_file(path.parent, path.name)
+
+
+def under(base: Path | str, where: Beneath | Path | str) -> Beneath:
+    """``where`` resolved from the trusted folder ``base`` when it lies below it (hermesd's files in
+    ``<root>/.hermesd``: from the root, so not even ``.hermesd`` may be a link), else as
+    :func:`beneath` resolves it. A :class:`Beneath` is returned as it is."""
+    if isinstance(where, Beneath):
+        return where
+    base, path = Path(base), Path(where)
+    try:
+        rel = path.relative_to(base)
+    except ValueError:
+        return beneath(path)
+    return Beneath(base, str(rel) if rel.parts else "")
 
 
 def describe_size(n: int) -> str:
@@ -240,7 +270,10 @@ def _parent(where: Beneath) -> Iterator[tuple[int, str]]:
 # --------------------------------------------------------------------------- operations
 
 
-def _read_fd(fd: int, where: Beneath | Path | str, limit: int) -> bytes:
+def read_fd(fd: int, where: Beneath | Path | str, limit: int) -> bytes:
+    """The bytes of the open regular file ``fd`` (at most ``limit``), for a caller that also needs its
+    ``fstat``: one descriptor for both, so the status and the bytes are the same file's. ``where``
+    names it in errors."""
     shown = where.path if isinstance(where, Beneath) else where
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
@@ -272,7 +305,7 @@ def read_regular(where: Beneath | Path | str, limit: int) -> bytes:
     where = beneath(where)
     fd = open_beneath(where, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        return _read_fd(fd, where, limit)
+        return read_fd(fd, where, limit)
     finally:
         os.close(fd)
 
@@ -294,7 +327,7 @@ def read_if_changed(where: Beneath | Path | str, limit: int, stamp: Stamp | None
         now = (st.st_ino, st.st_size, st.st_mtime_ns)
         if now == stamp and stat.S_ISREG(st.st_mode):
             return now, None
-        return now, _read_fd(fd, where, limit)
+        return now, read_fd(fd, where, limit)
     finally:
         os.close(fd)
 
@@ -318,13 +351,35 @@ def read_operator_file(path: Path | str, limit: int) -> bytes:
     """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     try:
-        return _read_fd(fd, path, limit)
+        return read_fd(fd, path, limit)
     finally:
         os.close(fd)
 
 
+def open_append(where: Beneath | Path | str, mode: int = 0o600) -> int:
+    """A descriptor appending to the regular file ``where`` (created with ``mode`` if missing).
+
+    For logs in folders someone else can write: opened ``O_NONBLOCK`` (a planted FIFO neither
+    blocks the open nor is written to), refused unless the descriptor is a regular file, then made
+    blocking again. The caller closes it.
+    """
+    where = beneath(where)
+    fd = open_beneath(where, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, mode)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = _KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
+            raise UnsafeFileError(where.path, f"is {kind}, not a regular file; hermesd appends only to regular files")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def replace_bytes(where: Beneath | Path | str, data: bytes, mode: int = 0o600, *, durable: bool = True,
-                  exclusive: bool = False, exact_mode: bool = False, folder_owner: bool = False) -> None:
+                  exclusive: bool = False, exact_mode: bool = False, folder_owner: bool = False,
+                  owner: tuple[int, int] | None = None) -> None:
     """Replace ``where`` with ``data`` so readers see the old file or the new one, never a torn one.
 
     The temp file is created ``O_EXCL | O_NOFOLLOW`` under a random name in the destination's folder
@@ -335,10 +390,14 @@ def replace_bytes(where: Beneath | Path | str, data: bytes, mode: int = 0o600, *
     (``linkat`` of the temp file; the first of two racing writers wins). ``exact_mode=True`` sets
     ``mode`` whatever the umask (``fchmod`` of the temp file's descriptor). ``folder_owner=True`` gives
     the file to the owner of its folder (a profile run under its own account must be able to read
-    what hermesd, as root, writes for it there).
+    what hermesd, as root, writes for it there). ``owner`` (uid, gid) is given to the temp file
+    before it takes the name (root only; elsewhere a refusal is ignored).
     """
     where = beneath(where)
     def write(fd: int) -> None:
+        if owner is not None:
+            with suppress(PermissionError):
+                os.fchown(fd, *owner)
         if exact_mode:
             os.fchmod(fd, mode)
 
@@ -349,18 +408,27 @@ def replace_bytes(where: Beneath | Path | str, data: bytes, mode: int = 0o600, *
     _replace(where, write, mode, durable=durable, exclusive=exclusive, folder_owner=folder_owner)
 
 
-def replace_with_copy(where: Beneath | Path | str, source: Beneath | Path | str, mode: int = 0o600) -> None:
-    """Replace ``where`` with a copy of the regular file ``source`` (both reached without a link)."""
+def replace_with_copy(where: Beneath | Path | str, source: Beneath | Path | str, mode: int = 0o600, *,
+                      preserve: bool = False) -> None:
+    """Replace ``where`` with a copy of the regular file ``source`` (both reached without a link).
+
+    ``preserve=True`` gives the copy the source's permission bits (whatever the umask) and times,
+    as ``shutil.copy2`` would; ``mode`` is then ignored.
+    """
     where = beneath(where)
     source = beneath(source)
     src = open_beneath(source, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        if not stat.S_ISREG(os.fstat(src).st_mode):
+        st = os.fstat(src)
+        if not stat.S_ISREG(st.st_mode):
             raise UnsafeFileError(source.path, "is not a regular file; hermesd copies only regular files")
 
         def write(fd: int) -> None:
             while os.sendfile(fd, src, None, 1 << 20):
                 pass
+            if preserve:
+                os.fchmod(fd, stat.S_IMODE(st.st_mode))
+                os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
 
         _replace(where, write, mode, durable=False, exclusive=False)
     finally:
@@ -412,11 +480,32 @@ def move(source: Beneath | Path | str, dest: Beneath | Path | str) -> None:
         os.replace(src_name, dst_name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
 
 
-def symlink(where: Beneath | Path | str, target: str) -> None:
-    """Create the link ``where`` -> ``target`` (the folder reached without a link; ``FileExistsError`` if taken)."""
+def symlink(where: Beneath | Path | str, target: str, *, replace: bool = False) -> None:
+    """Create the link ``where`` -> ``target`` (the folder reached without a link; ``FileExistsError`` if taken).
+
+    ``replace=True`` puts the link in place of whatever entry has the name (a file, a link): it is
+    made under a random temp name and renamed over it, so the name is never missing meanwhile.
+    """
     where = beneath(where)
     with _parent(where) as (dir_fd, name):
-        os.symlink(target, name, dir_fd=dir_fd)
+        if not replace:
+            os.symlink(target, name, dir_fd=dir_fd)
+            return
+        tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        os.symlink(target, tmp, dir_fd=dir_fd)
+        try:
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+
+
+def readlink(where: Beneath | Path | str) -> str:
+    """The target text of the link ``where`` (read, never followed; its folder reached without a link)."""
+    where = beneath(where)
+    with _parent(where) as (dir_fd, name):
+        return os.readlink(name, dir_fd=dir_fd)
 
 
 def unlink(where: Beneath | Path | str, *, missing_ok: bool = True) -> bool:
@@ -463,6 +552,53 @@ def makedirs(where: Beneath | Path | str, mode: int = 0o755) -> None:
             with _base_fd(where) as base:
                 raise _link_error(where, base, parts) from None
         raise OSError(exc.errno, exc.strerror, str(where.path)) from None
+
+
+def mkdir(where: Beneath | Path | str, mode: int = 0o700) -> None:
+    """Create the one folder ``where`` in a folder reached without a link (``FileExistsError`` if taken)."""
+    where = beneath(where)
+    with _parent(where) as (dir_fd, name):
+        os.mkdir(name, mode, dir_fd=dir_fd)
+
+
+def temp_folder(folder: Beneath | Path | str, prefix: str) -> Beneath:
+    """A new folder ``<prefix><random>``, mode 0700, in ``folder`` (reached without a link): a scratch
+    space whose name nobody can guess or claim first (``mkdtemp``, by descriptor)."""
+    folder = folder if isinstance(folder, Beneath) else at(folder)
+    if "/" in prefix:
+        raise ValueError(f"not a name prefix: {prefix!r}")
+    for _ in range(100):
+        where = folder / f"{prefix}{os.urandom(6).hex()}"
+        try:
+            mkdir(where, 0o700)
+        except FileExistsError:
+            continue
+        return where
+    raise FileExistsError(errno.EEXIST, "no unused temporary name", str(folder.path))
+
+
+def chmod(where: Beneath | Path | str, mode: int) -> None:
+    """Set the permission bits of ``where`` itself: never those of what a link names.
+
+    The entry is pinned by an ``O_PATH`` descriptor reached without a link and changed through
+    that descriptor's ``/proc/self/fd`` entry, so a name swapped after the check changes nothing
+    else. A link, even as the last component, is :class:`LinkRefusedError`.
+    """
+    where = beneath(where)
+    fd = open_beneath(where, os.O_PATH)
+    try:
+        if stat.S_ISLNK(os.fstat(fd).st_mode):
+            raise LinkRefusedError(where.path, "is a symbolic link; hermesd changes the mode of no link")
+        os.chmod(f"/proc/self/fd/{fd}", mode)
+    finally:
+        os.close(fd)
+
+
+def chown(where: Beneath | Path | str, uid: int, gid: int) -> None:
+    """Give ``where`` itself to ``uid:gid`` (a link is changed as a link, never followed)."""
+    where = beneath(where)
+    with _parent(where) as (dir_fd, name):
+        os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
 
 
 def link_on_path(where: Beneath | Path | str) -> str | None:

@@ -62,11 +62,11 @@ def spawn(argv: list[str], env: Mapping[str, str], log_path: Beneath | Path) -> 
             fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
         else:
             spot = safeio.beneath(log_path)
-            try:
-                fd = safeio.open_beneath(spot, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:  # a regular file only: a FIFO planted there would block the loop that serves every profile
+                fd = safeio.open_append(spot, 0o600)
             except FileNotFoundError:  # the logs folder is gone: make it (never through a link), once
                 safeio.makedirs(Beneath(spot.base, spot.rel.rpartition("/")[0]), 0o700)
-                fd = safeio.open_beneath(spot, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                fd = safeio.open_append(spot, 0o600)
     except OSError as exc:
         raise SpawnError(exc.errno, f"cannot open its log {log_path}: {exc.strerror or exc}") from None
     try:

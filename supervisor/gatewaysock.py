@@ -1,8 +1,8 @@
 """Ask a gateway over its ``gateway.sock`` who it is and what it serves (``identify``).
 
 The socket lives in the profile's home, which the profile controls: a planted symlink there could
-send hermesd (root) to any socket on the machine. So the home is opened ``O_PATH|O_NOFOLLOW``, the
-socket beneath it ``O_PATH|O_NOFOLLOW`` (a link is refused, not followed), the descriptor must be a
+send hermesd (root) to any socket on the machine. So the socket is opened ``O_PATH`` through
+:mod:`profiles.safeio` (no link followed from the root down; a link is refused), the descriptor must be a
 socket, and hermesd connects to ``/proc/self/fd/N`` of that descriptor: the kernel resolves that
 to the very inode checked, whatever is renamed meanwhile. The reply is bounded in size and time
 (a gateway that never answers costs ``timeout`` seconds, in the daemon's reader pool, never on its
@@ -18,6 +18,7 @@ import stat
 import time
 from pathlib import Path
 
+from profiles import safeio
 from profiles.upstream.gatewaysock import IDENTIFY, MAX_REPLY_BYTES, POINTER_NAME, SOCKET_NAME, Identity, ProtocolError
 from profiles.upstream.gatewaysock import parse_identify as _parse
 from profiles.upstream.gatewaysock import request as _request
@@ -28,38 +29,26 @@ class GatewaySockError(OSError):
 
 
 def _open_socket_path(home: Path) -> int:
-    """An ``O_PATH`` descriptor of ``<home>/gateway.sock``, checked to be a socket and not a link."""
-    flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+    """An ``O_PATH`` descriptor of ``<home>/gateway.sock`` reached without a link, checked to be a socket."""
+    where = safeio.home_file(home, SOCKET_NAME)
     try:
-        dirfd = os.open(home, flags | os.O_DIRECTORY)
-    except OSError as exc:
-        raise GatewaySockError(f"{home}: cannot open: {exc.strerror}") from None
-    try:
-        fd = os.open(SOCKET_NAME, flags, dir_fd=dirfd)
+        fd = safeio.open_beneath(where, os.O_PATH | os.O_NOFOLLOW)
     except FileNotFoundError:
-        if _exists_at(dirfd, POINTER_NAME):
-            raise GatewaySockError(f"{home / SOCKET_NAME}: the gateway put its control socket elsewhere "
+        if safeio.lstat(where.sibling(POINTER_NAME)) is not None:
+            raise GatewaySockError(f"{where}: the gateway put its control socket elsewhere "
                                    f"({POINTER_NAME}: the home's path is too long for a unix socket); hermesd "
                                    "does not follow that pointer") from None
-        raise GatewaySockError(f"{home / SOCKET_NAME}: no control socket") from None
+        raise GatewaySockError(f"{where}: no control socket") from None
+    except safeio.LinkRefusedError:
+        raise GatewaySockError(f"{where}: is a symlink (not followed)") from None
     except OSError as exc:
-        raise GatewaySockError(f"{home / SOCKET_NAME}: cannot open: {exc.strerror}") from None
-    finally:
-        os.close(dirfd)
+        raise GatewaySockError(f"{where}: cannot open: {exc.strerror}") from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISSOCK(mode):
         os.close(fd)
         what = "a symlink (not followed)" if stat.S_ISLNK(mode) else "not a socket"
-        raise GatewaySockError(f"{home / SOCKET_NAME}: is {what}")
+        raise GatewaySockError(f"{where}: is {what}")
     return fd
-
-
-def _exists_at(dirfd: int, name: str) -> bool:
-    try:
-        os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-    except OSError:
-        return False
-    return True
 
 
 def ask(home: Path, verb: str = IDENTIFY, timeout: float = 1.0) -> bytes:

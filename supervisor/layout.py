@@ -14,7 +14,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from profiles.safeio import Beneath, at, read_regular, replace_bytes
+from profiles.safeio import Beneath, at, mkdir, read_regular, replace_bytes
 
 DIRNAME = ".hermesd"
 CONFIG_NAME = "hermesd.yaml"
@@ -77,7 +77,7 @@ class Layout:
     def ensure_adopt_dir(self) -> Path:
         self.ensure()
         with contextlib.suppress(FileExistsError):
-            os.mkdir(self.adopt_dir, 0o700)
+            mkdir(self.beneath(self.adopt_dir), 0o700)
         check_private(self.adopt_dir)
         return self.adopt_dir
 

@@ -32,7 +32,7 @@ def note(where: Beneath | Path, line: str) -> None:
     if Path(str(where)) == Path(os.devnull):
         return
     with contextlib.suppress(OSError):
-        fd = safeio.open_beneath(safeio.beneath(where), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = safeio.open_append(where, 0o600)
         try:
             os.write(fd, f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}\n".encode())
         finally:

@@ -8,10 +8,11 @@ what keeps the account from its home (the daemon holds the profile with that mes
 command that cures it; ``doctor`` reports the same). :func:`chown_home` is that cure, run only by
 ``hermesd isolate-user`` after showing what it changes.
 
-The home is the profile's: hostile input. The walk never follows a link and changes nothing
-outside the home: every entry is opened relative to its folder's descriptor without following
-links (``O_PATH|O_NOFOLLOW``), checked on that descriptor, and changed through it, so a name
-swapped meanwhile changes nothing else. Symbolic links are left as they are; a file with another
+The home is the profile's: hostile input. The walk (:func:`profiles.safetree.walk`) never follows
+a link and changes nothing outside the home: the home is resolved from the root, every entry is
+opened relative to its folder's descriptor without following links (``O_PATH|O_NOFOLLOW``),
+checked on that descriptor, and changed through it, so a name swapped meanwhile changes nothing
+else. Symbolic links are left as they are; a file with another
 hard link is left alone (the other name may be outside the home: ``/etc/shadow`` linked in by a
 gateway that ran as root); a device node is never given away; another file system mounted inside
 is not entered.
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from profiles import safeio, safetree
 from profiles.upstream.files import RUNTIME_TOP_FILES
 from supervisor.watch.events import PROFILE_FILES
 
@@ -135,88 +137,58 @@ class Report:
         return out
 
 
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
 def chown_home(home: Path, uid: int, gid: int, *, apply: bool) -> Report:
     """Give every entry of ``home`` (the home included) to ``uid:gid``; ``apply=False``: only count.
 
     See the module docstring for what is never touched. Raises ``OSError`` when the home itself
-    cannot be opened as a folder (a link there is refused).
+    cannot be opened as a folder (a link there, or on the way from the root, is refused).
     """
     report = Report()
-    top = os.open(home, _DIR)
-    try:
-        dev = os.fstat(top).st_dev
-        _settle(top, None, uid, gid, apply, report, str(home))
-        _walk(top, str(home), dev, uid, gid, apply, report, 0)
-    finally:
-        os.close(top)
+    dev: int | None = None
+
+    def enter(entry: safetree.Entry) -> bool:
+        if entry.st.st_dev != dev:
+            return False
+        if len(entry.parts) >= MAX_DEPTH:
+            report.truncated = True
+            return False
+        return True
+
+    def failed(parts: tuple[str, ...], exc: OSError, listing: bool) -> None:
+        path = "/".join((str(home), *parts))
+        report.errors.append(f"{path}: {'cannot list: ' if listing else ''}{exc.strerror or exc}")
+
+    for entry in safetree.walk(safeio.beneath(home), enter=enter, on_error=failed):
+        if dev is None:
+            dev = entry.st.st_dev
+        if report.changed + report.unchanged + report.links >= MAX_ENTRIES:
+            report.truncated = True
+            break
+        path = "/".join((str(home), *entry.parts))
+        mode = entry.st.st_mode
+        if stat.S_ISLNK(mode):
+            report.links += 1
+        elif entry.st.st_dev != dev:
+            report.mounts.append(path)
+        elif stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+            report.devices.append(path)  # owning a device node is owning the device
+        elif not stat.S_ISDIR(mode) and entry.st.st_nlink > 1:
+            report.hardlinked.append(path)
+        else:
+            _settle(entry, uid, gid, apply, report, path)
     return report
 
 
-def _settle(fd: int, path_fd: int | None, uid: int, gid: int, apply: bool, report: Report, shown: str) -> None:
-    """Change one entry through a descriptor that pins the inode just checked."""
-    st = os.fstat(fd if path_fd is None else path_fd)
-    if st.st_uid == uid and st.st_gid == gid:
+def _settle(entry: safetree.Entry, uid: int, gid: int, apply: bool, report: Report, shown: str) -> None:
+    """Change one entry through the descriptor that pins the inode just checked."""
+    if entry.st.st_uid == uid and entry.st.st_gid == gid:
         report.unchanged += 1
         return
     report.changed += 1
     if not apply:
         return
     try:
-        if path_fd is None:
-            os.fchown(fd, uid, gid)
-        else:  # an O_PATH descriptor: changed through its /proc link, which names that inode itself
-            os.chown(f"/proc/self/fd/{path_fd}", uid, gid)
+        safetree.set_owner(entry, uid, gid)
     except OSError as exc:
         report.changed -= 1
         report.errors.append(f"{shown}: {exc.strerror or exc}")
-
-
-def _walk(dfd: int, shown: str, dev: int, uid: int, gid: int, apply: bool, report: Report, depth: int) -> None:
-    if depth >= MAX_DEPTH:
-        report.truncated = True
-        return
-    try:
-        with os.scandir(dfd) as it:
-            names = [e.name for e in it]
-    except OSError as exc:
-        report.errors.append(f"{shown}: cannot list: {exc.strerror or exc}")
-        return
-    for name in names:
-        if report.changed + report.unchanged + report.links >= MAX_ENTRIES:
-            report.truncated = True
-            return
-        path = f"{shown}/{name}"
-        try:
-            pfd = os.open(name, _PATH, dir_fd=dfd)
-        except OSError as exc:
-            report.errors.append(f"{path}: {exc.strerror or exc}")
-            continue
-        try:
-            st = os.fstat(pfd)
-            if stat.S_ISLNK(st.st_mode):
-                report.links += 1
-            elif st.st_dev != dev:
-                report.mounts.append(path)
-            elif stat.S_ISDIR(st.st_mode):
-                try:
-                    sub = os.open(".", _DIR, dir_fd=pfd)  # the very folder pfd pins, whatever its name is now
-                except OSError as exc:
-                    report.errors.append(f"{path}: {exc.strerror or exc}")
-                    continue
-                try:
-                    _settle(sub, None, uid, gid, apply, report, path)
-                    _walk(sub, path, dev, uid, gid, apply, report, depth + 1)
-                finally:
-                    os.close(sub)
-            elif stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
-                report.devices.append(path)  # owning a device node is owning the device
-            elif st.st_nlink > 1:
-                report.hardlinked.append(path)
-            else:
-                _settle(pfd, pfd, uid, gid, apply, report, path)
-        finally:
-            os.close(pfd)

@@ -97,7 +97,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         return 0
     assert lock.fd is not None
     try:
-        logfd = safeio.open_beneath(layout.beneath(layout.daemon_log), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        logfd = safeio.open_append(layout.beneath(layout.daemon_log), 0o600)
         with os.fdopen(logfd, "ab") as logf:
             os.fchmod(logfd, 0o600)
             proc = subprocess.Popen(

@@ -218,7 +218,7 @@ def run(prepared: Prepared, command: list[str], *, log: tuple[Path, str] | None 
     the session (its limits) and returns the command's code.
 
     ``log``: a kanban worker's ``(base, relative path)``; the child opens it after its confinement
-    (:func:`supervisor.kanban.worklog.open_beneath`) as its stdout and stderr.
+    (:func:`supervisor.kanban.worklog.open_log`) as its stdout and stderr.
     """
     from supervisor.isolation import exec_in_place
 
@@ -295,9 +295,9 @@ def _worker_log(log: tuple[Path, str]) -> Callable[[], None]:
     """After the confinement: the worker's log as stdout and stderr (or the reason it cannot be)."""
 
     def open_log() -> None:
-        from supervisor.kanban.worklog import open_beneath
+        from supervisor.kanban.worklog import open_log
 
-        fd = open_beneath(*log)
+        fd = open_log(*log)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)

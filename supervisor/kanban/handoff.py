@@ -42,6 +42,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from profiles import safeio
+from profiles.safeio import Beneath
 from supervisor.control.protocol import Peer
 from supervisor.kanban.bounds import RateLimit
 from supervisor.kanban.dispatch import LAUNCHER_NAME, OFF, SOCKET_NAME, handoff_dir
@@ -139,6 +141,11 @@ class Handoff:
     def folder(self, profile: str) -> Path:
         return handoff_dir(self.hermesd_dir, profile)
 
+    def _beneath(self, path: Path) -> Beneath:
+        """A hand-off file as the file rule resolves it: from the root, no link in ``.hermesd`` followed
+        (under Landlock alone the default profile can write ``.hermesd``)."""
+        return safeio.under(self.hermesd_dir.parent, path)
+
     def socket_path(self, profile: str) -> Path:
         return self.folder(profile) / SOCKET_NAME
 
@@ -197,20 +204,16 @@ class Handoff:
         self.close()
         if old is not None and old != want:  # that gateway is restarted without HERMES_BIN
             with contextlib.suppress(OSError):
-                self.launcher(old).unlink()
+                safeio.unlink(self._beneath(self.launcher(old)))
         if want is None:
             return
         from supervisor.control.server import ControlServer
 
-        folder = self.folder(want)
+        folder = self._beneath(self.folder(want))
         try:
-            folder.mkdir(mode=0o755, parents=True, exist_ok=True)
-            os.chmod(folder, 0o755)
-            launcher = self.launcher(want)
-            tmp = launcher.with_name(launcher.name + ".tmp")
-            tmp.write_text(launcher_text())
-            os.chmod(tmp, 0o755)
-            os.replace(tmp, launcher)
+            safeio.makedirs(folder, 0o755)
+            safeio.chmod(folder, 0o755)
+            safeio.replace_bytes(self._beneath(self.launcher(want)), launcher_text().encode(), 0o755, exact_mode=True)
             if len(os.fsencode(self.socket_path(want))) > 107:
                 raise OSError(f"socket path {self.socket_path(want)} is too long for a unix socket")
             server = ControlServer(self.socket_path(want), self.handlers, peer_check=self._check,
@@ -218,7 +221,7 @@ class Handoff:
             await server.start()
             if owner is not None:  # a dispatcher with an account of its own (isolation.user)
                 with contextlib.suppress(OSError):
-                    os.chown(self.socket_path(want), *owner)
+                    safeio.chown(self._beneath(self.socket_path(want)), *owner)
         except OSError as exc:
             log.error("kanban: hand-off for dispatcher %s not served (%s); its workers run in its own tree",
                       want, exc)

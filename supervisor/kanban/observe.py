@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from profiles.printable import printable
+
 __all__ = ["CACHE_S", "Snapshot", "Worker", "root_of_home", "scan_workers", "snapshot"]
 
 CACHE_S = 0.25
@@ -67,7 +69,7 @@ def scan_workers(root: Path, proc: str = "/proc") -> list[Worker]:
     """Every readable process of ``root``'s board carrying upstream's worker environment."""
     from supervisor.childspec import TAG_PROFILE, TAG_ROOT
     from supervisor.identity import proc_environ
-    from supervisor.kanban.workers import WORKER_TAG, printable
+    from supervisor.kanban.workers import WORKER_TAG
 
     board_base = str(root / "kanban")
     root_db = str(root / "kanban.db")

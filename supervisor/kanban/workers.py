@@ -43,11 +43,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from profiles import safeio
+from profiles.printable import printable
+from profiles.safeio import Beneath
 from supervisor.kanban.bounds import too_many_workers
 from supervisor.kanban.worklog import LogError, log_parts
 
-__all__ = ["TASK_VARIABLES", "WORKER_TAG", "Running", "WorkerError", "Workers", "check_argv", "printable",
-           "task_env"]
+__all__ = ["TASK_VARIABLES", "WORKER_TAG", "Running", "WorkerError", "Workers", "check_argv", "task_env"]
 
 # Upstream's per-task variables (hermes_cli/kanban_db.py, _default_spawn): all a worker needs
 # from its dispatcher.
@@ -66,14 +68,6 @@ _FLAGS = {"--cli", "--accept-hooks", "-Q"}
 
 class WorkerError(ValueError):
     """A worker request that is refused; the message is the reply's error."""
-
-
-def printable(text: str, limit: int = 200) -> str:
-    """A string from a request (or a worker's environment) made safe for a terminal or a journal
-    line: control characters (CR, LF, ESC, bidi overrides…) shown escaped, cut at ``limit``.
-    A local stand-in for the shared output rule."""
-    out = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text[:limit])
-    return out + ("…" if len(text) > limit else "")
 
 
 def check_argv(argv: Sequence[str], assignee: str, task: str) -> None:
@@ -139,13 +133,16 @@ class Workers:
         self._stopping: set[int] = set()  # keepers (= process groups) sent SIGTERM, SIGKILL pending
 
     def _keeper_fd(self, assignee: str) -> int:
-        path = self.keeper_log(assignee) if self.keeper_log is not None else Path(os.devnull)
+        """The keeper's stdout and stderr: the assignee's log in hermesd's folder, resolved from the root
+        without a link and appended to only if it is a regular file (else ``/dev/null``)."""
+        if self.keeper_log is None:
+            return os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC)
+        where = safeio.under(self.root, self.keeper_log(assignee))
         try:
-            if path != Path(os.devnull):
-                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            safeio.makedirs(Beneath(where.base, where.rel.rpartition("/")[0]), 0o700)
+            return safeio.open_append(where, 0o600)
         except OSError as exc:
-            raise WorkerError(f"cannot open the keeper's log {path}: {exc.strerror or exc}") from None
+            raise WorkerError(f"cannot open the keeper's log {where}: {exc.strerror or exc}") from None
 
     def start(self, *, assignee: str, command: Sequence[str], argv: Sequence[str], env: Mapping[str, str],
               log: str, per_profile: int = 4) -> Running:
@@ -160,7 +157,7 @@ class Workers:
         except LogError as exc:
             raise WorkerError(str(exc)) from None
         if log != str(base / rel):
-            raise WorkerError(f"log must be the task's own log {base / rel}, not {printable(log)!r}")
+            raise WorkerError(f"log must be the task's own log {base / rel}, not {printable(log, 200)!r}")
         if len(self.running) >= MAX_RUNNING:
             raise WorkerError(f"{MAX_RUNNING} kanban workers already running: try again later")
         refused = too_many_workers(sum(1 for r in self.running.values() if r.assignee == assignee), per_profile,

@@ -9,22 +9,23 @@ injection) or hermesd's own event journal. So the daemon never opens what the re
 * :func:`expected_log` derives the only acceptable path from the task id and the board slug
   (both checked against upstream's own patterns) under the kanban home, and the request's path
   must be exactly that;
-* :func:`open_beneath` is called by the worker's keeper *after* the assignee's confinement is in
-  force (:func:`supervisor.cli.exec.run`): the file is opened with the assignee's rights, walking
-  from ``/`` one component at a time without following any link, and only a regular file is
-  accepted. A link planted in ``logs/`` fails (``ELOOP``), and even a path the check let through
-  could reach nothing the assignee itself cannot.
+* :func:`open_log` is called by the worker's keeper *after* the assignee's confinement is in
+  force (:func:`supervisor.cli.exec.run`): the file is opened with the assignee's rights, beneath
+  the root by the file rule (:mod:`profiles.safeio`: ``kanban/`` and everything below it without
+  following any link), and only a regular file is accepted. A link planted in ``logs/`` fails,
+  and even a path the check let through could reach nothing the assignee itself cannot.
 """
 
 from __future__ import annotations
 
 import errno
-import os
 import re
-import stat
 from pathlib import Path
 
-__all__ = ["LogError", "expected_log", "log_parts", "open_beneath"]
+from profiles import safeio
+from profiles.safeio import UnsafeFileError
+
+__all__ = ["LogError", "expected_log", "log_parts", "open_log"]
 
 # Upstream's task ids (kanban_db: "t_" + hex) and board slugs (_BOARD_SLUG_RE: 1-64 lowercase
 # alphanumerics, hyphens, underscores, not starting with - or _). Dots are refused outright, so
@@ -55,43 +56,26 @@ def expected_log(kanban_home: Path, board: str | None, task: str) -> Path:
     return base / rel
 
 
-def open_beneath(base: Path, rel: str) -> int:
-    """Open ``base/rel`` for appending (created if missing), never following a link anywhere on
-    the way, and only if it is a regular file. Returns a descriptor (close-on-exec).
+def open_log(base: Path, rel: str) -> int:
+    """Open the task's log ``base/rel`` (:func:`log_parts`) for appending, created if missing, and
+    only if it is a regular file. Returns a descriptor (close-on-exec).
 
-    A stand-in for the shared beneath-open rule (``openat2`` with ``RESOLVE_BENEATH`` and
-    ``RESOLVE_NO_SYMLINKS`` where the kernel has it): a per-component ``O_NOFOLLOW`` walk from
-    ``/``, ``O_NONBLOCK`` so a FIFO cannot block the open, ``fstat`` before use.
+    ``base`` is ``<kanban home>/kanban``: the kanban home (the root, the operator's) is trusted, and
+    everything from ``kanban`` down is the board's, resolved beneath it without following any link
+    (:func:`profiles.safeio.open_append`; a FIFO neither blocks the open nor is written to).
     """
     if not base.is_absolute() or any(p in ("", ".", "..") for p in rel.split("/")):
         raise LogError(f"{base}/{rel}: not a plain path")
-    parts = [p for p in str(base).split("/") if p] + rel.split("/")
-    dir_flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open("/", dir_flags)
+    where = safeio.at(base.parent, base.name, rel)
     try:
-        for part in parts[:-1]:
-            try:
-                nxt = os.open(part, dir_flags, dir_fd=fd)
-            except OSError as exc:
-                raise LogError(f"{base}/{rel}: {part!r} {_why(exc)}") from None
-            os.close(fd)
-            fd = nxt
-        try:
-            out = os.open(parts[-1], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                          | os.O_CLOEXEC | os.O_NOCTTY, 0o644, dir_fd=fd)
-        except OSError as exc:
-            raise LogError(f"{base}/{rel}: {_why(exc)}") from None
-    finally:
-        os.close(fd)
-    st = os.fstat(out)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(out)
-        raise LogError(f"{base}/{rel}: not a regular file")
-    os.set_blocking(out, True)
-    return out
+        return safeio.open_append(where, 0o644)
+    except OSError as exc:
+        raise LogError(f"{base}/{rel}: {_why(exc)}") from None
 
 
 def _why(exc: OSError) -> str:
+    if isinstance(exc, UnsafeFileError):
+        return exc.problem
     if exc.errno in (errno.ELOOP, errno.ENOTDIR):
         return "is a link or not a folder (links are never followed)"
     return exc.strerror or str(exc)

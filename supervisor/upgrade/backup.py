@@ -6,14 +6,16 @@ installed or restarted; a rollback puts them back while that profile's gateway i
 gateway writes one of them meanwhile.
 
 A profile's folder is written by an agent that may be hostile, and hermesd runs as root, so every
-path is walked from the root one component at a time with ``O_NOFOLLOW`` (a link planted in place
-of ``profiles/``, the profile folder or ``skills/`` is refused, never followed), and files are opened
-relative to their folder's descriptor. A file that is itself a symlink (a dotfile manager's link) is
-saved as the link (its target text, never what it points at) and restored as the same link. A FIFO,
-a device or a file over :data:`MAX_FILE` is not copied (``refused``, named in the record). A restore
-writes a temporary file next to the original with ``O_EXCL|O_NOFOLLOW`` and renames it over the
-entry, so whatever is there now (a planted link included) is replaced, never written through; the
-mode and owner come back too. What a restore replaces is kept in the record's ``replaced/`` folder.
+path goes through :mod:`profiles.safeio`: resolved from the root without following any link (a
+link planted in place of ``profiles/``, the profile folder or ``skills/`` is refused, never
+followed), and files are opened relative to their folder's descriptor. A file that is itself a
+symlink (a dotfile manager's link) is saved as the link (its target text, never what it points at)
+and restored as the same link. A FIFO, a device or a file over :data:`MAX_FILE` is not copied
+(``refused``, named in the record). A restore writes a temporary file next to the original with
+``O_EXCL|O_NOFOLLOW`` and renames it over the entry, so whatever is there now (a planted link
+included) is replaced, never written through; the mode and owner come back too. What a restore
+replaces is kept in the record's ``replaced/`` folder. The record's folders (in ``.hermesd``) are
+written the same way.
 """
 
 from __future__ import annotations
@@ -23,15 +25,16 @@ import errno
 import hashlib
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from profiles import safeio
+from profiles.safeio import Beneath, LinkRefusedError
 from profiles.upstream.files import MIGRATED_FILES
 
 MAX_FILE = 16 << 20
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,59 +63,14 @@ class UnsafePath(OSError):
     """A folder on the way to a profile's file is a link or not a folder: nothing is read or written there."""
 
 
-def _walk(root: Path, folder: Path, *, create: bool = False, owner: tuple[int, int] | None = None) -> int:
-    """A descriptor of ``folder`` (the root or beneath it), reached without following any link."""
-    fd = os.open(root, _DIR_FLAGS)
+@contextlib.contextmanager
+def _no_link(where: Beneath) -> Iterator[None]:
+    """Report a link (or a file) where a folder of the profile was expected as :class:`UnsafePath`."""
     try:
-        for part in folder.relative_to(root).parts:
-            try:
-                nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                if not create:
-                    raise
-                os.mkdir(part, 0o700, dir_fd=fd)
-                nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                if owner is not None:
-                    with contextlib.suppress(PermissionError):
-                        os.fchown(nfd, *owner)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise UnsafePath(exc.errno, f"{folder}: {part} is a link or not a folder; hermesd does not "
-                                                "follow links in a profile") from None
-                raise
-            os.close(fd)
-            fd = nfd
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _read_entry(dir_fd: int, name: str) -> tuple[Saved, bytes | None]:
-    """What ``name`` in the folder ``dir_fd`` is, and its bytes when it is a regular file."""
-    try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return Saved(name, "absent"), None
-    if stat.S_ISLNK(st.st_mode):
-        return Saved(name, "link", target=os.readlink(name, dir_fd=dir_fd)), None
-    if not stat.S_ISREG(st.st_mode):
-        return Saved(name, "refused", problem="not a regular file"), None
-    if st.st_size > MAX_FILE:
-        return Saved(name, "refused", problem=f"{st.st_size} bytes, over the {MAX_FILE} limit"), None
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-    try:
-        fst = os.fstat(fd)
-        if not stat.S_ISREG(fst.st_mode) or fst.st_size > MAX_FILE:
-            return Saved(name, "refused", problem="changed while being read"), None
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    return Saved(name, "file", hashlib.sha256(data).hexdigest(), len(data), stat.S_IMODE(fst.st_mode),
-                 fst.st_uid, fst.st_gid), data
+        yield
+    except (LinkRefusedError, NotADirectoryError) as exc:
+        why = exc.problem if isinstance(exc, LinkRefusedError) else "a folder on the way is not a folder"
+        raise UnsafePath(errno.ELOOP, f"{where.path}: {why}; hermesd does not follow links in a profile") from None
 
 
 def _split(rel: str) -> tuple[Path, str]:
@@ -122,68 +80,88 @@ def _split(rel: str) -> tuple[Path, str]:
     return Path(*parts[:-1]), parts[-1]
 
 
+def _file(root: Path, home: Path, rel: str) -> Beneath:
+    """``rel`` of the profile in ``home``, resolved from the root (no component below it may be a link)."""
+    _split(rel)
+    return safeio.under(root, home / rel)
+
+
+def _folder_of(where: Beneath) -> Beneath:
+    return Beneath(where.base, where.rel.rpartition("/")[0])
+
+
+def _read_entry(dir_fd: int, where: Beneath, rel: str) -> tuple[Saved, bytes | None]:
+    """What ``where`` (in the folder ``dir_fd``) is, and its bytes when it is a regular file."""
+    name = where.name
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return Saved(rel, "absent"), None
+    if stat.S_ISLNK(st.st_mode):
+        return Saved(rel, "link", target=os.readlink(name, dir_fd=dir_fd)), None
+    if not stat.S_ISREG(st.st_mode):
+        return Saved(rel, "refused", problem="not a regular file"), None
+    if st.st_size > MAX_FILE:
+        return Saved(rel, "refused", problem=f"{st.st_size} bytes, over the {MAX_FILE} limit"), None
+    try:
+        fd = safeio.open_beneath(where, os.O_RDONLY | os.O_NONBLOCK)
+    except (FileNotFoundError, LinkRefusedError):
+        return Saved(rel, "refused", problem="changed while being read"), None
+    try:
+        fst = os.fstat(fd)
+        if not stat.S_ISREG(fst.st_mode) or fst.st_size > MAX_FILE:
+            return Saved(rel, "refused", problem="changed while being read"), None
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    return Saved(rel, "file", hashlib.sha256(data).hexdigest(), len(data), stat.S_IMODE(fst.st_mode),
+                 fst.st_uid, fst.st_gid), data
+
+
 def read(root: Path, home: Path, rel: str) -> tuple[Saved, bytes | None]:
     """One of a profile's files as it is now (see the module docstring for links and junk)."""
-    sub, name = _split(rel)
+    where = _file(root, home, rel)
     try:
-        fd = _walk(root, home / sub)
+        with _no_link(where):
+            fd = safeio.open_dir(_folder_of(where))
     except FileNotFoundError:
         return Saved(rel, "absent"), None
     except UnsafePath as exc:
         return Saved(rel, "refused", problem=str(exc)), None
     try:
-        entry, data = _read_entry(fd, name)
+        return _read_entry(fd, where, rel)
     finally:
         os.close(fd)
-    return Saved(rel, entry.kind, entry.sha256, entry.size, entry.mode, entry.uid, entry.gid, entry.target,
-                 entry.problem), data
 
 
-def save(root: Path, home: Path, store: Path, names: Sequence[str] = MIGRATED_FILES) -> list[Saved]:
+def save(root: Path, home: Path, store: Beneath | Path, names: Sequence[str] = MIGRATED_FILES) -> list[Saved]:
     """Copy each of ``names`` of the profile in ``home`` into ``store`` (a private folder of hermesd's)."""
+    store = safeio.under(root, store)
     out = []
     for rel in names:
         entry, data = read(root, home, rel)
         if data is not None:
             target = store / rel
-            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
+            safeio.makedirs(_folder_of(target), 0o700)
+            safeio.replace_bytes(target, data, 0o600, exclusive=True)
         out.append(entry)
     return out
 
 
-def _write(dir_fd: int, name: str, data: bytes, entry: Saved) -> None:
-    tmp = f".{name}.hermesd-restore.{os.getpid()}"
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp, dir_fd=dir_fd)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
-    try:
+def _make_folders(folder: Beneath, owner: tuple[int, int]) -> None:
+    """The missing folders down to ``folder``, each created by descriptor and given to ``owner``."""
+    parts = [p for p in folder.rel.split("/") if p]
+    for i in range(1, len(parts) + 1):
+        step = Beneath(folder.base, "/".join(parts[:i]))
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            if entry.uid is not None and entry.gid is not None:
-                with contextlib.suppress(PermissionError):
-                    os.fchown(fd, entry.uid, entry.gid)
-            os.fchmod(fd, entry.mode if entry.mode is not None else 0o600)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=dir_fd)
-        raise
-
-
-def _link(dir_fd: int, name: str, target: str) -> None:
-    tmp = f".{name}.hermesd-restore.{os.getpid()}"
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp, dir_fd=dir_fd)
-    os.symlink(target, tmp, dir_fd=dir_fd)
-    os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            safeio.mkdir(step, 0o700)
+        except FileExistsError:
+            continue
+        with contextlib.suppress(PermissionError):
+            safeio.chown(step, *owner)
 
 
 def same(now: Saved, then: Saved) -> bool:
@@ -195,15 +173,20 @@ def same(now: Saved, then: Saved) -> bool:
     return now.target == then.target
 
 
-def restore(root: Path, home: Path, store: Path, saved: Sequence[Saved], replaced: Path) -> list[str]:
+def restore(root: Path, home: Path, store: Beneath | Path, saved: Sequence[Saved],
+            replaced: Beneath | Path) -> list[str]:
     """Put every saved file of the profile in ``home`` back as it was; the paths that changed.
 
     What is there now and differs is copied to ``replaced`` first (regular files only). Entries that
     were ``refused`` are left alone. Raises ``OSError`` (an :class:`UnsafePath` among them) when a
     file cannot be put back; what was restored before it stays restored.
     """
+    store, replaced = safeio.under(root, store), safeio.under(root, replaced)
     changed = []
-    owner = os.stat(home, follow_symlinks=False)
+    home_where = safeio.under(root, home)
+    owner = safeio.lstat(home_where)
+    if owner is None or not stat.S_ISDIR(owner.st_mode):
+        raise UnsafePath(errno.ENOENT, f"{home}: missing, not a folder, or reached through a link")
     for then in saved:
         if then.kind == "refused":
             continue
@@ -212,29 +195,26 @@ def restore(root: Path, home: Path, store: Path, saved: Sequence[Saved], replace
             continue
         if current is not None:
             keep = replaced / then.path
-            keep.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            keep.write_bytes(current)
-        sub, name = _split(then.path)
+            safeio.makedirs(_folder_of(keep), 0o700)
+            safeio.replace_bytes(keep, current, 0o600)
+        where = _file(root, home, then.path)
         if then.kind == "absent":
             if now.kind in ("file", "link"):
-                fd = _walk(root, home / sub)
-                try:
-                    os.unlink(name, dir_fd=fd)
-                finally:
-                    os.close(fd)
+                with _no_link(where):
+                    safeio.unlink(where)
                 changed.append(then.path)
             continue
-        fd = _walk(root, home / sub, create=True, owner=(owner.st_uid, owner.st_gid))
-        try:
+        with _no_link(where):
+            _make_folders(_folder_of(where), (owner.st_uid, owner.st_gid))
             if then.kind == "link":
-                _link(fd, name, then.target or "")
+                safeio.symlink(where, then.target or "", replace=True)
             else:
-                data = (store / then.path).read_bytes()
+                data = safeio.read_regular(store / then.path, MAX_FILE)
                 if hashlib.sha256(data).hexdigest() != then.sha256:
                     raise OSError(errno.EIO, f"the saved copy of {then.path} in {store} was changed; not restoring it")
-                _write(fd, name, data, then)
-        finally:
-            os.close(fd)
+                safeio.replace_bytes(where, data, then.mode if then.mode is not None else 0o600, exact_mode=True,
+                                     owner=(then.uid, then.gid) if then.uid is not None and then.gid is not None
+                                     else None)
         changed.append(then.path)
     return changed
 

@@ -25,14 +25,18 @@ import io
 import json
 import os
 import re
-import shutil
+import stat
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from profiles import safeio
+from profiles.safeio import Beneath
+
 PIP_TIMEOUT_S = 1800.0
+RECORD_MAX = 16 << 20  # a RECORD lists every file of a distribution: hermes-agent's is about 200 KB
 _MARK = "HERMESD-DISTS "
 # Runs in the gateway's interpreter: every distribution as import would see it (first on sys.path wins).
 DISTS = (
@@ -76,22 +80,22 @@ class Interpreter:
     prefix: str
     dist_name: str
 
-    def run(self, args: Sequence[str], *, log: Path | None = None, timeout: float = PIP_TIMEOUT_S,
+    def run(self, args: Sequence[str], *, log: Beneath | Path | None = None, timeout: float = PIP_TIMEOUT_S,
             quiet_stdout: bool = False) -> tuple[int, str]:
         """``python ARGS``; its exit code and stdout. Both streams are appended to ``log`` (stdout
-        not when ``quiet_stdout``: a machine-readable answer)."""
+        not when ``quiet_stdout``: a machine-readable answer), a regular file in hermesd's folder."""
         try:
             proc = subprocess.run([self.python, *args], stdin=subprocess.DEVNULL, capture_output=True,
                                   timeout=timeout, check=False, cwd="/")
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise EnvironmentProblem(f"{self.python} {' '.join(args[:4])}: did not run to completion: {exc}") from None
         if log is not None:
-            with log.open("ab") as fh:
+            with os.fdopen(safeio.open_append(log), "ab") as fh:
                 fh.write(f"$ {self.python} {' '.join(args)}\n".encode())
                 fh.write(proc.stderr + (b"" if quiet_stdout else proc.stdout))
         return proc.returncode, proc.stdout.decode("utf-8", "replace")
 
-    def pip(self, args: Sequence[str], *, log: Path | None = None) -> None:
+    def pip(self, args: Sequence[str], *, log: Beneath | Path | None = None) -> None:
         code, _ = self.run(["-m", "pip", *args], log=log)
         if code != 0:
             where = f"; its output is in {log}" if log is not None else ""
@@ -106,7 +110,7 @@ class Interpreter:
         raw = json.loads(line[len(_MARK):])
         return {canonical(k): Dist(v["name"], v["version"], v["dist_info"]) for k, v in raw.items()}
 
-    def plan(self, requirement: str, *, log: Path | None = None) -> list[Dist]:
+    def plan(self, requirement: str, *, log: Beneath | Path | None = None) -> list[Dist]:
         """What ``pip install REQUIREMENT`` would install (``--dry-run --report``, pip 22.2 or newer)."""
         args = ["-m", "pip", "install", "--dry-run", "--quiet", "--report", "-", requirement]
         code, out = self.run(args, log=log, quiet_stdout=True)
@@ -145,7 +149,9 @@ class SavedDist:
 
 
 def _record(dist_info: Path) -> list[list[str]]:
-    return list(csv.reader(io.StringIO((dist_info / "RECORD").read_text(encoding="utf-8"))))
+    """The rows of a distribution's ``RECORD`` (the install is the operator's: read as such, bounded)."""
+    text = safeio.read_operator_file(dist_info / "RECORD", RECORD_MAX).decode("utf-8")
+    return list(csv.reader(io.StringIO(text)))
 
 
 def _inside(prefix: Path, site: Path, rel: str) -> str | None:
@@ -157,9 +163,22 @@ def _inside(prefix: Path, site: Path, rel: str) -> str | None:
         return None
 
 
-def save(prefix: str, dists: Iterable[Dist], store: Path) -> list[SavedDist]:
+def _copy(source: Beneath, dest: Beneath) -> int:
+    """Copy one installed file as ``shutil.copy2(follow_symlinks=False)`` would (a link as the link,
+    a regular file with its mode and times), never writing through a link; the copy's size."""
+    st = safeio.lstat(source)
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        target = safeio.readlink(source)
+        safeio.symlink(dest, target, replace=True)
+        return len(os.fsencode(target))
+    safeio.replace_with_copy(dest, source, preserve=True)
+    return st.st_size if st is not None else 0
+
+
+def save(prefix: str, dists: Iterable[Dist], store: Beneath | Path) -> list[SavedDist]:
     """Copy the installed files of ``dists`` into ``store``, mirroring their place under ``prefix``."""
     root = Path(prefix)
+    store = safeio.beneath(store)
     out = []
     for d in dists:
         info = Path(d.dist_info)
@@ -169,12 +188,17 @@ def save(prefix: str, dists: Iterable[Dist], store: Path) -> list[SavedDist]:
             if rel is None or not os.path.lexists(root / rel):
                 continue
             target = store / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(root / rel, target, follow_symlinks=False)
+            safeio.makedirs(Beneath(target.base, target.rel.rpartition("/")[0]), 0o755)
+            source = root / rel
+            saved.size += _copy(safeio.at(source.parent, source.name), target)
             saved.files.append(rel)
-            saved.size += os.lstat(target).st_size
         out.append(saved)
     return out
+
+
+def _install_folder(folder: Path) -> None:
+    """A folder of the install that pip's uninstall removed, made again (the operator's, not a profile's)."""
+    folder.mkdir(parents=True, exist_ok=True)
 
 
 def _hash(path: Path) -> str:
@@ -210,8 +234,8 @@ def verify(prefix: str, saved: Iterable[SavedDist]) -> list[str]:
     return bad
 
 
-def restore(interp: Interpreter, saved: Sequence[SavedDist], store: Path, remove: Sequence[str], *,
-            log: Path | None = None) -> list[str]:
+def restore(interp: Interpreter, saved: Sequence[SavedDist], store: Beneath | Path, remove: Sequence[str], *,
+            log: Beneath | Path | None = None) -> list[str]:
     """Uninstall ``remove`` (what the upgrade installed), copy the saved files back, verify them.
 
     Returns the files that do not match their ``RECORD`` afterwards (empty: restored byte for byte).
@@ -219,16 +243,15 @@ def restore(interp: Interpreter, saved: Sequence[SavedDist], store: Path, remove
     if remove:
         interp.pip(["uninstall", "-y", *remove], log=log)
     root = Path(interp.prefix)
+    store = safeio.beneath(store)
     for s in saved:
         for rel in s.files:
             target = root / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if os.path.lexists(target) and not target.is_dir():
-                target.unlink()
-            shutil.copy2(store / rel, target, follow_symlinks=False)
+            _install_folder(target.parent)
+            _copy(store / rel, safeio.at(target.parent, target.name))
     return verify(interp.prefix, saved)
 
 
-def reinstall(interp: Interpreter, version: str, *, log: Path | None = None) -> None:
+def reinstall(interp: Interpreter, version: str, *, log: Beneath | Path | None = None) -> None:
     """Put a release back with pip when no copy was taken (the interpreter was upgraded outside hermesd)."""
     interp.pip(["install", "--no-deps", f"{interp.dist_name}=={version}"], log=log)

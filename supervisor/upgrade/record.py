@@ -23,13 +23,15 @@ import contextlib
 import errno
 import fcntl
 import os
-import shutil
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from profiles import safeio, safetree
+from profiles.safeio import Beneath
 from profiles.upstream.files import read_json, write_json_atomic
 from supervisor.layout import Layout, check_private
 
@@ -46,7 +48,7 @@ class Busy(RuntimeError):
 def lock(layout: Layout) -> Iterator[None]:
     """Hold ``<root>/.hermesd/upgrade.lock`` for the whole operation; :class:`Busy` when another has it."""
     layout.ensure()
-    fd = os.open(layout.dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    fd = safeio.open_beneath(layout.beneath(layout.dir / LOCK), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -63,35 +65,42 @@ def lock(layout: Layout) -> Iterator[None]:
 
 @dataclass(slots=True)
 class Record:
+    """One operation's record. Its files are resolved from the root (:mod:`profiles.safeio`): no link
+    in ``.hermesd`` (which the default profile can write under Landlock alone) redirects them."""
+
     folder: Path
     data: dict[str, Any]
+    root: Path
 
     @property
     def id(self) -> str:
         return str(self.data["id"])
 
-    def files_dir(self, profile: str) -> Path:
-        return self.folder / "files" / profile
+    def _at(self, *parts: str) -> Beneath:
+        return safeio.under(self.root, self.folder.joinpath(*parts))
 
-    def replaced_dir(self, profile: str) -> Path:
-        return self.folder / "replaced" / profile
+    def files_dir(self, profile: str) -> Beneath:
+        return self._at("files", profile)
+
+    def replaced_dir(self, profile: str) -> Beneath:
+        return self._at("replaced", profile)
 
     @property
-    def python_dir(self) -> Path:
-        return self.folder / "python"
+    def python_dir(self) -> Beneath:
+        return self._at("python")
 
     @property
-    def log(self) -> Path:
-        return self.folder / "pip.log"
+    def log(self) -> Beneath:
+        return self._at("pip.log")
 
     def save(self) -> None:
-        write_json_atomic(self.folder / RECORD, self.data)
+        write_json_atomic(self._at(RECORD), self.data)
 
 
 def _folder(layout: Layout) -> Path:
     layout.ensure()
     with contextlib.suppress(FileExistsError):
-        os.mkdir(layout.upgrades, 0o700)
+        safeio.mkdir(layout.beneath(layout.upgrades), 0o700)
     check_private(layout.upgrades)
     return layout.upgrades
 
@@ -103,11 +112,11 @@ def create(layout: Layout, operation: str, now: float) -> Record:
     for n in range(1, 1000):
         rid = stamp if n == 1 else f"{stamp}-{n}"
         try:
-            os.mkdir(base / rid, 0o700)
+            safeio.mkdir(layout.beneath(base / rid), 0o700)
         except FileExistsError:
             continue
         rec = Record(base / rid, {"id": rid, "operation": operation, "created_at": now, "result": "running",
-                                  "steps": []})
+                                  "steps": []}, layout.root)
         rec.save()
         return rec
     raise OSError(errno.EEXIST, f"cannot create a record under {base}")
@@ -118,10 +127,10 @@ def load(layout: Layout, rid: str) -> Record | None:
     if not rid or "/" in rid or rid.startswith("."):
         return None
     folder = layout.upgrades / rid
-    data = read_json(folder / RECORD)
+    data = read_json(layout.beneath(folder / RECORD))
     if data is None or data.get("id") != rid:
         return None
-    return Record(folder, data)
+    return Record(folder, data, layout.root)
 
 
 def every(layout: Layout) -> list[Record]:
@@ -139,12 +148,18 @@ def latest_upgrade(layout: Layout) -> Record | None:
     return upgrades[-1] if upgrades else None
 
 
+def _is_folder(where: Beneath) -> bool:
+    st = safeio.lstat(where)
+    return st is not None and stat.S_ISDIR(st.st_mode)
+
+
 def prune_python_copies(layout: Layout) -> list[str]:
     """Remove the saved distributions of all but the newest :data:`KEEP_PYTHON_COPIES` upgrades."""
-    with_copies = [r for r in every(layout) if r.python_dir.is_dir()]
+    with_copies = [r for r in every(layout) if _is_folder(r.python_dir)]
     dropped = []
     for rec in with_copies[:-KEEP_PYTHON_COPIES]:
-        shutil.rmtree(rec.python_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            safetree.remove_tree(rec.python_dir)
         rec.data["python_pruned"] = True
         rec.save()
         dropped.append(rec.id)

@@ -303,11 +303,12 @@ def test_handoff_rate_and_worker_bounds() -> None:
 def test_request_and_worker_fields_reach_no_terminal_raw(tmp_path: Path) -> None:
     """What a dispatcher (or any process posing as a worker) puts in a field is escaped before
     status or an error shows it: no escape sequence, no CR/LF that would forge a line."""
+    from profiles.printable import printable
     from supervisor.kanban.observe import scan_workers
-    from supervisor.kanban.workers import printable
 
-    assert printable("t_1\x1b[2J\r\nhermesd: forged\u202e") == "t_1\\x1b[2J\\r\\nhermesd: forged\\u202e"
-    assert printable("x" * 300).endswith("…") and len(printable("x" * 300)) == 201
+    assert printable("t_1\x1b[2J\r\nhermesd: forged\u202e", 200) == "t_1\\x1b[2J\\r\\nhermesd: forged\\u202e"
+    assert printable("x" * 300, 200).endswith("…") and len(printable("x" * 300, 200)) == 201
+    assert printable("\x1b" * 300, 2) == "\\x1b\\x1b…"  # the cut counts characters of the text, not escapes
     with pytest.raises(WorkerError) as err:
         check_argv(["-p", "p2", "\x1b]0;owned\x07", "chat", "-q", "work kanban task t_1"], "p2", "t_1")
     assert "\x1b" not in str(err.value) and "\\x1b" in str(err.value)
@@ -322,3 +323,88 @@ def test_request_and_worker_fields_reach_no_terminal_raw(tmp_path: Path) -> None
     finally:
         fake.kill()
         fake.wait()
+
+
+def test_the_worker_log_is_opened_beneath_the_board_without_a_link(tmp_path: Path) -> None:
+    """A dispatcher (or any profile with the board) plants a link or a FIFO where a task's log goes, or
+    swaps ``kanban/`` itself for a link: the keeper refuses to open it, and writes nothing through it."""
+    from supervisor.kanban.worklog import LogError, log_parts, open_log
+
+    root = tmp_path / "root"
+    (root / "kanban" / "logs").mkdir(parents=True)
+    victim = tmp_path / "MEMORY.md"
+    victim.write_text("memory\n")
+    base, rel = log_parts(root, None, "t_1")
+    fd = open_log(base, rel)
+    try:
+        os.write(fd, b"worker output\n")
+    finally:
+        os.close(fd)
+    assert (root / "kanban" / "logs" / "t_1.log").read_text() == "worker output\n"
+    (root / "kanban" / "logs" / "t_2.log").symlink_to(victim)
+    os.mkfifo(root / "kanban" / "logs" / "t_3.log")
+    for task, why in (("t_2", "symbolic link"), ("t_3", "No such device")):  # FIFO, nobody reading: ENXIO
+        with pytest.raises(LogError, match=why):
+            open_log(*log_parts(root, None, task))
+    (root / "elsewhere" / "logs").mkdir(parents=True)
+    os.rename(root / "kanban", root / "kanban.real")
+    (root / "kanban").symlink_to(root / "elsewhere")
+    with pytest.raises(LogError, match="symbolic link"):
+        open_log(*log_parts(root, None, "t_4"))
+    assert victim.read_text() == "memory\n" and not list((root / "elsewhere" / "logs").iterdir())
+
+
+def test_a_fifo_at_the_keepers_log_is_refused_at_once(tmp_path: Path) -> None:
+    """The keeper's log lives in hermesd's folder; a FIFO planted there (with or without a reader) is a
+    refused worker, never an open that blocks the daemon's loop."""
+    from supervisor.kanban.workers import Workers
+
+    root = tmp_path / "root"
+    (root / ".hermesd" / "logs").mkdir(parents=True)
+    log = root / ".hermesd" / "logs" / "p2.log"
+    os.mkfifo(log)
+    w = Workers(root, {}, keeper_log=lambda assignee: root / ".hermesd" / "logs" / f"{assignee}.log")
+    with pytest.raises(WorkerError, match="cannot open the keeper's log"):
+        w._keeper_fd("p2")
+    reader = os.open(log, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with pytest.raises(WorkerError, match="FIFO"):
+            w._keeper_fd("p2")
+    finally:
+        os.close(reader)
+    fd = w._keeper_fd("p3")
+    os.close(fd)
+    assert (root / ".hermesd" / "logs" / "p3.log").is_file()
+
+
+def test_the_handoff_folder_is_written_without_following_a_link(tmp_path: Path) -> None:
+    """A launcher planted as a link (``.hermesd`` is writable by the default profile under Landlock
+    alone) is replaced, not written through; a linked hand-off folder is not served at all."""
+    import asyncio
+    import stat
+
+    from supervisor.kanban.handoff import Handoff
+
+    hermesd = tmp_path / "root" / ".hermesd"
+    (hermesd / "handoff" / "p1").mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    (hermesd / "handoff" / "p1" / "hermes").symlink_to(victim)
+    (hermesd / "handoff" / "p1" / "hermes.tmp").symlink_to(victim)  # the temp name it once used
+
+    async def serve(profile: str) -> str | None:
+        h = Handoff(hermesd, {}, {"p1": os.getpid(), "p2": os.getpid()}.get)
+        await h.sync(profile)
+        served = h.profile
+        h.close()
+        return served
+
+    assert asyncio.run(serve("p1")) == "p1"
+    launcher = hermesd / "handoff" / "p1" / "hermes"
+    assert not launcher.is_symlink() and stat.S_IMODE(launcher.stat().st_mode) == 0o755
+    assert launcher.read_text().startswith("#!/bin/sh") and victim.read_text() == "keep\n"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (hermesd / "handoff" / "p2").symlink_to(elsewhere)
+    assert asyncio.run(serve("p2")) is None  # refused, logged: the dispatcher's workers stay its own
+    assert list(elsewhere.iterdir()) == []

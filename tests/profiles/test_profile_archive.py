@@ -117,6 +117,60 @@ def test_export_then_import_round_trip(root: Path, tmp_path: Path) -> None:
     assert scratch_left(root) == []
 
 
+def test_export_reads_what_it_listed_not_a_link_swapped_in_after(root: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between the listing and the read, the profile swaps ``SOUL.md`` for a link to a root-only file
+    and ``MEMORY.md`` for a FIFO: the archive holds the files that were listed, the export never
+    blocks, and nothing of the link's target is read."""
+    from profiles import archive, safetree
+
+    home = make_profile(root, "coder", {"SOUL.md": "soul", "memories/MEMORY.md": "memory"})
+    secret = tmp_path / "shadow"
+    secret.write_text("root-only secret")
+    real_walk = safetree.walk
+
+    def racing_walk(*args, **kwargs):
+        for entry in real_walk(*args, **kwargs):
+            if entry.rel == "SOUL.md":
+                os.rename(home / "SOUL.md", home / "SOUL.old")
+                os.symlink(secret, home / "SOUL.md")
+            if entry.rel == "memories/MEMORY.md":
+                os.rename(home / "memories" / "MEMORY.md", home / "memories" / "MEMORY.old")
+                os.mkfifo(home / "memories" / "MEMORY.md")
+            yield entry
+
+    monkeypatch.setattr(archive.safetree, "walk", racing_walk)
+    result = export_profile("coder", tmp_path / "c.tar.gz", root)
+    with tarfile.open(result.path) as tar:
+        soul = tar.extractfile("coder/SOUL.md")
+        memory = tar.extractfile("coder/memories/MEMORY.md")
+        assert soul is not None and memory is not None
+        assert soul.read() == b"soul" and memory.read() == b"memory"
+
+
+def test_export_of_hard_linked_files_imports_again(root: Path, tmp_path: Path) -> None:
+    """Two names of one file are archived as two files (import refuses hard-link members)."""
+    home = make_profile(root, "coder", {"skills/a/SKILL.md": "same"})
+    (home / "skills" / "b").mkdir()
+    os.link(home / "skills" / "a" / "SKILL.md", home / "skills" / "b" / "SKILL.md")
+    archive_file = export_profile("coder", tmp_path / "c.tar.gz", root).path
+    import_profile(archive_file, "copy", root)
+    assert (root / "profiles" / "copy" / "skills" / "b" / "SKILL.md").read_text() == "same"
+
+
+def test_export_and_import_refuse_a_linked_profiles_folder(root: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    make_profile(other, "coder", {"config.yaml": "a: 1\n"})
+    archive_file = export_profile("coder", tmp_path / "c.tar.gz", other).path
+    os.rmdir(root / "profiles")
+    (root / "profiles").symlink_to(other / "profiles", target_is_directory=True)
+    with pytest.raises(OSError, match="symbolic link"):
+        export_profile("coder", tmp_path / "d.tar.gz", root)
+    with pytest.raises(OSError, match="symbolic link"):
+        import_profile(archive_file, "copy", root)
+    assert sorted(p.name for p in (other / "profiles").iterdir()) == ["coder"]
+
+
 def test_import_of_default_export_needs_a_name(root: Path, tmp_path: Path) -> None:
     (root / "config.yaml").write_text("a: 1\n")
     archive = export_profile("default", tmp_path / "d.tar.gz", root).path

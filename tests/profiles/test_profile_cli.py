@@ -177,3 +177,27 @@ def test_malformed_files_show_as_problems_not_crashes(cli, root: Path) -> None:
     assert r.rc == 0 and "broken" in r.out and "config.yaml" in r.out
     shown = cli("profile", "show", "broken", "--json", "--root", str(root)).json()
     assert len(shown["problems"]) == 2  # type: ignore[index]
+
+
+def test_what_a_profile_wrote_is_shown_escaped(cli, root: Path) -> None:
+    """A description, model, provider or distribution field that carries escape sequences or line breaks
+    (the profile's agent writes these files) is printed escaped: no forged line, no terminal control."""
+    make_profile(root, "evil", {
+        "config.yaml": 'model:\n  default: "gpt\\e[2J\\rProfile: forged"\n  provider: "p\\e]0;owned\\a"\n',
+        "profile.yaml": 'description: "nice\\e[31m\\nAbout:   forged"\n',
+        "distribution.yaml": 'name: "d\\e[1m"\nversion: "1\\r2"\nauthor: "a\\nSource:       forged"\n'
+                             'env_requires:\n  - {name: "K\\e[0m", description: "x\\ry", default: "v\\n"}\n',
+    })
+    for argv in (("show", "evil"), ("list",), ("describe", "evil"), ("info", "evil")):
+        r = cli("profile", *argv, "--root", str(root))
+        assert r.rc == 0, r.err
+        assert "\x1b" not in r.out and "\r" not in r.out and "\x07" not in r.out, (argv, r.out)
+        assert "forged" not in "".join(line for line in r.out.splitlines() if line.startswith(("Profile:", "About:",
+                                                                                                 "Source:"))
+                                       and "\\" not in line), (argv, r.out)
+    show = cli("profile", "show", "evil", "--root", str(root)).out
+    assert "Model:   gpt\\x1b[2J\\rProfile: forged (p\\x1b]0;owned\\x07)" in show
+    assert "About:   nice\\x1b[31m\\nAbout:   forged" in show
+    info = cli("profile", "info", "evil", "--root", str(root)).out
+    assert "Distribution: d\\x1b[1m" in info and "Author:       a\\nSource:       forged" in info
+    assert "  K\\x1b[0m (required) - x\\ry" in info and "default: v\\n" in info

@@ -296,6 +296,23 @@ def test_delete_refuses_default_missing_and_symlink(root: Path, tmp_path: Path) 
     assert (root / "profiles" / "linked").is_symlink()
 
 
+def test_a_linked_profiles_folder_is_refused_by_delete_rename_and_clone(root: Path, tmp_path: Path) -> None:
+    """``profiles/`` replaced by a link (the default profile can, under Landlock alone) to another root's:
+    delete, rename and clone refuse it; nothing there is moved, removed or copied."""
+    other = tmp_path / "other"
+    make_profile(other, "coder", {".env": "TELEGRAM_BOT_TOKEN=other-root\n", "memories/MEMORY.md": "m"})
+    os.rename(root / "profiles", tmp_path / "profiles.real")
+    (root / "profiles").symlink_to(other / "profiles", target_is_directory=True)
+    with pytest.raises(OSError, match="symbolic link"):
+        delete_profile("coder", root)
+    with pytest.raises(OSError, match="symbolic link"):
+        rename_profile("coder", "taken", root, create_alias=False)
+    with pytest.raises(OSError, match="symbolic link"):
+        create_profile("copy", root, python=PYTHON, clone_from="coder")
+    assert sorted(p.name for p in (other / "profiles").iterdir()) == ["coder"]
+    assert (other / "profiles" / "coder" / ".env").read_text() == "TELEGRAM_BOT_TOKEN=other-root\n"
+
+
 def test_delete_removes_read_only_content(root: Path) -> None:
     home = make_profile(root, "coder", {"ro/file": "x"})
     os.chmod(home / "ro" / "file", 0o400)

@@ -172,3 +172,112 @@ def test_a_file_written_for_a_profile_belongs_to_its_folders_owner(root, resolve
     assert (st.st_uid, st.st_gid) == (65534, 65534)
     safeio.replace_bytes(safeio.home_file(home, "plain.json"), b"{}")
     assert os.lstat(home / "plain.json").st_uid == 0
+
+
+# --------------------------------------------------------------------------- folders, modes, owners, appends
+
+
+def test_open_append_takes_only_a_regular_file_and_never_blocks(root, resolver, tmp_path):
+    """A log in a folder someone else writes: a planted FIFO (with or without a reader) or link is refused
+    at once, never written to; a regular file is appended to."""
+    alpha = root / "profiles" / "alpha"
+    fd = safeio.open_append(safeio.home_file(alpha, "gw.log"))
+    try:
+        os.write(fd, b"one\n")
+    finally:
+        os.close(fd)
+    fd = safeio.open_append(safeio.home_file(alpha, "gw.log"))
+    os.write(fd, b"two\n")
+    os.close(fd)
+    assert (alpha / "gw.log").read_bytes() == b"one\ntwo\n"
+    os.mkfifo(alpha / "fifo")
+    with pytest.raises(OSError) as no_reader:  # ENXIO: O_NONBLOCK, nobody reads
+        safeio.open_append(safeio.home_file(alpha, "fifo"))
+    assert no_reader.value.errno == errno.ENXIO
+    reader = os.open(alpha / "fifo", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with pytest.raises(UnsafeFileError, match="a FIFO"):
+            safeio.open_append(safeio.home_file(alpha, "fifo"))
+    finally:
+        os.close(reader)
+    os.symlink(str(root / "profiles" / "bravo" / ".env"), alpha / "linked.log")
+    with pytest.raises(LinkRefusedError):
+        safeio.open_append(safeio.home_file(alpha, "linked.log"))
+    assert (root / "profiles" / "bravo" / ".env").read_text() == "TOKEN=secret-of-bravo\n"
+
+
+def test_folders_are_made_beneath_and_never_through_a_link(root, resolver):
+    os.symlink("profiles/bravo", root / "kanban")
+    with pytest.raises(LinkRefusedError):
+        safeio.mkdir(safeio.at(root, "kanban", "logs"))
+    with pytest.raises(LinkRefusedError):
+        safeio.temp_folder(safeio.at(root, "kanban"), ".scratch-")
+    assert sorted(p.name for p in (root / "profiles" / "bravo").iterdir()) == [".env"]
+    made = safeio.temp_folder(safeio.at(root, "profiles"), ".creating-x-")
+    assert made.base == root and made.rel.startswith("profiles/.creating-x-") and len(made.name) > 20
+    assert (made.path.stat().st_mode & 0o777) == 0o700
+    with pytest.raises(FileExistsError):
+        safeio.mkdir(made)
+
+
+def test_chmod_changes_the_entry_itself_never_a_links_target(root, resolver):
+    alpha = root / "profiles" / "alpha"
+    bravo_env = root / "profiles" / "bravo" / ".env"
+    os.chmod(bravo_env, 0o600)
+    os.symlink(str(bravo_env), alpha / ".env")
+    with pytest.raises(LinkRefusedError):
+        safeio.chmod(safeio.home_file(alpha, ".env"), 0o666)
+    assert bravo_env.stat().st_mode & 0o777 == 0o600
+    (alpha / "own").mkdir(mode=0o700)
+    safeio.chmod(safeio.home_file(alpha, "own"), 0o755)
+    assert (alpha / "own").stat().st_mode & 0o777 == 0o755
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file away needs root")
+def test_chown_changes_a_link_itself_never_its_target(root, resolver):
+    alpha = root / "profiles" / "alpha"
+    bravo_env = root / "profiles" / "bravo" / ".env"
+    os.symlink(str(bravo_env), alpha / "worker.sock")
+    safeio.chown(safeio.home_file(alpha, "worker.sock"), 65534, 65534)
+    assert os.lstat(alpha / "worker.sock").st_uid == 65534
+    assert bravo_env.stat().st_uid == 0
+
+
+def test_replace_keeps_owner_and_copies_keep_mode_and_times(root, resolver):
+    alpha = root / "profiles" / "alpha"
+    (alpha / "src").write_bytes(b"data")
+    os.chmod(alpha / "src", 0o751)
+    os.utime(alpha / "src", ns=(1_000_000_000, 2_000_000_000))
+    safeio.replace_with_copy(safeio.home_file(alpha, "copy"), safeio.home_file(alpha, "src"), preserve=True)
+    st = (alpha / "copy").stat()
+    assert (alpha / "copy").read_bytes() == b"data" and st.st_mode & 0o7777 == 0o751
+    assert st.st_mtime_ns == 2_000_000_000
+    if os.geteuid() == 0:
+        safeio.replace_bytes(safeio.home_file(alpha, "owned"), b"x", 0o640, exact_mode=True, owner=(65534, 65534))
+        assert ((alpha / "owned").stat().st_uid, (alpha / "owned").stat().st_mode & 0o777) == (65534, 0o640)
+
+
+def test_symlink_replace_puts_a_link_over_whatever_is_there(root, resolver):
+    alpha = root / "profiles" / "alpha"
+    (alpha / "entry").write_text("file")
+    safeio.symlink(safeio.home_file(alpha, "entry"), "target-one", replace=True)
+    assert os.readlink(alpha / "entry") == "target-one"
+    safeio.symlink(safeio.home_file(alpha, "entry"), "target-two", replace=True)
+    assert safeio.readlink(safeio.home_file(alpha, "entry")) == "target-two"
+    with pytest.raises(FileExistsError):
+        safeio.symlink(safeio.home_file(alpha, "entry"), "x")
+    assert sorted(p.name for p in alpha.iterdir()) == ["entry"]  # no temp link left behind
+
+
+def test_a_home_given_as_a_path_and_paths_under_the_root(root, resolver, tmp_path):
+    """``beneath(home)`` resolves a profile home from the root (so ``profiles/`` cannot be a link), and
+    ``under(root, path)`` resolves hermesd's files from the root; a path outside stays as beneath gives it."""
+    home = root / "profiles" / "alpha"
+    assert safeio.beneath(home) == safeio.Beneath(root, "profiles/alpha")
+    assert safeio.under(root, root / ".hermesd" / "logs" / "a.log") == safeio.Beneath(root, ".hermesd/logs/a.log")
+    assert safeio.under(root, root) == safeio.Beneath(root, "")
+    assert safeio.under(root, tmp_path / "x" / "y") == safeio.Beneath(tmp_path / "x", "y")
+    os.rename(root / "profiles", root / "profiles.real")
+    os.symlink("profiles.real", root / "profiles")
+    with pytest.raises(LinkRefusedError):
+        os.close(safeio.open_dir(home))

@@ -117,12 +117,14 @@ def test_anything_but_a_socket_is_refused(tmp_path, plant):
 
 
 def test_a_home_that_is_a_link_is_refused(tmp_path, serve):
+    """A named home is reached from the root: ``profiles/linked -> ../real`` is never entered."""
     real = tmp_path / "real"
     real.mkdir()
+    (tmp_path / "profiles").mkdir()
     serve(lambda _req: json.dumps(GOOD).encode() + b"\n", real / "gateway.sock")
-    os.symlink(real, tmp_path / "linked")
-    with pytest.raises(GatewaySockError, match="cannot open"):
-        identify(tmp_path / "linked")
+    os.symlink(real, tmp_path / "profiles" / "linked")
+    with pytest.raises(GatewaySockError, match="symlink"):
+        identify(tmp_path / "profiles" / "linked")
 
 
 def test_silence_costs_the_timeout_and_no_more(tmp_path, serve):

@@ -101,6 +101,16 @@ def test_a_link_as_the_home_is_refused(base):
         ownership.chown_home(base / "home", NOBODY, NOBODY, apply=False)
 
 
+def test_a_linked_profiles_folder_is_refused(base):
+    """The home is resolved from the root: ``profiles/`` swapped for a link gives nothing away."""
+    (base / "other" / "profiles" / "coder").mkdir(parents=True)
+    (base / "root").mkdir()
+    (base / "root" / "profiles").symlink_to(base / "other" / "profiles")
+    with pytest.raises(OSError, match="symbolic link"):
+        ownership.chown_home(base / "root" / "profiles" / "coder", NOBODY, NOBODY, apply=True)
+    assert os.stat(base / "other" / "profiles" / "coder").st_uid == os.getuid()
+
+
 def test_held_with_the_command_then_isolate_user_and_it_runs(base):
     if not os.path.exists("/usr/bin/python3"):
         pytest.skip("needs a system python the account can run")

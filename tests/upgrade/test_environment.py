@@ -5,8 +5,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import sys
 from pathlib import Path
 
+import pytest
+
+from profiles import safeio
 from supervisor.upgrade import environment
 from supervisor.upgrade.environment import Dist, Interpreter
 
@@ -75,3 +79,25 @@ def test_verify_names_a_changed_or_missing_file(tmp_path):
 
 def test_names_are_compared_as_pip_does():
     assert environment.canonical("Hermes_Agent") == environment.canonical("hermes.agent") == "hermes-agent"
+
+
+def test_the_record_side_follows_no_link(tmp_path):
+    """The store and pip's log live in hermesd's folder, which the default profile can write under
+    Landlock alone: a link planted there is refused, and nothing is written through it."""
+    prefix, dist = fake_prefix(tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    record = tmp_path / "record"
+    record.mkdir()
+    (record / "pip.log").symlink_to(victim)
+    interp = Interpreter(sys.executable, str(prefix), "hermes-agent")
+    with pytest.raises(safeio.LinkRefusedError):
+        interp.run(["-c", "print('x')"], log=safeio.at(record, "pip.log"))
+    (record / "python").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere").mkdir()
+    with pytest.raises(safeio.LinkRefusedError):
+        environment.save(str(prefix), [dist], safeio.at(record, "python"))
+    assert victim.read_text() == "keep\n" and list((tmp_path / "elsewhere").iterdir()) == []
+    code, out = interp.run(["-c", "print('x')"], log=safeio.at(record, "ok.log"))
+    assert out == "x\n"
+    assert code == 0 and (record / "ok.log").read_text().endswith("x\n")
