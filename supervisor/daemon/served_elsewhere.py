@@ -12,28 +12,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from profiles.safeio import Beneath
 from profiles.upstream import files as gf
 from profiles.upstream.multiplex import HOST_RECORD
-from profiles.upstream.process import Exit, lock_dir
+from profiles.upstream.process import lock_dir
 from supervisor import logs
-from supervisor.plan.policy import ExitKind
 from supervisor.printable import printable
 
-_KILLED = {ExitKind.MEMORY_LIMIT: "the kernel's OOM killer ended the tree",
-           ExitKind.TASKS_LIMIT: "the tree hit tasks_max"}
 _CLUES = (b"already owns this host", b"already serves profile", b"has not published its served set")
 
 
-def exit_detail(env: Mapping[str, str], home: Path, child_log: Path, *, code: int | None, ours: bool,
-                cause: ExitKind | None) -> str:
-    """What the planner's exit record says beyond the code: why hermesd or the kernel killed it, or who
-    serves the profile when it exited 75 without ever writing its state (an attach)."""
-    if cause is not None:
-        return _KILLED.get(cause, "")
-    return who_serves(env, home, child_log) if code == Exit.RESTART and not ours else ""
-
-
-def who_serves(env: Mapping[str, str], home: Path, child_log: Path) -> str:
+def who_serves(env: Mapping[str, str], home: Path, child_log: Beneath | Path) -> str:
     """One line: the live host gateway (PID, home, profiles) and the child's own reason, as far as known."""
     parts = []
     record = gf.read_json(Path(lock_dir(env)) / HOST_RECORD)
