@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from profiles.upstream import files as gf
 from supervisor import child, identity
@@ -76,8 +76,7 @@ def scan(root: Path, homes: Mapping[str, Path], saved: dict[str, dict[str, Any]]
 # --------------------------------------------------------------------------- what was found
 
 
-@dataclass(frozen=True, slots=True)
-class History:
+class History(NamedTuple):
     """One profile's saved history, for :meth:`~supervisor.plan.planner.Planner.restore`."""
 
     name: str
@@ -89,8 +88,7 @@ class History:
     down: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class Survivor:
+class Survivor(NamedTuple):
     """A verified gateway a previous hermesd started, to adopt (``duplicates``: more of the same
     profile, to kill; ``stopping``: that hermesd had begun to stop or restart it)."""
 
@@ -104,8 +102,7 @@ class Survivor:
     duplicates: tuple[Ident, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Recorded:
+class Recorded(NamedTuple):
     """The gateway the state file names for a profile: if it was not adopted, it ended while nobody watched."""
 
     name: str
@@ -115,8 +112,7 @@ class Recorded:
     then_restart: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Survey:
+class Survey(NamedTuple):
     problem: str | None  # why the state file was ignored
     history: list[History]
     survivors: list[Survivor]

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from profiles.names import normalize_name
 from supervisor.daemon.domains import Domains
@@ -34,11 +33,10 @@ log = logging.getLogger("hermesd")
 Handler = Callable[..., Awaitable[dict[str, Any]]]
 
 
-@dataclass(frozen=True, slots=True)
-class Extras:
+class Extras(NamedTuple):
     """What the board adds to one gateway's spawn: nothing, except for the chosen dispatcher."""
 
-    env: Mapping[str, str] = field(default_factory=dict)  # its HERMES_BIN launcher
+    env: Mapping[str, str]  # its HERMES_BIN launcher (empty: not the dispatcher)
     grants: tuple[tuple[Path, str], ...] = ()  # its hand-off folder, read-only, in its confinement
     placeholders: tuple[Path, ...] = ()  # the other profiles' homes as empty folders (see :meth:`Board.extras`)
 

@@ -9,19 +9,29 @@ requirement check and the kanban hand-off read a profile's :class:`Effective` fr
 planner gets its :class:`~supervisor.plan.planner.Settings` from the same merge, so no two of
 them can disagree about a profile and nothing merges again between two changes.
 
-Pure: the I/O (reading the file, asking the interpreter, probing the kernel) happens before,
-in the loop; this only combines what it found.
+:func:`load` reads: hermesd.yaml and the interpreter's answer in the daemon's reader pool, so a
+slow disk or a slow interpreter never delays a respawn or a control request. A malformed file
+raises :class:`~supervisor.config.ConfigError` (the loop keeps the settings it had); a command that
+cannot be found is no error of the file: it holds every profile, with the reason, until it
+appears. :func:`build` is pure: it combines what was found (and is what tests and benchmarks call).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from concurrent.futures import Executor
+from dataclasses import replace
+from typing import TYPE_CHECKING, NamedTuple
 
 from profiles.snapshot import digest_of
+from supervisor import childspec
+from supervisor import config as config_mod
 from supervisor.config import Config
+from supervisor.daemon import interpreter
+from supervisor.daemon.interpreter import Release
 from supervisor.isolation.plan import hides_other_profiles
 from supervisor.kanban.dispatch import OFF
 from supervisor.plan.planner import Settings
@@ -31,31 +41,13 @@ if TYPE_CHECKING:
     from profiles.upstream.releases import Contract
     from supervisor.isolation.probing import Probe
     from supervisor.isolation.settings import IsolationSettings
+    from supervisor.layout import Layout
     from supervisor.limits.settings import HungSettings, Limits
-    from supervisor.requirements import Facts
+
+log = logging.getLogger("hermesd")
 
 
-@dataclass(frozen=True, slots=True)
-class Release:
-    """What the gateway command's interpreter said about hermes-agent (:mod:`supervisor.daemon.interpreter`)."""
-
-    facts: Facts | None = None  # the interpreter's answer (version, where hermes-agent is installed)
-    contract: Contract | None = None  # the measured contract hermesd follows (None: unknown or refused)
-    problem: str | None = None  # why the release is unknown, or why it is refused
-    hold: Hold | None = None  # a release hermesd will not run: every profile is held with this
-
-    @property
-    def version(self) -> str | None:
-        return self.facts.version if self.facts is not None else None
-
-    @property
-    def dist_info(self) -> str | None:
-        """Where hermes-agent is installed (its ``*.dist-info`` folder): :mod:`supervisor.codeid` starts there."""
-        return self.facts.dist_info if self.facts is not None else None
-
-
-@dataclass(frozen=True, slots=True)
-class Effective:
+class Effective(NamedTuple):
     """One profile's settings in force."""
 
     environment: Mapping[str, str]  # what hermesd.yaml adds to the gateway's environment
@@ -65,8 +57,7 @@ class Effective:
     spec: str  # digest of what shapes the child (command, environment, isolation, limits): a change restarts it
 
 
-@dataclass(frozen=True, slots=True)
-class InForce:
+class InForce(NamedTuple):
     """Everything the loop and its helpers read about settings until hermesd.yaml or the release changes."""
 
     config: Config
@@ -76,7 +67,7 @@ class InForce:
     root_hold: Hold | None  # what holds every profile (no valid hermesd.yaml yet, no command, a refused release)
     planner: Settings
     default: Effective  # a profile hermesd.yaml does not name
-    named: Mapping[str, Effective] = field(default_factory=dict)
+    named: Mapping[str, Effective]
 
     def of(self, name: str) -> Effective:
         return self.named.get(name, self.default)
@@ -128,3 +119,20 @@ def _effective(cfg: Config, name: str, contract: Contract | None) -> Effective:
     spec = digest_of({"command": cfg.command, "env": environment, "isolation": repr(isolation),
                       "limits": repr(limits)})
     return Effective(environment, isolation, limits, hung, spec)
+
+
+async def load(layout: Layout, env: Mapping[str, str], pool: Executor, probe: Probe | None) -> InForce:
+    """hermesd.yaml of ``layout``'s root merged with its command and release (``env``: hermesd's own
+    environment, whose PATH finds the command; ``probe``: the kernel's confinement facts)."""
+    loop = asyncio.get_running_loop()
+    cfg = await loop.run_in_executor(pool, config_mod.load, layout.config)
+    command, command_error, release = None, None, None
+    try:
+        command = tuple(childspec.resolve_gateway_command(list(cfg.command) if cfg.command else None,
+                                                          env.get("PATH")))
+    except childspec.GatewayCommandError as exc:
+        command_error = str(exc)
+        log.error("%s", exc)
+    if command is not None:
+        release = interpreter.read_release(await loop.run_in_executor(pool, interpreter.ask, command, env))
+    return build(cfg, command=command, command_error=command_error, release=release, probe=probe)

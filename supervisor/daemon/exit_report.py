@@ -3,34 +3,42 @@
 The exit status alone is not the story (:func:`supervisor.plan.policy.classify_exit`): the
 gateway's own state file says whether it asked for a restart or failed at start-up (only when it
 names this very process), the confinement shim leaves one line in the log when it could not apply
-the plan, and an exit 75 before the gateway ever ran means another gateway serves the profile
-(:mod:`supervisor.daemon.served_elsewhere` names it). All of it is written by the gateway, so it is
-read bounded and every string is escaped on its way to a log or a terminal.
+the plan, and an exit 75 before the gateway ever ran means another gateway serves the profile.
+
+That last one is upstream's "attach" on the multiplex-default line: a gateway that finds another
+live gateway serving its profile (or an owner of the host lock whose served set it cannot learn)
+exits 75 at once. That is no restart request, and the hold it ends in must name the other gateway
+(:func:`who_serves`): upstream records the host gateway in ``host-gateway.json`` beside the
+credential locks, and the child's own last words say the rest.
+
+All of it is written by gateways, so it is read bounded and every string is escaped on its way to a
+log or a terminal.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
+from profiles.safeio import Beneath
 from profiles.upstream import files as gf
-from profiles.upstream.process import Exit
+from profiles.upstream.multiplex import HOST_RECORD
+from profiles.upstream.process import Exit, lock_dir
 from supervisor import logs
-from supervisor.daemon.served_elsewhere import who_serves
 from supervisor.isolation.enter import EXIT_CANNOT_CONFINE
 from supervisor.layout import Layout
 from supervisor.plan.model import Ident
 from supervisor.plan.policy import ExitKind, describe_exit
 from supervisor.printable import printable
 
+_CLUES = (b"already owns this host", b"already serves profile", b"has not published its served set")
 # The kernel's own verdict on a tree it killed in the profile's cgroup.
 _KILLED = {ExitKind.MEMORY_LIMIT: "the kernel's OOM killer ended the tree",
            ExitKind.TASKS_LIMIT: "the tree hit tasks_max"}
 
 
-@dataclass(frozen=True, slots=True)
-class ExitReport:
+class ExitReport(NamedTuple):
     """The arguments of :meth:`supervisor.plan.planner.Planner.child_exited` beyond the status."""
 
     gateway_state: str | None  # its state file's word, when the file names this process
@@ -64,6 +72,25 @@ def read_exit(env: Mapping[str, str], layout: Layout, name: str, home: Path | No
 def note(layout: Layout, name: str, pid: int, code: int | None, sig: int | None, kind: str) -> None:
     """hermesd's line in the child's log after its end: how it ended and how the planner classified it."""
     logs.note(layout.beneath(layout.child_log(name)), f"hermesd: PID {pid} {describe_exit(code, sig)} ({kind})")
+
+
+def who_serves(env: Mapping[str, str], home: Path, child_log: Beneath | Path) -> str:
+    """One line: the live host gateway (PID, home, profiles) and the child's own reason, as far as known."""
+    parts = []
+    record = gf.read_json(Path(lock_dir(env)) / HOST_RECORD)
+    if record is not None:
+        pid = record.get("pid")
+        alive = isinstance(pid, int) and not isinstance(pid, bool) and gf.proc_start_time(pid) is not None
+        served = record.get("profiles")
+        names = ", ".join(printable(str(s), 64) for s in served[:20]) if isinstance(served, list) else "?"
+        where = printable(str(record.get("home") or "?"), 200)
+        parts.append(f"upstream's host gateway record names PID {pid} ({'alive' if alive else 'not running'}), "
+                     f"launched from {where}, serving {names}")
+    for line in reversed(logs.tail_lines(child_log, 30)):
+        if any(clue in line for clue in _CLUES):
+            parts.append("the gateway said: " + printable(line.decode("utf-8", "replace").strip(), 200))
+            break
+    return "; ".join(parts) if parts else f"no host gateway record found for {home}"
 
 
 def _shim_reason(layout: Layout, name: str) -> str | None:

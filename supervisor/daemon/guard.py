@@ -3,8 +3,10 @@
 It owns the two kinds of timer that decide, while a gateway runs, that it must be killed: one per
 profile for hang detection (the next moment its heartbeat can turn too old, see
 :mod:`supervisor.limits.hung`) and one shared scan of the trees whose limits no cgroup enforces.
-It only judges: each verdict is a :class:`Kill` handed to ``on_kill``, which the loop turns into
-the planner's ``kill_for``, so a hung or oversized gateway is restarted through the normal backoff.
+It only judges: each verdict goes to ``on_kill(name, ident, kind, detail, **event)`` (kill the
+gateway ``ident`` of ``name``, record its end as ``kind``; ``event``: the fields of its
+``hung_kill`` or ``limit_kill`` event), which the loop turns into the planner's ``kill_for``, so a
+hung or oversized gateway is restarted through the normal backoff.
 It reads the planner's profiles (which child runs) and never changes them.
 """
 
@@ -12,31 +14,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 from supervisor.daemon.domains import Domains
 from supervisor.daemon.effective import Effective
-from supervisor.plan.model import Ident, Profile
+from supervisor.plan.model import Profile
 from supervisor.plan.policy import ExitKind, limit_exit
-
-
-@dataclass(frozen=True, slots=True)
-class Kill:
-    """A verdict: kill ``ident``, the gateway of ``name``, and record its end as ``kind``."""
-
-    name: str
-    ident: Ident
-    kind: ExitKind
-    detail: str
-    event: dict[str, Any] = field(default_factory=dict)  # the fields of its hung_kill or limit_kill event
 
 
 class Guard:
     """Hung and limit timers of one daemon (see the module docstring)."""
 
     def __init__(self, domains: Domains, profiles: Mapping[str, Profile], settings_of: Callable[[str], Effective],
-                 on_kill: Callable[[Kill], None]) -> None:
+                 on_kill: Callable[..., None]) -> None:
         self.domains = domains
         self.profiles = profiles
         self.settings_of = settings_of
@@ -81,8 +70,7 @@ class Guard:
         if res is None:
             return
         if res.hung is not None:
-            self.on_kill(Kill(name, c.ident, ExitKind.HUNG, res.hung.detail,
-                              {"cause": res.hung.cause, "age_s": res.heartbeat_age}))
+            self.on_kill(name, c.ident, ExitKind.HUNG, res.hung.detail, cause=res.hung.cause, age_s=res.heartbeat_age)
         elif res.next_check is not None:
             self.hung_timers[name] = asyncio.get_running_loop().call_at(res.next_check, self.handle_hung, name)
 
@@ -96,7 +84,7 @@ class Guard:
             c = self.profiles[name].child
             kind = limit_exit(breach.reason)
             if c is not None and kind is not None:
-                self.on_kill(Kill(name, c.ident, kind, breach.describe(),
-                                  {"limit": breach.reason, "value": breach.value, "max": breach.limit}))
+                self.on_kill(name, c.ident, kind, breach.describe(), limit=breach.reason, value=breach.value,
+                             max=breach.limit)
         if delay is not None and not self.closed:
             self.watch_timer = asyncio.get_running_loop().call_later(delay, self.handle_watch)

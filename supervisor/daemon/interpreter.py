@@ -3,8 +3,8 @@ hermesd follows with it) and which enabled platforms lack their libraries.
 
 Both come from one cached probe (:mod:`supervisor.requirements`), run in the daemon's reader pool
 (:func:`ask`, :class:`Requirements`) so a slow interpreter never delays a respawn or a control
-request; :func:`read_release` turns the answer into the :class:`~supervisor.daemon.effective.Release`
-the settings in force are built with. The probe also says where hermes-agent is installed; the
+request; :func:`read_release` turns the answer into the :class:`Release` the settings in force are
+built with (:mod:`supervisor.daemon.effective`). The probe also says where hermes-agent is installed; the
 code identity found there (:mod:`supervisor.codeid`, a ``stat`` while nothing changed) is recorded
 for every child at its spawn, so ``status`` can tell which gateways run older code than is installed.
 """
@@ -16,17 +16,38 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from profiles.snapshot import ProfileFacts
 from profiles.upstream.releases import Unsupported, newer_than_known_note
 from supervisor import childspec, requirements
-from supervisor.daemon.effective import Effective, InForce, Release
 from supervisor.plan.model import Profile
 from supervisor.plan.verdict import Hold, HoldKind
 from supervisor.requirements import Facts
 
+if TYPE_CHECKING:
+    from profiles.upstream.releases import Contract
+    from supervisor.daemon.effective import Effective, InForce
+
 log = logging.getLogger("hermesd")
+
+
+class Release(NamedTuple):
+    """What the gateway command's interpreter said about hermes-agent."""
+
+    facts: Facts | None = None  # the interpreter's answer (version, where hermes-agent is installed)
+    contract: Contract | None = None  # the measured contract hermesd follows (None: unknown or refused)
+    problem: str | None = None  # why the release is unknown, or why it is refused
+    hold: Hold | None = None  # a release hermesd will not run: every profile is held with this
+
+    @property
+    def version(self) -> str | None:
+        return self.facts.version if self.facts is not None else None
+
+    @property
+    def dist_info(self) -> str | None:
+        """Where hermes-agent is installed (its ``*.dist-info`` folder): :mod:`supervisor.codeid` starts there."""
+        return self.facts.dist_info if self.facts is not None else None
 
 
 def ask(command: Sequence[str], env: Mapping[str, str]) -> Facts:

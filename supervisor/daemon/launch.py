@@ -1,10 +1,9 @@
 """Starting one gateway: its command line and environment, its log, its confinement and cgroup, and
 the pidfd that pins it, as one step with one outcome.
 
-The planner decided to spawn; this performs it and says how it went (:class:`Launched`,
-:class:`Refused`: its confinement cannot be set up as configured, a hold; :class:`Failed`: it
-could not be started now, a backoff). It changes nothing of the loop's: the loop records the new
-child and tells the planner.
+The planner decided to spawn; this performs it and says how it went (:class:`Launched`, or
+:class:`NotStarted`: refused as configured, a hold, or failed for now, a backoff). It changes
+nothing of the loop's: the loop records the new child and tells the planner.
 """
 
 from __future__ import annotations
@@ -12,8 +11,8 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from profiles.safeio import Beneath
 from supervisor import child, childspec, codeid, logs
@@ -30,8 +29,7 @@ log = logging.getLogger("hermesd")
 LOG_SPACE_MIN = 64 * 1024  # below this, a child's log counts as full
 
 
-@dataclass(frozen=True, slots=True)
-class Launched:
+class Launched(NamedTuple):
     ident: Ident
     fd: int  # its pidfd
     argv0: str
@@ -40,18 +38,13 @@ class Launched:
     code: CodeId | None  # the hermes-agent code installed when it started
 
 
-@dataclass(frozen=True, slots=True)
-class Refused:
-    """The gateway may not be started as configured (its confinement cannot be set up)."""
+class NotStarted(NamedTuple):
+    """Why the gateway was not started: ``refused`` (True) when it may not be started as configured
+    (its confinement cannot be set up: a hold), else it could not be started now (no command, out of
+    descriptors, exec failed…: a backoff)."""
 
     reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Failed:
-    """The gateway could not be started now (no command, out of descriptors, exec failed…)."""
-
-    error: str
+    refused: bool = False
 
 
 class Launcher:
@@ -66,11 +59,11 @@ class Launcher:
         self.wall = wall
 
     def launch(self, name: str, home: Path, in_force: InForce, *, salt: bytes, others: tuple[Path, ...],
-               kanban: Extras) -> Launched | Refused | Failed:
+               kanban: Extras) -> Launched | NotStarted:
         """Start ``name``'s gateway (``others``: the other profiles' homes, hidden from it)."""
         problem = fd_budget_problem()
         if problem is not None or in_force.command is None:
-            return Failed(problem or in_force.command_error or "no gateway command")
+            return NotStarted(problem or in_force.command_error or "no gateway command")
         settings = in_force.of(name)
         argv = childspec.child_argv(list(in_force.command), name, in_force.contract)
         env = childspec.child_env(self.env, root=self.root, profile=name, home=home,
@@ -84,17 +77,17 @@ class Launcher:
         prepared = self.domains.prepare(name, home, argv, env, isolation=settings.isolation, limits=settings.limits,
                                         other_homes=others, grants=kanban.grants, placeholders=kanban.placeholders)
         if not isinstance(prepared, Prepared):
-            return Refused(prepared)
+            return NotStarted(prepared, refused=True)
         before = self.wall()
         try:
             ident = child.spawn(prepared.argv, env, logfile)
             self.domains.attach(name, ident, settings.limits)
             fd = os.pidfd_open(ident.pid)
         except child.SpawnError as exc:
-            return Failed(str(exc))
+            return NotStarted(str(exc))
         except OSError as exc:  # no pidfd (out of descriptors): never run a child we cannot pin
             child.reap_now(ident.pid)
-            return Failed(f"cannot pin the new gateway: {exc.strerror or exc}")
+            return NotStarted(f"cannot pin the new gateway: {exc.strerror or exc}")
         logs.note(logfile, f"hermesd: started {' '.join(argv)} as PID {ident.pid} "
                            f"(isolation: {prepared.plan.summary()})")
         # The code on disk at the spawn, not at the last probe: a pip install the daemon was not

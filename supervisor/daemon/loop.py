@@ -13,7 +13,8 @@ side only does I/O:
 The loop is the only code that changes its own state. Its helpers are given what they need and
 hand back results: :class:`~supervisor.daemon.launch.Launcher` starts a gateway and says how it
 went, the :class:`~supervisor.daemon.guard.Guard` and :class:`~supervisor.daemon.serving.Serving`
-report verdicts and findings through ``handle_kill`` and ``handle_finding``, adoption returns a
+report verdicts and findings through ``handle_kill``, ``handle_served``, ``handle_rival`` and
+``handle_rewrite``, adoption returns a
 :class:`~supervisor.daemon.adoption.Survey` the loop takes over, and control requests reach the
 loop through the :class:`~supervisor.daemon.requests.Operations` it implements. The settings in
 force are one :class:`~supervisor.daemon.effective.InForce`, rebuilt whenever hermesd.yaml is loaded.
@@ -32,33 +33,35 @@ import os
 import random
 import signal
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from profiles.names import DEFAULT_PROFILE
 from profiles.snapshot import ProfileFacts
 from profiles.upstream import files as gf
 from supervisor import __version__, child, identity, logs
 from supervisor import config as config_mod
 from supervisor.control.server import ControlServer
-from supervisor.daemon import adoption, configure, effective, exit_report, interpreter, requests
+from supervisor.daemon import adoption, effective, exit_report, interpreter, requests
 from supervisor.daemon.board import Board
 from supervisor.daemon.domains import Domains
-from supervisor.daemon.guard import Guard, Kill
-from supervisor.daemon.launch import LOG_SPACE_MIN, Failed, Launcher, Refused
+from supervisor.daemon.guard import Guard
+from supervisor.daemon.launch import LOG_SPACE_MIN, Launcher, NotStarted
 from supervisor.daemon.pidlock import PidLock
 from supervisor.daemon.pinned import Pinned
 from supervisor.daemon.reads import Reads
 from supervisor.daemon.report import Report, summary
 from supervisor.daemon.selfcheck import SelfCheck
-from supervisor.daemon.serving import Finding, Rival, Served, Serving
+from supervisor.daemon.serving import Serving
 from supervisor.layout import Layout
 from supervisor.notify import Notifier
 from supervisor.observe.observer import Observer
 from supervisor.plan import model as m
 from supervisor.plan.model import Ident
 from supervisor.plan.planner import Planner
+from supervisor.plan.policy import ExitKind
 from supervisor.plan.verdict import Hold, HoldKind
 from supervisor.watch.choose import make_watcher
 from supervisor.watch.events import FsEvents, Watcher
@@ -98,8 +101,7 @@ class Daemon:
         profiles = self.planner.profiles
         self.guard = Guard(self.domains, profiles, lambda name: self.in_force.of(name), self.handle_kill)
         self.board = Board(self.root, self.env, self.layout, self.domains, profiles, lambda: self.in_force)
-        self.serving = Serving(self.root, self.pool, profiles, self.pinned.holds, self.handle_finding,
-                               self.spawn_task)
+        self.serving = Serving(self.root, self.pool, profiles, self.pinned.holds, self, self.spawn_task)
         self.requirements = interpreter.Requirements(self.root, self.env, self.pool, profiles, lambda: self.in_force)
         self.reads = Reads(self.pool, profiles, lambda: self.salt, self.handle_read, self.spawn_task)
         self.launcher = Launcher(self.root, self.layout, self.env, self.domains, wall)
@@ -185,7 +187,7 @@ class Daemon:
         """(Re)read hermesd.yaml and build the settings in force from it; on error keep the last good
         ones and say why."""
         try:
-            in_force = await configure.load(self.layout, self.env, self.pool, self.domains.probe)
+            in_force = await effective.load(self.layout, self.env, self.pool, self.domains.probe)
         except config_mod.ConfigError as exc:
             self.config_problem = str(exc)
             log.error("%s%s", exc, "" if initial else " (keeping the previous configuration)")
@@ -315,10 +317,9 @@ class Daemon:
         others = tuple(q.home for n, q in self.planner.profiles.items() if n != name and q.present)
         out = self.launcher.launch(name, p.home, self.in_force, salt=self.salt, others=others,
                                    kanban=self.board.extras(name, others))
-        if isinstance(out, Refused):
-            self.execute(self.planner.spawn_refused(name, out.reason))
-        elif isinstance(out, Failed):
-            self.execute(self.planner.spawn_failed(name, out.error))
+        if isinstance(out, NotStarted):
+            self.execute(self.planner.spawn_refused(name, out.reason) if out.refused
+                         else self.planner.spawn_failed(name, out.reason))
         else:
             self.pinned.own(name, out.ident, out.fd)
             self.execute(self.planner.spawned(name, out.ident, output_discarded=out.output_discarded,
@@ -394,19 +395,21 @@ class Daemon:
         self.pinned.foreign_ended(name, fd)
         self.execute(self.planner.foreign_gone(name))
 
-    def handle_kill(self, kill: Kill) -> None:
+    def handle_kill(self, name: str, ident: Ident, kind: ExitKind, detail: str, **event: Any) -> None:
         """The guard's verdict: a hung gateway, or a tree over its limit."""
-        self.execute(self.planner.kill_for(kill.name, kill.ident, kill.kind, kill.detail, **kill.event))
+        self.execute(self.planner.kill_for(name, ident, kind, detail, **event))
 
-    def handle_finding(self, found: Finding) -> None:
-        """What :mod:`supervisor.daemon.serving` found: a child serving others too, a second gateway, a rewrite."""
-        if isinstance(found, Served):
-            self.execute(self.planner.served(found.name, found.pid, found.others, found.source))
-        elif isinstance(found, Rival):
-            self.execute(self.planner.rival(found.name, found.pid, found.how))
-        else:
-            self._emit({"type": "config_rewritten", "profile": found.profile, "file": found.file,
-                        "marker": found.marker})
+    # What serving.py found: a child that serves other profiles too, a second gateway, a rewrite.
+
+    def handle_served(self, name: str, pid: int, others: Sequence[str], source: str) -> None:
+        self.execute(self.planner.served(name, pid, others, source))
+
+    def handle_rival(self, name: str, pid: int, how: str) -> None:
+        self.execute(self.planner.rival(name, pid, how))
+
+    def handle_rewrite(self, file: Path, marker: Path | None) -> None:
+        self._emit({"type": "config_rewritten", "profile": DEFAULT_PROFILE, "file": str(file),
+                    "marker": str(marker) if marker is not None else None})
 
     def handle_fs_events(self, ev: FsEvents) -> None:
         """Profiles added, removed or edited, hermesd.yaml changed, a gateway wrote its state."""

@@ -5,8 +5,8 @@ state file, ``identify`` on its ``gateway.sock``); anything beyond its own profi
 folding others in. A live gateway that hermesd did not start, recorded in the home of a profile our
 child serves, is a second poller. This collaborator only reads, off the loop where it must
 (``identify`` runs in the reader pool), keeps what it read for ``status``, and hands each finding
-to ``report``: the loop gives :class:`Served` and :class:`Rival` to the planner, which decides
-(``served``, ``rival``), and journals :class:`Rewritten`.
+to the loop through :class:`Findings`: the loop gives a child serving others and a rival to the
+planner, which decides (``served``, ``rival``), and journals a rewrite.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from profiles.discovery import REASON_NO_IDENTITY, profiles_to_serve, unserved_profile_dirs
 from profiles.names import DEFAULT_PROFILE
@@ -27,7 +27,7 @@ from profiles.upstream import files as gf
 from profiles.upstream.bools import coerce_bool
 from profiles.upstream.multiplex import REWRITTEN_MARKER, SERVED_KEY, multiplex_flag, others_served
 from profiles.upstream.process import GatewayState
-from supervisor import gatewaysock, identity
+from supervisor import identity
 from supervisor.plan.model import Profile
 from supervisor.printable import printable
 
@@ -43,37 +43,6 @@ IDENTIFY_RETRIES = 10  # a new gateway's socket not answering yet: asked again t
 IDENTIFY_RETRY_S = 1.0  # ... this far apart
 
 
-@dataclass(frozen=True, slots=True)
-class Served:
-    """Our child ``pid`` of ``name`` serves ``others`` too (``source``: how it said so)."""
-
-    name: str
-    pid: int
-    others: tuple[str, ...]
-    source: str
-
-
-@dataclass(frozen=True, slots=True)
-class Rival:
-    """A live gateway ``pid`` that hermesd did not start serves ``name`` beside our child."""
-
-    name: str
-    pid: int
-    how: str
-
-
-@dataclass(frozen=True, slots=True)
-class Rewritten:
-    """A gateway rewrote a config.yaml to turn upstream's one-gateway-per-host default on."""
-
-    profile: str
-    file: str
-    marker: str | None
-
-
-Finding = Served | Rival | Rewritten
-
-
 @dataclass(slots=True)
 class _Seen:
     """What was learned about one profile's current gateway (a new gateway starts afresh)."""
@@ -86,6 +55,19 @@ class _Seen:
     identify_at: float = field(default_factory=time.monotonic)  # then again every IDENTIFY_EVERY_S
 
 
+class Findings(Protocol):
+    """Where the findings go (the loop)."""
+
+    def handle_served(self, name: str, pid: int, others: Sequence[str], source: str) -> None:
+        """Our child ``pid`` of ``name`` serves ``others`` too (``source``: how it said so)."""
+
+    def handle_rival(self, name: str, pid: int, how: str) -> None:
+        """A live gateway ``pid`` that hermesd did not start serves ``name`` beside our child."""
+
+    def handle_rewrite(self, file: Path, marker: Path | None) -> None:
+        """A gateway turned upstream's one-gateway-per-host default on in ``file`` (``marker``: the one it left)."""
+
+
 class Serving:
     """See the module docstring.
 
@@ -94,12 +76,12 @@ class Serving:
     """
 
     def __init__(self, root: Path, pool: Executor, profiles: Mapping[str, Profile], holds: Callable[[int], bool],
-                 report: Callable[[Finding], None], spawn: Callable[[Coroutine[Any, Any, None]], None]) -> None:
+                 findings: Findings, spawn: Callable[[Coroutine[Any, Any, None]], None]) -> None:
         self.root = root
         self.pool = pool
         self.profiles = profiles
         self.holds = holds
-        self.report = report
+        self.findings = findings
         self.spawn = spawn
         self.rewrite_note: str | None = None  # a gateway rewrote the root's config.yaml (upstream's marker)
         self.candidates: list[Path] = []  # folders under profiles/ that lack only an identity file (watched)
@@ -144,7 +126,7 @@ class Serving:
         if others is not None:
             seen.served_state = [name, *others]
         if others:
-            self.report(Served(name, pid, tuple(others), "its gateway_state.json"))
+            self.findings.handle_served(name, pid, others, "its gateway_state.json")
         if state == GatewayState.RUNNING and socket and not seen.identify_asked:
             seen.identify_asked = True  # once per gateway, then every IDENTIFY_EVERY_S (housekeeping)
             self.spawn(self.ask_identity(name, pid))
@@ -169,7 +151,7 @@ class Serving:
         if rec is None or rec.pid == p.child.ident.pid or self.holds(rec.pid):
             return
         argv = " ".join(identity.proc_cmdline(rec.pid))
-        self.report(Rival(name, rec.pid, f"its gateway.pid names it; command: {printable(argv, 200)}"))
+        self.findings.handle_rival(name, rec.pid, f"its gateway.pid names it; command: {printable(argv, 200)}")
 
     def _current(self, name: str, pid: int) -> Profile | None:
         p = self.profiles.get(name)
@@ -180,6 +162,10 @@ class Serving:
         p = self._current(name, pid)
         if p is None:
             return
+        # Imported at the first question: only gateways of the multiplex-default line answer on
+        # gateway.sock, and its two modules would cost every other daemon about 50 KB of memory.
+        from supervisor import gatewaysock
+
         loop = asyncio.get_running_loop()
         try:
             ident = await loop.run_in_executor(self.pool, gatewaysock.identify, p.home, 1.0)
@@ -196,11 +182,11 @@ class Serving:
         self._seen_of(name, pid).identify = {**ident.to_json(),
                                              "served": list(ident.served) if ident.served else [name]}
         if ident.pid != pid:
-            self.report(Rival(name, ident.pid, "it answers on the profile's gateway.sock"))
+            self.findings.handle_rival(name, ident.pid, "it answers on the profile's gateway.sock")
             return
         others = ident.serves_others(name)
         if others:
-            self.report(Served(name, pid, tuple(others), "its gateway.sock identify"))
+            self.findings.handle_served(name, pid, others, "its gateway.sock identify")
 
     def fields(self, name: str, pid: int) -> dict[str, Any]:
         """For ``status``: what the running child ``pid`` serves, its own ``identify`` answer first, else its
@@ -232,7 +218,7 @@ class Serving:
                    "multiplex-default line rewrote it when it folded other profiles in (or someone set it)")
         log.error("%s", message)
         self.rewrite_note = message
-        self.report(Rewritten(DEFAULT_PROFILE, str(after.home / "config.yaml"), None))
+        self.findings.handle_rewrite(after.home / "config.yaml", None)
 
     def note_rewrite(self) -> None:
         """A gateway left upstream's marker: it rewrote the root's config.yaml (multiplex_profiles: true)."""
@@ -245,7 +231,7 @@ class Serving:
                    f"{marker}: upstream's one-gateway-per-host default is on for this root")
         log.error("%s", message)
         self.rewrite_note = message
-        self.report(Rewritten(DEFAULT_PROFILE, str(self.root / "config.yaml"), str(marker)))
+        self.findings.handle_rewrite(self.root / "config.yaml", marker)
 
 
 def _has_socket(contract: Contract | None) -> bool:
