@@ -11,14 +11,11 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from profiles.upstream.process import stop_timeout as upstream_stop_timeout
 from supervisor.childspec import forbidden_extra_env
 from supervisor.plan.policy import RestartPolicy
-
-if TYPE_CHECKING:
-    from supervisor.plan.planner import Settings
 
 
 class ConfigError(ValueError):
@@ -44,7 +41,7 @@ class Config:
     log_backups: int = 5
     environment: Mapping[str, str] = field(default_factory=dict)
     profiles: Mapping[str, ProfileSettings] = field(default_factory=dict)
-    max_starting: int | None = None  # None: the CPU cores (see planner_settings)
+    max_starting: int | None = None  # None: the CPU cores (see supervisor.daemon.effective)
     present: bool = False  # the file exists (doctor and status say where settings came from)
     isolation: Any = None  # isolation.settings partial (the top level), or None
     limits: Any = None  # limits.settings.LimitsSpec (the top level), or None
@@ -118,34 +115,6 @@ class Config:
         if self.stop_timeout is not None:
             return self.stop_timeout
         return upstream_stop_timeout(drain_s)
-
-    def spec_of(self, name: str) -> str:
-        """Digest of this file's settings that shape ``name``'s child (a change restarts it)."""
-        from profiles.snapshot import digest_of
-
-        return digest_of({"command": self.command, "env": self.child_environment(name),
-                          "isolation": repr(self.isolation_for(name)), "limits": repr(self.limits_for(name))})
-
-    def planner_settings(self) -> Settings:
-        """What the planner needs from this file."""
-        import os
-
-        from supervisor.plan.planner import Settings
-
-        return Settings(
-            policy=self.restart,
-            disabled=frozenset(n for n, s in self.profiles.items() if not s.enabled),
-            stop_timeout=self.stop_timeout,
-            stop_timeouts={n: s.stop_timeout for n, s in self.profiles.items() if s.stop_timeout is not None},
-            # the chosen dispatcher's environment differs from the default one: give it its own spec
-            specs={n: self.spec_of(n) for n in {*self.profiles, self.kanban_dispatcher} - {"off"}},
-            default_spec=self.spec_of(""),
-            # The cores: a slot frees the moment a gateway reports running, so one start-up per core
-            # keeps them busy (tests/benchmarks/storm.py, N = 20 real gateways on 2 cores: 2 slots
-            # reach the mean/last running at 0.61-0.66/1.08-1.18x the CPU floor, 3 slots at
-            # 0.67-0.71/1.16-1.26x, all at once 1.29/1.35x).
-            max_starting=self.max_starting or (os.cpu_count() or 1),
-        )
 
 
 def load(path: Path) -> Config:

@@ -155,3 +155,85 @@ def test_no_class_over_500_lines():
             if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES:
                 big.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1})")
     assert not big, "classes over 500 lines: " + ", ".join(big)
+
+
+# The daemon's state has one writer, its loop. Its helpers are given what they need and hand back
+# results (a launch's outcome, a guard's verdict, a survey of what a previous hermesd left); none
+# holds the Daemon, and nothing assigns or mutates the daemon's state through it. The command that
+# starts the daemon is the one other module that may import the class, to build and run it.
+DAEMON_LOOP = "supervisor.daemon.loop"
+DAEMON_BUILDERS = {"supervisor.cli.daemon"}
+DAEMON_NAMES = {"d", "daemon", "_daemon", "_d"}
+MUTATORS = {"append", "add", "clear", "discard", "extend", "insert", "pop", "popitem", "remove", "setdefault",
+            "update"}
+
+
+def _through_daemon(node: ast.expr) -> bool:
+    """Whether ``node`` reaches an attribute *of* the daemon: ``d.x…``, ``daemon.x…``, ``self.d.x…``."""
+    chain = []
+    while isinstance(node, ast.Attribute | ast.Subscript):
+        chain.append(node)
+        node = node.value
+    if not chain or not isinstance(chain[-1], ast.Attribute):
+        return False
+    base = chain[-1].value
+    if isinstance(base, ast.Name) and base.id in DAEMON_NAMES:
+        return True
+    return (len(chain) >= 2 and isinstance(base, ast.Name) and base.id == "self"
+            and chain[-1].attr in DAEMON_NAMES and isinstance(chain[-2], ast.Attribute | ast.Subscript))
+
+
+def _daemon_writes(tree: ast.AST) -> list[int]:
+    """Lines that assign, delete or mutate the daemon's state through a name for the daemon."""
+    lines = []
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = [t for tgt in node.targets for t in (tgt.elts if isinstance(tgt, ast.Tuple) else [tgt])]
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = list(node.targets)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+            targets = [node.func.value]
+        lines += [node.lineno for t in targets if _through_daemon(t)]
+    return sorted(lines)
+
+
+def _imports_daemon(tree: ast.AST) -> bool:
+    return any(isinstance(node, ast.ImportFrom) and node.module == DAEMON_LOOP
+               and any(a.name == "Daemon" for a in node.names) for node in ast.walk(tree))
+
+
+def test_the_daemon_write_check_finds_writes():
+    """The check itself can fail: each way of writing through the daemon is found, reading is not."""
+    source = ("def f(d, daemon, x):\n"
+              "    d.ready = True\n"
+              "    daemon.children[1] = x\n"
+              "    d.domains.facts = x\n"
+              "    d.state_problem, y = None, 1\n"
+              "    d.pidfds.pop(x)\n"
+              "    del d.timers[x]\n"
+              "class H:\n"
+              "    def g(self, x):\n"
+              "        self.d.seq += 1\n"
+              "        self.d.planner.profiles[x].extra['a'] = 1\n"
+              "        return d.planner.profiles.get(x), self.d.ready, self.count\n"
+              "    def h(self, x):\n"
+              "        self.items.pop(x)\n"
+              "        self.d = x\n")
+    assert _daemon_writes(ast.parse(source)) == [2, 3, 4, 5, 6, 7, 10, 11]
+    assert _imports_daemon(ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                     "    from supervisor.daemon.loop import Daemon\n"))
+
+
+def test_only_the_loop_writes_the_daemon_state():
+    found = []
+    for module, path in _modules().items():
+        if module == DAEMON_LOOP:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found += [f"{path.relative_to(REPO)}:{line}" for line in _daemon_writes(tree)]
+        if _imports_daemon(tree) and module not in DAEMON_BUILDERS:
+            found.append(f"{path.relative_to(REPO)} imports the Daemon (give it what it needs instead)")
+    assert not found, "the daemon's state written outside supervisor/daemon/loop.py:\n" + "\n".join(found)

@@ -5,6 +5,10 @@ Processes are the truth: every child carries ``HERMESD_ROOT``/``HERMESD_PROFILE`
 environment, inherited by everything it starts. A tagged session leader whose command line is a
 gateway's and whose ``HERMES_HOME`` is the profile's is a gateway of ours; everything else tagged
 is a leftover. The state file adds only history and which identity was hermesd's own child.
+
+:func:`survey` reads all of it into a :class:`Survey` and changes nothing; the loop takes over
+what it lists (pins each gateway, tells the planner), then :func:`kill_duplicates` and
+:func:`kill_leftovers` end what must not run on.
 """
 
 from __future__ import annotations
@@ -12,17 +16,19 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 from profiles.upstream import files as gf
 from supervisor import child, identity
 from supervisor import state as state_mod
+from supervisor.codeid import CodeId
+from supervisor.daemon.domains import Domains
+from supervisor.layout import Layout
 from supervisor.plan.model import Ident
-
-if TYPE_CHECKING:
-    from supervisor.daemon.loop import Daemon
+from supervisor.plan.planner import Planner
 
 log = logging.getLogger("hermesd")
 
@@ -35,7 +41,7 @@ class Found:
     tagged: dict[str, list[int]] = field(default_factory=dict)
 
 
-def scan(root: Path, homes: dict[str, Path], saved: dict[str, dict[str, Any]]) -> Found:
+def scan(root: Path, homes: Mapping[str, Path], saved: dict[str, dict[str, Any]]) -> Found:
     """Every tagged process of ``root``; per profile, its verified gateways ranked for adoption.
 
     Rank: the identity the previous hermesd recorded, then the PID in the profile's gateway.pid,
@@ -67,88 +73,119 @@ def scan(root: Path, homes: dict[str, Path], saved: dict[str, dict[str, Any]]) -
     return found
 
 
-# --------------------------------------------------------------------------- taking over
+# --------------------------------------------------------------------------- what was found
 
 
-def adopt_existing(d: Daemon) -> None:
-    """Take over every gateway a previous hermesd of this root left running.
+class History(NamedTuple):
+    """One profile's saved history, for :meth:`~supervisor.plan.planner.Planner.restore`."""
 
-    Also finishes what that hermesd left half done: a stop or restart it had begun is issued
-    again, a gateway that ended while nobody watched is accounted for like any exit, and
-    leftovers of dead gateways are killed.
-    """
-    saved = state_mod.load(d.layout.beneath(d.layout.state), d.boot)
-    d.state_problem = saved.problem
+    name: str
+    home: Path
+    present: bool
+    restarts: int
+    failures: int
+    last_exit: dict[str, Any] | None
+    down: str | None
+
+
+class Survivor(NamedTuple):
+    """A verified gateway a previous hermesd started, to adopt (``duplicates``: more of the same
+    profile, to kill; ``stopping``: that hermesd had begun to stop or restart it)."""
+
+    name: str
+    home: Path
+    ident: Ident
+    started_wall: float | None
+    stopping: bool
+    then_restart: bool
+    code: CodeId | None
+    duplicates: tuple[Ident, ...] = ()
+
+
+class Recorded(NamedTuple):
+    """The gateway the state file names for a profile: if it was not adopted, it ended while nobody watched."""
+
+    name: str
+    ident: Ident
+    started_wall: float | None
+    stopping: bool
+    then_restart: bool
+
+
+class Survey(NamedTuple):
+    problem: str | None  # why the state file was ignored
+    history: list[History]
+    survivors: list[Survivor]
+    recorded: list[Recorded]
+    tagged: dict[str, list[int]]  # every tagged process, per profile
+    saved: frozenset[str]  # the profiles the state file names
+
+
+def survey(root: Path, layout: Layout, boot: str, homes: Mapping[str, Path]) -> Survey:
+    """Read the state file and /proc (``homes``: the profiles present now). Changes nothing."""
+    saved = state_mod.load(layout.beneath(layout.state), boot)
     if saved.problem:
         log.error("%s", saved.problem)
-    homes = {n: p.home for n, p in d.planner.profiles.items() if p.present}
+    history = []
+    recorded = []
     for name, rec in saved.profiles.items():
         down = rec.get("down")
-        d.planner.restore(
-            name, homes.get(name, d.root), present=name in homes,
-            restarts=state_mod.saved_int(rec, "restarts"), failures=state_mod.saved_int(rec, "failures"),
-            last_exit=state_mod.exit_record(rec.get("last_exit")), down=down if isinstance(down, str) else None,
-        )
-    found = scan(d.root, homes, saved.profiles)
+        history.append(History(name, homes.get(name, root), name in homes, state_mod.saved_int(rec, "restarts"),
+                               state_mod.saved_int(rec, "failures"), state_mod.exit_record(rec.get("last_exit")),
+                               down if isinstance(down, str) else None))
+        pid, start, started = rec.get("pid"), rec.get("start_time"), rec.get("started_at")
+        if isinstance(pid, int) and isinstance(start, int):
+            recorded.append(Recorded(name, Ident(pid, start),
+                                     float(started) if isinstance(started, int | float) else None,
+                                     rec.get("stopping") is True, rec.get("then_restart") is True))
+    found = scan(root, homes, saved.profiles)
+    survivors = []
     for name, idents in found.gateways.items():
         rec = saved.profiles.get(name, {})
-        main, extras = idents[0], idents[1:]
-        fd = identity.open_pidfd(main)
-        if fd is None:
-            continue
-        d.pidfds[main] = fd
-        d.adopted[main] = name
-        d.loop().add_reader(fd, d.handle_adopted_exit, name, main)
+        main = idents[0]
         mine = (main.pid, main.start_time) == (rec.get("pid"), rec.get("start_time"))
-        home = homes.get(name) or Path(str(rec.get("home") or d.root))
-        d.domains.adopt(name, main)
-        d.guard.start(name)
-        d.execute(d.planner.adopt(
-            name, home, main, identity.proc_start_wall(main.pid) or d.wall(),
+        survivors.append(Survivor(
+            name, homes.get(name) or Path(str(rec.get("home") or root)), main, identity.proc_start_wall(main.pid),
             stopping=mine and rec.get("stopping") is True, then_restart=mine and rec.get("then_restart") is True,
-            code=state_mod.recorded_code(rec, main.pid, main.start_time),
-        ))
-        for extra in extras:
-            xfd = identity.open_pidfd(extra)
-            if xfd is not None:
-                log.warning("profile %s: duplicate gateway PID %d; killing it", name, extra.pid)
-                child.kill_group(extra, xfd)
-                os.close(xfd)
-    for name, rec in saved.profiles.items():
-        p = d.planner.profiles.get(name)
-        pid, start = rec.get("pid"), rec.get("start_time")
-        if p is not None and p.child is None and isinstance(pid, int) and isinstance(start, int):
-            started = rec.get("started_at")
-            d.execute(d.planner.ended_while_down(
-                name, Ident(pid, start), float(started) if isinstance(started, int | float) else d.wall(),
-                stopping=rec.get("stopping") is True, then_restart=rec.get("then_restart") is True,
-            ))
-    # A profile whose gateway did not survive hermesd's absence: what is left in its cgroup is a
-    # dead gateway's (membership is the kernel's; an adopted gateway's cgroup is left alone).
-    for name in set(d.planner.profiles) | set(saved.profiles):
-        if name not in d.adopted.values():
-            d.domains.sweep(name)
+            code=state_mod.recorded_code(rec, main.pid, main.start_time), duplicates=tuple(idents[1:])))
+    return Survey(saved.problem, history, survivors, recorded, found.tagged, frozenset(saved.profiles))
+
+
+def kill_duplicates(survivor: Survivor) -> None:
+    """More than one verified gateway of one profile: all but the adopted one go."""
+    for extra in survivor.duplicates:
+        fd = identity.open_pidfd(extra)
+        if fd is not None:
+            log.warning("profile %s: duplicate gateway PID %d; killing it", survivor.name, extra.pid)
+            child.kill_group(extra, fd)
+            os.close(fd)
+
+
+def kill_leftovers(root: Path, salt: bytes, tagged: Mapping[str, list[int]], adopted: set[Ident]) -> None:
+    """Everything tagged by this root that is not an adopted gateway or one of its descendants."""
     keep: set[int] = set()
-    for ident in d.adopted:
+    for ident in adopted:
         keep |= {ident.pid, *identity.descendants(ident.pid)}
-    for name in found.tagged:
-        strays = child.kill_strays(d.root, name, keep=keep, salt=d.salt)
+    for name in tagged:
+        strays = child.kill_strays(root, name, keep=keep, salt=salt)
         if strays:
             log.warning("profile %s: killed leftovers of a dead gateway: %s", name, strays)
 
-def final_sweep(d: Daemon, budget: float = 2.0) -> None:
+
+def final_sweep(root: Path, salt: bytes, domains: Domains, reap: Callable[[], None], budget: float = 2.0) -> None:
     """Before exiting, kill every process left in a profile's (or a kanban worker's) cgroup and
-    every process still tagged, with its token, by this root.
+    every process still tagged, with its token, by this root (``reap``: collects what was killed,
+    hermesd being their subreaper).
 
     A gateway's last act may be a detached helper (upstream's diagnostic shell) that forks
     after the per-exit sweep looked; repeat until a pass finds nothing, within ``budget``.
     """
     deadline = time.monotonic() + budget
     while True:
-        killed = d.domains.sweep_all()
-        names = {name for _pid, name, _env in identity.find_tagged(d.root)}
-        killed += [pid for name in names for pid in child.kill_strays(d.root, name, keep=set(), salt=d.salt)]
-        d.handle_sigchld()  # reap what we just killed (we are their subreaper)
+        killed = domains.sweep_all()
+        names = {name for _pid, name, _env in identity.find_tagged(root)}
+        killed += [pid for name in names for pid in child.kill_strays(root, name, keep=set(), salt=salt)]
+        reap()
         if not killed or time.monotonic() > deadline:
             if killed:
                 log.warning("processes still appearing at exit: %s", killed)
@@ -157,23 +194,24 @@ def final_sweep(d: Daemon, budget: float = 2.0) -> None:
         time.sleep(0.02)
 
 
-def save_state(d: Daemon) -> None:
-    """Write what must survive a hermesd restart (operator stops, restart counts, our children's
-    identities); a failure is kept as ``state_problem`` for status and retried by housekeeping."""
-    from supervisor.daemon.requests import summary
+# --------------------------------------------------------------------------- the state file
 
-    if d.ready and d.notifier.enabled:
-        d.notifier.status(summary(d))  # repeats are dropped by the notifier
+
+def save(layout: Layout, boot: str, planner: Planner, now: float, dist_info: str | None,
+         problem: str | None) -> str | None:
+    """Write what must survive a hermesd restart (operator stops, restart counts, our children's
+    identities); returns the problem in force after it (``problem``: the one before), which status
+    shows and housekeeping retries."""
     try:
-        state_mod.save(d.layout.beneath(d.layout.state), d.boot, os.getpid(), state_mod.records(d.planner), d.wall(),
-                       dist_info=getattr(d.domains.facts, "dist_info", None))
+        state_mod.save(layout.beneath(layout.state), boot, os.getpid(), state_mod.records(planner), now,
+                       dist_info=dist_info)
     except OSError as exc:
-        problem = f"cannot write {d.layout.state}: {exc.strerror or exc} (operator stops and restart counts " \
-                  "will not survive a hermesd restart until this is fixed)"
-        if problem != d.state_problem:
-            log.error("%s", problem)
-        d.state_problem = problem
-        return
-    if d.state_problem and d.state_problem.startswith(f"cannot write {d.layout.state}"):
-        log.info("%s is writable again", d.layout.state)
-        d.state_problem = None
+        failed = f"cannot write {layout.state}: {exc.strerror or exc} (operator stops and restart counts " \
+                 "will not survive a hermesd restart until this is fixed)"
+        if failed != problem:
+            log.error("%s", failed)
+        return failed
+    if problem and problem.startswith(f"cannot write {layout.state}"):
+        log.info("%s is writable again", layout.state)
+        return None
+    return problem

@@ -27,7 +27,7 @@ from typing import Any
 from supervisor import ownership
 from supervisor.layout import Layout
 from supervisor.plan.model import Ident
-from supervisor.plan.policy import ExitKind
+from supervisor.plan.policy import ExitKind, limit_exit
 
 log = logging.getLogger("hermesd")
 
@@ -61,8 +61,6 @@ class Domains:
     plans: dict[str, Any] = field(default_factory=dict)
     trees: dict[str, _Tree] = field(default_factory=dict)
     _samples: dict[str, Any] = field(default_factory=dict)
-    facts: Any = None  # requirements.Facts of the gateway command's interpreter (the daemon's loop sets it)
-    requirements: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # per profile, what is missing
     _hot_until: float = 0.0
 
     def start(self, salt: bytes) -> None:
@@ -260,7 +258,7 @@ class Domains:
         after = cgroup_io.read_events(tree.cgroup)
         hit = cgroup.limit_hit(tree.events, after)
         tree.events = after
-        return {"memory_limit": ExitKind.MEMORY_LIMIT, "tasks_limit": ExitKind.TASKS_LIMIT}.get(str(hit or ""))
+        return limit_exit(hit)
 
     def forget(self, name: str, ident: Ident) -> None:
         tree = self.trees.get(name)
@@ -311,7 +309,6 @@ class Domains:
         out = lim.status_fields(usage, limits, self.cgroups)
         plan = self.plans.get(name)
         out["isolation"] = plan.status_json() if plan is not None else None
-        out["requirements_missing"] = list(self.requirements.get(name, []))
         return out
 
     def teardown(self) -> None:

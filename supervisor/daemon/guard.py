@@ -1,35 +1,44 @@
 """The failure-domain guard: hung gateways and trees over their limits, judged on timers.
 
-The daemon owns the loop and the planner; this owns the two kinds of timer that decide, while a
-gateway runs, that it must be killed: one per profile for hang detection (the next moment its
-heartbeat can turn too old, see :mod:`supervisor.limits.hung`) and one shared scan of the trees
-whose limits no cgroup enforces. Its verdicts go to the planner as ``kill_for`` events, so a hung
-or oversized gateway is restarted through the normal backoff.
+It owns the two kinds of timer that decide, while a gateway runs, that it must be killed: one per
+profile for hang detection (the next moment its heartbeat can turn too old, see
+:mod:`supervisor.limits.hung`) and one shared scan of the trees whose limits no cgroup enforces.
+It only judges: each verdict goes to ``on_kill(name, ident, kind, detail, **event)`` (kill the
+gateway ``ident`` of ``name``, record its end as ``kind``; ``event``: the fields of its
+``hung_kill`` or ``limit_kill`` event), which the loop turns into the planner's ``kill_for``, so a
+hung or oversized gateway is restarted through the normal backoff.
+It reads the planner's profiles (which child runs) and never changes them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 
-from supervisor.plan.policy import ExitKind
-
-if TYPE_CHECKING:
-    from supervisor.daemon.loop import Daemon
+from supervisor.daemon.domains import Domains
+from supervisor.daemon.effective import Effective
+from supervisor.plan.model import Profile
+from supervisor.plan.policy import ExitKind, limit_exit
 
 
 class Guard:
     """Hung and limit timers of one daemon (see the module docstring)."""
 
-    def __init__(self, daemon: Daemon) -> None:
-        self.d = daemon
+    def __init__(self, domains: Domains, profiles: Mapping[str, Profile], settings_of: Callable[[str], Effective],
+                 on_kill: Callable[..., None]) -> None:
+        self.domains = domains
+        self.profiles = profiles
+        self.settings_of = settings_of
+        self.on_kill = on_kill
         self.hung_timers: dict[str, asyncio.Handle] = {}
         self.watch_timer: asyncio.Handle | None = None
+        self.closed = False
 
     def start(self, name: str) -> None:
         """A child started or was adopted: judge it for hangs now, and (re)start the limits watch."""
-        loop = self.d.loop()
+        if self.closed:
+            return
+        loop = asyncio.get_running_loop()
         self.stop(name)
         self.hung_timers[name] = loop.call_soon(self.handle_hung, name)
         if self.watch_timer is None:
@@ -41,40 +50,41 @@ class Guard:
         if handle is not None:
             handle.cancel()
 
+    def close(self) -> None:
+        """hermesd is shutting down: no more verdicts."""
+        self.closed = True
+        for name in list(self.hung_timers):
+            self.stop(name)
+        if self.watch_timer is not None:
+            self.watch_timer.cancel()
+            self.watch_timer = None
+
     def handle_hung(self, name: str) -> None:
-        """Is this profile's gateway hung (stopped, or its heartbeat too old)? Kill its tree if so."""
-        d = self.d
+        """Is this profile's gateway hung (stopped, or its heartbeat too old)? A verdict if so."""
         self.hung_timers.pop(name, None)
-        p = d.planner.profiles.get(name)
+        p = self.profiles.get(name)
         c = p.child if p is not None else None
-        if p is None or c is None:
+        if p is None or c is None or c.stop_requested:
             return
-        hung = d.config.hung_for(name)
-        if d.contract is not None and not d.contract.heartbeat:
-            # This release writes no heartbeat, so "no beat" or an old beat says nothing: off.
-            hung = dataclasses.replace(hung, hung_after=None)
-        res = d.domains.check_hung(name, p.home, hung) if not c.stop_requested else None
+        res = self.domains.check_hung(name, p.home, self.settings_of(name).hung)
         if res is None:
             return
-        p.extra["heartbeat_age"] = res.heartbeat_age
         if res.hung is not None:
-            d.execute(d.planner.kill_for(name, c.ident, ExitKind.HUNG, res.hung.detail,
-                                         cause=res.hung.cause, age_s=res.heartbeat_age))
+            self.on_kill(name, c.ident, ExitKind.HUNG, res.hung.detail, cause=res.hung.cause, age_s=res.heartbeat_age)
         elif res.next_check is not None:
-            self.hung_timers[name] = d.loop().call_at(res.next_check, self.handle_hung, name)
+            self.hung_timers[name] = asyncio.get_running_loop().call_at(res.next_check, self.handle_hung, name)
 
     def handle_watch(self) -> None:
-        """One scan of the trees whose limits no cgroup enforces: kill a tree over its limit."""
-        d = self.d
+        """One scan of the trees whose limits no cgroup enforces: a verdict for each tree over its limit."""
         self.watch_timer = None
-        running = {n: d.config.limits_for(n) for n, p in d.planner.profiles.items()
+        running = {n: self.settings_of(n).limits for n, p in self.profiles.items()
                    if p.child is not None and not p.child.stop_requested}
-        breaches, delay = d.domains.scan(running)
+        breaches, delay = self.domains.scan(running)
         for name, breach in breaches.items():
-            c = d.planner.profiles[name].child
-            if c is not None:
-                kind = ExitKind.MEMORY_LIMIT if breach.reason == "memory_limit" else ExitKind.TASKS_LIMIT
-                d.execute(d.planner.kill_for(name, c.ident, kind, breach.describe(), limit=breach.reason,
-                                             value=breach.value, max=breach.limit))
-        if delay is not None and not d.planner.shutting_down:
-            self.watch_timer = d.loop().call_later(delay, self.handle_watch)
+            c = self.profiles[name].child
+            kind = limit_exit(breach.reason)
+            if c is not None and kind is not None:
+                self.on_kill(name, c.ident, kind, breach.describe(), limit=breach.reason, value=breach.value,
+                             max=breach.limit)
+        if delay is not None and not self.closed:
+            self.watch_timer = asyncio.get_running_loop().call_later(delay, self.handle_watch)

@@ -10,10 +10,18 @@ side only does I/O:
 * actions out: :meth:`Daemon.execute` performs spawns, signals (only ever through a verified,
   pinned pidfd), tree kills, timers, saves and events.
 
+The loop is the only code that changes its own state. Its helpers are given what they need and
+hand back results: :class:`~supervisor.daemon.launch.Launcher` starts a gateway and says how it
+went, the :class:`~supervisor.daemon.guard.Guard` and :class:`~supervisor.daemon.serving.Serving`
+report verdicts and findings through ``handle_kill``, ``handle_served``, ``handle_rival`` and
+``handle_rewrite``, adoption returns a
+:class:`~supervisor.daemon.adoption.Survey` the loop takes over, and control requests reach the
+loop through the :class:`~supervisor.daemon.requests.Operations` it implements. The settings in
+force are one :class:`~supervisor.daemon.effective.InForce`, rebuilt whenever hermesd.yaml is loaded.
+
 Reading a profile's files (bounded, :mod:`profiles.snapshot`) runs in one worker thread, so a
 slow or hostile file never delays another profile's respawn or a control request; its result
-comes back to the loop as one planner event. Adoption after a crash is start-up reading what
-exists (:mod:`supervisor.daemon.adoption`), not remembering it.
+comes back to the loop as one planner event.
 """
 
 from __future__ import annotations
@@ -23,39 +31,43 @@ import contextlib
 import logging
 import os
 import random
-import resource
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from profiles.safeio import Beneath
-from profiles.snapshot import ProfileFacts, read_profile
+from profiles.names import DEFAULT_PROFILE
+from profiles.snapshot import ProfileFacts
 from profiles.upstream import files as gf
-from supervisor import child, childspec, identity, logs
+from supervisor import __version__, child, identity, logs
 from supervisor import config as config_mod
 from supervisor.control.server import ControlServer
-from supervisor.daemon import adoption, interpreter, selfcheck, served_elsewhere
+from supervisor.daemon import adoption, effective, exit_report, interpreter, requests
 from supervisor.daemon.board import Board
-from supervisor.daemon.domains import Domains, Prepared
+from supervisor.daemon.domains import Domains
 from supervisor.daemon.guard import Guard
+from supervisor.daemon.launch import LOG_SPACE_MIN, Launcher, NotStarted
 from supervisor.daemon.pidlock import PidLock
-from supervisor.daemon.requests import summary
+from supervisor.daemon.pinned import Pinned
+from supervisor.daemon.reads import Reads
+from supervisor.daemon.report import Report, summary
+from supervisor.daemon.selfcheck import SelfCheck
 from supervisor.daemon.serving import Serving
 from supervisor.layout import Layout
 from supervisor.notify import Notifier
+from supervisor.observe.observer import Observer
 from supervisor.plan import model as m
 from supervisor.plan.model import Ident
 from supervisor.plan.planner import Planner
+from supervisor.plan.policy import ExitKind
 from supervisor.plan.verdict import Hold, HoldKind
+from supervisor.watch.choose import make_watcher
 from supervisor.watch.events import FsEvents, Watcher
 
 log = logging.getLogger("hermesd")
 
-LOG_SPACE_MIN = 64 * 1024  # below this, a child's log counts as full
-FD_RESERVE = 32  # descriptors hermesd keeps for itself (control requests, inotify, files it reads)
 HOUSEKEEPING_S = 5.0
 
 
@@ -63,7 +75,8 @@ class Daemon:
     """One root's supervision: the loop's state and its ``handle_*`` methods."""
 
     def __init__(self, root: Path, env: Mapping[str, str] | None = None, *, lock_fd: int | None = None,
-                 clock: Any = time.monotonic, wall: Any = time.time, rng: random.Random | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 rng: random.Random | None = None) -> None:
         self.root = root.resolve()
         self.layout = Layout(self.root)
         self.env = dict(os.environ if env is None else env)
@@ -71,49 +84,37 @@ class Daemon:
         self.lock_fd = lock_fd
         self.wall = wall
         self.planner = Planner(clock=clock, wall=wall, rng=rng)
-        self.config = config_mod.Config()
-        self.config_problem: str | None = None
-        self.command: list[str] | None = None
-        self.command_error: str | None = None
-        self.contract: Any = None  # releases.Contract of the installed hermes-agent (None: unknown)
-        self.release_problem: str | None = None  # why the release could not be read
+        self.in_force = effective.build(config_mod.Config())  # until hermesd.yaml is read
+        self.config_problem: str | None = None  # why the last hermesd.yaml was rejected
         self.state_problem: str | None = None
-        self.notifier = Notifier.from_env(self.env)
-        self.domains = Domains(self.root, self.layout)
-        from supervisor import __version__
-        from supervisor.observe.observer import Observer
-
-        self.observer = Observer(self.root, env=self.env, version=__version__)
-        self.guard = Guard(self)
-        self.children: dict[int, tuple[str, Ident]] = {}  # our children by PID (reaped by waitpid)
-        self.adopted: dict[Ident, str] = {}  # adopted children (watched through their pidfd)
-        self.pidfds: dict[Ident, int] = {}
-        self.foreign_fds: dict[str, int] = {}
-        self.timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self.log_problems: dict[str, str | None] = {}  # per profile, why its log cannot be written (shown as is)
         self.ready = False
         self.boot = ""
         self.salt = b""
+        self.notifier = Notifier.from_env(self.env)
+        self.observer = Observer(self.root, env=self.env, version=__version__)
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="hermesd-read")
+        self.pinned = Pinned()
+        self.timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self.domains = Domains(self.root, self.layout)
+        self.own = SelfCheck()  # hermesd's own limits and scheduling, kept as they started
+        profiles = self.planner.profiles
+        self.guard = Guard(self.domains, profiles, lambda name: self.in_force.of(name), self.handle_kill)
+        self.board = Board(self.root, self.env, self.layout, self.domains, profiles, lambda: self.in_force)
+        self.serving = Serving(self.root, self.pool, profiles, self.pinned.holds, self, self.spawn_task)
+        self.requirements = interpreter.Requirements(self.root, self.env, self.pool, profiles, lambda: self.in_force)
+        self.reads = Reads(self.pool, profiles, lambda: self.salt, self.handle_read, self.spawn_task)
+        self.launcher = Launcher(self.root, self.layout, self.env, self.domains, wall)
+        self.report = Report(self.root, self.planner, self.domains, self.serving, self.requirements, self.own,
+                             self.log_problems, wall)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._done: asyncio.Event | None = None
-        self._server: ControlServer | None = None
         self._watcher: Watcher | None = None
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="hermesd-read")
-        self._reading: set[str] = set()
-        self._reread: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._save_pending = False
         self._seq = 0
-        self.cpu_samples: dict[Ident, tuple[float, float]] = {}
-        self.board = Board(self)  # kanban (issue 16): workers run for the board, the dispatcher's hand-off
-        self.own = selfcheck.Guard()  # hermesd's own limits and scheduling, kept as they started
-        self.serving = Serving(self)  # what each child serves, second gateways, upstream's rewrites
 
     # ------------------------------------------------------------------------- lifetime
-
-    def loop(self) -> asyncio.AbstractEventLoop:
-        """The running loop (set by :meth:`run`; the collaborators in this package schedule on it)."""
-        assert self._loop is not None
-        return self._loop
 
     def acquire(self) -> None:
         if self.lock_fd is not None:
@@ -131,7 +132,6 @@ class Daemon:
         self._done = asyncio.Event()
         os.chdir("/")  # never pin a mount point or a profile folder that may be deleted
         child.become_subreaper()
-        _raise_fd_limit()
         self.own.start()
         self.boot = identity.boot_id()
         self.salt = self.layout.salt()
@@ -143,42 +143,34 @@ class Daemon:
         # the loop, so a full pipe is not worth a warning per signal.
         signal.set_wakeup_fd(signal.set_wakeup_fd(-1), warn_on_full_buffer=False)
         # Requests are answered from the first moment, so a stop typed during start-up wins.
-        from supervisor.daemon.requests import handlers
-
         self.observer.open()
-        self._server = ControlServer(self.layout.socket, handlers(self), on_request=lambda verb, ok:
-                                     self.observer.control_request(verb, "ok" if ok else "error"))
-        await self._server.start()
-        from supervisor import __version__
-
+        server = ControlServer(self.layout.socket, requests.handlers(self, self.board.handlers()),
+                               on_request=lambda verb, ok: self.observer.control_request(verb, "ok" if ok else "error"))
+        await server.start()
         self._emit({"type": "daemon_started", "profile": None, "version": __version__, "root": str(self.root)})
         self.domains.start(self.salt)
         await self.load_config(initial=True)
         self.list_profiles()
-        await asyncio.gather(*(self._read(n) for n in list(self.planner.profiles)))
-        adoption.adopt_existing(self)
+        await asyncio.gather(*(self.reads.read(n) for n in list(self.planner.profiles)))
+        self._take_over(adoption.survey(self.root, self.layout, self.boot,
+                                        {n: p.home for n, p in self.planner.profiles.items() if p.present}))
         self.execute(self.planner.start())
-        from supervisor.watch.choose import make_watcher
-
-        self._watcher = make_watcher(self.root, self.handle_fs_events)
+        self._watcher = watcher = make_watcher(self.root, self.handle_fs_events)
         self._follow()
         self.handle_sigchld()  # anything that died while we were starting
         self.ready = True
-        from supervisor.daemon.requests import document
-
-        await self.observer.start(status=lambda: document(self))
-        log.info("ready: %s", summary(self))
-        self.notifier.ready(summary(self))
+        await self.observer.start(status=self.status)
+        log.info("ready: %s", summary(self.planner))
+        self.notifier.ready(summary(self.planner))
         cancel_watchdog = self.notifier.schedule_watchdog(loop)
         loop.call_later(HOUSEKEEPING_S, self.handle_housekeeping)
         await self._done.wait()
         self.board.close()
         if not self.planner.keep_children:
-            adoption.final_sweep(self)
+            adoption.final_sweep(self.root, self.salt, self.domains, self.handle_sigchld)
         cancel_watchdog()
-        if self._watcher is not None:
-            self._watcher.close()
-        self._server.close()
+        watcher.close()
+        server.close()
         await self.observer.aclose()
         if not self.planner.keep_children:
             self.domains.teardown()
@@ -187,88 +179,92 @@ class Daemon:
             loop.remove_signal_handler(sig)
         return 0
 
+    def _running(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None, "the daemon's loop is not running"
+        return self._loop
+
     async def load_config(self, *, initial: bool = False) -> bool:
-        """(Re)read hermesd.yaml off the loop; on error keep the last good configuration and say why."""
-        assert self._loop is not None
+        """(Re)read hermesd.yaml and build the settings in force from it; on error keep the last good
+        ones and say why."""
         try:
-            cfg = await self._loop.run_in_executor(self.pool, config_mod.load, self.layout.config)
+            in_force = await effective.load(self.layout, self.env, self.pool, self.domains.probe)
         except config_mod.ConfigError as exc:
             self.config_problem = str(exc)
             log.error("%s%s", exc, "" if initial else " (keeping the previous configuration)")
             self._emit({"type": "config_rejected", "profile": None, "error": str(exc)})
             if initial:  # no good configuration yet: start nothing rather than guess
-                self._apply_config(self.config, Hold(HoldKind.NO_CONFIG, f"no valid hermesd.yaml yet: {exc}"))
+                self._apply(effective.build(self.in_force.config, root_hold=Hold(
+                    HoldKind.NO_CONFIG, f"no valid hermesd.yaml yet: {exc}")))
             return False
         self.config_problem = None
-        root_hold = None
-        try:
-            self.command = childspec.resolve_gateway_command(list(cfg.command) if cfg.command else None,
-                                                             self.env.get("PATH"))
-            self.command_error = None
-            self.domains.set_command(self.command)
-        except childspec.GatewayCommandError as exc:
-            self.command, self.command_error = None, str(exc)
-            root_hold = Hold(HoldKind.NO_COMMAND, str(exc))
-            log.error("%s", exc)
-        if self.command is not None:
-            root_hold = await interpreter.learn_release(self, self.command) or root_hold
-        await self.board.sync(cfg)
-        self._apply_config(cfg, root_hold)
-        if not initial and self.command is not None:
-            known = [n for n, p in self.planner.profiles.items() if p.facts]
-            self.spawn_task(interpreter.check_requirements(self, known))
-        await self.observer.reconfigure(cfg.observe_settings())
+        if in_force.command is not None:
+            self.domains.set_command(list(in_force.command))
+        await self.board.sync(in_force)  # the dispatcher's launcher exists before it may be spawned
+        self._apply(in_force)
+        if not initial and in_force.command is not None:
+            self.spawn_task(self.requirements.check([n for n, p in self.planner.profiles.items() if p.facts]))
+        await self.observer.reconfigure(in_force.config.observe_settings())
         self._emit({"type": "config_applied", "profile": None})
         return True
 
-    def _apply_config(self, cfg: config_mod.Config, root_hold: Hold | None) -> None:
-        self.config = cfg
-        self.execute(self.planner.set_settings(interpreter.planner_settings(self, cfg), root_hold))
+    def _apply(self, in_force: effective.InForce) -> None:
+        self.in_force = in_force
+        self.execute(self.planner.set_settings(in_force.planner, in_force.root_hold))
+
+    def _take_over(self, found: adoption.Survey) -> None:
+        """Take over what a previous hermesd of this root left: its history, its running gateways (a stop
+        or restart it had begun is issued again), the ends of those that died while nobody watched, and
+        the leftovers of dead gateways, killed."""
+        self.state_problem = found.problem
+        for h in found.history:
+            self.planner.restore(h.name, h.home, present=h.present, restarts=h.restarts, failures=h.failures,
+                                 last_exit=h.last_exit, down=h.down)
+        for s in found.survivors:
+            fd = identity.open_pidfd(s.ident)
+            if fd is None:
+                continue
+            self.pinned.adopt(s.name, s.ident, fd, self.handle_adopted_exit)
+            self.domains.adopt(s.name, s.ident)
+            self.guard.start(s.name)
+            self.execute(self.planner.adopt(s.name, s.home, s.ident, s.started_wall or self.wall(),
+                                            stopping=s.stopping, then_restart=s.then_restart, code=s.code))
+            adoption.kill_duplicates(s)
+        for r in found.recorded:
+            p = self.planner.profiles.get(r.name)
+            if p is not None and p.child is None:
+                self.execute(self.planner.ended_while_down(r.name, r.ident, r.started_wall or self.wall(),
+                                                           stopping=r.stopping, then_restart=r.then_restart))
+        adopted = self.pinned.adopted()
+        # A profile whose gateway did not survive hermesd's absence: what is left in its cgroup is a
+        # dead gateway's (membership is the kernel's; an adopted gateway's cgroup is left alone).
+        for name in (set(self.planner.profiles) | found.saved) - set(adopted.values()):
+            self.domains.sweep(name)
+        adoption.kill_leftovers(self.root, self.salt, found.tagged, set(adopted))
 
     # ------------------------------------------------------------------------- profiles and files
 
     def list_profiles(self) -> None:
         """Compare the profiles folder with what the planner knows; read the files of new ones."""
         try:
-            served = self.serving.discover()  # as the installed release defines a profile
+            served = self.serving.discover(self.in_force.contract)  # as the installed release defines a profile
         except OSError as exc:
             log.error("cannot list profiles under %s: %s", self.root, exc)
             return
         new = [n for n, _ in served if (p := self.planner.profiles.get(n)) is None or not p.present]
         self.execute(self.planner.set_served([(n, Path(h)) for n, h in served]))
         if self.ready:
-            self.refresh(new)
+            self.reads.refresh(new)
             self._follow()
 
-    def refresh(self, names: list[str] | set[str]) -> None:
-        """Re-read these profiles' files off the loop; a read already running is simply repeated after."""
-        for name in names:
-            if name in self._reading:
-                self._reread.add(name)
-            else:
-                self.spawn_task(self._read(name))
+    async def handle_read(self, facts: ProfileFacts) -> None:
+        """A profile's files were read: to the planner, and which of its platforms lack a library."""
+        p = self.planner.profiles.get(facts.name)
+        self.serving.compare(p.facts if p is not None else None, facts)
+        self.execute(self.planner.set_facts(facts.name, facts))
+        await self.requirements.check([facts.name])
 
-    async def _read(self, name: str) -> ProfileFacts | None:
-        assert self._loop is not None
-        self._reading.add(name)
-        try:
-            while True:
-                p = self.planner.profiles.get(name)
-                if p is None or not p.present:
-                    return None
-                facts = await self._loop.run_in_executor(self.pool, read_profile, name, p.home, self.salt)
-                self.serving.compare(p.facts, facts)
-                self.execute(self.planner.set_facts(name, facts))
-                await interpreter.check_requirements(self, [name])
-                if name not in self._reread:
-                    return facts
-                self._reread.discard(name)
-        finally:
-            self._reading.discard(name)
-
-    def spawn_task(self, coro: Any) -> None:
-        assert self._loop is not None
-        task = self._loop.create_task(coro)
+    def spawn_task(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = self._running().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -290,24 +286,21 @@ class Daemon:
                     self.board.stop_workers(a.name, "stopped")
             elif isinstance(a, m.KillTree):
                 self.board.stop_workers(a.name, "killed")
-                fd = self.pidfds.get(a.ident)
-                if fd is not None:
-                    child.kill_group(a.ident, fd)
+                self.pinned.kill_group(a.ident)
                 self.domains.kill_tree(a.name, a.ident)
                 child.kill_strays(self.root, a.name, keep=set(), salt=self.salt)
             elif isinstance(a, m.Sweep):
-                assert self._loop is not None
                 self.domains.sweep(a.name)  # its cgroup, exact and cheap: before a respawn joins it
                 # The tag sweep after the respawn decision: the /proc scan stays off the restart path.
-                self._loop.call_soon(self.handle_strays, a.name)
+                self._running().call_soon(self.handle_strays, a.name)
             elif isinstance(a, m.Schedule):
-                self._schedule(a.name, a.timer, a.delay)
+                self._cancel(a.name, a.timer)
+                self.timers[(a.name, a.timer)] = self._running().call_later(a.delay, self.handle_timer,
+                                                                            a.name, a.timer)
             elif isinstance(a, m.Cancel):
-                handle = self.timers.pop((a.name, a.timer), None)
-                if handle is not None:
-                    handle.cancel()
+                self._cancel(a.name, a.timer)
             elif isinstance(a, m.WatchForeign):
-                self._watch_foreign(a.name, a.pid)
+                self.pinned.watch_foreign(a.name, a.pid, self.handle_foreign_exit)
             elif isinstance(a, m.Save):
                 self.save_soon()
             elif isinstance(a, m.Emit):
@@ -318,83 +311,35 @@ class Daemon:
     def _spawn(self, name: str) -> None:
         p = self.planner.profiles[name]
         foreign = identity.gateway_of(p.home, name)
-        if foreign is not None and foreign.pid not in self.children and all(i.pid != foreign.pid for i in self.adopted):
+        if foreign is not None and not self.pinned.holds(foreign.pid):
             self.execute(self.planner.foreign(name, foreign.pid))
             return
-        problem = _fd_budget_problem()
-        if problem is not None or self.command is None:
-            self.execute(self.planner.spawn_failed(name, problem or self.command_error or "no gateway command"))
-            return
-        argv = childspec.child_argv(self.command, name, self.contract)
-        env = childspec.child_env(self.env, root=self.root, profile=name, home=p.home,
-                                  extra={**self.config.child_environment(name), **self.board.env_for(name)},
-                                  salt=self.salt)
-        logfile: Beneath | Path = self.layout.beneath(self.layout.child_log(name))
-        free = logs.free_bytes(self.layout.logs)
-        if free is not None and free < LOG_SPACE_MIN:
-            # A gateway dies at its first write to a full log; discarding its output keeps it up.
-            log.error("profile %s: log file system full (%d bytes free): discarding this run's output", name, free)
-            logfile = Path(os.devnull)
-        prepared = self.domains.prepare(
-            name, p.home, argv, env, isolation=self.config.isolation_for(name), limits=self.config.limits_for(name),
-            other_homes=tuple(q.home for n, q in self.planner.profiles.items() if n != name and q.present),
-            **self.board.plan_extras(name),
-        )
-        if not isinstance(prepared, Prepared):
-            self.execute(self.planner.spawn_refused(name, prepared))
-            return
-        before = self.wall()  # before the child can write anything: its files' times are after this
-        try:
-            ident = child.spawn(prepared.argv, env, logfile)
-            self.domains.attach(name, ident, self.config.limits_for(name))
-            fd = os.pidfd_open(ident.pid)
-        except child.SpawnError as exc:
-            self.execute(self.planner.spawn_failed(name, str(exc)))
-            return
-        except OSError as exc:  # no pidfd (out of descriptors): never run a child we cannot pin
-            child.reap_now(ident.pid)
-            self.execute(self.planner.spawn_failed(name, f"cannot pin the new gateway: {exc.strerror or exc}"))
-            return
-        self.children[ident.pid] = (name, ident)
-        self.pidfds[ident] = fd
-        logs.note(logfile, f"hermesd: started {' '.join(argv)} as PID {ident.pid} "
-                           f"(isolation: {prepared.plan.summary()})")
-        self.execute(self.planner.spawned(name, ident, output_discarded=logfile == Path(os.devnull), argv0=argv[0],
-                                          code=interpreter.code_now(self), started_wall=before))
-        self.guard.start(name)
+        others = tuple(q.home for n, q in self.planner.profiles.items() if n != name and q.present)
+        out = self.launcher.launch(name, p.home, self.in_force, salt=self.salt, others=others,
+                                   kanban=self.board.extras(name, others))
+        if isinstance(out, NotStarted):
+            self.execute(self.planner.spawn_refused(name, out.reason) if out.refused
+                         else self.planner.spawn_failed(name, out.reason))
+        else:
+            self.pinned.own(name, out.ident, out.fd)
+            self.execute(self.planner.spawned(name, out.ident, output_discarded=out.output_discarded,
+                                              argv0=out.argv0, code=out.code, started_wall=out.started_wall))
+            self.guard.start(name)
 
     def _signal(self, a: m.Signal) -> None:
-        fd = self.pidfds.get(a.ident)
-        if fd is None:  # the planner only names children we pinned; anything else is a bug, never a kill
+        if not self.pinned.pins(a.ident):  # the planner only names children we pinned: anything else is a bug
             log.error("profile %s: refusing to signal PID %d: not a pinned child", a.name, a.ident.pid)
             return
-        if a.planned:
-            p = self.planner.profiles.get(a.name)
-            if p is not None:
-                with contextlib.suppress(OSError):
-                    gf.write_planned_stop_marker(p.home, a.ident.pid, a.ident.start_time)
-        identity.send_signal(fd, a.signal)
+        p = self.planner.profiles.get(a.name)
+        if a.planned and p is not None:
+            with contextlib.suppress(OSError):
+                gf.write_planned_stop_marker(p.home, a.ident.pid, a.ident.start_time)
+        self.pinned.signal(a.ident, a.signal)
 
-    def _schedule(self, name: str, which: str, delay: float) -> None:
-        assert self._loop is not None
-        old = self.timers.pop((name, which), None)
-        if old is not None:
-            old.cancel()
-        self.timers[(name, which)] = self._loop.call_later(delay, self.handle_timer, name, which)
-
-    def _watch_foreign(self, name: str, pid: int) -> None:
-        assert self._loop is not None
-        old = self.foreign_fds.pop(name, None)
-        if old is not None:
-            self._loop.remove_reader(old)
-            os.close(old)
-        start = identity.proc_start_time(pid)
-        fd = identity.open_pidfd(Ident(pid, start)) if start is not None else None
-        if fd is None:  # already gone
-            self._loop.call_soon(self.handle_foreign_exit, name, None)
-            return
-        self.foreign_fds[name] = fd
-        self._loop.add_reader(fd, self.handle_foreign_exit, name, fd)
+    def _cancel(self, name: str, which: str) -> None:
+        handle = self.timers.pop((name, which), None)
+        if handle is not None:
+            handle.cancel()
 
     # ------------------------------------------------------------------------- events
 
@@ -407,49 +352,31 @@ class Daemon:
                 return
             if pid == 0:
                 return
-            entry = self.children.pop(pid, None)
+            entry = self.pinned.reaped(pid)
             if entry is None:
                 self.observer.child_reaped(pid, status)  # a hook of ours, or an orphan: reaping it was the point
-                continue
-            name, ident = entry
-            if os.WIFSIGNALED(status):
-                self._child_gone(name, ident, None, os.WTERMSIG(status))
+            elif os.WIFSIGNALED(status):
+                self._child_gone(*entry, None, os.WTERMSIG(status))
             else:
-                self._child_gone(name, ident, os.waitstatus_to_exitcode(status), None)
+                self._child_gone(*entry, os.waitstatus_to_exitcode(status), None)
 
     def handle_adopted_exit(self, name: str, ident: Ident) -> None:
-        if self.adopted.pop(ident, None) is None:
-            return
-        fd = self.pidfds.get(ident)
-        if fd is not None and self._loop is not None:
-            self._loop.remove_reader(fd)
-        self._child_gone(name, ident, None, None)
+        if self.pinned.adopted_ended(ident):
+            self._child_gone(name, ident, None, None)
 
     def _child_gone(self, name: str, ident: Ident, code: int | None, sig: int | None) -> None:
-        fd = self.pidfds.pop(ident, None)
-        if fd is not None:
-            os.close(fd)
-        self.cpu_samples.pop(ident, None)
+        self.pinned.release(ident)
         self.guard.stop(name)
         p = self.planner.profiles.get(name)
-        gstate = gf.read_gateway_state(p.home) if p is not None else {}
-        ours = gstate.get("pid") == ident.pid
-        state = gstate.get("gateway_state") if ours and isinstance(gstate.get("gateway_state"), str) else None
         cause = self.domains.exit_cause(name, ident)
-        unconfined = None
-        if code == _EXIT_CANNOT_CONFINE and not ours and p is not None:
-            unconfined = (_last_line(self.layout.beneath(self.layout.child_log(name)))
-                          or "the confinement could not be applied")
         self.domains.forget(name, ident)
-        detail = served_elsewhere.exit_detail(self.env, p.home if p is not None else self.root,
-                                              self.layout.child_log(name), code=code, ours=ours, cause=cause)
-        actions = self.planner.child_exited(
-            name, ident, code, sig, state, bool(gstate.get("restart_requested")) if ours else False,
-            killed_for=cause, detail=detail, unconfined=unconfined, stated=ours)
+        r = exit_report.read_exit(self.env, self.layout, name, p.home if p is not None else None, ident, code=code,
+                            cause=cause)
+        actions = self.planner.child_exited(name, ident, code, sig, r.gateway_state, r.restart_requested,
+                                            killed_for=cause, detail=r.detail, unconfined=r.unconfined,
+                                            stated=r.stated)
         if p is not None:
-            kind = (p.last_exit or {}).get("kind") or "?"
-            logs.note(self.layout.beneath(self.layout.child_log(name)),
-                      f"hermesd: PID {ident.pid} {_describe(code, sig)} ({kind})")
+            exit_report.note(self.layout, name, ident.pid, code, sig, (p.last_exit or {}).get("kind") or "?")
         self.execute(actions)
 
     def handle_timer(self, name: str, which: str) -> None:
@@ -465,11 +392,24 @@ class Daemon:
             log.info("profile %s: killed %d leftover process(es) %s", name, len(strays), strays)
 
     def handle_foreign_exit(self, name: str, fd: int | None) -> None:
-        if fd is not None and self.foreign_fds.get(name) == fd:
-            assert self._loop is not None
-            self._loop.remove_reader(fd)
-            os.close(self.foreign_fds.pop(name))
+        self.pinned.foreign_ended(name, fd)
         self.execute(self.planner.foreign_gone(name))
+
+    def handle_kill(self, name: str, ident: Ident, kind: ExitKind, detail: str, **event: Any) -> None:
+        """The guard's verdict: a hung gateway, or a tree over its limit."""
+        self.execute(self.planner.kill_for(name, ident, kind, detail, **event))
+
+    # What serving.py found: a child that serves other profiles too, a second gateway, a rewrite.
+
+    def handle_served(self, name: str, pid: int, others: Sequence[str], source: str) -> None:
+        self.execute(self.planner.served(name, pid, others, source))
+
+    def handle_rival(self, name: str, pid: int, how: str) -> None:
+        self.execute(self.planner.rival(name, pid, how))
+
+    def handle_rewrite(self, file: Path, marker: Path | None) -> None:
+        self._emit({"type": "config_rewritten", "profile": DEFAULT_PROFILE, "file": str(file),
+                    "marker": str(marker) if marker is not None else None})
 
     def handle_fs_events(self, ev: FsEvents) -> None:
         """Profiles added, removed or edited, hermesd.yaml changed, a gateway wrote its state."""
@@ -479,7 +419,7 @@ class Daemon:
         if ev.rescan:
             self.list_profiles()
         if ev.profiles:
-            self.refresh(ev.profiles)
+            self.reads.refresh(ev.profiles)
         for name in ev.states:
             self.check_gateway(name)
         self.serving.on_events(ev)
@@ -492,7 +432,7 @@ class Daemon:
         if p.child is None:
             if not p.spawning:
                 rec = identity.gateway_of(p.home, name)
-                if rec is not None and rec.pid not in self.children:
+                if rec is not None and not self.pinned.holds(rec.pid):
                     self.execute(self.planner.foreign(name, rec.pid))
             return
         gstate = gf.read_gateway_state(p.home)
@@ -505,7 +445,7 @@ class Daemon:
                 {k: v for k, v in plats.items() if isinstance(k, str) and isinstance(v, dict)}
                 if isinstance(plats, dict) else None,
             ))
-        self.serving.check(name, gstate)
+        self.serving.check(name, gstate, self.in_force.contract)
 
     def handle_shutdown_signal(self, name: str) -> None:
         log.info("%s received: stopping every child", name)
@@ -514,41 +454,80 @@ class Daemon:
     def handle_reload_signal(self) -> None:
         self.spawn_task(self.reload())
 
-    async def reload(self) -> None:
+    def handle_housekeeping(self) -> None:
+        """Every few seconds: hermesd's own limits, log rotation, full log file systems, gateway
+        states, a failed save."""
+        self.own.check()  # first: a starved descriptor budget fails every step below
+        cfg = self.in_force.config
+        problems = logs.housekeep(self.layout, list(self.planner.profiles), cfg.log_max_bytes, cfg.log_backups,
+                                  LOG_SPACE_MIN)
+        for name in set(self.log_problems) - set(self.planner.profiles):
+            del self.log_problems[name]
+        for p in self.planner.profiles.values():
+            problem = problems.get(p.name)
+            if problem and problem != self.log_problems.get(p.name):
+                log.error("profile %s: %s", p.name, problem)
+            self.log_problems[p.name] = problem
+            if p.child is not None and not p.child.ready:
+                self.check_gateway(p.name)  # in case a state-file event was missed
+            self.serving.housekeeping(p.name, self.in_force.contract)
+        if self.state_problem:
+            self.save_now()
+        self.observer.housekeeping()
+        if self.ready and self.notifier.enabled:
+            self.notifier.status(summary(self.planner))
+        if not self.planner.shutting_down:
+            self._running().call_later(HOUSEKEEPING_S, self.handle_housekeeping)
+
+    # ------------------------------------------------------------------------- operator requests
+
+    def present(self) -> list[str]:
+        return [n for n, p in self.planner.profiles.items() if p.present]
+
+    def start_profile(self, name: str) -> str:
+        return self._decided(self.planner.request_start(name))
+
+    def stop_profile(self, name: str) -> str:
+        return self._decided(self.planner.request_stop(name))
+
+    async def restart_profile(self, name: str, *, graceful: bool, force: bool) -> str:
+        await self.reads.read(name)  # judge the files as they are now, not as the last event left them
+        return self._decided(self.planner.request_restart(name, graceful=graceful, force=force))
+
+    async def check_profile(self, name: str) -> Hold | None:
+        await self.reads.read(name)
+        return self.planner.check_restart(name)
+
+    def _decided(self, outcome: tuple[str, list[m.Action]]) -> str:
+        result, actions = outcome
+        self.execute(actions)
+        return result
+
+    async def reload(self) -> str | None:
         """Re-read hermesd.yaml and every profile's files (for file systems without change events)."""
         log.info("reload: re-reading hermesd.yaml and every profile's files")
         await self.load_config()
         self.list_profiles()
-        await asyncio.gather(*(self._read(n) for n, p in list(self.planner.profiles.items()) if p.present))
+        await asyncio.gather(*(self.reads.read(n) for n, p in list(self.planner.profiles.items()) if p.present))
+        return self.config_problem
 
     def shutdown(self, *, keep_children: bool) -> None:
         self.board.stop_all()
+        self.guard.close()
         self.notifier.stopping("leaving the gateways running" if keep_children else "stopping every gateway")
         if keep_children:
             log.info("exiting and leaving children running for the next hermesd to adopt")
         self.execute(self.planner.shutdown(keep_children=keep_children))
 
-    def handle_housekeeping(self) -> None:
-        """Every few seconds: hermesd's own limits, log rotation, full log file systems, gateway
-        states, a failed save."""
-        self.own.check(_fd_budget_problem())  # first: a starved descriptor budget fails every step below
-        problems = logs.housekeep(self.layout, list(self.planner.profiles), self.config.log_max_bytes,
-                                  self.config.log_backups, LOG_SPACE_MIN)
-        for p in self.planner.profiles.values():
-            problem = problems.get(p.name)
-            if problem and problem != p.extra.get("log_problem"):
-                log.error("profile %s: %s", p.name, problem)
-            p.extra["log_problem"] = problem
-            if p.child is not None and not p.child.ready:
-                self.check_gateway(p.name)  # in case a state-file event was missed
-            self.serving.housekeeping(p.name)
-        if self.state_problem:
-            self.save_now()
-        self.observer.housekeeping()
-        if self.ready and self.notifier.enabled:
-            self.notifier.status(summary(self))
-        if not self.planner.shutting_down and self._loop is not None:
-            self._loop.call_later(HOUSEKEEPING_S, self.handle_housekeeping)
+    def status(self) -> dict[str, Any]:
+        return self.report.document(ready=self.ready, in_force=self.in_force, config_problem=self.config_problem,
+                                    state_problem=self.state_problem)
+
+    def metrics(self) -> str:
+        return self.observer.metrics_text(self.status())
+
+    def record(self, event: dict[str, Any]) -> None:
+        self._emit(event)
 
     # ------------------------------------------------------------------------- persistence and events
 
@@ -560,47 +539,12 @@ class Daemon:
 
     def save_now(self) -> None:
         self._save_pending = False
-        adoption.save_state(self)
+        if self.ready and self.notifier.enabled:
+            self.notifier.status(summary(self.planner))  # repeats are dropped by the notifier
+        self.state_problem = adoption.save(self.layout, self.boot, self.planner, self.wall(),
+                                           self.in_force.release.dist_info, self.state_problem)
 
     def _emit(self, event: dict[str, Any]) -> None:
         """Journal, count and hand to hooks one event (stamped with time, sequence and our PID)."""
         self._seq += 1
         self.observer.record({"ts": self.wall(), "seq": self._seq, "daemon": os.getpid(), **event})
-
-
-
-
-_EXIT_CANNOT_CONFINE = 125  # supervisor.isolation.enter: the plan could not be applied
-
-
-def _last_line(path: Beneath) -> str | None:
-    """The confinement shim's one line of explanation, from the end of the child's log."""
-    lines = [ln for ln in logs.tail_lines(path, 5) if ln.startswith(b"hermesd: isolation")]
-    return lines[-1].decode("utf-8", "replace").strip()[:300] if lines else None
-
-
-def _describe(code: int | None, sig: int | None) -> str:
-    from supervisor.plan.policy import describe_exit
-
-    return describe_exit(code, sig)
-
-
-def _raise_fd_limit() -> None:
-    """Raise the soft descriptor limit to the hard one: each child costs a pidfd for its whole life."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-def _fd_budget_problem() -> str | None:
-    """Why a spawn must be refused for lack of descriptors (a pidfd for its life, a log while spawning)."""
-    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    try:
-        used = len(os.listdir("/proc/self/fd"))
-    except OSError:
-        return None
-    if soft != resource.RLIM_INFINITY and used + 2 + FD_RESERVE > soft:
-        return (f"out of file descriptors: {used} open of a limit of {soft}, and hermesd keeps {FD_RESERVE} for "
-                "itself; raise the limit (LimitNOFILE= in the unit, or ulimit -n) or run fewer profiles")
-    return None

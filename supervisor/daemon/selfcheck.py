@@ -17,6 +17,7 @@ thread: ``renice -p`` and ``taskset -p`` change one thread.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -24,7 +25,7 @@ import resource
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["Guard", "Snapshot", "drift", "restore", "snapshot"]
+__all__ = ["SelfCheck", "Snapshot", "drift", "fd_budget_problem", "raise_fd_limit", "restore", "snapshot"]
 
 log = logging.getLogger("hermesd")
 
@@ -35,6 +36,7 @@ RLIMITS: tuple[tuple[str, int], ...] = tuple(
         "RLIMIT_RTTIME", "RLIMIT_LOCKS",
     ) if hasattr(resource, name)
 )
+FD_RESERVE = 32  # descriptors hermesd keeps for itself (control requests, inotify, files it reads)
 _IOPRIO_GET = {"x86_64": 252, "aarch64": 31}
 _IOPRIO_SET = {"x86_64": 251, "aarch64": 30}
 _IOPRIO_WHO_PROCESS = 1
@@ -209,7 +211,28 @@ def _undo(c: Change, base: Snapshot, main: Thread | None) -> None:
             raise OSError(err, os.strerror(err))
 
 
-class Guard:
+def raise_fd_limit() -> None:
+    """Raise the soft descriptor limit to the hard one: each child costs a pidfd for its whole life."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def fd_budget_problem() -> str | None:
+    """Why a spawn must be refused for lack of descriptors (a pidfd for its life, a log while spawning)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        used = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return None
+    if soft != resource.RLIM_INFINITY and used + 2 + FD_RESERVE > soft:
+        return (f"out of file descriptors: {used} open of a limit of {soft}, and hermesd keeps {FD_RESERVE} for "
+                "itself; raise the limit (LimitNOFILE= in the unit, or ulimit -n) or run fewer profiles")
+    return None
+
+
+class SelfCheck:
     """The daemon's side: the settings at start, and what ``status`` says about them since."""
 
     def __init__(self) -> None:
@@ -218,12 +241,14 @@ class Guard:
         self.restored: list[str] = []  # the latest changes that were undone (with the time)
 
     def start(self) -> None:
-        """Remember the settings as they are now (after hermesd raised its descriptor limit)."""
+        """Raise the descriptor limit as far as it goes, then remember the settings as they are."""
+        raise_fd_limit()
         self.base = snapshot()
 
-    def check(self, budget_problem: str | None = None) -> None:
-        """Compare, restore what may be restored, and keep what is left for ``status``
-        (``budget_problem``: a starved descriptor budget, reported with the rest)."""
+    def check(self) -> None:
+        """Compare, restore what may be restored, and keep what is left for ``status``, with a
+        starved descriptor budget (checked first: it fails every other housekeeping step)."""
+        budget_problem = fd_budget_problem()
         if self.base is None:
             return
         unresolved = []

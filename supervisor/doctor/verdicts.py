@@ -55,7 +55,8 @@ def check_verdicts(scan: Scan) -> None:
 
 
 def _release_rules(scan: Scan) -> ReleaseRules | None:
-    """The daemon's :meth:`~supervisor.daemon.loop.Daemon.release_rules`, from what doctor learned."""
+    """The release rules the daemon builds into its settings (:func:`supervisor.daemon.effective.build`),
+    from what doctor learned."""
     if scan.contract is None or scan.config is None:
         return None
     from supervisor import isolation

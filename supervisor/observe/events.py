@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from supervisor.plan.policy import FAILURES, ExitKind
+
 # type -> the type-specific fields every such event carries (others may be added freely).
 EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "daemon_started": (),
@@ -65,15 +67,10 @@ DAEMON_WIDE: frozenset[str] = frozenset({"daemon_started", "daemon_stopping", "c
 # never one of the daemon's (a client cannot forge an exit or a hold).
 CLIENT_EVENTS: frozenset[str] = frozenset(t for t in EVENT_FIELDS if t.startswith("upgrade_"))
 
-# How an exit was classified (the ``kind`` of an ``exited`` event).
-EXIT_KINDS: tuple[str, ...] = (
-    "planned", "restart_requested", "config_error", "external_stop", "crash", "hung",
-    "memory_limit", "tasks_limit", "spawn_error", "attached",
-)
-# Exits that count as a failure of the profile (the rest were asked for, by someone).
-FAILURE_KINDS: frozenset[str] = frozenset(
-    {"crash", "hung", "memory_limit", "tasks_limit", "spawn_error", "config_error", "attached"}
-)
+# How an exit was classified (the ``kind`` of an ``exited`` event), and which of those are a failure
+# of the profile: the planner's own words (:mod:`supervisor.plan.policy`), never a copy.
+EXIT_KINDS: tuple[str, ...] = tuple(kind.value for kind in ExitKind)
+FAILURE_KINDS: frozenset[str] = frozenset(kind.value for kind in FAILURES)
 STOPPED_BY: tuple[str, ...] = ("operator", "outside")
 
 BASE_KEYS = ("ts", "seq", "daemon", "type", "profile")

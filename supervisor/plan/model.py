@@ -74,7 +74,8 @@ class Profile:
     # None once it stops for good, when a held profile may take them.
     kept: tuple[Claim, ...] | None = None
     pending: Hold | None = None  # its files changed, but a restart into them would be held
-    extra: dict[str, Any] = field(default_factory=dict)  # loop-owned annotations (log problems, …)
+    # Each platform's (state, error code, error message) as its gateway last reported them: an event per change.
+    platform_states: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------- actions

@@ -289,11 +289,10 @@ class Planner(OtherGateways):
             self._emit("ready", name, pid=pid)
             if p.failures:
                 self._emit("recovered", name, after_failures=p.failures)
-        known: dict[str, tuple[Any, ...]] = p.extra.setdefault("platform_states", {})
         for plat, info in (platforms or {}).items():
             now = (info.get("state"), info.get("error_code"), info.get("error_message"))
-            if known.get(plat) != now:
-                known[plat] = now
+            if p.platform_states.get(plat) != now:
+                p.platform_states[plat] = now
                 self._emit("platform", name, platform=plat, state=now[0], error_code=now[1], error_message=now[2])
         return self._done()
 

@@ -29,14 +29,21 @@ class ExitKind(enum.Enum):
     TASKS_LIMIT = "tasks_limit"  # killed by hermesd: the tree exceeded tasks_max
     SPAWN_ERROR = "spawn_error"  # the gateway could not be started at all
 
-    @property
-    def is_failure(self) -> bool:
-        """Counts towards the crash loop (and its backoff)."""
-        return self in _FAILURES
+
+# Exits nobody asked for: the profile failed. A configuration error is one too, though it holds the
+# profile instead of backing off (:func:`decide`); the rest were asked for by hermesd, the gateway
+# itself or someone outside. Status, events and metrics count failures by this one set.
+FAILURES = frozenset({ExitKind.CRASH, ExitKind.HUNG, ExitKind.MEMORY_LIMIT, ExitKind.TASKS_LIMIT,
+                      ExitKind.SPAWN_ERROR, ExitKind.CONFIG_ERROR, ExitKind.ATTACHED})
+
+# The limits layer names a breached limit by these words (``supervisor.limits``: the watcher's
+# breach, the kernel's cgroup events); a tree killed for one ends as that kind of exit.
+_LIMIT_EXITS = {"memory_limit": ExitKind.MEMORY_LIMIT, "tasks_limit": ExitKind.TASKS_LIMIT}
 
 
-_FAILURES = frozenset({ExitKind.CRASH, ExitKind.HUNG, ExitKind.MEMORY_LIMIT, ExitKind.TASKS_LIMIT,
-                       ExitKind.SPAWN_ERROR, ExitKind.ATTACHED})
+def limit_exit(limit: str | None) -> ExitKind | None:
+    """The exit kind of a tree killed for the limit ``limit`` names (None: no limit, or not one of ours)."""
+    return _LIMIT_EXITS.get(limit or "")
 
 
 @dataclass(frozen=True, slots=True)

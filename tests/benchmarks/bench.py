@@ -968,12 +968,13 @@ def scan_daemon(root: Path) -> tuple[float, float, int]:
     from profiles.discovery import profiles_to_serve
     from profiles.snapshot import read_profile
     from supervisor import config as config_mod
+    from supervisor.daemon import effective
     from supervisor.plan.planner import Planner
 
     logging.getLogger("hermesd").setLevel(logging.CRITICAL)
     salt = b"0123456789abcdef"
     cfg = config_mod.load(root / "hermesd.yaml")
-    planner = Planner(cfg.planner_settings(), clock=time.monotonic, wall=time.time)
+    planner = Planner(effective.build(cfg).planner, clock=time.monotonic, wall=time.time)
     t0 = time.perf_counter()
     served = profiles_to_serve(True, root=root)
     planner.set_served([(n, Path(h)) for n, h in served])

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.config import ConfigError, parse
+from supervisor.config import Config, ConfigError, parse
+from supervisor.daemon import effective
 from supervisor.kanban.dispatch import DISPATCH_ENV, dispatcher_env, holder, lock_path, lock_pids
 from supervisor.kanban.workers import WorkerError, check_argv, task_env
 from tests.harness import wait_for
@@ -128,9 +129,8 @@ def test_dispatcher_choice_is_in_the_child_environment_and_restarts_only_the_aff
     assert old.child_environment("p2")[DISPATCH_ENV] == "false"  # over the operator's own value
     assert "HERMES_BIN" not in old.child_environment("p1")  # only a running daemon can serve it
 
-    def spec(cfg: object, name: str) -> str:
-        s = cfg.planner_settings()  # type: ignore[attr-defined]
-        return s.specs.get(name, s.default_spec)
+    def spec(cfg: Config, name: str) -> str:
+        return effective.build(cfg).of(name).spec
 
     changed = {n for n in ("default", "p1", "p2", "p3") if spec(old, n) != spec(new, n)}
     assert changed == {"p1", "p2"}
