@@ -1,4 +1,4 @@
-"""The ``hermesd profile`` verbs: what each one does (the parser lives in ``profiles.cli``).
+"""The ``hermesd profile`` verbs: what each one does (the parser lives in ``supervisor.cli.profile``).
 
 Imported only when a profile verb runs, so other hermesd commands never pay for archives,
 lifecycle and wrappers.
@@ -168,7 +168,7 @@ def _print_summary(s: ProfileSummary) -> None:
         print(f"Problem: {problem}")
 
 
-def _cmd_status(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     name = active_profile(root)
     path = root if name == DEFAULT_PROFILE else root / "profiles" / name
@@ -179,7 +179,7 @@ def _cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     return EXIT_OK
 
 
-def _cmd_list(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_list(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     summaries, unserved = list_profiles(root, wrapper_dir=_alias_dir(args))
     if args.json:
@@ -204,7 +204,7 @@ def _cmd_list(args: argparse.Namespace, ctx: Context) -> int:
     return EXIT_OK
 
 
-def _cmd_show(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_show(args: argparse.Namespace, ctx: Context) -> int:
     summary = show_profile(args.profile_name, _root(args), wrapper_dir=_alias_dir(args))
     if args.json:
         print(json.dumps(summary.to_json(), indent=2))
@@ -213,7 +213,7 @@ def _cmd_show(args: argparse.Namespace, ctx: Context) -> int:
     return EXIT_OK
 
 
-def _cmd_describe(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_describe(args: argparse.Namespace, ctx: Context) -> int:
     if args.auto or args.all_missing or args.overwrite:
         raise UsageError(
             "describe --auto/--all/--overwrite ask a model to write the description; hermesd runs no model: "
@@ -236,7 +236,7 @@ def _cmd_describe(args: argparse.Namespace, ctx: Context) -> int:
     return EXIT_OK
 
 
-def _cmd_info(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_info(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     canon = parse_profile_name(args.profile_name)
     home = existing_profile_home(args.profile_name, root)
@@ -275,7 +275,7 @@ def _cmd_info(args: argparse.Namespace, ctx: Context) -> int:
 # --------------------------------------------------------------------------- create / delete / rename
 
 
-def _cmd_create(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_create(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     interpreter = ctx.upstream_python
     if interpreter is None:
@@ -339,7 +339,7 @@ def _stopper(args: argparse.Namespace, ctx: Context) -> StopGateway | None:
     return ctx.stop_gateway
 
 
-def _cmd_delete(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_delete(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     canon = parse_profile_name(args.profile_name)
     if canon == DEFAULT_PROFILE:
@@ -364,7 +364,7 @@ def _cmd_delete(args: argparse.Namespace, ctx: Context) -> int:
     return EXIT_OK
 
 
-def _cmd_rename(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_rename(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     result = rename_profile(
         args.old_name, args.new_name, root,
@@ -382,7 +382,7 @@ def _cmd_rename(args: argparse.Namespace, ctx: Context) -> int:
     return EXIT_OK
 
 
-def _cmd_use(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_use(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     if args.clear:
         if args.profile_name is not None:
@@ -400,7 +400,7 @@ def _cmd_use(args: argparse.Namespace, ctx: Context) -> int:
 # --------------------------------------------------------------------------- export / import
 
 
-def _cmd_export(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_export(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     canon = parse_profile_name(args.profile_name)
     existing_profile_home(args.profile_name, root)
@@ -415,7 +415,7 @@ def _cmd_export(args: argparse.Namespace, ctx: Context) -> int:
     return EXIT_OK
 
 
-def _cmd_import(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_import(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     shown = Progress("importing entries")
     try:
@@ -436,7 +436,7 @@ def _print_wrapper(w: WrapperInfo) -> None:
     print(f"{w.alias} -> {w.profile}  ({w.path}){kind}")
 
 
-def _cmd_alias(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_alias(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     folder = _alias_dir(args)
     picked = [flag for flag in ("list", "remove", "adopt") if getattr(args, flag)]

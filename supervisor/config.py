@@ -30,8 +30,8 @@ class ProfileSettings:
     enabled: bool = True
     environment: Mapping[str, str] = field(default_factory=dict)
     stop_timeout: float | None = None
-    isolation: Any = None  # isolation.settings partial, or None
-    limits: Any = None  # limits.settings.LimitsSpec, or None
+    isolation: Any = None  # isolation.isolation_config partial, or None
+    limits: Any = None  # limits.limits_config.LimitsSpec, or None
     hung: Mapping[str, float | None] = field(default_factory=dict)  # hung_after / startup_grace as given
 
 
@@ -46,10 +46,10 @@ class Config:
     profiles: Mapping[str, ProfileSettings] = field(default_factory=dict)
     max_starting: int | None = None  # None: the CPU cores (see planner_settings)
     present: bool = False  # the file exists (doctor and status say where settings came from)
-    isolation: Any = None  # isolation.settings partial (the top level), or None
-    limits: Any = None  # limits.settings.LimitsSpec (the top level), or None
+    isolation: Any = None  # isolation.isolation_config partial (the top level), or None
+    limits: Any = None  # limits.limits_config.LimitsSpec (the top level), or None
     hung: Mapping[str, float | None] = field(default_factory=dict)  # top-level hung_after / startup_grace
-    observe: Any = None  # observe.settings.ObserveSettings, or None: defaults
+    observe: Any = None  # observe.observe_config.ObserveSettings, or None: defaults
     kanban_dispatcher: str = "default"  # kanban.dispatcher: the profile whose gateway dispatches, or "off"
     # Bounds of the kanban hand-off (supervisor.kanban.bounds): a dispatcher must not be able to
     # move its load into another profile's limits, nor flood the daemon with requests.
@@ -60,7 +60,7 @@ class Config:
     def worker_limits_for(self, name: str) -> Any:
         """The limits of each kanban worker run for ``name``: its own cgroup (never its assignee's
         gateway's), with the assignee's limits, key by key overridden by ``kanban.worker_limits``."""
-        from supervisor.limits.settings import LimitsSpec, merge_limits
+        from supervisor.limits.limits_config import LimitsSpec, merge_limits
 
         own = self.limits_for(name)
         return merge_limits(LimitsSpec(own.memory_max, own.tasks_max, own.cpu_weight), self.kanban_worker_limits)
@@ -73,13 +73,13 @@ class Config:
 
     def limits_for(self, name: str) -> Any:
         """The resource limits in force for ``name`` (a profile's keys override the top level's)."""
-        from supervisor.limits.settings import LimitsSpec, merge_limits
+        from supervisor.limits.limits_config import LimitsSpec, merge_limits
 
         return merge_limits(self.limits or LimitsSpec(), self.for_profile(name).limits or LimitsSpec())
 
     def hung_for(self, name: str) -> Any:
         """Hung detection for ``name`` (``hung_after`` None: off)."""
-        from supervisor.limits.settings import merge_hung
+        from supervisor.limits.limits_config import merge_hung
 
         own = self.for_profile(name).hung
         # hermesd.yaml's keys to merge_hung's arguments (``startup_grace`` is its ``grace``).
@@ -88,7 +88,7 @@ class Config:
                           **{f"own_{arg[k]}": v for k, v in own.items()})
 
     def observe_settings(self) -> Any:
-        from supervisor.observe.settings import ObserveSettings
+        from supervisor.observe.observe_config import ObserveSettings
 
         return self.observe or ObserveSettings()
 
@@ -301,7 +301,7 @@ class _Reader:
             kwargs.update(self.kanban(top["kanban"]))
         observed = {k: top[k] for k in ("events", "hooks", "metrics") if k in top}
         if observed:
-            from supervisor.observe.settings import ObserveConfigError, parse_sections
+            from supervisor.observe.observe_config import ObserveConfigError, parse_sections
 
             try:
                 kwargs["observe"] = parse_sections({k: _construct(v) for k, v in observed.items()})
@@ -312,7 +312,12 @@ class _Reader:
     def domains(self, body: dict[str, Any], prefix: str) -> dict[str, Any]:
         """``isolation``, ``limits``, ``hung_after`` and ``startup_grace``, at the top or for one profile."""
         from supervisor.isolation import IsolationConfigError, parse_isolation
-        from supervisor.limits.settings import LimitsConfigError, parse_hung_after, parse_limits, parse_startup_grace
+        from supervisor.limits.limits_config import (
+            LimitsConfigError,
+            parse_hung_after,
+            parse_limits,
+            parse_startup_grace,
+        )
 
         out: dict[str, Any] = {}
         parsers: dict[str, Any] = {"isolation": parse_isolation, "limits": parse_limits}
@@ -344,7 +349,7 @@ class _Reader:
         """
         from profiles.errors import ProfileError
         from profiles.names import normalize_name, validate_profile_name
-        from supervisor.limits.settings import LimitsConfigError, parse_limits
+        from supervisor.limits.limits_config import LimitsConfigError, parse_limits
 
         body = self.mapping(node, "kanban", {"dispatcher", "workers_per_profile", "worker_limits",
                                              "requests_per_minute"})
@@ -376,7 +381,7 @@ class _Reader:
 
     def fail_at(self, node: Any, path: tuple[str | int, ...], key: str, problem: str) -> ConfigError:
         """A ConfigError at the line of the node ``path`` leads to below ``node`` (as deep as it exists)."""
-        from supervisor.observe.settings import line_of
+        from supervisor.observe.observe_config import line_of
 
         line = line_of(node, path) if node is not None else None
         where = f":{line}" if line is not None else ""

@@ -35,7 +35,6 @@ Secret per profile (``envFrom``) that the operator creates from the ``.env`` fil
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import math
 import os
@@ -401,33 +400,11 @@ def kubernetes_header(gateways: Sequence[Gateway], root: Path, image: str) -> st
     return "\n".join(lines) + "\n"
 
 
-# --------------------------------------------------------------------------- planned stop helper
-
-
-def cmd_planned_stop(args: argparse.Namespace) -> int:
-    """Write upstream's planned-stop marker for the live gateway of HOME (no gateway: nothing to do)."""
-    from profiles.upstream.files import write_planned_stop_marker
-    from supervisor import identity
-    from supervisor.cli.common import UserError
-
-    raw = args.home or os.environ.get("HERMES_HOME", "")
-    if not raw:
-        raise UserError("give the gateway's HERMES_HOME (or set HERMES_HOME)")
-    home = Path(raw).expanduser()
-    rec = identity.gateway_of(home)
-    if rec is None:
-        print(f"no live gateway of {home} (gateway.pid names none, or not this home's): nothing to mark",
-              file=sys.stderr)
-        return 0
-    write_planned_stop_marker(home, rec.pid, rec.start_time)
-    print(f"planned-stop marker written for gateway PID {rec.pid} in {home}")
-    return 0
-
-
 # --------------------------------------------------------------------------- command
 
 
-def _write(directory: Path, files: Mapping[str, str]) -> None:
+def write_files(directory: Path, files: Mapping[str, str]) -> None:
+    """Write each exported file into ``directory`` (the operator's ``--out``), naming it on stderr."""
     from profiles.fileio import atomic_write_text
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -472,56 +449,3 @@ def export_files(fmt: str, root: Path, *, image: str = DEFAULT_IMAGE, storage: s
     header = kubernetes_header(gateways, root, image)
     return {f"{k8s_name(name)}.yaml": header + yaml.safe_dump_all(objs, sort_keys=False, width=1000)
             for name, objs in docs.items()}
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    from supervisor.cli.common import UserError, root_of
-
-    root = root_of(args)
-    if args.format == "systemd" and not args.out:
-        raise UserError("systemd export writes one unit per profile: give --out DIR")
-    try:
-        files = export_files(args.format, root, image=args.image, storage=args.storage)
-    except ExportError as exc:
-        raise UserError(str(exc)) from None
-    if args.out:
-        _write(Path(args.out).expanduser(), files)
-        return 0
-    if args.format == "kubernetes":
-        sys.stdout.write("---\n".join(files.values()))
-    else:
-        sys.stdout.write(next(iter(files.values())))
-    return 0
-
-
-HELP = "turn the profile tree into systemd units, a Compose file or Kubernetes manifests, one gateway per profile"
-EXAMPLES = """\
-examples:
-  hermesd export kubernetes --image registry.example/hermes:1 > hermes.yaml
-  hermesd export systemd --out ~/.config/systemd/user
-  hermesd export compose --out deploy/
-"""
-
-
-def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``hermesd export`` and its hidden ``_planned-stop`` helper to the CLI."""
-    p = subparsers.add_parser(
-        "export", help=HELP,
-        description=HELP + ".\nEach carries hermesd's child contract (argv, environment, planned stop, stop timeout)."
-        "\nRefuses a tree where two profiles share a credential or a port. Never writes a credential.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("format", choices=FORMATS)
-    p.add_argument("--root", help="Hermes root (default: resolved from HERMES_HOME as upstream does)")
-    p.add_argument("--out", metavar="DIR", help="write files into DIR (default: stdout; required for systemd)")
-    p.add_argument("--image", default=DEFAULT_IMAGE,
-                   help=f"container image with hermes and hermesd on PATH (default: {DEFAULT_IMAGE}, a placeholder)")
-    p.add_argument("--storage", default="1Gi", help="Kubernetes: size of each profile's volume (default: 1Gi)")
-    p.set_defaults(func=cmd_export)
-
-    helper = "write the planned-stop marker for the live gateway of HOME (systemd ExecStop, Kubernetes preStop)"
-    h = subparsers.add_parser("_planned-stop", description=helper + ".", epilog="example:\n  hermesd _planned-stop "
-                              "/opt/hermes/profiles/coder", formatter_class=argparse.RawDescriptionHelpFormatter)
-    h.add_argument("home", nargs="?", metavar="HOME", help="the gateway's HERMES_HOME (default: $HERMES_HOME)")
-    h.set_defaults(func=cmd_planned_stop)
-    return p

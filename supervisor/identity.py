@@ -30,8 +30,8 @@ from profiles.upstream import files as gf
 from profiles.upstream.files import proc_start_time
 from profiles.upstream.multiplex import FORCE_FLAG
 from profiles.upstream.releases import EXTERNAL_SUPERVISOR_FLAG, GATEWAY_RUN
-from supervisor.childspec import TAG_PROFILE, TAG_ROOT
 from supervisor.plan.model import Ident
+from supervisor.tags import TAG_PROFILE, TAG_ROOT
 
 CGROUP_PROFILE_PREFIX = "profile-"  # supervisor.limits.cgroup.PROFILE_PREFIX (a test keeps the two equal)
 

@@ -12,49 +12,48 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
+import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
-from supervisor.cli.common import (
-    EXIT_NOT_ANSWERING,
-    EXIT_NOT_RUNNING,
-    Failure,
-    UserError,
-    add_root,
-    call,
-    check_names,
-    client_of,
-    layout_of,
-    root_of,
-    use_color,
-)
-from supervisor.upgrade.cli import add_gate_options, cmd_rolling_restart
+from profiles import safeio
+from profiles.discovery import profiles_to_serve
+from profiles.printable import printable, printable_lines
+from profiles.progress import Progress
+from supervisor import logs, status
+from supervisor.cli.common import Commands, call, check_names, client_of, layout_of, root_of, use_color
+from supervisor.cli.upgrade import add_gate_options, cmd_rolling_restart
+from supervisor.control.client import ControlError, DaemonNotAnswering, DaemonNotRunning
+from supervisor.daemon.pidlock import AlreadyRunning, PidLock
+from supervisor.exits import EXIT_NOT_ANSWERING, Failure, UserError
+from supervisor.lockholder import owner_pid
+from supervisor.prctl import set_process_name
 
 # --------------------------------------------------------------------------- run / start / stop (daemon)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from supervisor.watch import inotify
+    from supervisor.watch import inotify  # ctypes and the watcher: only the daemon watches files
 
     if inotify.available() and "ssl" not in sys.modules:
         # The daemon never speaks TLS, yet asyncio imports ssl eagerly: 0.9 MiB resident for
         # nothing. Only the watchfiles watcher (used where inotify is missing) needs it.
         sys.modules["ssl"] = None  # type: ignore[assignment]
+    # After the ssl block above, and only here: the daemon's loop and asyncio are what 'run' is;
+    # the group's other commands ('status' above all) must not load them.
     import asyncio
-    import logging
 
-    from supervisor.child import set_process_name
     from supervisor.daemon.loop import Daemon
-    from supervisor.daemon.pidlock import AlreadyRunning
-    from supervisor.logs import PrintableFilter, RepeatFilter
 
     set_process_name("hermesd")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s hermesd[%(process)d] %(levelname)s %(message)s"))
-    handler.addFilter(PrintableFilter())
-    handler.addFilter(RepeatFilter())
+    handler.addFilter(logs.PrintableFilter())
+    handler.addFilter(logs.RepeatFilter())
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     logging.getLogger("watchfiles").setLevel(logging.WARNING)
     root = root_of(args)
@@ -71,8 +70,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _daemon_argv(root: str) -> list[str]:
     """The daemon's command line: the ``hermesd`` script when installed, so ``ps`` and ``pgrep`` name it."""
-    from pathlib import Path
-
     script = Path(sys.executable).parent / "hermesd"
     if script.is_file() and os.access(script, os.X_OK):
         return [sys.executable, str(script), "run", "--root", root]
@@ -82,10 +79,6 @@ def _daemon_argv(root: str) -> list[str]:
 def cmd_start(args: argparse.Namespace) -> int:
     if args.profiles:
         return _per_profile(args, "start")
-    import subprocess
-
-    from profiles import safeio
-    from supervisor.daemon.pidlock import AlreadyRunning, PidLock, owner_pid
 
     root = root_of(args)
     layout = layout_of(args)
@@ -112,9 +105,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     client = client_of(args)
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            from supervisor.logs import tail_lines
-
-            tail = b"".join(tail_lines(layout.beneath(layout.daemon_log), 5)).decode("utf-8", "replace").rstrip()
+            tail = b"".join(logs.tail_lines(layout.beneath(layout.daemon_log), 5)).decode("utf-8", "replace").rstrip()
             raise Failure(f"hermesd exited with {proc.returncode} during start-up; last log lines:\n{tail}")
         up = client.ping(wait=1.0) if client.held() else None
         if up and up.get("ready"):
@@ -127,9 +118,6 @@ def cmd_start(args: argparse.Namespace) -> int:
 def cmd_stop(args: argparse.Namespace) -> int:
     if args.profiles:
         return _per_profile(args, "stop")
-    from profiles.progress import Progress
-    from supervisor.control.client import ControlError, DaemonNotAnswering, DaemonNotRunning
-
     client = client_of(args)
     shown = Progress("stopping gateways")
     try:
@@ -160,8 +148,6 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 def _running_pids(args: argparse.Namespace) -> list[int]:
     """PIDs of the gateways the daemon still has (empty when it no longer answers)."""
-    from supervisor.control.client import ControlError, DaemonNotAnswering, DaemonNotRunning
-
     try:
         doc = client_of(args).call("status", wait=1.0)["status"]
     except (DaemonNotRunning, DaemonNotAnswering, ControlError, OSError, ValueError):
@@ -193,8 +179,6 @@ def _per_profile(args: argparse.Namespace, verb: str, **extra: Any) -> int:
     A profile that is held cannot get there by waiting: it is reported as held, with its reason,
     while the others are still waited for; a time printed is the time really waited.
     """
-    from profiles.printable import printable
-
     began = time.monotonic()
     doc = call(args, "status")["status"]
     names = check_names(args.profiles, [r["name"] for r in doc["profiles"]])
@@ -241,8 +225,6 @@ def _wait_states(args: argparse.Namespace, verb: str, names: list[str],
                  before: dict[str, dict[str, Any]]) -> dict[str, tuple[bool, dict[str, Any] | None]]:
     """Poll until every profile has reached the goal of ``verb`` or is held (when the goal is
     "running"), or until the timeout; per profile, whether it got there and its last row."""
-    from profiles.progress import Progress
-
     goal = _GOALS[verb]
     shown = Progress(f"{verb}ing {', '.join(names)}")
     deadline = time.monotonic() + args.timeout
@@ -271,9 +253,6 @@ def _wait_states(args: argparse.Namespace, verb: str, names: list[str],
 
 
 def _status_document(args: argparse.Namespace) -> dict[str, Any]:
-    from supervisor import status
-    from supervisor.control.client import ControlError, DaemonNotAnswering, DaemonNotRunning
-
     root = root_of(args)
     try:
         doc = client_of(args).call("status", wait=args.wait)["status"]
@@ -291,8 +270,6 @@ def _status_document(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from supervisor import status
-
     if args.watch:
         return _watch_status(args)
     doc = _status_document(args)
@@ -301,7 +278,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         print(status.render(doc, color=use_color(sys.stdout)))
         if len(doc["profiles"]) == 1 and args.profiles:
-            from supervisor.observe.detail import render_detail
+            from supervisor.observe.detail import render_detail  # the journal's reader: one profile's view only
 
             unicode = (sys.stdout.encoding or "").lower().replace("-", "") == "utf8"
             print()
@@ -312,8 +289,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def _watch_status(args: argparse.Namespace) -> int:
     """Redraw the table in place until interrupted; on a pipe, print one snapshot per interval."""
-    from supervisor import status
-
     tty = sys.stdout.isatty()
     try:
         while True:
@@ -333,10 +308,6 @@ def _watch_status(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from profiles.discovery import profiles_to_serve
-    from profiles.printable import printable_lines
-    from supervisor import logs
-
     layout = layout_of(args)
     if args.profile:
         known = [n for n, _ in profiles_to_serve(True, root=layout.root)]
@@ -368,8 +339,6 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_ping(args: argparse.Namespace) -> int:
-    from supervisor.control.client import DaemonNotAnswering
-
     try:
         up = client_of(args).ping(wait=args.wait)
     except DaemonNotAnswering as exc:
@@ -393,25 +362,27 @@ def cmd_reload(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- parser
 
 
-def register(sub: argparse._SubParsersAction, add: Any) -> None:
-    """Add the daemon commands; ``add(name, func, help, example)`` makes a subparser with --root."""
-    p = add("run", cmd_run, "supervise every profile of the root in the foreground", "hermesd run --root ~/.hermes")
+def register(commands: Commands) -> None:
+    p = commands.add("run", cmd_run, "supervise every profile of the root in the foreground",
+                     "hermesd run --root ~/.hermes")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument("--lock-fd", type=int, help=argparse.SUPPRESS)  # handed down by 'hermesd start'
 
-    p = add("start", cmd_start, "start the daemon in the background, or start named profiles and wait until they run",
-            "hermesd start coder")
+    p = commands.add("start", cmd_start,
+                     "start the daemon in the background, or start named profiles and wait until they run",
+                     "hermesd start coder")
     p.add_argument("profiles", nargs="*", metavar="PROFILE")
     _wait_options(p, 60.0, "seconds to wait for the daemon to be ready, or for the profiles to run")
 
-    p = add("stop", cmd_stop, "stop named profiles (kept stopped) and wait, or every child and the daemon",
-            "hermesd stop coder")
+    p = commands.add("stop", cmd_stop, "stop named profiles (kept stopped) and wait, or every child and the daemon",
+                     "hermesd stop coder")
     p.add_argument("profiles", nargs="*", metavar="PROFILE")
     p.add_argument("--keep-children", action="store_true", help="exit the daemon but leave gateways running")
     _wait_options(p, 600.0, "seconds to wait for the profiles (or the daemon) to stop")
 
-    p = add("restart", cmd_restart, "restart named profiles and wait until they run again; no other child is touched",
-            "hermesd restart coder")
+    p = commands.add("restart", cmd_restart,
+                     "restart named profiles and wait until they run again; no other child is touched",
+                     "hermesd restart coder")
     p.add_argument("profiles", nargs="*", metavar="PROFILE")
     p.add_argument("--all", action="store_true", help="every profile")
     p.add_argument("--graceful", action="store_true", help="drain first (SIGUSR1; the gateway exits 75)")
@@ -424,28 +395,25 @@ def register(sub: argparse._SubParsersAction, add: Any) -> None:
     p.add_argument("--canary", metavar="PROFILE", help="with --rolling: the profile restarted first")
     p.add_argument("--json", action="store_true", help="with --rolling: one JSON document on stdout")
 
-    p = add("status", cmd_status, "per-profile health (exit 0 only when all that should run are running)",
-            "hermesd status --json")
+    p = commands.add("status", cmd_status, "per-profile health (exit 0 only when all that should run are running)",
+                     "hermesd status --json")
     p.add_argument("profiles", nargs="*", metavar="PROFILE")
     p.add_argument("--json", action="store_true", help="one JSON document")
     p.add_argument("--watch", action="store_true", help="redraw live until interrupted (plain when piped)")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between redraws with --watch")
     p.add_argument("--wait", type=float, default=5.0, help="seconds to wait for a busy daemon before showing files")
 
-    p = add("logs", cmd_logs, "show a profile's gateway output (no profile: the daemon's own log)",
-            "hermesd logs coder -f -n 100")
+    p = commands.add("logs", cmd_logs, "show a profile's gateway output (no profile: the daemon's own log)",
+                     "hermesd logs coder -f -n 100")
     p.add_argument("profile", nargs="?")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines, across rotations")
     p.add_argument("-n", "--lines", type=int, default=50, help="lines of history to show first")
 
-    p = add("ping", cmd_ping, "exit 0 if the daemon for this root is up", "hermesd ping --root ~/.hermes")
+    p = commands.add("ping", cmd_ping, "exit 0 if the daemon for this root is up", "hermesd ping --root ~/.hermes")
     p.add_argument("--wait", type=float, default=5.0, help="seconds to wait for a daemon that is busy or starting")
-    add("reload", cmd_reload, "re-read hermesd.yaml and rescan the profiles folder", "hermesd reload")
+    commands.add("reload", cmd_reload, "re-read hermesd.yaml and rescan the profiles folder", "hermesd reload")
 
 
 def _wait_options(p: argparse.ArgumentParser, timeout: float, help_: str) -> None:
     p.add_argument("--timeout", type=float, default=timeout, help=f"{help_} (default {timeout:g})")
     p.add_argument("--no-wait", action="store_true", help="return once the daemon accepted the request")
-
-
-__all__ = ["EXIT_NOT_RUNNING", "UserError", "add_root", "register"]

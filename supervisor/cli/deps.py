@@ -24,34 +24,27 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from supervisor.cli.common import Commands
+
 HELP = "install the libraries the profiles' enabled platforms need, into the gateway's interpreter"
 EXAMPLE = "hermesd install-deps coder --dry-run"
 LOCK_NAME = "install-deps.lock"
 PIP_TIMEOUT_S = 1800.0
 
 
-def register(sub: Any) -> argparse.ArgumentParser:
-    """Add ``hermesd install-deps`` to the CLI."""
-    from supervisor.cli.common import add_root
-
-    p = sub.add_parser(
-        "install-deps", help=HELP,
-        description=HELP + ".\nRuns pip once, serially (a lock in <root>/.hermesd), with the same "
-                           "pins upstream's own lazy installer uses.\nExit 0 done or nothing to do, "
-                           "1 pip failed or something is still missing, 2 usage error.",
-        epilog=f"example:\n  {EXAMPLE}", formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_root(p)
+def register(commands: Commands) -> None:
+    p = commands.add("install-deps", cmd_install_deps, HELP, EXAMPLE,
+                     description=HELP + ".\nRuns pip once, serially (a lock in <root>/.hermesd), with the same "
+                                        "pins upstream's own lazy installer uses.\nExit 0 done or nothing to do, "
+                                        "1 pip failed or something is still missing, 2 usage error.")
     p.add_argument("profiles", nargs="*", metavar="PROFILE", help="profiles to consider (default: every one)")
     p.add_argument("--dry-run", action="store_true", help="print the command, install nothing")
-    p.set_defaults(func=cmd_install_deps)
-    return p
 
 
 def _collect(root: Path, names: list[str] | None) -> tuple[list[Any], Any]:
     from supervisor import childspec, requirements
     from supervisor import config as config_mod
-    from supervisor.cli.common import Failure, UserError
+    from supervisor.exits import Failure, UserError
 
     try:
         return requirements.collect(root, names, None, None)

@@ -16,14 +16,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from supervisor.cli.common import Failure, UserError, check_names, root_of
+from supervisor.cli.common import Commands, check_names, root_of
+from supervisor.exits import Failure, UserError
 
 
-def register(sub: argparse._SubParsersAction, add: Any) -> None:
-    """Add ``isolate-user``; ``add(name, func, help, example)`` makes a subparser with ``--root``."""
-    p = add("isolate-user", cmd_isolate_user,
-            "give a profile's home to the account its gateway runs as (isolation.user), after showing what changes",
-            "hermesd isolate-user coder hermes-coder")
+def register(commands: Commands) -> None:
+    p = commands.add("isolate-user", cmd_isolate_user,
+                     "give a profile's home to the account its gateway runs as (isolation.user), after showing "
+                     "what changes", "hermesd isolate-user coder hermes-coder")
     p.add_argument("profile", metavar="PROFILE")
     p.add_argument("account", nargs="?", metavar="ACCOUNT",
                    help="the account (default: the profile's isolation.user in hermesd.yaml)")

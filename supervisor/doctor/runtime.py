@@ -137,7 +137,7 @@ def _ours(scan: Scan, pid: int) -> bool:
     Unknown (unreadable environment) counts as ours: a false "foreign" claim is worse
     than a missed one.
     """
-    from supervisor.childspec import TAG_ROOT
+    from supervisor.tags import TAG_ROOT
 
     try:
         raw = Path(f"/proc/{pid}/environ").read_bytes()

@@ -40,7 +40,7 @@ API for the daemon (the loop) and the CLI — everything below this line is self
    ``<root>/kanban.db`` into ``kanban/default-board/`` (raises ``KanbanBusyError`` while a process
    has it open: report it in doctor and retry on the next start).
 
-Modules: ``probing`` (facts), ``settings`` (hermesd.yaml), ``plan`` (pure), ``confine`` + ``kernel``
+Modules: ``probing`` (facts), ``isolation_config`` (hermesd.yaml), ``plan`` (pure), ``confine`` + ``kernel``
 (applying, stdlib only), ``syscalls`` (the process-control filter), ``enter`` (the shim), ``kanban``
 (board layout), ``install`` (inputs).
 """
@@ -57,8 +57,8 @@ _WHERE = {
     "exec_in_place": "enter", "unwrap": "enter", "wrap_argv": "enter",
     "Plan": "plan", "PlanInputs": "plan", "UserIds": "plan", "make_plan": "plan",
     "Probe": "probing", "best_mechanism": "probing", "doctor_lines": "probing", "probe": "probing",
-    "IsolationConfigError": "settings", "IsolationSettings": "settings", "merge_isolation": "settings",
-    "parse_isolation": "settings",
+    "IsolationConfigError": "isolation_config", "IsolationSettings": "isolation_config",
+    "merge_isolation": "isolation_config", "parse_isolation": "isolation_config",
 }
 __all__ = sorted(_WHERE)
 

@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.isolation import kanban
+from supervisor.isolation.isolation_config import IsolationSettings
 from supervisor.isolation.probing import Probe, best_mechanism
-from supervisor.isolation.settings import IsolationSettings
 
 __all__ = ["MECHANISMS", "PLAN_VERSION", "Access", "Plan", "PlanInputs", "UserIds", "hides_other_profiles",
            "make_plan"]

@@ -48,7 +48,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from supervisor.limits.settings import Limits
+from supervisor.limits.limits_config import Limits
 
 __all__ = [
     "EXEC_PREFIX",

@@ -50,7 +50,7 @@ from typing import Any, Literal
 
 from profiles.upstream.multiplex import WATCHDOG_REASON
 from profiles.upstream.process import GatewayState
-from supervisor.limits.settings import HungSettings
+from supervisor.limits.limits_config import HungSettings
 
 __all__ = [
     "STOPPED_STATES",

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from supervisor.limits import cgroup, cgroup_io, procfs
 from supervisor.limits.cgroup import Detection
-from supervisor.limits.settings import Limits, format_size
+from supervisor.limits.limits_config import Limits, format_size
 from supervisor.limits.tree import (
     Breach,
     Pace,
@@ -102,7 +102,7 @@ class Session:
         try:
             cgroup_io.attach(self.dir, pid)
         except (cgroup_io.CgroupError, ProcessLookupError) as exc:
-            from supervisor.child import become_subreaper
+            from supervisor.prctl import become_subreaper
 
             self.problem = f"cannot join {self.dir}: {exc}"
             self._remove()
@@ -237,7 +237,7 @@ def open_session(root: Path, name: str, kind: str, limits: Limits, *, keeper: in
     watched as a process tree and :attr:`Session.note` says so.
     """
     from supervisor import limits as lim
-    from supervisor.child import become_subreaper
+    from supervisor.prctl import become_subreaper
 
     keeper = os.getpid() if keeper is None else keeper
     det = lim.detect_only(str(root))

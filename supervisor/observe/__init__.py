@@ -8,7 +8,7 @@ its detail from :func:`supervisor.observe.detail.render_detail`. Importing this 
 What the loop calls, and when::
 
     from supervisor.observe.observer import Observer
-    from supervisor.observe.settings import parse_sections, ObserveConfigError
+    from supervisor.observe.observe_config import parse_sections, ObserveConfigError
 
     settings = parse_sections(plain_yaml_top)          # config reader: events/hooks/metrics sections
     obs = Observer(root, settings, env=daemon.env, version=__version__)
@@ -26,5 +26,5 @@ What the loop calls, and when::
 
 Modules: ``events`` (schema, stamping, one-line rendering), ``journal`` (the writer), ``reader``
 (iterate, filter, follow, ``--since``), ``detail`` (status detail), ``hooks``, ``metrics``
-(counters, text format, listener), ``settings`` (hermesd.yaml sections), ``cli``.
+(counters, text format, listener), ``observe_config`` (hermesd.yaml sections).
 """

@@ -38,7 +38,7 @@ _STATE_COLOR = {"up": "32", "stopped": "90", "backoff": "33", "held": "31"}
 
 _NEXT_STATE = {
     "started": "up", "ready": "up", "adopted": "up", "recovered": "up",
-    "backoff": "backoff", "held": "held", "foreign": "held", "conflict": "held",
+    "backoff": "backoff", "held": "held", "foreign": "held",
     "stopped": "stopped", "released": "stopped",
 }
 

@@ -37,8 +37,6 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "stopped": ("by",),
     "adopted": ("pid",),
     "foreign": ("pid",),
-    "conflict": ("claim", "holder"),
-    "conflict_resolved": (),
     "platform": ("platform", "state", "error_code", "error_message"),
     "hung_kill": ("pid",),  # plus age_s (stale heartbeat) or stopped (SIGSTOPped gateway)
     "limit_kill": ("pid", "limit", "value", "max"),
@@ -245,12 +243,6 @@ def summary(event: Mapping[str, Any]) -> str:
         return f"adopted running gateway PID {_s(e.get('pid'))}"
     if t == "foreign":
         return f"a gateway hermesd did not start holds the profile (PID {_s(e.get('pid'))})"
-    if t == "conflict":
-        c = e.get("claim") if isinstance(e.get("claim"), dict) else {}
-        return (f"conflict: {_s(c.get('platform'))} {_s(c.get('kind'))} {_s(c.get('fingerprint'))}"
-                f" is held by {_s(e.get('holder'))}")
-    if t == "conflict_resolved":
-        return "conflict resolved"
     if t == "platform":
         err = " ".join(str(x) for x in (e.get("error_code"), e.get("error_message")) if x)
         return f"platform {_s(e.get('platform'))}: {_s(e.get('state'))}" + (f" ({err})" if err else "")

@@ -64,8 +64,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from profiles.upstream.platforms import is_platform_variable
+from supervisor.notify import SERVICE_MANAGER_VARIABLES
 from supervisor.observe.events import EVENT_TYPES, summary
 from supervisor.observe.values import ObserveConfigError, integer, mapping, number
+from supervisor.tags import TAG_PROFILE, TAG_ROOT
 
 log = logging.getLogger("hermesd")
 
@@ -212,18 +215,20 @@ def _flat(prefix: str, value: Any, out: dict[str, str], depth: int = 0) -> None:
     out[prefix] = text[:4096].replace("\0", "")
 
 
+# hermesd's process tags (a hook is no gateway of ours) and its service manager's channel.
+_NEVER_INHERITED = frozenset({TAG_ROOT, TAG_PROFILE, *SERVICE_MANAGER_VARIABLES})
+
+
 def _var(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name.upper())[:64]
 
 
 def hook_environment(base: Mapping[str, str], event: Mapping[str, Any], *, root: Path, hook: Hook) -> dict[str, str]:
     """The hook's environment: hermesd's own minus what must not leak, plus the event. Pure."""
-    from supervisor.observe.links import is_platform_variable, never_inherited
-
-    dropped = never_inherited()
     env = {
         k: v for k, v in base.items()
-        if not is_platform_variable(k) and k not in dropped and not k.startswith(("HERMESD_EVENT_", "HERMESD_HOOK_"))
+        if not is_platform_variable(k) and k not in _NEVER_INHERITED
+        and not k.startswith(("HERMESD_EVENT_", "HERMESD_HOOK_"))
     }
     fields: dict[str, str] = {}
     for key, value in event.items():

@@ -173,7 +173,7 @@ def test_a_forged_tag_does_not_charge_another_profile(tmp_path: Path, faults) ->
     import json
 
     from supervisor.limits import procfs
-    from supervisor.limits.settings import Limits
+    from supervisor.limits.limits_config import Limits
     from supervisor.limits.tree import check_tree
     from supervisor.limits.watcher import ProcRoot, TreeWatcher
     from tests.limits.helpers import Trees

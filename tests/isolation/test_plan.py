@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from supervisor.isolation import kanban
-from supervisor.isolation.plan import Plan, PlanInputs, UserIds, make_plan
-from supervisor.isolation.probing import Probe, best_mechanism, doctor_lines, landlock_features, probe
-from supervisor.isolation.settings import (
+from supervisor.isolation.isolation_config import (
     IsolationConfigError,
     IsolationSettings,
     merge_isolation,
     parse_isolation,
 )
+from supervisor.isolation.plan import Plan, PlanInputs, UserIds, make_plan
+from supervisor.isolation.probing import Probe, best_mechanism, doctor_lines, landlock_features, probe
 
 R = Path("/home/alice/.hermes")  # never touched: the planner does no I/O
 ROOT_FULL = Probe(euid=0, kernel="6.15", landlock_abi=7, mount_namespace=True, user_namespace=True, seccomp=True)

@@ -75,7 +75,7 @@ def _check_accounts(scan: Scan) -> None:
 
 def check_limits(scan: Scan) -> None:
     """cgroup v2 delegation (or why limits are enforced by watching), and ``hung_after`` sanity."""
-    from supervisor.limits.settings import hung_after_warning
+    from supervisor.limits.limits_config import hung_after_warning
 
     if scan.config is None:
         return
