@@ -42,7 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from profiles.errors import InvalidNameError, ProfileConfigError
+from profiles.fileio import parse_yaml, read_text
 from profiles.names import parse_profile_name, shown
+from profiles.safeio import read_regular
 
 FORM_TOP = "top-level"
 FORM_NESTED = "nested"
@@ -373,8 +375,6 @@ def parse_profile_routes(config: Any = MISSING, gateway_json: Any = MISSING) -> 
 
 def _read_json(path: Path) -> Any:
     """``gateway.json`` as upstream reads it: missing -> MISSING, unparseable -> BROKEN (upstream warns)."""
-    from profiles.safeio import read_regular
-
     try:
         data = read_regular(path, _MAX_GATEWAY_JSON)
     except (FileNotFoundError, NotADirectoryError):
@@ -393,8 +393,6 @@ def load_profile_routes(home: Path, config: Any = None) -> RouteParse:
     A config.yaml hermesd cannot read counts as upstream's parse failure (its routes are not
     loaded, gateway.json's are).
     """
-    from profiles.fileio import parse_yaml, read_text
-
     home = Path(home)
     if config is None:
         path = home / "config.yaml"

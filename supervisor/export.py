@@ -44,7 +44,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from profiles.upstream.process import Exit
+import yaml
+
+from profiles.discovery import profiles_to_serve
+from profiles.fileio import atomic_write_text
+from profiles.snapshot import read_profile
+from profiles.upstream.process import FIXED_ENV, Exit
+from profiles.upstream.releases import Unsupported
+from supervisor import config as config_mod
+from supervisor.childspec import child_argv
+from supervisor.kanban.dispatch import DISPATCH_ENV
+from supervisor.layout import Layout
+from supervisor.plan.verdict import Candidate, judge
+from supervisor.requirements import interpreter_facts, release_contract
+from supervisor.service import env_line, systemd_quote
 
 if TYPE_CHECKING:
     from supervisor.config import Config
@@ -96,12 +109,6 @@ def collect(root: Path, rules: ReleaseRules | None = None) -> list[Gateway]:
     ``rules``: what the release the units will run asks of the files (the multiplex-default line's
     ``gateway.standalone``), when it is known here (systemd units run this machine's release).
     """
-    from profiles.discovery import profiles_to_serve
-    from profiles.snapshot import read_profile
-    from supervisor import config as config_mod
-    from supervisor.layout import Layout
-    from supervisor.plan.verdict import Candidate, judge
-
     layout = Layout(root)
     try:
         cfg = config_mod.load(layout.config)
@@ -126,8 +133,6 @@ def collect(root: Path, rules: ReleaseRules | None = None) -> list[Gateway]:
 
 
 def _container_environment(cfg: Config, name: str) -> dict[str, str]:
-    from supervisor.kanban.dispatch import DISPATCH_ENV
-
     env = cfg.child_environment(name)
     if name != "default":
         env[DISPATCH_ENV] = "false"  # no board in this container: the root is not mounted
@@ -136,8 +141,6 @@ def _container_environment(cfg: Config, name: str) -> dict[str, str]:
 
 def _warn_dispatcher_lost(gateways: Sequence[Gateway]) -> None:
     """Say so when hermesd.yaml's kanban dispatcher is a named profile, whose container has no board."""
-    from supervisor.kanban.dispatch import DISPATCH_ENV
-
     for gw in gateways:
         if gw.name != "default" and gw.extra_env.get(DISPATCH_ENV) == "true":
             print(f"hermesd export: kanban.dispatcher is {gw.name!r}, but in a container only the default profile"
@@ -154,8 +157,6 @@ def _owner(home: Path) -> tuple[int, int] | None:
 
 
 def _environment(gw: Gateway, home: str, *, container: bool = False) -> dict[str, str]:
-    from profiles.upstream.process import FIXED_ENV
-
     extra = gw.container_env if container and gw.container_env is not None else gw.extra_env
     return {"HERMES_HOME": home, **FIXED_ENV, **extra}
 
@@ -165,8 +166,6 @@ def _container_home(gw: Gateway) -> str:
 
 
 def _argv(command: Sequence[str], gw: Gateway, contract: Any = None) -> list[str]:
-    from supervisor.childspec import child_argv
-
     return child_argv(list(command), gw.name, contract)
 
 
@@ -174,9 +173,6 @@ def _local_contract(command: Sequence[str]) -> Any:
     """The contract of the release ``command`` runs on this machine (the systemd units run it here);
     ``None`` when it cannot be read. An unsupported release refuses the export, as the daemon would
     hold every profile."""
-    from profiles.upstream.releases import Unsupported
-    from supervisor.requirements import interpreter_facts, release_contract
-
     contract = release_contract(interpreter_facts(list(command)))
     if contract is None:
         return None
@@ -191,8 +187,6 @@ def _local_contract(command: Sequence[str]) -> Any:
 def render_systemd(gateways: Sequence[Gateway], *, root: Path, gateway_command: Sequence[str],
                    hermesd: Sequence[str], contract: Any = None) -> dict[str, str]:
     """``{unit file name: text}``: one ``hermes-gw-<profile>.service`` user unit per profile."""
-    from supervisor.service import env_line, systemd_quote
-
     out = {}
     for gw in gateways:
         unit = f"{UNIT_PREFIX}{gw.name}.service"
@@ -247,8 +241,6 @@ def render_compose(gateways: Sequence[Gateway], *, root: Path, image: str) -> st
     what both honour: a ``tmpfs:`` key is silently dropped by Swarm (the default profile's container
     would then see every other profile's ``.env``), tmpfs mounts in ``volumes:`` are kept by both.
     """
-    import yaml
-
     services: dict[str, Any] = {}
     for gw in gateways:
         home = _container_home(gw)
@@ -405,8 +397,6 @@ def kubernetes_header(gateways: Sequence[Gateway], root: Path, image: str) -> st
 
 def write_files(directory: Path, files: Mapping[str, str]) -> None:
     """Write each exported file into ``directory`` (the operator's ``--out``), naming it on stderr."""
-    from profiles.fileio import atomic_write_text
-
     directory.mkdir(parents=True, exist_ok=True)
     for fname, text in files.items():
         atomic_write_text(directory / fname, text, mode=0o644)
@@ -443,7 +433,6 @@ def export_files(fmt: str, root: Path, *, image: str = DEFAULT_IMAGE, storage: s
     _warn_dispatcher_lost(gateways)
     if fmt == "compose":
         return {"compose.yaml": render_compose(gateways, root=root, image=image)}
-    import yaml
 
     docs = render_kubernetes(gateways, image=image, storage=storage)
     header = kubernetes_header(gateways, root, image)

@@ -18,7 +18,14 @@ import stat
 import time
 from pathlib import Path
 
-from profiles.upstream.control_socket import IDENTIFY, MAX_REPLY_BYTES, POINTER_NAME, SOCKET_NAME, Identity, ProtocolError
+from profiles.upstream.control_socket import (
+    IDENTIFY,
+    MAX_REPLY_BYTES,
+    POINTER_NAME,
+    SOCKET_NAME,
+    Identity,
+    ProtocolError,
+)
 from profiles.upstream.control_socket import parse_identify as _parse
 from profiles.upstream.control_socket import request as _request
 

@@ -20,11 +20,20 @@ written by someone else and is never overwritten.
 from __future__ import annotations
 
 import os
+import plistlib
+import pwd
 import shutil
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from profiles.discovery import profiles_to_serve
+from profiles.fileio import atomic_write_text
+from profiles.snapshot import read_profile
+from supervisor import config as config_mod
+from supervisor import doctor
+from supervisor.control.client import Client, ControlError, DaemonNotAnswering
 from supervisor.exits import UserError
 from supervisor.layout import Layout
 
@@ -67,11 +76,6 @@ def stop_budget(root: Path) -> int:
     hermesd stops its children in parallel, so the budget is the maximum, not the sum. A broken
     hermesd.yaml or profile file only falls back to upstream's default for that profile.
     """
-    from profiles.discovery import profiles_to_serve
-    from profiles.snapshot import read_profile
-    from supervisor import config as config_mod
-    from supervisor.layout import Layout
-
     try:
         cfg = config_mod.load(Layout(root).config)
     except config_mod.ConfigError:
@@ -202,8 +206,6 @@ def render_launchd_plist(
     failure but not after a clean stop. launchd cannot exempt exit 2 (configuration error)
     from restarts; ``ThrottleInterval`` keeps such a loop slow.
     """
-    import plistlib
-
     doc: dict[str, object] = {
         "Label": LAUNCHD_LABEL,
         "ProgramArguments": [*command, "run", *(["--root", str(root)] if root else [])],
@@ -260,8 +262,6 @@ def write_contrib(directory: Path) -> None:
 def upstream_unit_warnings(root: Path, service_dirs: Sequence[Path] | None = None) -> list[str]:
     """Upstream ``hermes-gateway*.service`` / ``ai.hermes.gateway*.plist`` units that would run a
     gateway of this root beside hermesd, each with its fix (the doctor's own check, reused)."""
-    from supervisor import doctor
-
     return [f"{f.message}; fix: {f.fix}" for f in doctor.diagnose(root, service_dirs=service_dirs)
             if f.code == "upstream_service_installed"]
 
@@ -276,8 +276,6 @@ def _default_target(manager: str, system: bool) -> Path:
 
 
 def _owner(path: Path) -> str | None:
-    import pwd
-
     try:
         return pwd.getpwuid(path.stat().st_uid).pw_name
     except (KeyError, OSError):
@@ -332,7 +330,6 @@ def install_service(root: Path, *, manager: str | None = None, system: bool = Fa
                         "(move it away, or choose another place with --dest)")
 
     warnings = upstream_unit_warnings(root)
-    from supervisor.control.client import Client, ControlError, DaemonNotAnswering
 
     try:
         up = Client(Layout(root)).ping(wait=2.0)
@@ -355,7 +352,6 @@ def install_service(root: Path, *, manager: str | None = None, system: bool = Fa
         for step in steps:
             print(f"# would run: {' '.join(step)}")
         return 0
-    from profiles.fileio import atomic_write_text
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -366,7 +362,6 @@ def install_service(root: Path, *, manager: str | None = None, system: bool = Fa
     if not run_steps:
         print("to start it: " + " && ".join(" ".join(s) for s in steps[1 if manager == "launchd" else 0:]))
         return 0
-    import subprocess
 
     for step in steps:
         done = subprocess.run(step, capture_output=True, text=True, check=False)

@@ -12,9 +12,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from profiles.discovery import profiles_to_serve
 from profiles.printable import printable_tree
 from profiles.upstream import files as gf
-from supervisor import codeid
+from supervisor import codeid, identity
+from supervisor import state as state_mod
+from supervisor.kanban.observe import kanban_fields
+from supervisor.layout import Layout
 
 HEALTHY = "running"
 
@@ -57,7 +61,6 @@ def make_row(name: str, home: Path, cpu_percent: float | None = None, **fields: 
     """One profile's row: the given fields over the defaults, then what the gateway's files and /proc say."""
     row: dict[str, Any] = {"name": name, "home": str(home), **_DEFAULTS, **fields}
     add_live_fields(row, home, cpu_percent)
-    from supervisor.kanban.observe import kanban_fields
 
     row.update(kanban_fields(name, home))
     return row
@@ -69,8 +72,6 @@ def add_live_fields(row: dict[str, Any], home: Path, cpu_percent: float | None =
     ``cpu_percent`` is the daemon's figure since its previous status request; without one, the
     average over the process's life is shown.
     """
-    from supervisor import identity
-
     gstate = gf.read_gateway_state(home)
     mine = row.get("pid") is not None and gstate.get("pid") == row.get("pid")
     gstate_value = gstate.get("gateway_state") if mine else None
@@ -130,11 +131,6 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
     ``why`` heads each row's reason: the daemon is absent, or it holds the root but does not answer
     (frozen, overloaded), which is not the same thing and must never read as "not running".
     """
-    from profiles.discovery import profiles_to_serve
-    from supervisor import identity
-    from supervisor import state as state_mod
-    from supervisor.layout import Layout
-
     layout = Layout(root)
     saved = state_mod.load(layout.beneath(layout.state), identity.boot_id())
     installed = codeid.installed_now(saved.dist_info)
@@ -183,6 +179,8 @@ def _add_offline_requirements(root: Path, rows: list[dict[str, Any]]) -> None:
     Never fails the status: a root without a usable command or hermesd.yaml simply shows nothing
     here (``doctor`` says why).
     """
+    # Only without a daemon (which asks the interpreter itself): hermesd.yaml and the interpreter's
+    # question are most of what an offline status costs, and none of what a running daemon's does.
     from supervisor import requirements
 
     try:

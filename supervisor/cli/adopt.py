@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from supervisor.cli.common import Commands
+from supervisor.cli.common import Commands, check_names, root_of
+from supervisor.exits import Failure, UserError
+from supervisor.layout import Layout
 
 HELP = "write gateway.standalone into each named profile's config.yaml (with consent, diff, backup, undo)"
 EXAMPLE = "hermesd adopt --dry-run"
@@ -40,12 +42,9 @@ def register(commands: Commands) -> None:
 
 
 def cmd_adopt(args: argparse.Namespace) -> int:
-    from profiles import adopt
-    from profiles.discovery import profiles_to_serve
-    from profiles.upstream.multiplex import IDENTITY_MARKERS
-    from supervisor.cli.common import check_names, root_of
-    from supervisor.exits import Failure, UserError
-    from supervisor.layout import Layout
+    from profiles import adopt  # run-time only (see cli/__init__)
+    from profiles.discovery import profiles_to_serve  # run-time only (see cli/__init__)
+    from profiles.upstream.multiplex import IDENTITY_MARKERS  # run-time only (see cli/__init__)
 
     root = root_of(args)
     layout = Layout(root)

@@ -1,4 +1,4 @@
-"""What every hermesd command shares: how a command is declared, the root, the daemon client, names.
+"""What every hermesd command shares: how a command is declared, the root, profile names, errors.
 
 Every command is declared the same way: its module in :mod:`supervisor.cli` has
 ``register(commands)``, which calls :meth:`Commands.add` once per command with its name, handler,
@@ -22,8 +22,7 @@ from profiles.errors import ProfileError
 from profiles.names import resolve_profile_names
 from profiles.paths import resolve_root
 from profiles.printable import printable_lines
-from supervisor.control.client import Client, ControlError, DaemonNotAnswering, DaemonNotRunning
-from supervisor.exits import EXIT_NOT_ANSWERING, EXIT_NOT_RUNNING, Failure, UserError
+from supervisor.exits import UserError
 from supervisor.layout import Layout
 
 Handler = Callable[[argparse.Namespace], int]
@@ -81,23 +80,6 @@ def root_of(args: argparse.Namespace, *, must_exist: bool = True) -> Path:
 
 def layout_of(args: argparse.Namespace) -> Layout:
     return Layout(root_of(args))
-
-
-def client_of(args: argparse.Namespace) -> Client:
-    return Client(layout_of(args))
-
-
-def call(args: argparse.Namespace, cmd: str, *, wait: float = 30.0, **payload: Any) -> dict[str, Any]:
-    """One request to the root's daemon, with every client failure turned into a user-facing error."""
-    try:
-        return client_of(args).call(cmd, wait=wait, **payload)
-    except DaemonNotRunning:
-        raise Failure(f"hermesd is not running for {root_of(args)} (start it with 'hermesd start')",
-                      EXIT_NOT_RUNNING) from None
-    except DaemonNotAnswering as exc:
-        raise Failure(str(exc), EXIT_NOT_ANSWERING) from None
-    except ControlError as exc:
-        raise Failure(str(exc)) from None
 
 
 def check_names(names: list[str], known: list[str]) -> list[str]:

@@ -24,7 +24,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from supervisor.cli.common import Commands
+from supervisor.cli.common import Commands, check_names, root_of
+from supervisor.exits import Failure, UserError
+from supervisor.layout import Layout
 
 HELP = "install the libraries the profiles' enabled platforms need, into the gateway's interpreter"
 EXAMPLE = "hermesd install-deps coder --dry-run"
@@ -42,9 +44,8 @@ def register(commands: Commands) -> None:
 
 
 def _collect(root: Path, names: list[str] | None) -> tuple[list[Any], Any]:
-    from supervisor import childspec, requirements
-    from supervisor import config as config_mod
-    from supervisor.exits import Failure, UserError
+    from supervisor import childspec, requirements  # run-time only (see cli/__init__)
+    from supervisor import config as config_mod  # run-time only (see cli/__init__)
 
     try:
         return requirements.collect(root, names, None, None)
@@ -65,8 +66,7 @@ def _describe(found: list[Any]) -> list[str]:
 @contextlib.contextmanager
 def _install_lock(root: Path) -> Iterator[None]:
     """Hold ``<root>/.hermesd/install-deps.lock``; say so when another install holds it, then wait."""
-    from profiles import safeio
-    from supervisor.layout import Layout
+    from profiles import safeio  # run-time only (see cli/__init__)
 
     layout = Layout(root)
     layout.ensure()
@@ -86,9 +86,8 @@ def _install_lock(root: Path) -> Iterator[None]:
 
 
 def cmd_install_deps(args: argparse.Namespace) -> int:
-    from profiles.discovery import profiles_to_serve
-    from supervisor.cli.common import check_names, root_of
-    from supervisor.requirements import install_command, merge_specs
+    from profiles.discovery import profiles_to_serve  # run-time only (see cli/__init__)
+    from supervisor.requirements import install_command, merge_specs  # run-time only (see cli/__init__)
 
     root = root_of(args)
     names = None
@@ -147,8 +146,7 @@ def _finish(root: Path, names: list[str] | None, affected: list[str], *, install
 
 def _tell_daemon(root: Path) -> None:
     """Ask a running daemon to re-read everything, so status stops reporting what is now installed."""
-    from supervisor.control.client import Client, ControlError
-    from supervisor.layout import Layout
+    from supervisor.control.client import Client, ControlError  # run-time only (see cli/__init__)
 
     with contextlib.suppress(ControlError, OSError):
         Client(Layout(root)).call("reload", wait=10.0)

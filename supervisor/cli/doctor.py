@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from supervisor import doctor
 from supervisor.cli.common import Commands, root_of
 
 
@@ -17,6 +16,8 @@ def register(commands: Commands) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    from supervisor import doctor  # run-time only (see cli/__init__)
+
     root = root_of(args)
     findings = doctor.diagnose(root)
     if args.json:

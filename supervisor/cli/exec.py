@@ -38,23 +38,17 @@ import signal
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from profiles.discovery import profiles_to_serve
-from supervisor import config as config_mod
-from supervisor.childspec import GatewayCommandError, child_env, resolve_gateway_command
 from supervisor.cli.common import Commands, check_names, root_of
 from supervisor.exits import Failure, UserError
-from supervisor.isolation import install, kanban
-from supervisor.isolation.enter import EXIT_CANNOT_CONFINE, exec_in_place
-from supervisor.isolation.plan import Plan, PlanInputs, make_plan
-from supervisor.isolation.probing import probe
-from supervisor.kanban.worklog import open_beneath
 from supervisor.layout import Layout
-from supervisor.limits.limits_config import Limits
-from supervisor.limits.session import Session, open_session
-from supervisor.limits.tree import nice_for_weight
 from supervisor.tags import TAG_PROFILE, TAG_ROOT
+
+if TYPE_CHECKING:
+    from supervisor.isolation.plan import Plan
+    from supervisor.limits.limits_config import Limits
+    from supervisor.limits.session import Session
 
 
 def register(commands: Commands) -> None:
@@ -161,6 +155,19 @@ def prepare(root: Path, raw_name: str, base_env: Mapping[str, str], *, kind: str
     that cannot be run (``isolation: required`` on a machine without a mechanism, an unknown
     account) is a :class:`Failure` with the shim's exit code 125.
     """
+    from profiles.discovery import profiles_to_serve  # run-time only (see cli/__init__)
+    from supervisor import config as config_mod  # run-time only (see cli/__init__)
+    from supervisor.childspec import (  # run-time only (see cli/__init__)
+        GatewayCommandError,
+        child_env,
+        resolve_gateway_command,
+    )
+    from supervisor.isolation import install, kanban  # run-time only (see cli/__init__)
+    from supervisor.isolation.enter import EXIT_CANNOT_CONFINE  # run-time only (see cli/__init__)
+    from supervisor.isolation.plan import PlanInputs, make_plan  # run-time only (see cli/__init__)
+    from supervisor.isolation.probing import probe  # run-time only (see cli/__init__)
+    from supervisor.limits.tree import nice_for_weight  # run-time only (see cli/__init__)
+
     try:
         served = profiles_to_serve(True, root=root)
     except OSError as exc:
@@ -222,6 +229,8 @@ def run(prepared: Prepared, command: list[str], *, log: tuple[Path, str] | None 
     ``log``: a kanban worker's ``(base, relative path)``; the child opens it after its confinement
     (:func:`supervisor.kanban.worklog.open_beneath`) as its stdout and stderr.
     """
+    from supervisor.isolation.enter import EXIT_CANNOT_CONFINE, exec_in_place  # run-time only (see cli/__init__)
+
     session = _open_session(prepared)
     if session is not None and session.note:
         print(session.note, file=sys.stderr)
@@ -277,6 +286,8 @@ def run(prepared: Prepared, command: list[str], *, log: tuple[Path, str] | None 
 def _open_session(prepared: Prepared) -> Session | None:
     """The session's domain (supervisor.limits.session), or None when the profile has no limits
     to hold it to and is not a kanban worker (nothing to count, nothing to kill)."""
+    from supervisor.limits.session import open_session  # run-time only (see cli/__init__)
+
     lim = prepared.limits
     if prepared.root is None or lim is None:
         return None
@@ -291,6 +302,8 @@ def _controllers(session: Session) -> frozenset[str]:
 
 def _worker_log(log: tuple[Path, str]) -> Callable[[], None]:
     """After the confinement: the worker's log as stdout and stderr (or the reason it cannot be)."""
+
+    from supervisor.kanban.worklog import open_beneath  # run-time only (see cli/__init__)
 
     def open_log() -> None:
         fd = open_beneath(*log)

@@ -11,11 +11,13 @@ import os
 import sys
 from pathlib import Path
 
-from profiles.upstream.files import write_planned_stop_marker
-from supervisor import export, identity
 from supervisor.cli.common import Commands, root_of
 from supervisor.exits import UserError
 
+# supervisor.export's own (a test holds them equal): spelled here so that declaring the command, which
+# --help and <TAB> do for every command, does not import what an export needs.
+FORMATS = ("systemd", "compose", "kubernetes")
+DEFAULT_IMAGE = "hermes-agent:latest"
 HELP = "turn the profile tree into systemd units, a Compose file or Kubernetes manifests, one gateway per profile"
 
 
@@ -26,10 +28,10 @@ def register(commands: Commands) -> None:
         description=HELP + ".\nEach carries hermesd's child contract (argv, environment, planned stop, stop "
                            "timeout).\nRefuses a tree where two profiles share a credential or a port. Never writes "
                            "a credential.")
-    p.add_argument("format", choices=export.FORMATS)
+    p.add_argument("format", choices=FORMATS)
     p.add_argument("--out", metavar="DIR", help="write files into DIR (default: stdout; required for systemd)")
-    p.add_argument("--image", default=export.DEFAULT_IMAGE,
-                   help=f"container image with hermes and hermesd on PATH (default: {export.DEFAULT_IMAGE}, "
+    p.add_argument("--image", default=DEFAULT_IMAGE,
+                   help=f"container image with hermes and hermesd on PATH (default: {DEFAULT_IMAGE}, "
                         "a placeholder)")
     p.add_argument("--storage", default="1Gi", help="Kubernetes: size of each profile's volume (default: 1Gi)")
 
@@ -40,6 +42,8 @@ def register(commands: Commands) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from supervisor import export  # run-time only (see cli/__init__)
+
     root = root_of(args)
     if args.format == "systemd" and not args.out:
         raise UserError("systemd export writes one unit per profile: give --out DIR")
@@ -59,6 +63,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_planned_stop(args: argparse.Namespace) -> int:
     """Write upstream's planned-stop marker for the live gateway of HOME (no gateway: nothing to do)."""
+    from profiles.upstream.files import write_planned_stop_marker  # run-time only (see cli/__init__)
+    from supervisor import identity  # run-time only (see cli/__init__)
+
     raw = args.home or os.environ.get("HERMES_HOME", "")
     if not raw:
         raise UserError("give the gateway's HERMES_HOME (or set HERMES_HOME)")

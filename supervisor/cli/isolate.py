@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
 
 from supervisor.cli.common import Commands, check_names, root_of
+from supervisor.cli.request import call
 from supervisor.exits import Failure, UserError
+from supervisor.layout import Layout
 
 
 def register(commands: Commands) -> None:
@@ -31,11 +34,10 @@ def register(commands: Commands) -> None:
 
 
 def cmd_isolate_user(args: argparse.Namespace) -> int:
-    from profiles.discovery import profiles_to_serve
-    from supervisor import config as config_mod
-    from supervisor import ownership
-    from supervisor.isolation.install import credential_lock_dir, resolve_user
-    from supervisor.layout import Layout
+    from profiles.discovery import profiles_to_serve  # run-time only (see cli/__init__)
+    from supervisor import config as config_mod  # run-time only (see cli/__init__)
+    from supervisor import ownership  # run-time only (see cli/__init__)
+    from supervisor.isolation.install import credential_lock_dir, resolve_user  # run-time only (see cli/__init__)
 
     root = root_of(args)
     homes = {n: Path(h) for n, h in profiles_to_serve(True, root=root)}
@@ -89,8 +91,8 @@ def cmd_isolate_user(args: argparse.Namespace) -> int:
 
 def _outside(root: Path, name: str, home: Path, account: Any, cfg: Any, lock_dir_of: Any) -> list[str]:
     """What the account also needs beyond the home, which this command does not change."""
-    from supervisor import ownership
-    from supervisor.childspec import child_env
+    from supervisor import ownership  # run-time only (see cli/__init__)
+    from supervisor.childspec import child_env  # run-time only (see cli/__init__)
 
     out = [p for p in ownership.problems(home, account) if not p.startswith(str(home))]
     env = child_env(os.environ, root=root, profile=name, home=home, extra=cfg.child_environment(name))
@@ -108,8 +110,6 @@ def _outside(root: Path, name: str, home: Path, account: Any, cfg: Any, lock_dir
 
 
 def _writable_by(folder: Path, account: Any) -> bool:
-    import stat
-
     try:
         st = folder.stat()
     except OSError:
@@ -132,8 +132,6 @@ def _confirmed() -> bool:
 
 def _start_again(args: argparse.Namespace, name: str) -> None:
     """Clear the profile's isolation hold when a daemon runs the root; otherwise say what is next."""
-    from supervisor.cli.common import call
-
     try:
         reply = call(args, "start", profile=name, wait=5.0)
     except Failure:

@@ -16,20 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from profiles.discovery import profiles_to_serve
 from profiles.errors import ProfileError
 from profiles.names import no_such_profile, normalize_name
 from profiles.printable import printable_tree
 from supervisor import __version__
 from supervisor.cli.common import Commands, root_of, use_color
-from supervisor.control.client import Client, ControlError, DaemonNotAnswering, DaemonNotRunning
 from supervisor.exits import UserError
 from supervisor.layout import Layout
-from supervisor.observe.events import render_line
-from supervisor.observe.journal import default_folder
-from supervisor.observe.metrics import Counters, render
-from supervisor.observe.reader import ReadStats, follow, iter_events, last_run, parse_since
-from supervisor.status import offline_document
 
 _COLORS = {"held": "31", "config_rejected": "31", "hung_kill": "31", "limit_kill": "31",
            "foreign": "33", "backoff": "33", "stopped": "90", "ready": "32", "recovered": "32",
@@ -62,6 +55,9 @@ def register(commands: Commands) -> None:
 def _wanted_profiles(args: argparse.Namespace, root: Path, folder: Path) -> set[str] | None:
     """Normalised profile names. A name is known if it is served now or appears in the journal
     (a deleted profile's history is still worth reading); anything else is a usage error."""
+    from profiles.discovery import profiles_to_serve  # run-time only (see cli/__init__)
+    from supervisor.observe.reader import iter_events  # run-time only (see cli/__init__)
+
     if not args.profiles:
         return None
     try:
@@ -78,7 +74,7 @@ def _wanted_profiles(args: argparse.Namespace, root: Path, folder: Path) -> set[
             if not missing:
                 break
     if missing:
-        raise UserError("; ".join(no_such_profile(n, known) for n in sorted(missing)))
+        raise UserError("; ".join(str(no_such_profile(n, known)) for n in sorted(missing)))
     return wanted
 
 
@@ -90,6 +86,15 @@ def _cmd_events(args: argparse.Namespace) -> int:
 
 
 def _events(args: argparse.Namespace) -> int:
+    from supervisor.observe.events import render_line  # run-time only (see cli/__init__)
+    from supervisor.observe.journal import default_folder  # run-time only (see cli/__init__)
+    from supervisor.observe.reader import (  # run-time only (see cli/__init__)
+        ReadStats,
+        follow,
+        iter_events,
+        parse_since,
+    )
+
     if args.lines is not None and args.lines < 0:
         raise UserError("--lines must be 0 or more")
     root = root_of(args)
@@ -152,6 +157,17 @@ def metrics_text(root: Path) -> str:
     its run in the journal (the counters are a fold over the events, so they come out the same,
     except control requests and hook runs, which are not events).
     """
+    from supervisor.control.client import (  # run-time only (see cli/__init__)
+        Client,
+        ControlError,
+        DaemonNotAnswering,
+        DaemonNotRunning,
+    )
+    from supervisor.observe.journal import default_folder  # run-time only (see cli/__init__)
+    from supervisor.observe.metrics import Counters, render  # run-time only (see cli/__init__)
+    from supervisor.observe.reader import last_run  # run-time only (see cli/__init__)
+    from supervisor.status import offline_document  # run-time only (see cli/__init__)
+
     client = Client(Layout(root))
     down = (DaemonNotRunning, DaemonNotAnswering, FileNotFoundError)
     doc = None

@@ -26,15 +26,13 @@ import argparse
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from profiles import commands as verbs_mod
-from supervisor.childspec import GatewayCommandError
 from supervisor.cli.common import Commands
-from supervisor.config import ConfigError
 from supervisor.exits import UserError
-from supervisor.hermes_release import HermesVersionError, gateway_python
-from supervisor.stopper import stop_for_profile_change
+
+if TYPE_CHECKING:
+    from profiles.commands import Context
 
 
 class VerbParser(argparse.ArgumentParser):
@@ -55,8 +53,20 @@ class VerbParser(argparse.ArgumentParser):
         return parsed, extras
 
 
+def _supervisor_context() -> Context:
+    """What only the supervisor gives the verbs: a stop through the daemon, and upstream's interpreter."""
+    from profiles.commands import Context  # run-time only (see cli/__init__)
+    from supervisor.stopper import stop_for_profile_change  # run-time only (see cli/__init__)
+
+    return Context(stop_gateway=stop_for_profile_change, upstream_python=_upstream_python)
+
+
 def _upstream_python(root: Path) -> list[str]:
     """The interpreter (argv prefix) that runs ``root``'s gateways, for upstream's profile code."""
+    from supervisor.childspec import GatewayCommandError  # run-time only (see cli/__init__)
+    from supervisor.config import ConfigError  # run-time only (see cli/__init__)
+    from supervisor.hermes_release import HermesVersionError, gateway_python  # run-time only (see cli/__init__)
+
     try:
         return gateway_python(root, os.environ)
     except (ConfigError, GatewayCommandError, HermesVersionError) as exc:
@@ -97,30 +107,36 @@ supervises the root, and runs hermes -p NAME for everything else."""
 
 
 def register(commands: Commands) -> None:
-    declare(commands, verbs_mod.Context(stop_gateway=stop_for_profile_change, upstream_python=_upstream_python))
+    declare(commands, None)
 
 
-def declare(commands: Commands, context: verbs_mod.Context) -> None:
-    """``hermesd profile`` and its verbs, run with ``context`` (a test passes its own)."""
+def declare(commands: Commands, context: Context | None) -> None:
+    """``hermesd profile`` and its verbs, run with ``context``: None for the supervisor's own
+    (:func:`_supervisor_context`), a test's own otherwise."""
 
-    def run(handler: verbs_mod.Handler) -> Callable[[argparse.Namespace], int]:
-        return verbs_mod.guard(handler, context)
+    def run(verb: str) -> Callable[[argparse.Namespace], int]:
+        def handler(args: argparse.Namespace) -> int:
+            from profiles import commands as verbs  # run-time only (see cli/__init__)
 
-    profile = commands.add("profile", run(verbs_mod.cmd_status), "manage Hermes profiles (isolated HERMES_HOMEs)",
+            return verbs.guard(getattr(verbs, verb), context or _supervisor_context())(args)
+
+        return handler
+
+    profile = commands.add("profile", run("cmd_status"), "manage Hermes profiles (isolated HERMES_HOMEs)",
                            "hermesd profile list", root=False)
     profile.set_defaults(root=None)
     verbs = commands.verbs(profile, dest="profile_action", metavar="VERB", parser_class=VerbParser)
 
-    p = verbs.add("list", run(verbs_mod.cmd_list), "list profiles", "hermesd profile list --json")
+    p = verbs.add("list", run("cmd_list"), "list profiles", "hermesd profile list --json")
     _alias_dir(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
-    p = verbs.add("show", run(verbs_mod.cmd_show), "show one profile", "hermesd profile show coder")
+    p = verbs.add("show", run("cmd_show"), "show one profile", "hermesd profile show coder")
     _existing(p.add_argument("profile_name", metavar="NAME"))
     _alias_dir(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
-    p = verbs.add("create", run(verbs_mod.cmd_create), "create a profile",
+    p = verbs.add("create", run("cmd_create"), "create a profile",
                   "hermesd profile create coder --clone --description 'writes code'")
     p.add_argument("profile_name", metavar="NAME")
     p.add_argument("--clone", action="store_true",
@@ -134,7 +150,7 @@ def declare(commands: Commands, context: verbs_mod.Context) -> None:
     p.add_argument("--description", default=None, help="one or two sentences about the profile")
     _alias_dir(p)
 
-    p = verbs.add("delete", run(verbs_mod.cmd_delete), "delete a profile and its aliases",
+    p = verbs.add("delete", run("cmd_delete"), "delete a profile and its aliases",
                   "hermesd profile delete coder -y --stop")
     _existing(p.add_argument("profile_name", metavar="NAME"))
     p.add_argument("-y", "--yes", action="store_true",
@@ -142,7 +158,7 @@ def declare(commands: Commands, context: verbs_mod.Context) -> None:
     p.add_argument("--stop", action="store_true", help="stop the profile's running gateway first")
     _alias_dir(p)
 
-    p = verbs.add("rename", run(verbs_mod.cmd_rename), "rename a profile (its aliases follow)",
+    p = verbs.add("rename", run("cmd_rename"), "rename a profile (its aliases follow)",
                   "hermesd profile rename coder dev --stop")
     _existing(p.add_argument("old_name", metavar="OLD"))
     p.add_argument("new_name", metavar="NEW")
@@ -151,12 +167,12 @@ def declare(commands: Commands, context: verbs_mod.Context) -> None:
                    help="do not create an alias named NEW when OLD had none (upstream always tries)")
     _alias_dir(p)
 
-    p = verbs.add("use", run(verbs_mod.cmd_use), "set the sticky active profile ('default' or --clear to reset)",
+    p = verbs.add("use", run("cmd_use"), "set the sticky active profile ('default' or --clear to reset)",
                   "hermesd profile use coder")
     _existing(p.add_argument("profile_name", metavar="NAME", nargs="?", default=None))
     p.add_argument("--clear", action="store_true", help="make default active again")
 
-    p = verbs.add("describe", run(verbs_mod.cmd_describe), "show or set a profile's description (profile.yaml)",
+    p = verbs.add("describe", run("cmd_describe"), "show or set a profile's description (profile.yaml)",
                   "hermesd profile describe coder --text 'Writes and reviews code.'")
     _existing(p.add_argument("profile_name", metavar="NAME", nargs="?", default=None))
     p.add_argument("--text", default=None, help="set the description to this text")
@@ -164,25 +180,25 @@ def declare(commands: Commands, context: verbs_mod.Context) -> None:
     p.add_argument("--all", dest="all_missing", action="store_true", help="(upstream only, with --auto)")
     p.add_argument("--overwrite", action="store_true", help="(upstream only, with --auto)")
 
-    p = verbs.add("info", run(verbs_mod.cmd_info), "show a profile's distribution manifest (distribution.yaml)",
+    p = verbs.add("info", run("cmd_info"), "show a profile's distribution manifest (distribution.yaml)",
                   "hermesd profile info coder")
     _existing(p.add_argument("profile_name", metavar="NAME"))
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
-    p = verbs.add("export", run(verbs_mod.cmd_export), "export a profile to a .tar.gz (no credentials)",
+    p = verbs.add("export", run("cmd_export"), "export a profile to a .tar.gz (no credentials)",
                   "hermesd profile export coder -o coder.tar.gz")
     _existing(p.add_argument("profile_name", metavar="NAME"))
     p.add_argument("-o", "--output", default=None,
                    help="output file (default: ./NAME.tar.gz; '.tgz'/'.tar.gz' stripped, '.tar.gz' added)")
 
-    p = verbs.add("import", run(verbs_mod.cmd_import), "import a profile from a .tar.gz",
+    p = verbs.add("import", run("cmd_import"), "import a profile from a .tar.gz",
                   "hermesd profile import coder.tar.gz --name coder2")
     p.add_argument("archive", metavar="ARCHIVE")
     p.add_argument("--name", dest="import_name", metavar="NAME", default=None, help="profile name")
     p.add_argument("--no-alias", action="store_true", help="do not create a wrapper alias")
     _alias_dir(p)
 
-    p = verbs.add("alias", run(verbs_mod.cmd_alias), "create, list, remove or adopt wrapper aliases",
+    p = verbs.add("alias", run("cmd_alias"), "create, list, remove or adopt wrapper aliases",
                   epilog=ALIAS_EPILOG)
     _existing(p.add_argument("profile_name", metavar="NAME", nargs="?", default=None))
     p.add_argument("--name", dest="alias_name", metavar="ALIAS", default=None, help="alias name (default: NAME)")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 
-from supervisor import service
 from supervisor.cli.common import Commands, root_of
 
 HELP = "install hermesd as a systemd (user or system) service, or a launchd agent on macOS"
@@ -28,5 +27,7 @@ def register(commands: Commands) -> None:
 
 
 def cmd_install_service(args: argparse.Namespace) -> int:
+    from supervisor import service  # run-time only (see cli/__init__)
+
     return service.install_service(root_of(args), manager=args.manager, system=bool(args.system),
                                    run_as=args.run_as, dest=args.dest, dry_run=bool(args.dry_run))

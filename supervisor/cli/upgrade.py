@@ -12,16 +12,15 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from profiles.discovery import profiles_to_serve
 from supervisor.cli.common import Commands, check_names, layout_of, root_of
 from supervisor.exits import Failure, UserError
 from supervisor.layout import Layout
-from supervisor.upgrade import operations
-from supervisor.upgrade.operations import Options
-from supervisor.upgrade.record import Busy, every
-from supervisor.upgrade.run import OperationFailed, Reporter
+
+if TYPE_CHECKING:
+    from supervisor.upgrade.operations import Options
+    from supervisor.upgrade.run import Reporter
 
 HELP = "upgrade hermes-agent under the fleet: a canary first, then one gateway at a time, each health-gated"
 EXAMPLE = "hermesd upgrade --to 0.19.0"
@@ -65,6 +64,8 @@ def add_gate_options(p: argparse.ArgumentParser) -> None:
 
 
 def options(args: argparse.Namespace) -> Options:
+    from supervisor.upgrade.operations import Options  # run-time only (see cli/__init__)
+
     for name in ("gate_timeout", "settle", "canary_settle"):
         if getattr(args, name) < 0:
             raise UserError(f"--{name.replace('_', '-')} must not be negative")
@@ -75,6 +76,9 @@ def options(args: argparse.Namespace) -> Options:
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
+    from supervisor.upgrade import operations  # run-time only (see cli/__init__)
+    from supervisor.upgrade.run import Reporter  # run-time only (see cli/__init__)
+
     if args.rollback is not None and (args.to or args.dry_run or args.only or args.canary):
         raise UserError("--rollback takes no --to, --dry-run, --only or --canary")
     layout = layout_of(args)
@@ -90,16 +94,24 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
 
 def cmd_rolling_restart(args: argparse.Namespace, names: list[str] | None) -> int:
     """``hermesd restart --rolling [PROFILE…|--all]`` (called by the restart command)."""
+    from supervisor.upgrade import operations  # run-time only (see cli/__init__)
+    from supervisor.upgrade.run import Reporter  # run-time only (see cli/__init__)
+
     reporter = Reporter(json_mode=getattr(args, "json", False))
     opts = options(args)
     return _run(args, reporter, lambda: operations.rolling_restart(layout_of(args), names, opts, reporter))
 
 
 def _check_names(args: argparse.Namespace, names: list[str]) -> None:
+    from profiles.discovery import profiles_to_serve  # run-time only (see cli/__init__)
+
     check_names(names, [n for n, _ in profiles_to_serve(True, root=root_of(args))])
 
 
 def _run(args: argparse.Namespace, reporter: Reporter, work: Callable[[], dict[str, Any]]) -> int:
+    from supervisor.upgrade.record import Busy  # run-time only (see cli/__init__)
+    from supervisor.upgrade.run import OperationFailed  # run-time only (see cli/__init__)
+
     try:
         result = work()
     except (OperationFailed, Busy) as exc:
@@ -115,6 +127,8 @@ def _run(args: argparse.Namespace, reporter: Reporter, work: Callable[[], dict[s
 
 
 def _list(layout: Layout, as_json: bool) -> int:
+    from supervisor.upgrade.record import every  # run-time only (see cli/__init__)
+
     recs = every(layout)
     if as_json:
         print(json.dumps([r.data for r in recs], indent=2, sort_keys=True, default=str))

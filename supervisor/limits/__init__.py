@@ -77,6 +77,7 @@ monotonic clock, i.e. ``loop.call_at``)::
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from supervisor.limits import cgroup, cgroup_io, hung, limits_config, procfs, tree
@@ -195,8 +196,6 @@ def status_fields(usage_: TreeUsage | None, limits: Limits, det: Detection | Non
 def teardown(det: Detection, *, timeout: float = 1.0) -> list[str]:
     """At daemon exit: remove every empty ``profile-*`` cgroup, and the base if hermesd created it
     (root mode). Returns the cgroups left because they still hold processes (``--keep-children``)."""
-    import os
-
     if not det.usable or det.base is None or not os.path.isdir(det.base):
         return []
     left = []

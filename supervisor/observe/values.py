@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import yaml
+
 
 class ObserveConfigError(ValueError):
     """One key of ``events:``/``hooks:``/``metrics:`` is wrong; ``str()`` is ``key: problem``."""
@@ -29,8 +31,6 @@ def render_path(path: tuple[str | int, ...]) -> str:
 
 def line_of(node: Any, path: tuple[str | int, ...]) -> int | None:
     """1-based line of the YAML node at ``path`` below ``node`` (the deepest one that exists)."""
-    import yaml
-
     if node is None:
         return None
     for part in path:

@@ -8,6 +8,7 @@ does not wake its own watcher.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import errno
@@ -106,8 +107,6 @@ class InotifyWatcher:
 
     def follow(self, homes: Iterable[Path]) -> None:
         """Watch exactly the folders that matter now: add new ones, drop vanished ones."""
-        import asyncio
-
         lib = _lib()
         assert lib is not None
         loop = asyncio.get_running_loop()
@@ -139,8 +138,6 @@ class InotifyWatcher:
             loop.call_later(RETRY_S, self.on_events, FsEvents(rescan=True))
 
     def close(self) -> None:
-        import asyncio
-
         for handle in (self._flush, *self._states_flush.values()):
             if handle is not None:
                 handle.cancel()
@@ -178,7 +175,6 @@ class InotifyWatcher:
         if rescan:  # look again at every folder and every profile's files
             self._pending.add(str(self.root / "profiles"))
             self._pending.update(str(d / f) for d in self._dir_wd for f in PROFILE_FILES | GATEWAY_FILES)
-        import asyncio
 
         loop = asyncio.get_running_loop()
         for path in [p for p in self._pending if os.path.basename(p) in GATEWAY_FILES]:

@@ -11,6 +11,8 @@ import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from watchfiles import awatch
+
 from supervisor.watch.events import DEBOUNCE_S, RETRY_S, FsEvents, classify, watched_dirs
 
 log = logging.getLogger("hermesd")
@@ -43,8 +45,6 @@ class WatchfilesWatcher:
         self._task = None
 
     async def _run(self, dirs: list[Path], stop: asyncio.Event) -> None:
-        from watchfiles import awatch
-
         try:
             async for changes in awatch(
                 *dirs, watch_filter=None, debounce=int(DEBOUNCE_S * 1000), step=STEP_MS, stop_event=stop,

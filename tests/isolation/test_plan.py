@@ -282,7 +282,7 @@ def test_doctor_text_names_the_fix() -> None:
 
 
 def test_wrap_and_unwrap() -> None:
-    from supervisor.isolation.enter import ENTER_SCRIPT, decode_plan, unwrap, wrap_argv
+    from supervisor.isolation.shim_argv import ENTER_SCRIPT, decode_plan, unwrap, wrap_argv
 
     p = plan_for()
     argv = ["/usr/bin/hermes", "-p", "coder", "gateway", "run", "--external-supervisor"]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from supervisor.observe.hooks import Hook, HookRunner, hook_environment, matches, parse_hooks
-from supervisor.observe.observe_config import ObserveConfigError, line_of
+from supervisor.observe.hooks import HookRunner, hook_environment, matches
+from supervisor.observe.observe_config import Hook, ObserveConfigError, line_of, parse_hooks
 from tests.harness import wait_for
 
 # No account's home: a hook that wrote there would fail here, never touch the real one.

@@ -8,9 +8,8 @@ import time
 
 import pytest
 
-from supervisor.observe.hooks import Hook
 from supervisor.observe.journal import JournalSettings
-from supervisor.observe.observe_config import ObserveConfigError, ObserveSettings, parse_sections
+from supervisor.observe.observe_config import Hook, ObserveConfigError, ObserveSettings, parse_sections
 from supervisor.observe.observer import Observer
 from supervisor.observe.reader import iter_events
 

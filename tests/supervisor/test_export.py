@@ -22,6 +22,7 @@ import yaml
 from profiles.upstream import files as gf
 from profiles.upstream import process as contract
 from supervisor import childspec, export, tags
+from supervisor.cli import export as export_cli
 from supervisor.cli.main import build_parser
 from supervisor.exits import UserError
 from supervisor.kanban.dispatch import DISPATCH_ENV
@@ -325,6 +326,10 @@ def test_planned_stop_helper_marks_the_live_gateway(tmp_path, capsys):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_command_offers_exactly_the_formats_and_default_image():
+    assert (export_cli.FORMATS, export_cli.DEFAULT_IMAGE) == (export.FORMATS, export.DEFAULT_IMAGE)
 
 
 def test_help_has_examples():
