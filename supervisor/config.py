@@ -34,6 +34,8 @@ from supervisor.observe.values import line_of
 from supervisor.plan.policy import RestartPolicy
 
 if TYPE_CHECKING:
+    from supervisor.isolation.isolation_config import IsolationPartial, IsolationSettings
+    from supervisor.limits.limits_config import HungSettings, Limits, LimitsSpec
     from supervisor.observe.observe_config import ObserveSettings
     from supervisor.plan.planner import Settings
 
@@ -47,8 +49,8 @@ class ProfileSettings:
     enabled: bool = True
     environment: Mapping[str, str] = field(default_factory=dict)
     stop_timeout: float | None = None
-    isolation: Any = None  # isolation.isolation_config partial, or None
-    limits: Any = None  # limits.limits_config.LimitsSpec, or None
+    isolation: IsolationPartial | None = None
+    limits: LimitsSpec | None = None
     hung: Mapping[str, float | None] = field(default_factory=dict)  # hung_after / startup_grace as given
 
 
@@ -63,18 +65,18 @@ class Config:
     profiles: Mapping[str, ProfileSettings] = field(default_factory=dict)
     max_starting: int | None = None  # None: the CPU cores (see planner_settings)
     present: bool = False  # the file exists (doctor and status say where settings came from)
-    isolation: Any = None  # isolation.isolation_config partial (the top level), or None
-    limits: Any = None  # limits.limits_config.LimitsSpec (the top level), or None
+    isolation: IsolationPartial | None = None  # the top level's
+    limits: LimitsSpec | None = None  # the top level's
     hung: Mapping[str, float | None] = field(default_factory=dict)  # top-level hung_after / startup_grace
-    observe: Any = None  # observe.observe_config.ObserveSettings, or None: defaults
+    observe: ObserveSettings | None = None  # None: the defaults
     kanban_dispatcher: str = "default"  # kanban.dispatcher: the profile whose gateway dispatches, or "off"
     # Bounds of the kanban hand-off (supervisor.kanban.bounds): a dispatcher must not be able to
     # move its load into another profile's limits, nor flood the daemon with requests.
     kanban_workers_per_profile: int = 4  # kanban.workers_per_profile: workers one assignee runs at once
-    kanban_worker_limits: Any = None  # kanban.worker_limits (LimitsSpec): each worker's own, over the assignee's
+    kanban_worker_limits: LimitsSpec | None = None  # kanban.worker_limits: each worker's own, over the assignee's
     kanban_requests_per_minute: int = 60  # kanban.requests_per_minute: hand-off requests one dispatcher may make
 
-    def worker_limits_for(self, name: str) -> Any:
+    def worker_limits_for(self, name: str) -> Limits:
         """The limits of each kanban worker run for ``name``: its own cgroup (never its assignee's
         gateway's), with the assignee's limits, key by key overridden by ``kanban.worker_limits``."""
         from supervisor.limits.limits_config import LimitsSpec, merge_limits  # lazy: see above
@@ -82,17 +84,17 @@ class Config:
         own = self.limits_for(name)
         return merge_limits(LimitsSpec(own.memory_max, own.tasks_max, own.cpu_weight), self.kanban_worker_limits)
 
-    def isolation_for(self, name: str) -> Any:
+    def isolation_for(self, name: str) -> IsolationSettings:
         """The isolation settings in force for ``name`` (defaults, the top level, the profile's own)."""
         return merge_isolation(self.isolation, self.for_profile(name).isolation)
 
-    def limits_for(self, name: str) -> Any:
+    def limits_for(self, name: str) -> Limits:
         """The resource limits in force for ``name`` (a profile's keys override the top level's)."""
         from supervisor.limits.limits_config import LimitsSpec, merge_limits  # lazy: see above
 
         return merge_limits(self.limits or LimitsSpec(), self.for_profile(name).limits or LimitsSpec())
 
-    def hung_for(self, name: str) -> Any:
+    def hung_for(self, name: str) -> HungSettings:
         """Hung detection for ``name`` (``hung_after`` None: off)."""
         from supervisor.limits.limits_config import merge_hung  # lazy: see above
 
@@ -202,13 +204,13 @@ class _Reader:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def fail(self, node: Any, key: str, message: str) -> ConfigError:
+    def fail(self, node: yaml.Node, key: str, message: str) -> ConfigError:
         return ConfigError(f"{self.path}:{node.start_mark.line + 1}: {key}: {message}")
 
-    def mapping(self, node: Any, key: str, allowed: set[str] | None) -> dict[str, Any]:
+    def mapping(self, node: yaml.Node, key: str, allowed: set[str] | None) -> dict[str, yaml.Node]:
         if not isinstance(node, yaml.MappingNode):
             raise self.fail(node, key, "expected a mapping")
-        out: dict[str, Any] = {}
+        out: dict[str, yaml.Node] = {}
         for knode, vnode in node.value:
             name = knode.value if isinstance(knode, yaml.ScalarNode) else None
             full = f"{key}.{name}" if key else str(name)
@@ -220,12 +222,12 @@ class _Reader:
             out[name] = vnode
         return out
 
-    def scalar(self, node: Any, key: str) -> Any:
+    def scalar(self, node: yaml.Node, key: str) -> object:
         if not isinstance(node, yaml.ScalarNode):
             raise self.fail(node, key, "expected a single value")
         return _construct(node)
 
-    def number(self, node: Any, key: str, *, minimum: float = 0.0, nullable: bool = False) -> float | None:
+    def number(self, node: yaml.Node, key: str, *, minimum: float = 0.0, nullable: bool = False) -> float | None:
         value = self.scalar(node, key)
         if value is None and nullable:
             return None
@@ -234,19 +236,19 @@ class _Reader:
             raise self.fail(node, key, f"expected a finite number >= {minimum:g}, got {value!r}")
         return float(value)
 
-    def integer(self, node: Any, key: str, *, minimum: int) -> int:
+    def integer(self, node: yaml.Node, key: str, *, minimum: int) -> int:
         value = self.scalar(node, key)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise self.fail(node, key, f"expected a whole number >= {minimum}, got {value!r}")
         return value
 
-    def boolean(self, node: Any, key: str) -> bool:
+    def boolean(self, node: yaml.Node, key: str) -> bool:
         value = self.scalar(node, key)
         if not isinstance(value, bool):
             raise self.fail(node, key, f"expected true or false, got {value!r}")
         return value
 
-    def environment(self, node: Any, key: str) -> dict[str, str]:
+    def environment(self, node: yaml.Node, key: str) -> dict[str, str]:
         env: dict[str, str] = {}
         for name, vnode in self.mapping(node, key, None).items():
             why = forbidden_extra_env(name)
@@ -258,17 +260,18 @@ class _Reader:
             env[name] = str(value).lower() if isinstance(value, bool) else str(value)
         return env
 
-    def command(self, node: Any, key: str) -> tuple[str, ...]:
+    def command(self, node: yaml.Node, key: str) -> tuple[str, ...]:
         if isinstance(node, yaml.SequenceNode):
             parts = [self.scalar(n, key) for n in node.value]
         else:
             value = self.scalar(node, key)
-            parts = shlex.split(value) if isinstance(value, str) else [value]
-        if not parts or not all(isinstance(p, str) and p for p in parts):
+            parts = list(shlex.split(value)) if isinstance(value, str) else [value]
+        words = tuple(p for p in parts if isinstance(p, str) and p)
+        if not words or len(words) != len(parts):
             raise self.fail(node, key, "expected a command: a string or a list of strings")
-        return tuple(parts)
+        return words
 
-    def config(self, node: Any) -> Config:
+    def config(self, node: yaml.Node) -> Config:
         top = self.mapping(node, "", {"command", "restart", "stop_timeout", "logs", "environment", "profiles",
                                       "max_starting", "isolation", "limits", "hung_after", "startup_grace",
                                       "events", "hooks", "metrics", "kanban"})
@@ -294,7 +297,7 @@ class _Reader:
         kwargs.update(self.domains(top, ""))
         if "kanban" in top:
             kwargs.update(self.kanban(top["kanban"]))
-        observed = {k: top[k] for k in ("events", "hooks", "metrics") if k in top}
+        observed: dict[str, yaml.Node] = {k: top[k] for k in ("events", "hooks", "metrics") if k in top}
         if observed:
             from supervisor.observe.observe_config import ObserveConfigError, parse_sections  # lazy: see above
 
@@ -304,7 +307,7 @@ class _Reader:
                 raise self.fail_at(observed.get(str(exc.path[0])), exc.path[1:], exc.key, exc.problem) from None
         return Config(**kwargs)
 
-    def domains(self, body: dict[str, Any], prefix: str) -> dict[str, Any]:
+    def domains(self, body: dict[str, yaml.Node], prefix: str) -> dict[str, Any]:
         """``isolation``, ``limits``, ``hung_after`` and ``startup_grace``, at the top or for one profile."""
         from supervisor.limits.limits_config import (  # lazy: see above
             LimitsConfigError,
@@ -333,7 +336,7 @@ class _Reader:
             out["hung"] = hung
         return out
 
-    def kanban(self, node: Any) -> dict[str, Any]:
+    def kanban(self, node: yaml.Node) -> dict[str, Any]:
         """``kanban: {dispatcher: PROFILE | off, workers_per_profile: N, worker_limits: {...},
         requests_per_minute: N}``: which gateway runs upstream's kanban dispatcher, and the bounds
         of the hand-off through which it starts other profiles' workers.
@@ -371,14 +374,14 @@ class _Reader:
         except ProfileError as exc:
             raise self.fail(body["dispatcher"], "kanban.dispatcher", f"not a valid profile name: {exc}") from None
 
-    def fail_at(self, node: Any, path: tuple[str | int, ...], key: str, problem: str) -> ConfigError:
+    def fail_at(self, node: yaml.Node | None, path: tuple[str | int, ...], key: str, problem: str) -> ConfigError:
         """A ConfigError at the line of the node ``path`` leads to below ``node`` (as deep as it exists)."""
         line = line_of(node, path) if node is not None else None
         where = f":{line}" if line is not None else ""
         return ConfigError(f"{self.path}{where}: {key}{': ' + problem if problem else ''}")
 
-    def restart(self, node: Any) -> RestartPolicy:
-        fields: dict[str, Callable[[Any, str], float | None]] = {
+    def restart(self, node: yaml.Node) -> RestartPolicy:
+        fields: dict[str, Callable[[yaml.Node, str], float | None]] = {
             "initial_delay": lambda n, k: self.number(n, k, minimum=0.0),
             "max_delay": lambda n, k: self.number(n, k, minimum=0.0),
             "factor": lambda n, k: self.number(n, k, minimum=1.0),
@@ -391,7 +394,7 @@ class _Reader:
             raise self.fail(raw["jitter"], "restart.jitter", "expected a fraction below 1 (0.1 = ±10 %)")
         return RestartPolicy(**values)  # type: ignore[arg-type]
 
-    def profiles(self, node: Any) -> dict[str, ProfileSettings]:
+    def profiles(self, node: yaml.Node) -> dict[str, ProfileSettings]:
         out: dict[str, ProfileSettings] = {}
 
         for raw_name, vnode in self.mapping(node, "profiles", None).items():
@@ -415,5 +418,5 @@ class _Reader:
         return out
 
 
-def _construct(node: Any) -> Any:
+def _construct(node: yaml.Node) -> object:
     return yaml.SafeLoader("").construct_object(node, deep=True)

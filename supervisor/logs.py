@@ -197,7 +197,7 @@ def _copy_range(where: Beneath, start: int, out: TextIO, show: Callable[[str], s
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return start
-        chunks = []
+        chunks: list[bytes] = []
         while chunk := os.pread(fd, 1 << 20, start + sum(len(c) for c in chunks)):
             chunks.append(chunk)
         data = b"".join(chunks)

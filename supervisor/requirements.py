@@ -396,18 +396,18 @@ def _ask(command: Sequence[str], interp: list[str], qtext: str, env: dict[str, s
         last = (text.strip().splitlines() or ["no output"])[-1][:200]
         why = f"{shown} (the interpreter of {command[0]}) did not answer the requirements probe: {last}"
         try:
-            version = version_from_flag(command, env, min(timeout, VERSION_FLAG_TIMEOUT))
-            return Facts(tuple(interp), version=version, error=why), []
+            flagged = version_from_flag(command, env, min(timeout, VERSION_FLAG_TIMEOUT))
+            return Facts(tuple(interp), version=flagged, error=why), []
         except HermesVersionError as exc:
             return Facts(tuple(interp), error=why, version_error=str(exc)), []
     try:
         r = json.loads(line[len(_MARK):])
     except ValueError:
         return Facts(tuple(interp), error=f"{shown} printed an unreadable answer"), []
-    version = r.get("module_version") or r.get("dist")
+    answered = r.get("module_version") or r.get("dist")
+    version = answered.strip() if isinstance(answered, str) and answered.strip() else None
     verror = None
-    if not isinstance(version, str) or not version.strip():
-        version = None
+    if version is None:
         verror = (f"{shown} (the interpreter of {command[0]}) cannot load hermes-agent: "
                   f"{r.get('error') or 'hermes_cli has no __version__ and hermes-agent no metadata'}")
     requires: dict[str, str] = {}

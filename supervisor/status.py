@@ -393,7 +393,8 @@ def _printable(value: Any, limit: int = 120) -> str:
 
 
 def _limit_words(r: dict[str, Any]) -> str | None:
-    limits = r.get("limits") if isinstance(r.get("limits"), dict) else {}
+    given = r.get("limits")
+    limits: dict[str, Any] = given if isinstance(given, dict) else {}
     parts = []
     for key, used, word in (("memory_max", r.get("memory_bytes"), "memory"), ("tasks_max", r.get("tasks"), "tasks")):
         cap = limits.get(key)
@@ -420,7 +421,8 @@ def domain_lines(rows: list[dict[str, Any]]) -> list[str]:
     out += [f"  isolation  {', '.join(names)}: {summary}" for summary, names in plans.items()]
     out += [f"  limits     {r['name']}: {words}" for r in rows if (words := _limit_words(r))]
     for r in rows:
-        k = r.get("kanban") if isinstance(r.get("kanban"), dict) else {}
+        given = r.get("kanban")
+        k: dict[str, Any] = given if isinstance(given, dict) else {}
         if k.get("dispatcher"):
             who = "hermesd's child" if k.get("dispatcher_supervised") else "not hermesd's child"
             out.append(f"  kanban     {r['name']}: dispatcher (PID {k.get('dispatcher_pid')}, {who})")

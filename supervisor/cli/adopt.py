@@ -70,8 +70,8 @@ def cmd_adopt(args: argparse.Namespace) -> int:
     for c in changes:
         print(f"# {c.profile}: {c.why}")
         sys.stdout.write(c.diff())
-    for r in refusals:
-        print(f"# {r.profile}: cannot change {r.path}: {r.reason}", file=sys.stderr)
+    for refused in refusals:
+        print(f"# {refused.profile}: cannot change {refused.path}: {refused.reason}", file=sys.stderr)
     if not changes:
         print("nothing to change: every profile already has what a per-profile fleet needs"
               if not refusals else "nothing written")

@@ -37,9 +37,9 @@ if __package__:
     from supervisor.isolation import confine, kernel
     from supervisor.isolation.shim_argv import decode_plan
 else:  # pragma: no cover - script mode (-S): siblings are importable from sys.path[0]
-    import confine  # type: ignore[no-redef]
-    import kernel  # type: ignore[no-redef]
-    from shim_argv import decode_plan  # type: ignore[no-redef]
+    import confine  # type: ignore[no-redef,import-not-found]
+    import kernel  # type: ignore[no-redef,import-not-found]
+    from shim_argv import decode_plan  # type: ignore[no-redef,import-not-found]
 
 __all__ = ["EXIT_CANNOT_CONFINE", "EXIT_CANNOT_EXEC", "EXIT_NOT_FOUND", "exec_in_place", "main"]
 
@@ -71,7 +71,7 @@ def _fail(profile: str, message: str, code: int) -> None:
 def _exec(argv: Sequence[str], env: Mapping[Any, Any], profile: str) -> None:
     # Python ignores SIGPIPE and SIGXFSZ at start-up, and an ignored signal stays ignored across
     # execve: give the command the defaults the daemon spawned us with (posix_spawn setsigdef).
-    import _signal
+    import _signal  # type: ignore[import-not-found]  # the C module: the shim does not pay for signal's enums
 
     for sig in (_signal.SIGPIPE, _signal.SIGXFSZ):
         _signal.signal(sig, _signal.SIG_DFL)

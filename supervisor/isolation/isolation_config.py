@@ -63,7 +63,7 @@ class IsolationSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class _Partial:
+class IsolationPartial:
     """The keys a mapping actually set (None: not given), for key-by-key merging."""
 
     values: tuple[tuple[str, Any], ...]
@@ -108,12 +108,12 @@ def _user(value: Any, key: str) -> str | None:
     raise IsolationConfigError(key, f"expected an account name or uid, got {value!r}")
 
 
-def parse_isolation(value: Any, key: str = "isolation") -> _Partial:
+def parse_isolation(value: Any, key: str = "isolation") -> IsolationPartial:
     """Validate one ``isolation`` value (string, bool or mapping) into the keys it sets."""
     if value is None:
-        return _Partial(())
+        return IsolationPartial(())
     if not isinstance(value, Mapping):
-        return _Partial((("mode", _mode(value, key)),))
+        return IsolationPartial((("mode", _mode(value, key)),))
     out: list[tuple[str, Any]] = []
     for name, item in value.items():
         sub = f"{key}.{name}"
@@ -127,10 +127,10 @@ def parse_isolation(value: Any, key: str = "isolation") -> _Partial:
             out.append((name, _user(item, sub)))
         else:
             out.append((name, _paths(item, sub)))
-    return _Partial(tuple(out))
+    return IsolationPartial(tuple(out))
 
 
-def merge_isolation(top: _Partial | None, profile: _Partial | None) -> IsolationSettings:
+def merge_isolation(top: IsolationPartial | None, profile: IsolationPartial | None) -> IsolationSettings:
     """The effective settings: defaults, then the top-level keys, then the profile's."""
     settings = IsolationSettings()
     for part in (top, profile):

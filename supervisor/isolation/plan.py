@@ -327,7 +327,8 @@ def make_plan(inp: PlanInputs) -> Plan:
     gaps: list[str] = []
     channels: dict[str, str] = {}
 
-    extra_ro, extra_hide = [], []
+    extra_ro: list[str] = []
+    extra_hide: list[str] = []
     for raw_list, out in ((s.read_only, extra_ro), (s.hide, extra_hide)):
         for raw in raw_list:
             x = _expand(raw, inp.user_home)

@@ -122,8 +122,8 @@ def build_trees(
             todo.extend(children.get(pid, ()))
 
     for name, (pid, start) in roots.items():
-        p = procs.get(pid)
-        if p is not None and p.start == start:
+        root_proc = procs.get(pid)
+        if root_proc is not None and root_proc.start == start:
             grow(name, pid)
     # Orphans by tag, oldest first, so an escaped process's own tagged children join through it.
     for pid in sorted((p for p in tagged if p in procs), key=lambda p: (procs[p].start, p)):

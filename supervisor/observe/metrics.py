@@ -355,7 +355,7 @@ class MetricsServer:
     max_clients: int = 8
     requests: dict[int, int] = field(default_factory=dict)  # status code -> count
     evicted: int = 0  # idle connections closed to make room
-    _server: asyncio.AbstractServer | None = None
+    _server: asyncio.Server | None = None
     _conns: list[_Conn] = field(default_factory=list)
 
     @property

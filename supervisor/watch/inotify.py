@@ -179,11 +179,11 @@ class InotifyWatcher:
         loop = asyncio.get_running_loop()
         for path in [p for p in self._pending if os.path.basename(p) in GATEWAY_FILES]:
             self._pending.discard(path)
-            folder = os.path.dirname(path)
-            self._states.setdefault(folder, set()).add(path)
-            if folder not in self._states_flush:
-                delay = self._spend(folder, loop.time())
-                self._states_flush[folder] = loop.call_later(delay, self._deliver_states, folder)
+            holder = os.path.dirname(path)
+            self._states.setdefault(holder, set()).add(path)
+            if holder not in self._states_flush:
+                delay = self._spend(holder, loop.time())
+                self._states_flush[holder] = loop.call_later(delay, self._deliver_states, holder)
         if self._pending and self._flush is None:
             self._flush = loop.call_later(DEBOUNCE_S, self._deliver)
 
