@@ -411,7 +411,8 @@ def detect(f: HostFacts, instance: str) -> Detection:
         )
         return Detection(
             usable=True, via="delegated", base=own.path,
-            missing={c: "the unit has no DelegateSubgroup=" for c in WANTED}, problems=tuple(problems), fix=FIX_SUBGROUP,
+            missing={c: "the unit has no DelegateSubgroup=" for c in WANTED}, problems=tuple(problems),
+            fix=FIX_SUBGROUP,
             **base_kw,  # type: ignore[arg-type]
         )
     elif f.euid == 0:
