@@ -1,9 +1,9 @@
 """``hermesd probe PROFILE --ready|--live``: is this profile's gateway serving, from its files alone.
 
 Kubernetes (or compose, or a monitoring script) runs this every few seconds inside the gateway's
-own container, where no hermesd daemon exists. So it asks no daemon, imports only the standard
-library (plus the stdlib-only ``profiles.paths``, ``profiles.names`` and
-``profiles.upstream.files``), and reads three small files the gateway writes in its HERMES_HOME.
+own container, where no hermesd daemon exists. So it asks no daemon, loads neither YAML nor asyncio
+(``tests/supervisor/test_probe.py`` runs ``hermesd probe`` and checks what it imported), and reads
+three small files the gateway writes in its HERMES_HOME.
 
 Evidence, strongest first:
 

@@ -202,7 +202,7 @@ def exit_code(doc: dict[str, Any]) -> int:
     if not doc["supervisor"].get("running"):
         return 3
     if doc["supervisor"].get("answering") is False:
-        return 4  # held but silent: neither "up" nor "down" (cli.common.EXIT_NOT_ANSWERING)
+        return 4  # held but silent: neither "up" nor "down" (supervisor.exits.EXIT_NOT_ANSWERING)
     bad = [r for r in doc["profiles"]
            if r.get("should_run") and (r["state"] != HEALTHY or r.get("requirements_missing"))]
     bad += [r for r in doc["profiles"] if not r.get("should_run") and r["state"] in ("held", "backoff")]

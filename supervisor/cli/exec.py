@@ -1,7 +1,8 @@
 """``hermesd exec PROFILE -- COMMAND…``: run a command exactly as that profile's gateway is run.
 
-Why it exists: a profile is a trust domain (issue 13). A user typing ``hermes -p coder chat`` in a
-shell, an alias, a kanban worker or a test must get the same walls as ``coder``'s gateway, or the
+Why it exists: a profile is a trust domain (it cannot read, change or signal another). A user typing
+``hermes -p coder chat`` in a shell, an alias, a kanban worker or a test must get the same walls as
+``coder``'s gateway, or the
 confinement only covers half of what an agent of that profile can do. So this command builds what
 the daemon builds before a spawn, from the same inputs (:mod:`supervisor.daemon.domains`
 ``prepare``):

@@ -85,7 +85,7 @@ class PlanInputs:
     user_ids: UserIds | None = None  # settings.user, resolved
     kanban_layout: str = "linked"  # kanban.layout(root): linked | absent | legacy | foreign
     # Paths the daemon itself wants put back ("rw" | "ro"), e.g. a per-profile folder under
-    # .hermesd/ holding the socket through which kanban workers are handed to the daemon (issue 16).
+    # .hermesd/ holding the socket through which kanban workers are handed to the daemon.
     grants: tuple[tuple[Path, str], ...] = ()
     # Other profiles' homes to show as *empty* read-only folders: for the kanban dispatcher, whose
     # upstream code skips tasks whose assignee's folder does not exist (profile_exists()).

@@ -181,7 +181,7 @@ def usage(name: str, root: ProcRoot | CgroupRoot, watcher: TreeWatcher) -> TreeU
 
 
 def status_fields(usage_: TreeUsage | None, limits: Limits, det: Detection | None) -> dict[str, object]:
-    """The per-profile ``status --json`` fields of issue 12: ``memory_bytes`` and ``tasks`` of the
+    """The per-profile ``status --json`` fields of the limits: ``memory_bytes`` and ``tasks`` of the
     whole tree (``None`` when not running), ``limits`` in force, ``mechanism`` (``cgroup``,
     ``watch``, or ``None`` without limits) and ``limit_mechanisms`` per limit."""
     return {

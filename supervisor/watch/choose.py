@@ -1,4 +1,5 @@
-"""Which watcher this machine gets: inotify on the loop where Linux has it, watchfiles elsewhere."""
+"""Which watcher this machine gets: inotify on the loop wherever the C library has it (every Linux),
+watchfiles otherwise."""
 
 from __future__ import annotations
 

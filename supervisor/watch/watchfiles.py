@@ -1,7 +1,8 @@
-"""File watching with watchfiles, for systems without inotify (macOS, BSD).
+"""File watching with watchfiles: the fallback for a C library without inotify.
 
-watchfiles runs its native watcher in a thread that polls for changes every ``step`` ms, so an
-idle hermesd wakes up regularly; on Linux ``inotify`` is used instead.
+hermesd runs on Linux, whose C libraries all have inotify, so :mod:`supervisor.watch.inotify` is
+what it uses; this watcher runs its native watcher in a thread that polls for changes every
+``step`` ms, so an idle hermesd would wake up regularly.
 """
 
 from __future__ import annotations
