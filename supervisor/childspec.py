@@ -16,13 +16,16 @@ import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from profiles.upstream.platforms import is_platform_variable
 from profiles.upstream.process import FIXED_ENV, GATEWAY_ARGS, profile_args
 from profiles.upstream.releases import interpreter_from_script
 from supervisor.notify import SERVICE_MANAGER_VARIABLES
 from supervisor.tags import TAG_PROFILE, TAG_ROOT, TAG_TOKEN, tag_token
+
+if TYPE_CHECKING:
+    from profiles.upstream.releases import Contract
 
 # Process-identity variables that must come from hermesd, never from its own environment.
 # Also hermesd's own service-manager channel: a child must not notify (or feed the watchdog) for it.
@@ -33,7 +36,7 @@ class GatewayCommandError(RuntimeError):
     """No way to run ``hermes`` was found."""
 
 
-def child_argv(command: list[str], profile: str, contract: Any = None) -> list[str]:
+def child_argv(command: list[str], profile: str, contract: Contract | None = None) -> list[str]:
     """``hermes [-p NAME] gateway run --external-supervisor``; never ``--replace``.
 
     ``contract`` (:class:`profiles.upstream.releases.Contract` of the installed release, None when

@@ -68,7 +68,7 @@ class CodeId:
         return {"version": self.version, "digest": self.digest}
 
     @staticmethod
-    def from_json(raw: Any) -> CodeId | None:
+    def from_json(raw: object) -> CodeId | None:
         """A saved identity, or None when ``raw`` is not one (never trust the state file)."""
         if not isinstance(raw, dict):
             return None

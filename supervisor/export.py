@@ -72,6 +72,7 @@ UNIT_PREFIX = "hermes-gw-"
 COMPOSE_FILE_VERSION = "3.8"
 
 if TYPE_CHECKING:
+    from profiles.upstream.releases import Contract
     from supervisor.plan.verdict import ReleaseRules
 
 
@@ -165,11 +166,11 @@ def _container_home(gw: Gateway) -> str:
     return CONTAINER_ROOT if gw.name == "default" else f"{CONTAINER_ROOT}/profiles/{gw.name}"
 
 
-def _argv(command: Sequence[str], gw: Gateway, contract: Any = None) -> list[str]:
+def _argv(command: Sequence[str], gw: Gateway, contract: Contract | None = None) -> list[str]:
     return child_argv(list(command), gw.name, contract)
 
 
-def _local_contract(command: Sequence[str]) -> Any:
+def _local_contract(command: Sequence[str]) -> Contract | None:
     """The contract of the release ``command`` runs on this machine (the systemd units run it here);
     ``None`` when it cannot be read. An unsupported release refuses the export, as the daemon would
     hold every profile."""
@@ -185,7 +186,7 @@ def _local_contract(command: Sequence[str]) -> Any:
 
 
 def render_systemd(gateways: Sequence[Gateway], *, root: Path, gateway_command: Sequence[str],
-                   hermesd: Sequence[str], contract: Any = None) -> dict[str, str]:
+                   hermesd: Sequence[str], contract: Contract | None = None) -> dict[str, str]:
     """``{unit file name: text}``: one ``hermes-gw-<profile>.service`` user unit per profile."""
     out = {}
     for gw in gateways:

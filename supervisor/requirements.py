@@ -317,7 +317,7 @@ def _question() -> tuple[list[str], list[str], list[str]]:
     return sorted(modules), sorted(programs), sorted(specs)
 
 
-_CACHE: dict[tuple[Any, ...], tuple[Facts, dict[str, int], float]] = {}
+_CACHE: dict[tuple[tuple[str, ...], str | None, str], tuple[Facts, dict[str, int], float]] = {}
 FAILURE_TTL_S = 30.0
 _CACHE_LOCK = threading.Lock()
 

@@ -112,7 +112,7 @@ def _platforms(raw: Any, since: float | None = None) -> dict[str, dict[str, Any]
     return out
 
 
-def _written_before(stamp: Any, since: float | None) -> bool:
+def _written_before(stamp: object, since: float | None) -> bool:
     """Whether an ISO-8601 ``updated_at`` is older than ``since`` (epoch seconds); unknown: no."""
     if since is None or not isinstance(stamp, str):
         return False
@@ -386,7 +386,7 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
     return "\n".join(lines)
 
 
-def _printable(value: Any, limit: int = 120) -> str:
+def _printable(value: object, limit: int = 120) -> str:
     """``value`` as text safe for a terminal: control characters escaped, cut at ``limit``."""
     text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value))
     return text if len(text) <= limit else text[:limit] + "…"

@@ -22,11 +22,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from supervisor.cli.common import Commands, check_names, root_of
 from supervisor.exits import Failure, UserError
 from supervisor.layout import Layout
+
+if TYPE_CHECKING:
+    from supervisor.requirements import Facts, Finding, PlatformCheck
 
 HELP = "install the libraries the profiles' enabled platforms need, into the gateway's interpreter"
 EXAMPLE = "hermesd install-deps coder --dry-run"
@@ -43,7 +46,7 @@ def register(commands: Commands) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the command, install nothing")
 
 
-def _collect(root: Path, names: list[str] | None) -> tuple[list[Any], Any]:
+def _collect(root: Path, names: list[str] | None) -> tuple[list[tuple[Finding, PlatformCheck]], Facts | None]:
     from supervisor import childspec, requirements  # run-time only (see cli/__init__)
     from supervisor import config as config_mod  # run-time only (see cli/__init__)
 
@@ -55,7 +58,7 @@ def _collect(root: Path, names: list[str] | None) -> tuple[list[Any], Any]:
         raise UserError(f"hermesd.yaml: {exc}") from None
 
 
-def _describe(found: list[Any]) -> list[str]:
+def _describe(found: list[tuple[Finding, PlatformCheck]]) -> list[str]:
     lines = []
     for finding, _check in found:
         hint = f" ({finding.hint})" if finding.hint else ""
@@ -117,7 +120,7 @@ def cmd_install_deps(args: argparse.Namespace) -> int:
         found, facts = _collect(root, names)
         specs = merge_specs(c.specs for _f, c in found)
         command = install_command(facts, specs) if facts is not None else None
-        if command is None:
+        if command is None or facts is None:
             return _finish(root, names, affected, installed=False)
         argv = [facts.executable or facts.interpreter[-1], "-m", "pip", "install", *specs]
         try:

@@ -39,7 +39,7 @@ import signal
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from supervisor.cli.common import Commands, check_names, root_of
 from supervisor.exits import Failure, UserError
@@ -47,6 +47,8 @@ from supervisor.layout import Layout
 from supervisor.tags import TAG_PROFILE, TAG_ROOT
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     from supervisor.isolation.plan import Plan
     from supervisor.limits.limits_config import Limits
     from supervisor.limits.session import Session
@@ -262,7 +264,7 @@ def run(prepared: Prepared, command: list[str], *, log: tuple[Path, str] | None 
     for sig in (signal.SIGINT, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_IGN)
 
-    def forward(signum: int, _frame: Any) -> None:
+    def forward(signum: int, _frame: FrameType | None) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
 

@@ -15,12 +15,18 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from supervisor.cli.common import Commands, check_names, root_of
 from supervisor.cli.request import call
 from supervisor.exits import Failure, UserError
 from supervisor.layout import Layout
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from supervisor.config import Config
+    from supervisor.isolation.plan import UserIds
 
 
 def register(commands: Commands) -> None:
@@ -89,7 +95,8 @@ def cmd_isolate_user(args: argparse.Namespace) -> int:
     return 1 if done.errors else 0
 
 
-def _outside(root: Path, name: str, home: Path, account: Any, cfg: Any, lock_dir_of: Any) -> list[str]:
+def _outside(root: Path, name: str, home: Path, account: UserIds, cfg: Config,
+             lock_dir_of: Callable[[Mapping[str, str]], Path | None]) -> list[str]:
     """What the account also needs beyond the home, which this command does not change."""
     from supervisor import ownership  # run-time only (see cli/__init__)
     from supervisor.childspec import child_env  # run-time only (see cli/__init__)
@@ -109,7 +116,7 @@ def _outside(root: Path, name: str, home: Path, account: Any, cfg: Any, lock_dir
     return out
 
 
-def _writable_by(folder: Path, account: Any) -> bool:
+def _writable_by(folder: Path, account: UserIds) -> bool:
     try:
         st = folder.stat()
     except OSError:

@@ -187,7 +187,7 @@ def _overlap(a: ProfileRoute, b: ProfileRoute) -> bool:
 
 
 def _sample_source(a: ProfileRoute, b: ProfileRoute) -> str:
-    parts = [a.platform]
+    parts = [str(a.platform)]
     for key, label in (("guild_id", "guild"), ("chat_id", "chat"), ("thread_id", "thread")):
         value = getattr(a, key) or getattr(b, key)
         if value:
@@ -202,5 +202,5 @@ def _route_name(route: ProfileRoute) -> str:
 def _route_desc(route: ProfileRoute) -> str:
     keys = [f"{label} {getattr(route, key)}" for key, label in
             (("guild_id", "guild"), ("chat_id", "chat"), ("thread_id", "thread")) if getattr(route, key)]
-    scope = " ".join([route.platform, *keys])
+    scope = " ".join([str(route.platform), *keys])
     return f"{_route_name(route)} ({scope} -> {route.profile})"

@@ -7,7 +7,7 @@ import shlex
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from profiles import safeio
 from profiles.upstream import files as gf
@@ -19,6 +19,9 @@ from supervisor.isolation import install
 from supervisor.plan.verdict import ERROR, INFO, WARNING
 from supervisor.tags import TAG_ROOT
 from wrappers.scripts import non_routing_wrappers
+
+if TYPE_CHECKING:
+    from profiles.upstream.files import PidRecord
 
 SYSTEMD_PREFIX = "hermes-gateway"
 LAUNCHD_PREFIX = "ai.hermes.gateway"
@@ -213,7 +216,7 @@ def _service_target(scan: Scan, unit: Path) -> str | None:
 _ELSEWHERE = ""  # never a profile name
 
 
-def _stale_reason(rec: Any) -> str:
+def _stale_reason(rec: PidRecord | None) -> str:
     if rec is None:
         return "is not a gateway PID record (empty or unreadable)"
     live = proc_start_time(rec.pid)

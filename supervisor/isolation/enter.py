@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
+    from supervisor.isolation.plan import Plan
+
 if __package__:
     from supervisor.isolation import confine, kernel
     from supervisor.isolation.shim_argv import decode_plan
@@ -68,7 +70,7 @@ def _fail(profile: str, message: str, code: int) -> None:
     os._exit(code)
 
 
-def _exec(argv: Sequence[str], env: Mapping[Any, Any], profile: str) -> None:
+def _exec(argv: Sequence[str], env: Mapping[bytes, bytes] | Mapping[str, str], profile: str) -> None:
     # Python ignores SIGPIPE and SIGXFSZ at start-up, and an ignored signal stays ignored across
     # execve: give the command the defaults the daemon spawned us with (posix_spawn setsigdef).
     import _signal  # type: ignore[import-not-found]  # the C module: the shim does not pay for signal's enums
@@ -84,7 +86,7 @@ def _exec(argv: Sequence[str], env: Mapping[Any, Any], profile: str) -> None:
         _fail(profile, f"cannot execute {argv[0]}: {exc.strerror}", EXIT_CANNOT_EXEC)
 
 
-def exec_in_place(plan: Any, argv: Sequence[str], env: Mapping[str, str],
+def exec_in_place(plan: Plan | dict[str, Any], argv: Sequence[str], env: Mapping[str, str],
                   after: Callable[[], None] | None = None) -> None:
     """Confine *this* process and exec ``argv`` (for ``hermesd exec``: saves a second interpreter).
 

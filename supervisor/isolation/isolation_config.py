@@ -69,7 +69,7 @@ class IsolationPartial:
     values: tuple[tuple[str, Any], ...]
 
 
-def _mode(value: Any, key: str) -> str:
+def _mode(value: object, key: str) -> str:
     if value is False:  # YAML 1.1: a bare `off` is the boolean false
         return "off"
     if isinstance(value, str) and value.strip().lower() in MODES:
@@ -77,13 +77,13 @@ def _mode(value: Any, key: str) -> str:
     raise IsolationConfigError(key, f"expected one of {', '.join(MODES)}, got {value!r}")
 
 
-def _bool(value: Any, key: str) -> bool:
+def _bool(value: object, key: str) -> bool:
     if not isinstance(value, bool):
         raise IsolationConfigError(key, f"expected true or false, got {value!r}")
     return value
 
 
-def _paths(value: Any, key: str) -> tuple[str, ...]:
+def _paths(value: object, key: str) -> tuple[str, ...]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list):
         raise IsolationConfigError(key, "expected a path or a list of paths")
@@ -98,7 +98,7 @@ def _paths(value: Any, key: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _user(value: Any, key: str) -> str | None:
+def _user(value: object, key: str) -> str | None:
     if value is None:
         return None
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
@@ -108,7 +108,7 @@ def _user(value: Any, key: str) -> str | None:
     raise IsolationConfigError(key, f"expected an account name or uid, got {value!r}")
 
 
-def parse_isolation(value: Any, key: str = "isolation") -> IsolationPartial:
+def parse_isolation(value: object, key: str = "isolation") -> IsolationPartial:
     """Validate one ``isolation`` value (string, bool or mapping) into the keys it sets."""
     if value is None:
         return IsolationPartial(())

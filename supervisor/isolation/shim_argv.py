@@ -18,12 +18,14 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
+    from supervisor.isolation.plan import Plan
+
 ENTER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "enter.py")
 _PY_FLAGS = ("-E", "-s", "-S")
 _MARSHAL_TAG = "m4:"
 
 
-def wrap_argv(plan: Any, argv: Sequence[str], *, python: str | None = None) -> list[str]:
+def wrap_argv(plan: Plan | dict[str, Any], argv: Sequence[str], *, python: str | None = None) -> list[str]:
     """The command the daemon spawns for ``argv`` under ``plan`` (a Plan or its JSON dict).
 
     ``off`` returns ``argv`` unchanged (no shim, no cost); ``unavailable`` raises ``ValueError``

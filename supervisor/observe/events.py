@@ -99,12 +99,12 @@ class Stamper:
         return event
 
 
-def bounded(value: Any) -> Any:
+def bounded(value: object) -> object:
     """``value`` cut to what an event may carry (strings of 1000 characters, shallow JSON)."""
     return _cap(value)
 
 
-def _cap(value: Any, depth: int = 0) -> Any:
+def _cap(value: object, depth: int = 0) -> object:
     """Bound what an event can carry: long strings cut, nesting shallow, only JSON types."""
     if value is None or isinstance(value, bool | int):
         return value
@@ -150,7 +150,7 @@ def validate(event: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def is_event(obj: Any) -> bool:
+def is_event(obj: object) -> bool:
     """The minimum a reader needs to use a line: an object with a string type and a numeric ts."""
     return (
         isinstance(obj, dict)
@@ -164,7 +164,7 @@ def is_event(obj: Any) -> bool:
 # --------------------------------------------------------------------------- rendering
 
 
-def describe_exit(code: Any, sig: Any) -> str:
+def describe_exit(code: object, sig: object) -> str:
     """``exit 1``, ``killed by SIGKILL``, or ``exit status unknown`` (an adopted gateway)."""
     if sig is not None:
         name = sig if isinstance(sig, str) else f"signal {sig}"
@@ -174,7 +174,7 @@ def describe_exit(code: Any, sig: Any) -> str:
     return "exit status unknown"
 
 
-def duration(seconds: Any) -> str:
+def duration(seconds: object) -> str:
     """``850ms``, ``12.3s``, ``4m05s``, ``3h12m``, ``2d04h``: short and exact enough for a log line."""
     if not isinstance(seconds, int | float) or isinstance(seconds, bool):
         return "?"
@@ -193,7 +193,7 @@ def duration(seconds: Any) -> str:
     return f"{d}d{h:02d}h"
 
 
-def clock(ts: Any, *, date: bool = False) -> str:
+def clock(ts: object, *, date: bool = False) -> str:
     """Local time of ``ts`` (``HH:MM:SS``, with the date when asked)."""
     if not isinstance(ts, int | float) or isinstance(ts, bool):
         return "?"
@@ -204,7 +204,7 @@ def clock(ts: Any, *, date: bool = False) -> str:
     return when.strftime("%Y-%m-%d %H:%M:%S" if date else "%H:%M:%S")
 
 
-def _s(value: Any) -> str:
+def _s(value: object) -> str:
     return "-" if value is None else str(value)
 
 

@@ -93,7 +93,7 @@ def matches(hook: Hook, event: Mapping[str, Any]) -> bool:
     return True
 
 
-def _flat(prefix: str, value: Any, out: dict[str, str], depth: int = 0) -> None:
+def _flat(prefix: str, value: object, out: dict[str, str], depth: int = 0) -> None:
     if isinstance(value, Mapping) and depth < 1:
         for k, v in value.items():
             _flat(f"{prefix}_{_var(str(k))}", v, out, depth + 1)
@@ -472,7 +472,7 @@ class HookRunner:
             await asyncio.wait_for(self._idle.wait(), 2.0)
 
 
-def _status_from_waitid(result: Any) -> int:
+def _status_from_waitid(result: os.waitid_result) -> int:
     """A shell-style status: the exit code, or 128 + signal for a killed hook."""
     if result.si_code == os.CLD_EXITED:
         return int(result.si_status)

@@ -162,7 +162,7 @@ class _Writer:
         return "".join(self.parts)
 
 
-def _is_num(v: Any) -> bool:
+def _is_num(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and v == v
 
 

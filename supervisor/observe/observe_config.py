@@ -81,7 +81,7 @@ def parse_sections(top: Mapping[str, Any]) -> ObserveSettings:
     return ObserveSettings(journal=journal, hooks=hooks, metrics=metrics)
 
 
-def parse_journal(value: Any) -> JournalSettings:
+def parse_journal(value: object) -> JournalSettings:
     """``events: {max_bytes: 1048576, backups: 9}``: size of one journal file, older files kept."""
     raw = mapping(value, ("events",), {"max_bytes", "backups"})
     kwargs = {}
@@ -95,7 +95,7 @@ def parse_journal(value: Any) -> JournalSettings:
 # --------------------------------------------------------------------------- hooks:
 
 
-def parse_hooks(value: Any, path: tuple[str | int, ...] = ("hooks",)) -> tuple[Hook, ...]:
+def parse_hooks(value: object, path: tuple[str | int, ...] = ("hooks",)) -> tuple[Hook, ...]:
     """Validate the ``hooks:`` list; raise :class:`ObserveConfigError` naming the key."""
     if not isinstance(value, list):
         raise ObserveConfigError(path, "expected a list of hooks (each a mapping with 'on' and 'command')")
@@ -110,7 +110,7 @@ def parse_hooks(value: Any, path: tuple[str | int, ...] = ("hooks",)) -> tuple[H
     return tuple(hooks)
 
 
-def parse_hook(item: Any, path: tuple[str | int, ...]) -> Hook:
+def parse_hook(item: object, path: tuple[str | int, ...]) -> Hook:
     if isinstance(item, Mapping) and True in item and "on" not in item:
         # YAML 1.1 (PyYAML) reads a bare ``on:`` key as the boolean true; it is our "on".
         item = {("on" if k is True else k): v for k, v in item.items()}
@@ -141,7 +141,7 @@ def render_index(path: tuple[str | int, ...]) -> str:
     return render_path(path)
 
 
-def _event_types(value: Any, path: tuple[str | int, ...]) -> frozenset[str]:
+def _event_types(value: object, path: tuple[str | int, ...]) -> frozenset[str]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not items:
         raise ObserveConfigError(path, "expected an event type or a non-empty list of them")
@@ -152,7 +152,7 @@ def _event_types(value: Any, path: tuple[str | int, ...]) -> frozenset[str]:
     return frozenset(items)
 
 
-def _command(value: Any, path: tuple[str | int, ...]) -> tuple[str, ...]:
+def _command(value: object, path: tuple[str | int, ...]) -> tuple[str, ...]:
     if isinstance(value, str):
         if not value.strip() or "\0" in value or len(value) > MAX_COMMAND:
             raise ObserveConfigError(path, "expected a non-empty shell command (no NUL, at most 8 KiB)")
@@ -167,7 +167,7 @@ def _command(value: Any, path: tuple[str | int, ...]) -> tuple[str, ...]:
     raise ObserveConfigError(path, "expected a command: a list of strings (argv) or one string (run by /bin/sh -c)")
 
 
-def _profiles(value: Any, path: tuple[str | int, ...]) -> frozenset[str]:
+def _profiles(value: object, path: tuple[str | int, ...]) -> frozenset[str]:
     if not isinstance(value, list) or not value:
         raise ObserveConfigError(path, "expected a non-empty list of profile names")
     out = set()
@@ -182,7 +182,7 @@ def _profiles(value: Any, path: tuple[str | int, ...]) -> frozenset[str]:
 # --------------------------------------------------------------------------- metrics:
 
 
-def parse_metrics(value: Any, path: tuple[str | int, ...] = ("metrics",)) -> MetricsSettings | None:
+def parse_metrics(value: object, path: tuple[str | int, ...] = ("metrics",)) -> MetricsSettings | None:
     """Validate ``metrics:``; ``None`` (or no ``listen``) means no listener (``hermesd metrics`` still works)."""
     raw = mapping(value, path, {"listen", "allow_public"})
     allow = raw.get("allow_public", False)
