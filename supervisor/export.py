@@ -52,12 +52,12 @@ from profiles.snapshot import read_profile
 from profiles.upstream.process import FIXED_ENV, Exit
 from profiles.upstream.releases import Unsupported
 from supervisor import config as config_mod
-from supervisor.childspec import child_argv
+from supervisor.childspec import GatewayCommandError, child_argv, resolve_gateway_command
 from supervisor.kanban.dispatch import DISPATCH_ENV
 from supervisor.layout import Layout
-from supervisor.plan.verdict import Candidate, judge
+from supervisor.plan.verdict import Candidate, ReleaseRules, judge
 from supervisor.requirements import interpreter_facts, release_contract
-from supervisor.service import env_line, systemd_quote
+from supervisor.service import env_line, hermesd_command, systemd_quote
 
 if TYPE_CHECKING:
     from supervisor.config import Config
@@ -73,7 +73,6 @@ COMPOSE_FILE_VERSION = "3.8"
 
 if TYPE_CHECKING:
     from profiles.upstream.releases import Contract
-    from supervisor.plan.verdict import ReleaseRules
 
 
 class ExportError(ValueError):
@@ -408,12 +407,6 @@ def export_files(fmt: str, root: Path, *, image: str = DEFAULT_IMAGE, storage: s
                  gateway_command: Sequence[str] | None = None, hermesd: Sequence[str] | None = None) -> dict[str, str]:
     """``{file name: text}`` for ``fmt``; raises :class:`ExportError`."""
     if fmt == "systemd":
-        from supervisor import config as config_mod
-        from supervisor.childspec import GatewayCommandError, resolve_gateway_command
-        from supervisor.layout import Layout
-        from supervisor.plan.verdict import ReleaseRules
-        from supervisor.service import hermesd_command
-
         if gateway_command is None:
             configured = config_mod.load(Layout(root).config).command
             try:

@@ -14,7 +14,7 @@ from supervisor.isolation.probing import best_mechanism, doctor_lines, probe
 from supervisor.kanban.dispatch import kanban_findings
 from supervisor.layout import Layout
 from supervisor.limits import detect_only
-from supervisor.limits.cgroup import doctor_findings
+from supervisor.limits.cgroup import doctor_findings, memory_pressure_findings
 from supervisor.limits.limits_config import hung_after_warning
 from supervisor.plan.verdict import ERROR, INFO, WARNING
 
@@ -92,8 +92,6 @@ def check_limits(scan: Scan) -> None:
                      f"raise hung_after for {prof.name!r} in hermesd.yaml (or set it to null to turn it off)")
     usage = _tree_memory(scan)
     if usage:
-        from supervisor.limits.cgroup import memory_pressure_findings
-
         for f in memory_pressure_findings(usage, limits, _host_memory()):
             scan.add(f.severity, f.code, None, f.message, f.fix or "")
 

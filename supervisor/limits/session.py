@@ -104,8 +104,6 @@ class Session:
         try:
             cgroup_io.attach(self.dir, pid)
         except (cgroup_io.CgroupError, ProcessLookupError) as exc:
-            from supervisor.prctl import become_subreaper
-
             self.problem = f"cannot join {self.dir}: {exc}"
             self._remove()
             self.dir = None
