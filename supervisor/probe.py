@@ -144,8 +144,8 @@ def _lacking(home: Path, pid: int) -> str | None:
     try:
         # Here only: PyYAML and the gateway's interpreter, for --ready with a live gateway's files,
         # never on the rest of a health check that runs every few seconds.
-        from supervisor import requirements
-        from supervisor.hermes_release import interpreter_argv
+        from supervisor import requirements  # here only: see above
+        from supervisor.hermes_release import interpreter_argv  # here only: see above
 
         # The interpreter as the gateway was started (status and doctor ask the same function of
         # the configured command); /proc/PID/exe would name the file a venv's python links to.

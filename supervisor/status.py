@@ -181,7 +181,7 @@ def _add_offline_requirements(root: Path, rows: list[dict[str, Any]]) -> None:
     """
     # Only without a daemon (which asks the interpreter itself): hermesd.yaml and the interpreter's
     # question are most of what an offline status costs, and none of what a running daemon's does.
-    from supervisor import requirements
+    from supervisor import requirements  # offline only: see above
 
     try:
         findings = requirements.requirement_findings(root, profiles=[r["name"] for r in rows])
