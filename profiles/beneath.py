@@ -55,7 +55,7 @@ def _openat2() -> Callable[[int, bytes, int, int, int], int] | None:
         return _state[0]
     fn = None
     try:
-        import ctypes
+        import ctypes  # on first use: see above
 
         call = ctypes.CDLL(None, use_errno=True).syscall
         call.restype = ctypes.c_long

@@ -1,4 +1,4 @@
-"""The ``hermesd profile`` verbs: what each one does (the parser lives in ``profiles.cli``).
+"""The ``hermesd profile`` verbs: what each one does (the parser lives in ``supervisor.cli.profile``).
 
 Imported only when a profile verb runs, so other hermesd commands never pay for archives,
 lifecycle and wrappers.
@@ -171,7 +171,7 @@ def _print_summary(s: ProfileSummary) -> None:
         print(f"Problem: {printable(problem)}")
 
 
-def _cmd_status(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     name = active_profile(root)
     path = root if name == DEFAULT_PROFILE else root / "profiles" / name
@@ -182,7 +182,7 @@ def _cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     return EXIT_OK
 
 
-def _cmd_list(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_list(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     summaries, unserved = list_profiles(root, wrapper_dir=_alias_dir(args))
     if args.json:
@@ -207,7 +207,7 @@ def _cmd_list(args: argparse.Namespace, ctx: Context) -> int:
     return EXIT_OK
 
 
-def _cmd_show(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_show(args: argparse.Namespace, ctx: Context) -> int:
     summary = show_profile(args.profile_name, _root(args), wrapper_dir=_alias_dir(args))
     if args.json:
         print(json.dumps(summary.to_json(), indent=2))
@@ -216,7 +216,7 @@ def _cmd_show(args: argparse.Namespace, ctx: Context) -> int:
     return EXIT_OK
 
 
-def _cmd_describe(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_describe(args: argparse.Namespace, ctx: Context) -> int:
     if args.auto or args.all_missing or args.overwrite:
         raise UsageError(
             "describe --auto/--all/--overwrite ask a model to write the description; hermesd runs no model: "
@@ -239,7 +239,7 @@ def _cmd_describe(args: argparse.Namespace, ctx: Context) -> int:
     return EXIT_OK
 
 
-def _cmd_info(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_info(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     canon = parse_profile_name(args.profile_name)
     home = existing_profile_home(args.profile_name, root)
@@ -279,7 +279,7 @@ def _cmd_info(args: argparse.Namespace, ctx: Context) -> int:
 # --------------------------------------------------------------------------- create / delete / rename
 
 
-def _cmd_create(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_create(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     interpreter = ctx.upstream_python
     if interpreter is None:
@@ -343,7 +343,7 @@ def _stopper(args: argparse.Namespace, ctx: Context) -> StopGateway | None:
     return ctx.stop_gateway
 
 
-def _cmd_delete(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_delete(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     canon = parse_profile_name(args.profile_name)
     if canon == DEFAULT_PROFILE:
@@ -368,7 +368,7 @@ def _cmd_delete(args: argparse.Namespace, ctx: Context) -> int:
     return EXIT_OK
 
 
-def _cmd_rename(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_rename(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     result = rename_profile(
         args.old_name, args.new_name, root,
@@ -386,7 +386,7 @@ def _cmd_rename(args: argparse.Namespace, ctx: Context) -> int:
     return EXIT_OK
 
 
-def _cmd_use(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_use(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     if args.clear:
         if args.profile_name is not None:
@@ -404,7 +404,7 @@ def _cmd_use(args: argparse.Namespace, ctx: Context) -> int:
 # --------------------------------------------------------------------------- export / import
 
 
-def _cmd_export(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_export(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     canon = parse_profile_name(args.profile_name)
     existing_profile_home(args.profile_name, root)
@@ -419,7 +419,7 @@ def _cmd_export(args: argparse.Namespace, ctx: Context) -> int:
     return EXIT_OK
 
 
-def _cmd_import(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_import(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     shown = Progress("importing entries")
     try:
@@ -440,7 +440,7 @@ def _print_wrapper(w: WrapperInfo) -> None:
     print(f"{printable(w.alias)} -> {printable(w.profile)}  ({printable(w.path)}){kind}")
 
 
-def _cmd_alias(args: argparse.Namespace, ctx: Context) -> int:
+def cmd_alias(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     folder = _alias_dir(args)
     picked = [flag for flag in ("list", "remove", "adopt") if getattr(args, flag)]

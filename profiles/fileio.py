@@ -18,15 +18,18 @@ folder is a profile home). Writes go through an ``O_EXCL`` temp file in the same
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from profiles.errors import ProfileConfigError
 from profiles.safeio import Beneath, Stamp, UnsafeFileError, beneath, read_if_changed, read_regular, replace_bytes
 
+if TYPE_CHECKING:  # the loaders built here: libyaml's where PyYAML has it, the pure-Python one otherwise
+    YamlLoader = yaml.SafeLoader | yaml.CSafeLoader
+
 try:  # libyaml is an order of magnitude faster; scanning 1,000 profiles depends on it.
-    _Loader: type = yaml.CSafeLoader
+    _Loader: type[YamlLoader] = yaml.CSafeLoader
     _Dumper: type = yaml.CSafeDumper
 except AttributeError:  # pragma: no cover - PyYAML built without libyaml
     _Loader = yaml.SafeLoader
@@ -112,7 +115,7 @@ def _refusal(node: yaml.Node, path: Path, problem: str) -> ProfileConfigError:
     return ProfileConfigError(path, f"refused YAML: {problem}", line=mark.line + 1 if mark is not None else None)
 
 
-def compose_yaml(text: str, path: Path, loader: type = _Loader) -> tuple[Any, yaml.Node | None]:
+def compose_yaml(text: str, path: Path, loader: type[YamlLoader] = _Loader) -> tuple[YamlLoader, yaml.Node | None]:
     """The bounded node tree of ``text`` and a loader positioned to construct it; errors name file and line."""
     ldr = loader(text)
     try:
@@ -138,7 +141,7 @@ def compose_yaml(text: str, path: Path, loader: type = _Loader) -> tuple[Any, ya
     return ldr, node
 
 
-def parse_yaml(text: str, path: Path) -> Any:
+def parse_yaml(text: str, path: Path) -> object:
     """Parse YAML ``text`` read from ``path``, bounded; a syntax error names the file and line."""
     ldr, node = compose_yaml(text, path)
     try:

@@ -16,6 +16,7 @@ from typing import Any
 from profiles.credentials import credential_kinds, load_config, profile_ports
 from profiles.discovery import active_profile, existing_profile_home, named_profiles, unserved_profile_dirs
 from profiles.errors import ProfileConfigError, ProfileError
+from profiles.fileio import parse_yaml, read_text
 from profiles.meta import read_profile_meta
 from profiles.names import DEFAULT_PROFILE, parse_profile_name
 from profiles.paths import root_or_env
@@ -147,8 +148,6 @@ def read_distribution(home: Path) -> dict[str, Any] | None:
     ``version`` ``0.1.0``, ``env_requires`` a list of ``{name, description, required, default}``);
     a malformed manifest is a :class:`ProfileConfigError` naming the file (read bounded).
     """
-    from profiles.fileio import parse_yaml, read_text
-
     path = Path(home) / DISTRIBUTION_FILE
     if not path.is_file():
         return None

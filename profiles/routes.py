@@ -39,10 +39,12 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from profiles.errors import InvalidNameError, ProfileConfigError
+from profiles.fileio import parse_yaml, read_text
 from profiles.names import parse_profile_name, shown
+from profiles.safeio import read_regular
 
 FORM_TOP = "top-level"
 FORM_NESTED = "nested"
@@ -65,21 +67,21 @@ class _Marker:
         return self.label
 
 
-MISSING: Any = _Marker("MISSING")  # the file does not exist
-BROKEN: Any = _Marker("BROKEN")  # the file exists but upstream could not load it (parse error)
+MISSING: Final = _Marker("MISSING")  # the file does not exist
+BROKEN: Final = _Marker("BROKEN")  # the file exists but upstream could not load it (parse error)
 
 
 @dataclass(frozen=True)
 class ProfileRoute:
     """One routing rule, with its fields exactly as upstream keeps them (raw values, not strings)."""
 
-    platform: Any
+    platform: object
     profile: str
-    name: Any = ""
-    guild_id: Any = None
-    chat_id: Any = None
-    thread_id: Any = None
-    enabled: Any = True
+    name: object = ""
+    guild_id: object = None
+    chat_id: object = None
+    thread_id: object = None
+    enabled: object = True
 
     @property
     def specificity(self) -> int:
@@ -170,13 +172,13 @@ class RouteParse:
 class RouteSource:
     """What upstream hands ``parse_profile_routes`` (``data.get('profile_routes') or []``), and from where."""
 
-    entries: Any
+    entries: object
     form: str | None
     forms: frozenset[str]
     issues: tuple[RouteIssue, ...]
 
 
-def route_source(config: Any = MISSING, gateway_json: Any = MISSING) -> RouteSource:
+def route_source(config: object = MISSING, gateway_json: object = MISSING) -> RouteSource:
     """Emulate ``load_gateway_config``'s choice of route list.
 
     ``config`` is the parsed config.yaml document (any YAML value), :data:`MISSING` or
@@ -185,10 +187,10 @@ def route_source(config: Any = MISSING, gateway_json: Any = MISSING) -> RouteSou
     """
     issues: list[RouteIssue] = []
     forms: set[str] = set()
-    gw_data: Any = {}
+    gw_data: object = {}
     if gateway_json is not MISSING and gateway_json is not BROKEN:
         gw_data = gateway_json or {}
-    yaml_routes: Any = None
+    yaml_routes: object = None
     yaml_form: str | None = None
     if config is not MISSING and config is not BROKEN:
         doc = config or {}
@@ -250,7 +252,7 @@ def route_source(config: Any = MISSING, gateway_json: Any = MISSING) -> RouteSou
 # --------------------------------------------------------------------------- the rules
 
 
-def _label(index: int, name: Any, form: str | None) -> str:
+def _label(index: int, name: object, form: str | None) -> str:
     where = f" ({form})" if form else ""
     return f"profile route #{index} {shown(name)}{where}" if name else f"profile route #{index}{where}"
 
@@ -311,7 +313,7 @@ def _field_issues(entry: Mapping[str, Any], label: str, index: int, form: str | 
     return issues
 
 
-def parse_route_entries(raw: Any, form: str | None = None) -> tuple[list[ProfileRoute], list[RouteIssue]]:
+def parse_route_entries(raw: object, form: str | None = None) -> tuple[list[ProfileRoute], list[RouteIssue]]:
     """Upstream's ``parse_profile_routes(raw)``, plus what a person should know about each entry.
 
     A value upstream cannot iterate (a number, ``true``) makes its loader raise: reported as a
@@ -320,9 +322,7 @@ def parse_route_entries(raw: Any, form: str | None = None) -> tuple[list[Profile
     issues: list[RouteIssue] = []
     if not raw:
         return [], issues
-    try:
-        items = list(raw)
-    except TypeError:
+    if not isinstance(raw, Iterable):
         return [], [RouteIssue(
             "loader_error",
             f"profile_routes in gateway.json is a {type(raw).__name__}; Hermes' config loader raises on it and the "
@@ -330,7 +330,7 @@ def parse_route_entries(raw: Any, form: str | None = None) -> tuple[list[Profile
             form=form,
         )]
     routes: list[ProfileRoute] = []
-    for index, entry in enumerate(items):
+    for index, entry in enumerate(raw):
         if not isinstance(entry, dict):
             issues.append(RouteIssue("not_a_mapping", f"{_label(index, None, form)}: skipped, not a mapping",
                                      index, form))
@@ -364,17 +364,15 @@ def parse_route_entries(raw: Any, form: str | None = None) -> tuple[list[Profile
     return routes, issues
 
 
-def parse_profile_routes(config: Any = MISSING, gateway_json: Any = MISSING) -> RouteParse:
+def parse_profile_routes(config: object = MISSING, gateway_json: object = MISSING) -> RouteParse:
     """The routes upstream would load from a parsed config.yaml (and, if given, gateway.json)."""
     source = route_source(config, gateway_json)
     routes, issues = parse_route_entries(source.entries, source.form)
     return RouteParse(tuple(routes), (*source.issues, *issues), source.forms, source.form)
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path) -> object:
     """``gateway.json`` as upstream reads it: missing -> MISSING, unparseable -> BROKEN (upstream warns)."""
-    from profiles.safeio import read_regular
-
     try:
         data = read_regular(path, _MAX_GATEWAY_JSON)
     except (FileNotFoundError, NotADirectoryError):
@@ -387,14 +385,12 @@ def _read_json(path: Path) -> Any:
         return BROKEN
 
 
-def load_profile_routes(home: Path, config: Any = None) -> RouteParse:
+def load_profile_routes(home: Path, config: object = None) -> RouteParse:
     """Read ``home``'s config.yaml (or take the parsed ``config``) and ``gateway.json``; parse as upstream.
 
     A config.yaml hermesd cannot read counts as upstream's parse failure (its routes are not
     loaded, gateway.json's are).
     """
-    from profiles.fileio import parse_yaml, read_text
-
     home = Path(home)
     if config is None:
         path = home / "config.yaml"

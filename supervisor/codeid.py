@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from profiles.upstream import files as gf
+from profiles.upstream.releases import parse_version
 
 RECORD = "RECORD"
 _NOT_CONTENT = frozenset({"INSTALLER", "REQUESTED", "direct_url.json", RECORD})
@@ -67,7 +68,7 @@ class CodeId:
         return {"version": self.version, "digest": self.digest}
 
     @staticmethod
-    def from_json(raw: Any) -> CodeId | None:
+    def from_json(raw: object) -> CodeId | None:
         """A saved identity, or None when ``raw`` is not one (never trust the state file)."""
         if not isinstance(raw, dict):
             return None
@@ -200,8 +201,6 @@ def installed_now(dist_info: str | Path | None) -> Installed | None:
 
 
 def _release(version: str) -> tuple[int, ...] | None:
-    from profiles.upstream.releases import parse_version
-
     parsed = parse_version(version)
     return parsed.release if parsed is not None else None
 

@@ -3,19 +3,39 @@
 The file is optional. It is parsed into YAML nodes (not plain data) so that every complaint can
 point at the line a user has to fix. A running daemon that fails to load a new version keeps
 its last good one.
+
+The limits' and the journal's settings are imported where they are used (each such line says "lazy:
+see above"): ``hermesd status`` and ``hermesd exec`` read this file for the command and the
+environment, and the limits package (which loads its mechanism with it) and the journal would cost
+them 30-40 ms (measured).
 """
 
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import yaml
+
+from profiles.errors import ProfileConfigError, ProfileError
+from profiles.fileio import MAX_PROFILE_FILE, compose_yaml
+from profiles.names import normalize_name, validate_profile_name
+from profiles.safeio import UnsafeFileError, read_operator_file
 from profiles.upstream.process import stop_timeout as upstream_stop_timeout
 from supervisor.childspec import forbidden_extra_env
+from supervisor.isolation.isolation_config import IsolationConfigError, merge_isolation, parse_isolation
+from supervisor.kanban.dispatch import dispatcher_env
+from supervisor.observe.values import line_of
 from supervisor.plan.policy import RestartPolicy
+
+if TYPE_CHECKING:
+    from supervisor.isolation.isolation_config import IsolationPartial, IsolationSettings
+    from supervisor.limits.limits_config import HungSettings, Limits, LimitsSpec
+    from supervisor.observe.observe_config import ObserveSettings
 
 
 class ConfigError(ValueError):
@@ -27,8 +47,8 @@ class ProfileSettings:
     enabled: bool = True
     environment: Mapping[str, str] = field(default_factory=dict)
     stop_timeout: float | None = None
-    isolation: Any = None  # isolation.settings partial, or None
-    limits: Any = None  # limits.settings.LimitsSpec, or None
+    isolation: IsolationPartial | None = None
+    limits: LimitsSpec | None = None
     hung: Mapping[str, float | None] = field(default_factory=dict)  # hung_after / startup_grace as given
 
 
@@ -43,40 +63,38 @@ class Config:
     profiles: Mapping[str, ProfileSettings] = field(default_factory=dict)
     max_starting: int | None = None  # None: the CPU cores (see supervisor.daemon.effective)
     present: bool = False  # the file exists (doctor and status say where settings came from)
-    isolation: Any = None  # isolation.settings partial (the top level), or None
-    limits: Any = None  # limits.settings.LimitsSpec (the top level), or None
+    isolation: IsolationPartial | None = None  # the top level's
+    limits: LimitsSpec | None = None  # the top level's
     hung: Mapping[str, float | None] = field(default_factory=dict)  # top-level hung_after / startup_grace
-    observe: Any = None  # observe.settings.ObserveSettings, or None: defaults
+    observe: ObserveSettings | None = None  # None: the defaults
     kanban_dispatcher: str = "default"  # kanban.dispatcher: the profile whose gateway dispatches, or "off"
     # Bounds of the kanban hand-off (supervisor.kanban.bounds): a dispatcher must not be able to
     # move its load into another profile's limits, nor flood the daemon with requests.
     kanban_workers_per_profile: int = 4  # kanban.workers_per_profile: workers one assignee runs at once
-    kanban_worker_limits: Any = None  # kanban.worker_limits (LimitsSpec): each worker's own, over the assignee's
+    kanban_worker_limits: LimitsSpec | None = None  # kanban.worker_limits: each worker's own, over the assignee's
     kanban_requests_per_minute: int = 60  # kanban.requests_per_minute: hand-off requests one dispatcher may make
 
-    def worker_limits_for(self, name: str) -> Any:
+    def worker_limits_for(self, name: str) -> Limits:
         """The limits of each kanban worker run for ``name``: its own cgroup (never its assignee's
         gateway's), with the assignee's limits, key by key overridden by ``kanban.worker_limits``."""
-        from supervisor.limits.settings import LimitsSpec, merge_limits
+        from supervisor.limits.limits_config import LimitsSpec, merge_limits  # lazy: see above
 
         own = self.limits_for(name)
         return merge_limits(LimitsSpec(own.memory_max, own.tasks_max, own.cpu_weight), self.kanban_worker_limits)
 
-    def isolation_for(self, name: str) -> Any:
+    def isolation_for(self, name: str) -> IsolationSettings:
         """The isolation settings in force for ``name`` (defaults, the top level, the profile's own)."""
-        from supervisor.isolation import merge_isolation
-
         return merge_isolation(self.isolation, self.for_profile(name).isolation)
 
-    def limits_for(self, name: str) -> Any:
+    def limits_for(self, name: str) -> Limits:
         """The resource limits in force for ``name`` (a profile's keys override the top level's)."""
-        from supervisor.limits.settings import LimitsSpec, merge_limits
+        from supervisor.limits.limits_config import LimitsSpec, merge_limits  # lazy: see above
 
         return merge_limits(self.limits or LimitsSpec(), self.for_profile(name).limits or LimitsSpec())
 
-    def hung_for(self, name: str) -> Any:
+    def hung_for(self, name: str) -> HungSettings:
         """Hung detection for ``name`` (``hung_after`` None: off)."""
-        from supervisor.limits.settings import merge_hung
+        from supervisor.limits.limits_config import merge_hung  # lazy: see above
 
         own = self.for_profile(name).hung
         # hermesd.yaml's keys to merge_hung's arguments (``startup_grace`` is its ``grace``).
@@ -84,8 +102,8 @@ class Config:
         return merge_hung(**{f"top_{arg[k]}": v for k, v in self.hung.items()},
                           **{f"own_{arg[k]}": v for k, v in own.items()})
 
-    def observe_settings(self) -> Any:
-        from supervisor.observe.settings import ObserveSettings
+    def observe_settings(self) -> ObserveSettings:
+        from supervisor.observe.observe_config import ObserveSettings  # lazy: see above
 
         return self.observe or ObserveSettings()
 
@@ -102,8 +120,6 @@ class Config:
         (the daemon adds them at spawn, :mod:`supervisor.kanban.handoff`); an exported unit or
         container therefore runs upstream's own workers, in the dispatcher's tree.
         """
-        from supervisor.kanban.dispatch import dispatcher_env
-
         return {**self.environment, **self.for_profile(name).environment,
                 **dispatcher_env(self.kanban_dispatcher, name)}
 
@@ -119,9 +135,6 @@ class Config:
 
 def load(path: Path) -> Config:
     """Parse ``path``; a missing file means all defaults. Read bounded: a FIFO or a huge file is an error."""
-    from profiles.fileio import MAX_PROFILE_FILE
-    from profiles.safeio import UnsafeFileError, read_operator_file
-
     try:
         raw = read_operator_file(path, MAX_PROFILE_FILE)
     except FileNotFoundError:
@@ -139,11 +152,6 @@ def load(path: Path) -> Config:
 
 
 def parse(text: str, path: Path) -> Config:
-    import yaml
-
-    from profiles.errors import ProfileConfigError
-    from profiles.fileio import compose_yaml
-
     try:
         ldr, node = compose_yaml(text, path, loader=yaml.SafeLoader)
     except ProfileConfigError as exc:
@@ -168,15 +176,13 @@ class _Reader:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def fail(self, node: Any, key: str, message: str) -> ConfigError:
+    def fail(self, node: yaml.Node, key: str, message: str) -> ConfigError:
         return ConfigError(f"{self.path}:{node.start_mark.line + 1}: {key}: {message}")
 
-    def mapping(self, node: Any, key: str, allowed: set[str] | None) -> dict[str, Any]:
-        import yaml
-
+    def mapping(self, node: yaml.Node, key: str, allowed: set[str] | None) -> dict[str, yaml.Node]:
         if not isinstance(node, yaml.MappingNode):
             raise self.fail(node, key, "expected a mapping")
-        out: dict[str, Any] = {}
+        out: dict[str, yaml.Node] = {}
         for knode, vnode in node.value:
             name = knode.value if isinstance(knode, yaml.ScalarNode) else None
             full = f"{key}.{name}" if key else str(name)
@@ -188,14 +194,12 @@ class _Reader:
             out[name] = vnode
         return out
 
-    def scalar(self, node: Any, key: str) -> Any:
-        import yaml
-
+    def scalar(self, node: yaml.Node, key: str) -> object:
         if not isinstance(node, yaml.ScalarNode):
             raise self.fail(node, key, "expected a single value")
         return _construct(node)
 
-    def number(self, node: Any, key: str, *, minimum: float = 0.0, nullable: bool = False) -> float | None:
+    def number(self, node: yaml.Node, key: str, *, minimum: float = 0.0, nullable: bool = False) -> float | None:
         value = self.scalar(node, key)
         if value is None and nullable:
             return None
@@ -204,19 +208,19 @@ class _Reader:
             raise self.fail(node, key, f"expected a finite number >= {minimum:g}, got {value!r}")
         return float(value)
 
-    def integer(self, node: Any, key: str, *, minimum: int) -> int:
+    def integer(self, node: yaml.Node, key: str, *, minimum: int) -> int:
         value = self.scalar(node, key)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise self.fail(node, key, f"expected a whole number >= {minimum}, got {value!r}")
         return value
 
-    def boolean(self, node: Any, key: str) -> bool:
+    def boolean(self, node: yaml.Node, key: str) -> bool:
         value = self.scalar(node, key)
         if not isinstance(value, bool):
             raise self.fail(node, key, f"expected true or false, got {value!r}")
         return value
 
-    def environment(self, node: Any, key: str) -> dict[str, str]:
+    def environment(self, node: yaml.Node, key: str) -> dict[str, str]:
         env: dict[str, str] = {}
         for name, vnode in self.mapping(node, key, None).items():
             why = forbidden_extra_env(name)
@@ -228,21 +232,18 @@ class _Reader:
             env[name] = str(value).lower() if isinstance(value, bool) else str(value)
         return env
 
-    def command(self, node: Any, key: str) -> tuple[str, ...]:
-        import shlex
-
-        import yaml
-
+    def command(self, node: yaml.Node, key: str) -> tuple[str, ...]:
         if isinstance(node, yaml.SequenceNode):
             parts = [self.scalar(n, key) for n in node.value]
         else:
             value = self.scalar(node, key)
-            parts = shlex.split(value) if isinstance(value, str) else [value]
-        if not parts or not all(isinstance(p, str) and p for p in parts):
+            parts = list(shlex.split(value)) if isinstance(value, str) else [value]
+        words = tuple(p for p in parts if isinstance(p, str) and p)
+        if not words or len(words) != len(parts):
             raise self.fail(node, key, "expected a command: a string or a list of strings")
-        return tuple(parts)
+        return words
 
-    def config(self, node: Any) -> Config:
+    def config(self, node: yaml.Node) -> Config:
         top = self.mapping(node, "", {"command", "restart", "stop_timeout", "logs", "environment", "profiles",
                                       "max_starting", "isolation", "limits", "hung_after", "startup_grace",
                                       "events", "hooks", "metrics", "kanban"})
@@ -268,9 +269,9 @@ class _Reader:
         kwargs.update(self.domains(top, ""))
         if "kanban" in top:
             kwargs.update(self.kanban(top["kanban"]))
-        observed = {k: top[k] for k in ("events", "hooks", "metrics") if k in top}
+        observed: dict[str, yaml.Node] = {k: top[k] for k in ("events", "hooks", "metrics") if k in top}
         if observed:
-            from supervisor.observe.settings import ObserveConfigError, parse_sections
+            from supervisor.observe.observe_config import ObserveConfigError, parse_sections  # lazy: see above
 
             try:
                 kwargs["observe"] = parse_sections({k: _construct(v) for k, v in observed.items()})
@@ -278,10 +279,14 @@ class _Reader:
                 raise self.fail_at(observed.get(str(exc.path[0])), exc.path[1:], exc.key, exc.problem) from None
         return Config(**kwargs)
 
-    def domains(self, body: dict[str, Any], prefix: str) -> dict[str, Any]:
+    def domains(self, body: dict[str, yaml.Node], prefix: str) -> dict[str, Any]:
         """``isolation``, ``limits``, ``hung_after`` and ``startup_grace``, at the top or for one profile."""
-        from supervisor.isolation import IsolationConfigError, parse_isolation
-        from supervisor.limits.settings import LimitsConfigError, parse_hung_after, parse_limits, parse_startup_grace
+        from supervisor.limits.limits_config import (  # lazy: see above
+            LimitsConfigError,
+            parse_hung_after,
+            parse_limits,
+            parse_startup_grace,
+        )
 
         out: dict[str, Any] = {}
         parsers: dict[str, Any] = {"isolation": parse_isolation, "limits": parse_limits}
@@ -303,7 +308,7 @@ class _Reader:
             out["hung"] = hung
         return out
 
-    def kanban(self, node: Any) -> dict[str, Any]:
+    def kanban(self, node: yaml.Node) -> dict[str, Any]:
         """``kanban: {dispatcher: PROFILE | off, workers_per_profile: N, worker_limits: {...},
         requests_per_minute: N}``: which gateway runs upstream's kanban dispatcher, and the bounds
         of the hand-off through which it starts other profiles' workers.
@@ -311,10 +316,6 @@ class _Reader:
         The profile need not exist yet (profiles come and go while the daemon runs); ``doctor``
         says when it does not. YAML's bare ``off`` arrives as ``False`` and is accepted.
         """
-        from profiles.errors import ProfileError
-        from profiles.names import normalize_name, validate_profile_name
-        from supervisor.limits.settings import LimitsConfigError, parse_limits
-
         body = self.mapping(node, "kanban", {"dispatcher", "workers_per_profile", "worker_limits",
                                              "requests_per_minute"})
         out: dict[str, Any] = {}
@@ -325,6 +326,8 @@ class _Reader:
             out["kanban_requests_per_minute"] = self.integer(body["requests_per_minute"],
                                                              "kanban.requests_per_minute", minimum=1)
         if "worker_limits" in body:
+            from supervisor.limits.limits_config import LimitsConfigError, parse_limits  # lazy: see above
+
             try:
                 out["kanban_worker_limits"] = parse_limits(_construct(body["worker_limits"]), "kanban.worker_limits")
             except LimitsConfigError as exc:
@@ -343,16 +346,14 @@ class _Reader:
         except ProfileError as exc:
             raise self.fail(body["dispatcher"], "kanban.dispatcher", f"not a valid profile name: {exc}") from None
 
-    def fail_at(self, node: Any, path: tuple[str | int, ...], key: str, problem: str) -> ConfigError:
+    def fail_at(self, node: yaml.Node | None, path: tuple[str | int, ...], key: str, problem: str) -> ConfigError:
         """A ConfigError at the line of the node ``path`` leads to below ``node`` (as deep as it exists)."""
-        from supervisor.observe.settings import line_of
-
         line = line_of(node, path) if node is not None else None
         where = f":{line}" if line is not None else ""
         return ConfigError(f"{self.path}{where}: {key}{': ' + problem if problem else ''}")
 
-    def restart(self, node: Any) -> RestartPolicy:
-        fields: dict[str, Callable[[Any, str], float | None]] = {
+    def restart(self, node: yaml.Node) -> RestartPolicy:
+        fields: dict[str, Callable[[yaml.Node, str], float | None]] = {
             "initial_delay": lambda n, k: self.number(n, k, minimum=0.0),
             "max_delay": lambda n, k: self.number(n, k, minimum=0.0),
             "factor": lambda n, k: self.number(n, k, minimum=1.0),
@@ -365,12 +366,8 @@ class _Reader:
             raise self.fail(raw["jitter"], "restart.jitter", "expected a fraction below 1 (0.1 = ±10 %)")
         return RestartPolicy(**values)  # type: ignore[arg-type]
 
-    def profiles(self, node: Any) -> dict[str, ProfileSettings]:
-        from profiles.names import normalize_name
-
+    def profiles(self, node: yaml.Node) -> dict[str, ProfileSettings]:
         out: dict[str, ProfileSettings] = {}
-        from profiles.errors import ProfileError
-        from profiles.names import validate_profile_name
 
         for raw_name, vnode in self.mapping(node, "profiles", None).items():
             key = f"profiles.{raw_name}"
@@ -393,7 +390,5 @@ class _Reader:
         return out
 
 
-def _construct(node: Any) -> Any:
-    import yaml
-
+def _construct(node: yaml.Node) -> object:
     return yaml.SafeLoader("").construct_object(node, deep=True)

@@ -35,7 +35,6 @@ Secret per profile (``envFrom``) that the operator creates from the ``.env`` fil
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import math
 import os
@@ -45,7 +44,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from profiles.upstream.process import Exit
+import yaml
+
+from profiles.discovery import profiles_to_serve
+from profiles.fileio import atomic_write_text
+from profiles.snapshot import read_profile
+from profiles.upstream.process import FIXED_ENV, Exit
+from profiles.upstream.releases import Unsupported
+from supervisor import config as config_mod
+from supervisor.childspec import GatewayCommandError, child_argv, resolve_gateway_command
+from supervisor.kanban.dispatch import DISPATCH_ENV
+from supervisor.layout import Layout
+from supervisor.plan.verdict import Candidate, ReleaseRules, judge
+from supervisor.requirements import interpreter_facts, release_contract
+from supervisor.service import env_line, hermesd_command, systemd_quote
 
 if TYPE_CHECKING:
     from supervisor.config import Config
@@ -60,7 +72,7 @@ UNIT_PREFIX = "hermes-gw-"
 COMPOSE_FILE_VERSION = "3.8"
 
 if TYPE_CHECKING:
-    from supervisor.plan.verdict import ReleaseRules
+    from profiles.upstream.releases import Contract
 
 
 class ExportError(ValueError):
@@ -97,12 +109,6 @@ def collect(root: Path, rules: ReleaseRules | None = None) -> list[Gateway]:
     ``rules``: what the release the units will run asks of the files (the multiplex-default line's
     ``gateway.standalone``), when it is known here (systemd units run this machine's release).
     """
-    from profiles.discovery import profiles_to_serve
-    from profiles.snapshot import read_profile
-    from supervisor import config as config_mod
-    from supervisor.layout import Layout
-    from supervisor.plan.verdict import Candidate, judge
-
     layout = Layout(root)
     try:
         cfg = config_mod.load(layout.config)
@@ -127,8 +133,6 @@ def collect(root: Path, rules: ReleaseRules | None = None) -> list[Gateway]:
 
 
 def _container_environment(cfg: Config, name: str) -> dict[str, str]:
-    from supervisor.kanban.dispatch import DISPATCH_ENV
-
     env = cfg.child_environment(name)
     if name != "default":
         env[DISPATCH_ENV] = "false"  # no board in this container: the root is not mounted
@@ -137,8 +141,6 @@ def _container_environment(cfg: Config, name: str) -> dict[str, str]:
 
 def _warn_dispatcher_lost(gateways: Sequence[Gateway]) -> None:
     """Say so when hermesd.yaml's kanban dispatcher is a named profile, whose container has no board."""
-    from supervisor.kanban.dispatch import DISPATCH_ENV
-
     for gw in gateways:
         if gw.name != "default" and gw.extra_env.get(DISPATCH_ENV) == "true":
             print(f"hermesd export: kanban.dispatcher is {gw.name!r}, but in a container only the default profile"
@@ -155,8 +157,6 @@ def _owner(home: Path) -> tuple[int, int] | None:
 
 
 def _environment(gw: Gateway, home: str, *, container: bool = False) -> dict[str, str]:
-    from profiles.upstream.process import FIXED_ENV
-
     extra = gw.container_env if container and gw.container_env is not None else gw.extra_env
     return {"HERMES_HOME": home, **FIXED_ENV, **extra}
 
@@ -165,19 +165,14 @@ def _container_home(gw: Gateway) -> str:
     return CONTAINER_ROOT if gw.name == "default" else f"{CONTAINER_ROOT}/profiles/{gw.name}"
 
 
-def _argv(command: Sequence[str], gw: Gateway, contract: Any = None) -> list[str]:
-    from supervisor.childspec import child_argv
-
+def _argv(command: Sequence[str], gw: Gateway, contract: Contract | None = None) -> list[str]:
     return child_argv(list(command), gw.name, contract)
 
 
-def _local_contract(command: Sequence[str]) -> Any:
+def _local_contract(command: Sequence[str]) -> Contract | None:
     """The contract of the release ``command`` runs on this machine (the systemd units run it here);
     ``None`` when it cannot be read. An unsupported release refuses the export, as the daemon would
     hold every profile."""
-    from profiles.upstream.releases import Unsupported
-    from supervisor.requirements import interpreter_facts, release_contract
-
     contract = release_contract(interpreter_facts(list(command)))
     if contract is None:
         return None
@@ -190,10 +185,8 @@ def _local_contract(command: Sequence[str]) -> Any:
 
 
 def render_systemd(gateways: Sequence[Gateway], *, root: Path, gateway_command: Sequence[str],
-                   hermesd: Sequence[str], contract: Any = None) -> dict[str, str]:
+                   hermesd: Sequence[str], contract: Contract | None = None) -> dict[str, str]:
     """``{unit file name: text}``: one ``hermes-gw-<profile>.service`` user unit per profile."""
-    from supervisor.service import env_line, systemd_quote
-
     out = {}
     for gw in gateways:
         unit = f"{UNIT_PREFIX}{gw.name}.service"
@@ -248,8 +241,6 @@ def render_compose(gateways: Sequence[Gateway], *, root: Path, image: str) -> st
     what both honour: a ``tmpfs:`` key is silently dropped by Swarm (the default profile's container
     would then see every other profile's ``.env``), tmpfs mounts in ``volumes:`` are kept by both.
     """
-    import yaml
-
     services: dict[str, Any] = {}
     for gw in gateways:
         home = _container_home(gw)
@@ -401,35 +392,11 @@ def kubernetes_header(gateways: Sequence[Gateway], root: Path, image: str) -> st
     return "\n".join(lines) + "\n"
 
 
-# --------------------------------------------------------------------------- planned stop helper
-
-
-def cmd_planned_stop(args: argparse.Namespace) -> int:
-    """Write upstream's planned-stop marker for the live gateway of HOME (no gateway: nothing to do)."""
-    from profiles.upstream.files import write_planned_stop_marker
-    from supervisor import identity
-    from supervisor.cli.common import UserError
-
-    raw = args.home or os.environ.get("HERMES_HOME", "")
-    if not raw:
-        raise UserError("give the gateway's HERMES_HOME (or set HERMES_HOME)")
-    home = Path(raw).expanduser()
-    rec = identity.gateway_of(home)
-    if rec is None:
-        print(f"no live gateway of {home} (gateway.pid names none, or not this home's): nothing to mark",
-              file=sys.stderr)
-        return 0
-    write_planned_stop_marker(home, rec.pid, rec.start_time)
-    print(f"planned-stop marker written for gateway PID {rec.pid} in {home}")
-    return 0
-
-
 # --------------------------------------------------------------------------- command
 
 
-def _write(directory: Path, files: Mapping[str, str]) -> None:
-    from profiles.fileio import atomic_write_text
-
+def write_files(directory: Path, files: Mapping[str, str]) -> None:
+    """Write each exported file into ``directory`` (the operator's ``--out``), naming it on stderr."""
     directory.mkdir(parents=True, exist_ok=True)
     for fname, text in files.items():
         atomic_write_text(directory / fname, text, mode=0o644)
@@ -440,12 +407,6 @@ def export_files(fmt: str, root: Path, *, image: str = DEFAULT_IMAGE, storage: s
                  gateway_command: Sequence[str] | None = None, hermesd: Sequence[str] | None = None) -> dict[str, str]:
     """``{file name: text}`` for ``fmt``; raises :class:`ExportError`."""
     if fmt == "systemd":
-        from supervisor import config as config_mod
-        from supervisor.childspec import GatewayCommandError, resolve_gateway_command
-        from supervisor.layout import Layout
-        from supervisor.plan.verdict import ReleaseRules
-        from supervisor.service import hermesd_command
-
         if gateway_command is None:
             configured = config_mod.load(Layout(root).config).command
             try:
@@ -466,62 +427,8 @@ def export_files(fmt: str, root: Path, *, image: str = DEFAULT_IMAGE, storage: s
     _warn_dispatcher_lost(gateways)
     if fmt == "compose":
         return {"compose.yaml": render_compose(gateways, root=root, image=image)}
-    import yaml
 
     docs = render_kubernetes(gateways, image=image, storage=storage)
     header = kubernetes_header(gateways, root, image)
     return {f"{k8s_name(name)}.yaml": header + yaml.safe_dump_all(objs, sort_keys=False, width=1000)
             for name, objs in docs.items()}
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    from supervisor.cli.common import UserError, root_of
-
-    root = root_of(args)
-    if args.format == "systemd" and not args.out:
-        raise UserError("systemd export writes one unit per profile: give --out DIR")
-    try:
-        files = export_files(args.format, root, image=args.image, storage=args.storage)
-    except ExportError as exc:
-        raise UserError(str(exc)) from None
-    if args.out:
-        _write(Path(args.out).expanduser(), files)
-        return 0
-    if args.format == "kubernetes":
-        sys.stdout.write("---\n".join(files.values()))
-    else:
-        sys.stdout.write(next(iter(files.values())))
-    return 0
-
-
-HELP = "turn the profile tree into systemd units, a Compose file or Kubernetes manifests, one gateway per profile"
-EXAMPLES = """\
-examples:
-  hermesd export kubernetes --image registry.example/hermes:1 > hermes.yaml
-  hermesd export systemd --out ~/.config/systemd/user
-  hermesd export compose --out deploy/
-"""
-
-
-def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``hermesd export`` and its hidden ``_planned-stop`` helper to the CLI."""
-    p = subparsers.add_parser(
-        "export", help=HELP,
-        description=HELP + ".\nEach carries hermesd's child contract (argv, environment, planned stop, stop timeout)."
-        "\nRefuses a tree where two profiles share a credential or a port. Never writes a credential.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("format", choices=FORMATS)
-    p.add_argument("--root", help="Hermes root (default: resolved from HERMES_HOME as upstream does)")
-    p.add_argument("--out", metavar="DIR", help="write files into DIR (default: stdout; required for systemd)")
-    p.add_argument("--image", default=DEFAULT_IMAGE,
-                   help=f"container image with hermes and hermesd on PATH (default: {DEFAULT_IMAGE}, a placeholder)")
-    p.add_argument("--storage", default="1Gi", help="Kubernetes: size of each profile's volume (default: 1Gi)")
-    p.set_defaults(func=cmd_export)
-
-    helper = "write the planned-stop marker for the live gateway of HOME (systemd ExecStop, Kubernetes preStop)"
-    h = subparsers.add_parser("_planned-stop", description=helper + ".", epilog="example:\n  hermesd _planned-stop "
-                              "/opt/hermes/profiles/coder", formatter_class=argparse.RawDescriptionHelpFormatter)
-    h.add_argument("home", nargs="?", metavar="HOME", help="the gateway's HERMES_HOME (default: $HERMES_HOME)")
-    h.set_defaults(func=cmd_planned_stop)
-    return p

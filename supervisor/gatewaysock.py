@@ -6,7 +6,7 @@ send hermesd (root) to any socket on the machine. So the socket is opened ``O_PA
 socket, and hermesd connects to ``/proc/self/fd/N`` of that descriptor: the kernel resolves that
 to the very inode checked, whatever is renamed meanwhile. The reply is bounded in size and time
 (a gateway that never answers costs ``timeout`` seconds, in the daemon's reader pool, never on its
-loop). The protocol facts are :mod:`profiles.upstream.gatewaysock`.
+loop). The protocol facts are :mod:`profiles.upstream.control_socket`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,16 @@ import time
 from pathlib import Path
 
 from profiles import safeio
-from profiles.upstream.gatewaysock import IDENTIFY, MAX_REPLY_BYTES, POINTER_NAME, SOCKET_NAME, Identity, ProtocolError
-from profiles.upstream.gatewaysock import parse_identify as _parse
-from profiles.upstream.gatewaysock import request as _request
+from profiles.upstream.control_socket import (
+    IDENTIFY,
+    MAX_REPLY_BYTES,
+    POINTER_NAME,
+    SOCKET_NAME,
+    Identity,
+    ProtocolError,
+)
+from profiles.upstream.control_socket import parse_identify as _parse
+from profiles.upstream.control_socket import request as _request
 
 
 class GatewaySockError(OSError):

@@ -30,8 +30,9 @@ from profiles.upstream import files as gf
 from profiles.upstream.files import proc_start_time
 from profiles.upstream.multiplex import FORCE_FLAG
 from profiles.upstream.releases import EXTERNAL_SUPERVISOR_FLAG, GATEWAY_RUN
-from supervisor.childspec import TAG_PROFILE, TAG_ROOT
+from supervisor.isolation.shim_argv import unwrap
 from supervisor.plan.model import Ident
+from supervisor.tags import TAG_PROFILE, TAG_ROOT
 
 CGROUP_PROFILE_PREFIX = "profile-"  # supervisor.limits.cgroup.PROFILE_PREFIX (a test keeps the two equal)
 
@@ -147,8 +148,6 @@ def is_gateway_cmdline(cmdline: list[str]) -> bool:
     hand-started ``hermes gateway run`` out. A confinement shim that has not exec'd yet counts by the
     command it is about to become.
     """
-    from supervisor.isolation.enter import unwrap
-
     target = list(unwrap(cmdline) or cmdline)
     for flag in (FORCE_FLAG, EXTERNAL_SUPERVISOR_FLAG):  # trailing flags, last first
         if target and target[-1] == flag:
@@ -210,7 +209,6 @@ def prove_gateway(pid: int, start_time: int | None, *, home: Path, profile: str)
     start = proc_start_time(pid)
     if start is None or (start_time is not None and start_time != start):
         return None
-    from supervisor.isolation.enter import unwrap
 
     cmdline = proc_cmdline(pid)
     if not gf.serves_home(pid, home, profile, argv=unwrap(cmdline) or cmdline):

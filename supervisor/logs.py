@@ -20,11 +20,14 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from profiles import safeio
 from profiles.printable import printable
 from profiles.safeio import Beneath
+
+if TYPE_CHECKING:
+    from supervisor.layout import Layout
 
 
 def note(where: Beneath | Path, line: str) -> None:
@@ -197,7 +200,7 @@ def _copy_range(where: Beneath, start: int, out: TextIO, show: Callable[[str], s
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return start
-        chunks = []
+        chunks: list[bytes] = []
         while chunk := os.pread(fd, 1 << 20, start + sum(len(c) for c in chunks)):
             chunks.append(chunk)
         data = b"".join(chunks)
@@ -208,7 +211,7 @@ def _copy_range(where: Beneath, start: int, out: TextIO, show: Callable[[str], s
     return start + len(data)
 
 
-def housekeep(layout: Any, names: list[str], max_bytes: int, backups: int, space_min: int) -> dict[str, str | None]:
+def housekeep(layout: Layout, names: list[str], max_bytes: int, backups: int, space_min: int) -> dict[str, str | None]:
     """Rotate every profile's log when due; per profile, the problem to show in status (a full log
     file system, a failed rotation), or None."""
     free = free_bytes(layout.logs)

@@ -22,7 +22,10 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger("hermesd")
 
@@ -133,7 +136,7 @@ class Notifier:
             return None
         return self._watchdog_usec / 2_000_000
 
-    def schedule_watchdog(self, loop: Any) -> Callable[[], None]:
+    def schedule_watchdog(self, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
         """Ping from ``loop`` every :meth:`watchdog_interval` seconds; returns a cancel function.
 
         The pings are loop callbacks on purpose: if the loop blocks, they stop, and systemd
@@ -142,7 +145,7 @@ class Notifier:
         interval = self.watchdog_interval()
         if interval is None:
             return lambda: None
-        handle: list[Any] = [None]
+        handle: list[asyncio.TimerHandle | None] = [None]
 
         def tick() -> None:
             self.watchdog()

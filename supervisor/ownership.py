@@ -38,10 +38,14 @@ MAX_DEPTH = 256
 class Account(Protocol):
     """An account as :func:`supervisor.isolation.install.resolve_user` resolves it."""
 
-    name: str
-    uid: int
-    gid: int
-    groups: tuple[int, ...]
+    @property
+    def name(self) -> str: ...
+    @property
+    def uid(self) -> int: ...
+    @property
+    def gid(self) -> int: ...
+    @property
+    def groups(self) -> tuple[int, ...]: ...
 
 
 def can_search(st: os.stat_result, account: Account) -> bool:

@@ -1,9 +1,9 @@
 """``hermesd probe PROFILE --ready|--live``: is this profile's gateway serving, from its files alone.
 
 Kubernetes (or compose, or a monitoring script) runs this every few seconds inside the gateway's
-own container, where no hermesd daemon exists. So it asks no daemon, imports only the standard
-library (plus the stdlib-only ``profiles.paths``, ``profiles.names`` and
-``profiles.upstream.files``), and reads three small files the gateway writes in its HERMES_HOME.
+own container, where no hermesd daemon exists. So it asks no daemon, loads neither YAML nor asyncio
+(``tests/supervisor/test_probe.py`` runs ``hermesd probe`` and checks what it imported), and reads
+three small files the gateway writes in its HERMES_HOME.
 
 Evidence, strongest first:
 
@@ -44,14 +44,18 @@ Exit 0 with one line on stdout, or 1 with the reason on one line on stderr.
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
+from profiles.names import DEFAULT_PROFILE, parse_profile_name
+from profiles.paths import PROFILES_DIRNAME, resolve_root
 from profiles.upstream import files as gf
+from supervisor.identity import profile_of_home, prove_gateway
 
+READY_RULE = ("--ready fails while the gateway is not 'running', while any platform in gateway_state.json is "
+              "'fatal', or while a platform the profile enables lacks a library, program or file in the "
+              "gateway's interpreter (such a platform is silently never started).")
 READY_STATES = frozenset({"running"})
 LIVE_STATES = frozenset({"running", "degraded", "draining"})
 DEFAULT_MAX_AGE = 90.0
@@ -138,8 +142,10 @@ def _lacking(home: Path, pid: int) -> str | None:
     env = {k: v for item in raw.decode("utf-8", "replace").split("\0") if "=" in item
            for k, v in [item.split("=", 1)] if k in _LOOKUP_VARIABLES}
     try:
-        from supervisor import requirements
-        from supervisor.hermes_release import interpreter_argv
+        # Here only: PyYAML and the gateway's interpreter, for --ready with a live gateway's files,
+        # never on the rest of a health check that runs every few seconds.
+        from supervisor import requirements  # here only: see above
+        from supervisor.hermes_release import interpreter_argv  # here only: see above
 
         # The interpreter as the gateway was started (status and doctor ask the same function of
         # the configured command); /proc/PID/exe would name the file a venv's python links to.
@@ -180,8 +186,6 @@ def _process_matches(pid: int, start: int | None, home: Path) -> bool | None:
     live = gf.proc_start_time(pid)
     if live is None:
         return None if not os.path.exists(f"/proc/{pid}") else False
-    from supervisor.identity import profile_of_home, prove_gateway
-
     return prove_gateway(pid, start, home=home, profile=profile_of_home(home)) is not None
 
 
@@ -192,78 +196,6 @@ def _error_hint(state: dict[str, Any]) -> str:
 
 def resolve_home(profile: str, root: str | None) -> Path:
     """The profile's HERMES_HOME, without YAML or the profile scan (probes must be cheap)."""
-    from profiles.names import DEFAULT_PROFILE, parse_profile_name
-    from profiles.paths import PROFILES_DIRNAME, resolve_root
-
     name = parse_profile_name(profile)
     base = Path(root).expanduser() if root else resolve_root()
     return base if name == DEFAULT_PROFILE else base / PROFILES_DIRNAME / name
-
-
-# --------------------------------------------------------------------------- command line
-
-
-def cmd_probe(args: argparse.Namespace) -> int:
-    from profiles.errors import ProfileError
-
-    name = args.profile
-    try:
-        home = resolve_home(args.profile, args.root)
-    except ProfileError as exc:
-        print(f"{name}: {exc}", file=sys.stderr)
-        return 1
-    if not home.is_dir():
-        print(f"{name}: no such profile ({home} is not a directory)", file=sys.stderr)
-        return 1
-    ok, reason = check(home, "ready" if args.ready else "live", args.max_age,
-                       requirements=bool(args.ready and not args.no_requirements))
-    print(f"{name}: {reason}", file=sys.stdout if ok else sys.stderr)
-    return 0 if ok else 1
-
-
-def _configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("profile", metavar="PROFILE", help="profile name ('default' is the root)")
-    mode = p.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--ready", action="store_true",
-                      help="exit 0 only when the gateway state is 'running', no platform is 'fatal' and every "
-                           "enabled platform has its libraries in the gateway's interpreter")
-    mode.add_argument("--live", action="store_true",
-                      help="exit 0 when the gateway is running, degraded or draining")
-    p.add_argument("--max-age", type=float, default=DEFAULT_MAX_AGE, metavar="SECONDS",
-                   help=f"oldest acceptable heartbeat (default {DEFAULT_MAX_AGE:.0f}; the gateway beats every 30)")
-    p.add_argument("--no-requirements", action="store_true",
-                   help="--ready: skip the requirements check (it reads config.yaml and runs the gateway's "
-                        "interpreter, about 0.2 s)")
-    p.add_argument("--root", help="Hermes root (default: resolved from HERMES_HOME as upstream does)")
-    p.set_defaults(func=cmd_probe)
-
-
-READY_RULE = ("--ready fails while the gateway is not 'running', while any platform in gateway_state.json is "
-              "'fatal', or while a platform the profile enables lacks a library, program or file in the "
-              "gateway's interpreter (such a platform is silently never started).")
-HELP = "health probe for one profile's gateway, from its files (no daemon needed; for Kubernetes)"
-EXAMPLE = "hermesd probe coder --ready --root /opt/hermes"
-
-
-def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``hermesd probe`` to the CLI."""
-    p = subparsers.add_parser(
-        "probe", help=HELP, description=HELP + ".\nExit 0 healthy, 1 not (the reason on stderr).\n" + READY_RULE,
-        epilog=f"example:\n  {EXAMPLE}", formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    _configure(p)
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m supervisor.probe``: the same probe without loading the rest of the CLI."""
-    parser = argparse.ArgumentParser(prog="hermesd probe", description=HELP + ".\n" + READY_RULE,
-                                     epilog=f"example:\n  {EXAMPLE}",
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    _configure(parser)
-    args = parser.parse_args(argv)
-    return int(args.func(args))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

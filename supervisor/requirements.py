@@ -46,8 +46,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiles.upstream.platforms import LAZY_FEATURES, PLATFORMS, Requirement, dist_key, spec_for_module
+from profiles.credentials import view_of
+from profiles.discovery import profiles_to_serve
+from profiles.upstream.platforms import (
+    LAZY_FEATURES,
+    PLATFORMS,
+    Requirement,
+    dist_key,
+    requirements_of,
+    spec_for_module,
+)
 from profiles.upstream.releases import Contract, Unsupported, contract_for, marker_modules
+from supervisor import childspec
+from supervisor import config as config_mod
+from supervisor.hermes_release import (
+    HermesVersionError,
+    detect_version,
+    interpreter_argv,
+    run_capped,
+    version_from_flag,
+)
+from supervisor.layout import Layout
 
 _MARK = "HERMESD-FACTS "
 
@@ -298,7 +317,7 @@ def _question() -> tuple[list[str], list[str], list[str]]:
     return sorted(modules), sorted(programs), sorted(specs)
 
 
-_CACHE: dict[tuple[Any, ...], tuple[Facts, dict[str, int], float]] = {}
+_CACHE: dict[tuple[tuple[str, ...], str | None, str], tuple[Facts, dict[str, int], float]] = {}
 FAILURE_TTL_S = 30.0
 _CACHE_LOCK = threading.Lock()
 
@@ -350,8 +369,6 @@ VERSION_FLAG_TIMEOUT = 5.0
 
 
 def _ask_any(command: Sequence[str], env: dict[str, str], qtext: str, timeout: float) -> tuple[Facts, list[str]]:
-    from supervisor.hermes_release import HermesVersionError, detect_version, interpreter_argv
-
     try:
         interp = interpreter_argv(command, env.get("PATH"))
     except HermesVersionError as exc:
@@ -368,8 +385,6 @@ def _ask_any(command: Sequence[str], env: dict[str, str], qtext: str, timeout: f
 
 def _ask(command: Sequence[str], interp: list[str], qtext: str, env: dict[str, str],
          timeout: float) -> tuple[Facts, list[str]]:
-    from supervisor.hermes_release import HermesVersionError, run_capped, version_from_flag
-
     shown = " ".join(interp)
     try:
         _code, text = run_capped([*interp, "-c", PROBE, qtext], env, timeout)
@@ -381,18 +396,18 @@ def _ask(command: Sequence[str], interp: list[str], qtext: str, env: dict[str, s
         last = (text.strip().splitlines() or ["no output"])[-1][:200]
         why = f"{shown} (the interpreter of {command[0]}) did not answer the requirements probe: {last}"
         try:
-            version = version_from_flag(command, env, min(timeout, VERSION_FLAG_TIMEOUT))
-            return Facts(tuple(interp), version=version, error=why), []
+            flagged = version_from_flag(command, env, min(timeout, VERSION_FLAG_TIMEOUT))
+            return Facts(tuple(interp), version=flagged, error=why), []
         except HermesVersionError as exc:
             return Facts(tuple(interp), error=why, version_error=str(exc)), []
     try:
         r = json.loads(line[len(_MARK):])
     except ValueError:
         return Facts(tuple(interp), error=f"{shown} printed an unreadable answer"), []
-    version = r.get("module_version") or r.get("dist")
+    answered = r.get("module_version") or r.get("dist")
+    version = answered.strip() if isinstance(answered, str) and answered.strip() else None
     verror = None
-    if not isinstance(version, str) or not version.strip():
-        version = None
+    if version is None:
         verror = (f"{shown} (the interpreter of {command[0]}) cannot load hermes-agent: "
                   f"{r.get('error') or 'hermes_cli has no __version__ and hermes-agent no metadata'}")
     requires: dict[str, str] = {}
@@ -546,9 +561,6 @@ class Finding:
 
 def profile_requirements(home: Path, env: Mapping[str, str] | None, cfg: Mapping[str, Any] | None) -> list[Requirement]:
     """The requirements of the platforms a profile's files enable (raises ProfileConfigError on bad files)."""
-    from profiles.credentials import view_of
-    from profiles.upstream.platforms import requirements_of
-
     view = view_of(Path(home), dict(env) if env is not None else None, dict(cfg) if cfg is not None else None)
     return list(requirements_of(view).values())
 
@@ -591,11 +603,6 @@ def collect(root: Path, profiles: Sequence[str] | None, command: Sequence[str] |
             env: Mapping[str, str] | None) -> tuple[list[tuple[Finding, PlatformCheck]], Facts | None]:
     """:func:`requirement_findings` with each finding's check, and the interpreter's facts (None when
     no chosen profile enables a platform, so the interpreter was not asked)."""
-    from profiles.discovery import profiles_to_serve
-    from supervisor import childspec
-    from supervisor import config as config_mod
-    from supervisor.layout import Layout
-
     base = dict(os.environ if env is None else env)
     cfg = config_mod.load(Layout(root).config)
     if command is None:

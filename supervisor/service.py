@@ -19,12 +19,23 @@ written by someone else and is never overwritten.
 
 from __future__ import annotations
 
-import argparse
 import os
+import plistlib
+import pwd
 import shutil
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from profiles.discovery import profiles_to_serve
+from profiles.fileio import atomic_write_text
+from profiles.snapshot import read_profile
+from supervisor import config as config_mod
+from supervisor import doctor
+from supervisor.control.client import Client, ControlError, DaemonNotAnswering
+from supervisor.exits import UserError
+from supervisor.layout import Layout
 
 MARK = "written by hermesd install-service"
 UNIT_NAME = "hermesd.service"
@@ -65,11 +76,6 @@ def stop_budget(root: Path) -> int:
     hermesd stops its children in parallel, so the budget is the maximum, not the sum. A broken
     hermesd.yaml or profile file only falls back to upstream's default for that profile.
     """
-    from profiles.discovery import profiles_to_serve
-    from profiles.snapshot import read_profile
-    from supervisor import config as config_mod
-    from supervisor.layout import Layout
-
     try:
         cfg = config_mod.load(Layout(root).config)
     except config_mod.ConfigError:
@@ -200,8 +206,6 @@ def render_launchd_plist(
     failure but not after a clean stop. launchd cannot exempt exit 2 (configuration error)
     from restarts; ``ThrottleInterval`` keeps such a loop slow.
     """
-    import plistlib
-
     doc: dict[str, object] = {
         "Label": LAUNCHD_LABEL,
         "ProgramArguments": [*command, "run", *(["--root", str(root)] if root else [])],
@@ -258,8 +262,6 @@ def write_contrib(directory: Path) -> None:
 def upstream_unit_warnings(root: Path, service_dirs: Sequence[Path] | None = None) -> list[str]:
     """Upstream ``hermes-gateway*.service`` / ``ai.hermes.gateway*.plist`` units that would run a
     gateway of this root beside hermesd, each with its fix (the doctor's own check, reused)."""
-    from supervisor import doctor
-
     return [f"{f.message}; fix: {f.fix}" for f in doctor.diagnose(root, service_dirs=service_dirs)
             if f.code == "upstream_service_installed"]
 
@@ -274,8 +276,6 @@ def _default_target(manager: str, system: bool) -> Path:
 
 
 def _owner(path: Path) -> str | None:
-    import pwd
-
     try:
         return pwd.getpwuid(path.stat().st_uid).pw_name
     except (KeyError, OSError):
@@ -297,21 +297,21 @@ def _written_by_us(path: Path) -> bool:
         return False
 
 
-def cmd_install_service(args: argparse.Namespace) -> int:
-    from supervisor.cli.common import UserError, root_of
-    from supervisor.layout import Layout
+def install_service(root: Path, *, manager: str | None = None, system: bool = False, run_as: str | None = None,
+                    dest: str | None = None, dry_run: bool = False) -> int:
+    """``hermesd install-service``: write hermesd's unit (or launchd agent) for ``root``, enable and start it.
 
-    root = root_of(args)
-    manager = args.manager or ("launchd" if sys.platform == "darwin" else "systemd")
-    system = bool(args.system)
-    if args.run_as and not system:
+    ``dest``: write the unit there instead and enable nothing; ``dry_run``: print it and the commands.
+    """
+    manager = manager or ("launchd" if sys.platform == "darwin" else "systemd")
+    if run_as and not system:
         raise UserError("--run-as names the account of a --system unit; a user unit runs as you")
-    target_dir = Path(args.dest).expanduser() if args.dest else _default_target(manager, system)
+    target_dir = Path(dest).expanduser() if dest else _default_target(manager, system)
     command = hermesd_command()
     budget = stop_budget(root)
     path_env = os.environ.get("PATH")
     if manager == "systemd":
-        user = args.run_as or (_owner(root) if system else None)
+        user = run_as or (_owner(root) if system else None)
         text = render_systemd_unit(command, root=root, system=system, user=None if user == "root" else user,
                                    stop_timeout=budget, path_env=path_env)
         path = target_dir / UNIT_NAME
@@ -330,7 +330,6 @@ def cmd_install_service(args: argparse.Namespace) -> int:
                         "(move it away, or choose another place with --dest)")
 
     warnings = upstream_unit_warnings(root)
-    from supervisor.control.client import Client, ControlError, DaemonNotAnswering
 
     try:
         up = Client(Layout(root)).ping(wait=2.0)
@@ -346,14 +345,13 @@ def cmd_install_service(args: argparse.Namespace) -> int:
         print(f"note: a user service stops when you log out unless lingering is on: loginctl enable-linger {account}",
               file=sys.stderr)
 
-    run_steps = not args.dry_run and not args.dest and shutil.which(steps[0][0]) is not None
-    if args.dry_run:
+    run_steps = not dry_run and not dest and shutil.which(steps[0][0]) is not None
+    if dry_run:
         print(f"# would write {path}")
         sys.stdout.write(text)
         for step in steps:
             print(f"# would run: {' '.join(step)}")
         return 0
-    from profiles.fileio import atomic_write_text
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -364,7 +362,6 @@ def cmd_install_service(args: argparse.Namespace) -> int:
     if not run_steps:
         print("to start it: " + " && ".join(" ".join(s) for s in steps[1 if manager == "launchd" else 0:]))
         return 0
-    import subprocess
 
     for step in steps:
         done = subprocess.run(step, capture_output=True, text=True, check=False)
@@ -373,27 +370,3 @@ def cmd_install_service(args: argparse.Namespace) -> int:
             raise UserError(f"{' '.join(step)} failed ({done.returncode}): {why}")
     print(f"hermesd service enabled and started ({' '.join(steps[-1])})")
     return 0
-
-
-HELP = "install hermesd as a systemd (user or system) service, or a launchd agent on macOS"
-EXAMPLE = "hermesd install-service --dry-run"
-
-
-def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``hermesd install-service`` to the CLI."""
-    p = subparsers.add_parser(
-        "install-service", help=HELP,
-        description=HELP + ".\nThe unit runs this hermesd with --root; gateways survive a hermesd crash "
-        "(KillMode=process) and are adopted by the restarted hermesd.",
-        epilog=f"example:\n  {EXAMPLE}\n  sudo hermesd install-service --system --run-as alice --root ~alice/.hermes",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--root", help="Hermes root (default: resolved from HERMES_HOME as upstream does)")
-    p.add_argument("--system", action="store_true", help="a system unit in /etc/systemd/system (run as root)")
-    p.add_argument("--run-as", metavar="USER",
-                   help="with --system: the account hermesd runs as (default: the root folder's owner)")
-    p.add_argument("--dry-run", action="store_true", help="print the unit and the commands; change nothing")
-    p.add_argument("--dest", metavar="DIR", help="write the unit into DIR instead, and do not enable it")
-    p.add_argument("--manager", choices=("systemd", "launchd"), help="default: launchd on macOS, else systemd")
-    p.set_defaults(func=cmd_install_service)
-    return p

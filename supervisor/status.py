@@ -12,9 +12,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from profiles.discovery import profiles_to_serve
 from profiles.printable import printable_tree
 from profiles.upstream import files as gf
-from supervisor import codeid
+from supervisor import codeid, identity
+from supervisor import state as state_mod
+from supervisor.kanban.observe import kanban_fields
+from supervisor.layout import Layout
 
 HEALTHY = "running"
 
@@ -57,7 +61,6 @@ def make_row(name: str, home: Path, cpu_percent: float | None = None, **fields: 
     """One profile's row: the given fields over the defaults, then what the gateway's files and /proc say."""
     row: dict[str, Any] = {"name": name, "home": str(home), **_DEFAULTS, **fields}
     add_live_fields(row, home, cpu_percent)
-    from supervisor.kanban.observe import kanban_fields
 
     row.update(kanban_fields(name, home))
     return row
@@ -69,8 +72,6 @@ def add_live_fields(row: dict[str, Any], home: Path, cpu_percent: float | None =
     ``cpu_percent`` is the daemon's figure since its previous status request; without one, the
     average over the process's life is shown.
     """
-    from supervisor import identity
-
     gstate = gf.read_gateway_state(home)
     mine = row.get("pid") is not None and gstate.get("pid") == row.get("pid")
     gstate_value = gstate.get("gateway_state") if mine else None
@@ -111,7 +112,7 @@ def _platforms(raw: Any, since: float | None = None) -> dict[str, dict[str, Any]
     return out
 
 
-def _written_before(stamp: Any, since: float | None) -> bool:
+def _written_before(stamp: object, since: float | None) -> bool:
     """Whether an ISO-8601 ``updated_at`` is older than ``since`` (epoch seconds); unknown: no."""
     if since is None or not isinstance(stamp, str):
         return False
@@ -130,11 +131,6 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
     ``why`` heads each row's reason: the daemon is absent, or it holds the root but does not answer
     (frozen, overloaded), which is not the same thing and must never read as "not running".
     """
-    from profiles.discovery import profiles_to_serve
-    from supervisor import identity
-    from supervisor import state as state_mod
-    from supervisor.layout import Layout
-
     layout = Layout(root)
     saved = state_mod.load(layout.beneath(layout.state), identity.boot_id())
     installed = codeid.installed_now(saved.dist_info)
@@ -183,7 +179,9 @@ def _add_offline_requirements(root: Path, rows: list[dict[str, Any]]) -> None:
     Never fails the status: a root without a usable command or hermesd.yaml simply shows nothing
     here (``doctor`` says why).
     """
-    from supervisor import requirements
+    # Only without a daemon (which asks the interpreter itself): hermesd.yaml and the interpreter's
+    # question are most of what an offline status costs, and none of what a running daemon's does.
+    from supervisor import requirements  # offline only: see above
 
     try:
         findings = requirements.requirement_findings(root, profiles=[r["name"] for r in rows])
@@ -204,7 +202,7 @@ def exit_code(doc: dict[str, Any]) -> int:
     if not doc["supervisor"].get("running"):
         return 3
     if doc["supervisor"].get("answering") is False:
-        return 4  # held but silent: neither "up" nor "down" (cli.common.EXIT_NOT_ANSWERING)
+        return 4  # held but silent: neither "up" nor "down" (supervisor.exits.EXIT_NOT_ANSWERING)
     bad = [r for r in doc["profiles"]
            if r.get("should_run") and (r["state"] != HEALTHY or r.get("requirements_missing"))]
     bad += [r for r in doc["profiles"] if not r.get("should_run") and r["state"] in ("held", "backoff")]
@@ -388,14 +386,15 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
     return "\n".join(lines)
 
 
-def _printable(value: Any, limit: int = 120) -> str:
+def _printable(value: object, limit: int = 120) -> str:
     """``value`` as text safe for a terminal: control characters escaped, cut at ``limit``."""
     text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value))
     return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _limit_words(r: dict[str, Any]) -> str | None:
-    limits = r.get("limits") if isinstance(r.get("limits"), dict) else {}
+    given = r.get("limits")
+    limits: dict[str, Any] = given if isinstance(given, dict) else {}
     parts = []
     for key, used, word in (("memory_max", r.get("memory_bytes"), "memory"), ("tasks_max", r.get("tasks"), "tasks")):
         cap = limits.get(key)
@@ -422,7 +421,8 @@ def domain_lines(rows: list[dict[str, Any]]) -> list[str]:
     out += [f"  isolation  {', '.join(names)}: {summary}" for summary, names in plans.items()]
     out += [f"  limits     {r['name']}: {words}" for r in rows if (words := _limit_words(r))]
     for r in rows:
-        k = r.get("kanban") if isinstance(r.get("kanban"), dict) else {}
+        given = r.get("kanban")
+        k: dict[str, Any] = given if isinstance(given, dict) else {}
         if k.get("dispatcher"):
             who = "hermesd's child" if k.get("dispatcher_supervised") else "not hermesd's child"
             out.append(f"  kanban     {r['name']}: dispatcher (PID {k.get('dispatcher_pid')}, {who})")

@@ -17,10 +17,13 @@ import signal
 import time
 from pathlib import Path
 
-from profiles.errors import GatewayRunningError
+from profiles.credentials import load_config
+from profiles.errors import GatewayRunningError, ProfileConfigError
 from profiles.upstream import files as gf
-from profiles.upstream.process import DEFAULT_PROFILE, stop_timeout
+from profiles.upstream.process import DEFAULT_PROFILE, drain_seconds, stop_timeout
 from supervisor import child, identity
+from supervisor.control.client import Client, ControlError, DaemonNotAnswering, DaemonNotRunning
+from supervisor.layout import Layout
 from supervisor.plan.model import Ident
 
 
@@ -43,10 +46,6 @@ def _exited(fd: int, timeout: float) -> bool:
 
 
 def _drain(home: Path) -> float:
-    from profiles.credentials import load_config
-    from profiles.errors import ProfileConfigError
-    from profiles.upstream.process import drain_seconds
-
     try:
         return drain_seconds(load_config(home))
     except (ProfileConfigError, OSError):
@@ -72,9 +71,6 @@ def stop_unsupervised(home: Path, timeout: float | None = None) -> bool:
 
 def stop_for_profile_change(name: str, home: Path, timeout: float = 180.0) -> None:
     """Stop ``name``'s gateway and return only once that process (and the daemon's sweep) is done."""
-    from supervisor.control.client import Client, ControlError, DaemonNotAnswering, DaemonNotRunning
-    from supervisor.layout import Layout
-
     root = home.parent.parent if name != DEFAULT_PROFILE else home
     pinned = _pin(home)
     if pinned is None:

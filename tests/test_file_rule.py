@@ -45,7 +45,7 @@ _KERNEL = "a kernel file system: no profile can plant a link, FIFO or file there
 ALLOWED: dict[tuple[str, str], str] = {
     ("supervisor/child.py", "spawn"): "os.devnull, for a child whose log file system is full",
     ("supervisor/doctor/runtime.py", "_service_target"): _OPERATOR + " (systemd/launchd unit files)",
-    ("supervisor/export.py", "_write"): _OPERATOR + " (export --out DIR)",
+    ("supervisor/export.py", "write_files"): _OPERATOR + " (export --out DIR)",
     ("supervisor/childspec.py", "_head"): _OPERATOR + " (a hermes script on hermesd's own PATH)",
     ("supervisor/hermes_release.py", "_head"): _OPERATOR + " (the hermes executable's first bytes)",
     ("supervisor/isolation/install.py", "_shebang"): _OPERATOR + " (the hermes script's shebang)",
@@ -73,7 +73,7 @@ ALLOWED: dict[tuple[str, str], str] = {
         "umask at bind, never by a chmod through the path)",
     ("supervisor/control/server.py", "ControlServer.close"): _OWN + " (unlink never follows a link)",
     ("supervisor/service.py", "write_contrib"): _OPERATOR + " (contrib/ unit templates)",
-    ("supervisor/service.py", "cmd_install_service"): _OPERATOR + " (the unit folder)",
+    ("supervisor/service.py", "install_service"): _OPERATOR + " (the unit folder)",
     ("supervisor/service.py", "_written_by_us"): _OPERATOR + " (an installed unit file)",
     ("wrappers/scripts.py", "_write_script"): "the operator's alias folder itself (~/.local/bin or the folder "
         "given); the script is written into it through safeio",

@@ -44,7 +44,9 @@ API: ``create_wrapper``, ``remove_wrapper``, ``list_wrappers``, ``aliases_for_pr
 
 from __future__ import annotations
 
+import codecs
 import os
+import re
 import shlex
 import shutil
 import stat
@@ -255,8 +257,6 @@ def _head(path: Path, limit: int) -> bytes | None:
 
 def _decode_head(head: bytes) -> str | None:
     """The head of a file as strict UTF-8 (an incomplete character at the cut is allowed), or ``None``."""
-    import codecs
-
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
     try:
         return decoder.decode(head, final=False)
@@ -299,8 +299,6 @@ def read_upstream_wrapper(path: Path, root: Path, *, windows: bool | None = None
 
 def _upstream_hermes(path: Path) -> str | None:
     """The absolute ``hermes`` an upstream wrapper runs (``exec /abs/hermes -p …``), if it still exists."""
-    import re
-
     head = _head(path, _UPSTREAM_READ_LIMIT)
     text = _decode_head(head) or "" if head is not None else ""
     found = re.search(r"exec\s+(/\S*hermes)\s+-p\s", text)

@@ -7,13 +7,11 @@ setting. Each function names its upstream original (hermes-agent 0.19.0).
 
 from __future__ import annotations
 
-from typing import Any
-
 TRUTHY = frozenset({"1", "true", "yes", "on"})  # utils.TRUTHY_STRINGS; gateway/config.py _coerce_bool
 FALSY = frozenset({"0", "false", "no", "off"})  # gateway/config.py _coerce_bool and the multiplex override
 
 
-def is_truthy_value(value: Any, default: bool = False) -> bool:
+def is_truthy_value(value: object, default: bool = False) -> bool:
     """``utils.is_truthy_value``: a string is true only when it is a truthy word."""
     if value is None:
         return default
@@ -24,7 +22,7 @@ def is_truthy_value(value: Any, default: bool = False) -> bool:
     return bool(value)
 
 
-def coerce_bool(value: Any, default: bool = True) -> bool:
+def coerce_bool(value: object, default: bool = True) -> bool:
     """``gateway/config.py _coerce_bool``: truthy and falsy words, anything else keeps ``default``."""
     if value is None:
         return default

@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from profiles.discovery import upstream_active_profile, upstream_root
+from profiles.errors import ProfileError
 from profiles.paths import PROFILES_DIRNAME
 from profiles.safeio import Beneath, beneath, home_file, read_regular_or_none, replace_bytes
 from profiles.upstream.process import DEFAULT_PROFILE, profile_in_argv, runs_gateway
@@ -238,8 +240,6 @@ def serves_home(pid: int, home: Path, profile: str | None = None, argv: list[str
     ``argv`` replaces the live command line (a confinement shim not yet exec'd: what it will run).
     """
     # Imported here: the probe imports this module for every check, and needs these only for a live PID.
-    from profiles.discovery import upstream_active_profile, upstream_root
-    from profiles.errors import ProfileError
 
     profile = profile or home_profile(home)
     args = argv if argv is not None else proc_argv(pid)

@@ -621,7 +621,7 @@ def _network_accessible(host: str) -> bool:
 def _networks(raw: object) -> bool:
     """Whether ``allowed_source_cidrs`` holds at least one valid network."""
     if isinstance(raw, str):
-        items: list[object] = raw.split(",")
+        items: list[Any] = list(raw.split(","))
     elif isinstance(raw, (list, tuple, set)):
         items = list(raw)
     else:

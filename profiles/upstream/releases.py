@@ -54,6 +54,7 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import TypedDict
 
 from profiles.upstream.bools import is_truthy_value
 from profiles.upstream.multiplex import FORCE_FLAG, IDENTITY_MARKERS
@@ -182,9 +183,31 @@ def _release(
     )
 
 
-_OLD = {"supported": False, "unmarked": "stopped", "s6": False, "mux": Multiplexing.ABSENT}
-_NO_SPLIT_MUX = {"supported": False, "mux": Multiplexing.CONFIG_ONLY}
-_CURRENT = {"fatal": 78, "port": 78, "flag": True, "heartbeat": True, "storm": True}
+class _Old(TypedDict):
+    """What the releases before 0.17.0 share (as :func:`_release`'s keyword arguments)."""
+
+    supported: bool
+    unmarked: str
+    s6: bool
+    mux: Multiplexing
+
+
+class _NoSplitMux(TypedDict):
+    supported: bool
+    mux: Multiplexing
+
+
+class _Current(TypedDict):
+    fatal: int
+    port: int
+    flag: bool
+    heartbeat: bool
+    storm: bool
+
+
+_OLD: _Old = {"supported": False, "unmarked": "stopped", "s6": False, "mux": Multiplexing.ABSENT}
+_NO_SPLIT_MUX: _NoSplitMux = {"supported": False, "mux": Multiplexing.CONFIG_ONLY}
+_CURRENT: _Current = {"fatal": 78, "port": 78, "flag": True, "heartbeat": True, "storm": True}
 
 KNOWN: tuple[Contract, ...] = (
     _release("0.13.0", **_OLD, polled=False, port=1),  # port in use: exit 1, state startup_failed

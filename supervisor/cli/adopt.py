@@ -17,43 +17,34 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+
+from supervisor.cli.common import Commands, check_names, root_of
+from supervisor.exits import Failure, UserError
+from supervisor.layout import Layout
 
 HELP = "write gateway.standalone into each named profile's config.yaml (with consent, diff, backup, undo)"
 EXAMPLE = "hermesd adopt --dry-run"
 
 
-def register(sub: Any) -> argparse.ArgumentParser:
-    """Add ``hermesd adopt`` to the CLI."""
-    from supervisor.cli.common import add_root
-
-    p = sub.add_parser(
-        "adopt", help=HELP,
-        description=HELP + ".\nNeeded on the multiplex-default releases (upstream main after 0.21.3): a named "
-                           "profile gets a gateway of its own\nonly with 'gateway.standalone: true' in its "
-                           "config.yaml; the root's config.yaml gets 'gateway.auto_multiplex_migration: false'\n"
-                           "so that 'hermes update' does not fold the fleet. Each change is shown as a diff; the "
-                           "originals are kept under\n<root>/.hermesd/adopt/; --undo restores the newest record "
-                           "byte for byte.\nExit 0 done or nothing to do, 1 a file could not be changed, 2 usage "
-                           "error.",
-        epilog=f"example:\n  {EXAMPLE}\n  hermesd adopt\n  hermesd adopt --undo",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_root(p)
+def register(commands: Commands) -> None:
+    p = commands.add("adopt", cmd_adopt, HELP, (EXAMPLE, "hermesd adopt", "hermesd adopt --undo"),
+                     description=HELP + ".\nNeeded on the multiplex-default releases (upstream main after 0.21.3): "
+                     "a named profile gets a gateway of its own\nonly with 'gateway.standalone: true' in its "
+                     "config.yaml; the root's config.yaml gets 'gateway.auto_multiplex_migration: false'\n"
+                     "so that 'hermes update' does not fold the fleet. Each change is shown as a diff; the "
+                     "originals are kept under\n<root>/.hermesd/adopt/; --undo restores the newest record "
+                     "byte for byte.\nExit 0 done or nothing to do, 1 a file could not be changed, 2 usage "
+                     "error.")
     p.add_argument("profiles", nargs="*", metavar="PROFILE",
                    help="profiles to change (default: every named profile, and the root's config.yaml)")
     p.add_argument("--dry-run", action="store_true", help="show the changes, write nothing")
     p.add_argument("--undo", action="store_true", help="restore the files of the newest adoption")
-    p.set_defaults(func=cmd_adopt)
-    return p
 
 
 def cmd_adopt(args: argparse.Namespace) -> int:
-    from profiles import adopt
-    from profiles.discovery import profiles_to_serve
-    from profiles.upstream.multiplex import IDENTITY_MARKERS
-    from supervisor.cli.common import Failure, UserError, check_names, root_of
-    from supervisor.layout import Layout
+    from profiles import adopt  # run-time only (see cli/__init__)
+    from profiles.discovery import profiles_to_serve  # run-time only (see cli/__init__)
+    from profiles.upstream.multiplex import IDENTITY_MARKERS  # run-time only (see cli/__init__)
 
     root = root_of(args)
     layout = Layout(root)
@@ -79,8 +70,8 @@ def cmd_adopt(args: argparse.Namespace) -> int:
     for c in changes:
         print(f"# {c.profile}: {c.why}")
         sys.stdout.write(c.diff())
-    for r in refusals:
-        print(f"# {r.profile}: cannot change {r.path}: {r.reason}", file=sys.stderr)
+    for refused in refusals:
+        print(f"# {refused.profile}: cannot change {refused.path}: {refused.reason}", file=sys.stderr)
     if not changes:
         print("nothing to change: every profile already has what a per-profile fleet needs"
               if not refusals else "nothing written")

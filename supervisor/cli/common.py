@@ -1,9 +1,12 @@
-"""What every hermesd command shares: the root, the client, names, errors and exit codes.
+"""What every hermesd command shares: how a command is declared, the root, profile names, errors.
 
-One convention for every command: a mistake the user can fix is :class:`UserError` (one line
-``hermesd: error: …``, exit 2); a request that was understood but not achieved (a restart refused,
-a state not reached in time) is :class:`Failure` (exit 1); ``main`` turns both into their exit
-codes, so no command prints a traceback for anything a user can cause.
+Every command is declared the same way: its module in :mod:`supervisor.cli` has
+``register(commands)``, which calls :meth:`Commands.add` once per command with its name, handler,
+help and examples. ``add`` gives every command the same shape (the help as the description unless a
+longer one is given, the examples as the epilog, ``--root`` unless the command takes none), so
+``--root`` is declared here and nowhere else. The handler takes the parsed arguments and returns the
+exit code; a mistake the user can fix raises :class:`supervisor.exits.UserError`, a request not
+achieved raises :class:`supervisor.exits.Failure`, and ``main`` turns both into exit codes.
 """
 
 from __future__ import annotations
@@ -11,43 +14,56 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-EXIT_NOT_RUNNING = 3
-EXIT_NOT_ANSWERING = 4
+from profiles.errors import ProfileError
+from profiles.names import resolve_profile_names
+from profiles.paths import resolve_root
+from profiles.printable import printable_lines
+from supervisor.exits import UserError
+from supervisor.layout import Layout
 
-
-class UserError(Exception):
-    """A mistake the user can fix (bad root, unknown profile, bad option); exit 2."""
-
-
-class Failure(Exception):
-    """Understood but not achieved (refused, not reached in time); exit 1."""
-
-    def __init__(self, message: str, code: int = EXIT_FAILURE) -> None:
-        super().__init__(message)
-        self.code = code
-
+Handler = Callable[[argparse.Namespace], int]
+SubParsers = argparse._SubParsersAction  # argparse's own type for what add_subparsers returns
 
 ROOT_HELP = "Hermes root (default: resolved from HERMES_HOME as upstream does)"
 
 
-def add_root(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--root", help=ROOT_HELP)
+class Commands:
+    """Where a command module declares its commands (and a command its verbs), one :meth:`add` each."""
+
+    def __init__(self, sub: SubParsers) -> None:
+        self._sub = sub
+
+    def add(self, name: str, func: Handler, help: str, examples: str | Sequence[str] = (), *,
+            description: str | None = None, epilog: str | None = None, root: bool = True,
+            hidden: bool = False) -> argparse.ArgumentParser:
+        """A parser for command ``name`` run by ``func``; ``hidden`` keeps it out of the command list
+        (an internal helper), ``root=False`` for a command that takes no ``--root``."""
+        shown = [examples] if isinstance(examples, str) else list(examples)
+        tail = [epilog] if epilog else []
+        if shown:
+            tail.append(("example:\n  " if len(shown) == 1 else "examples:\n  ") + "\n  ".join(shown))
+        extra: dict[str, Any] = {} if hidden else {"help": help}
+        p = self._sub.add_parser(name, description=description or help, epilog="\n\n".join(tail) or None,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, **extra)
+        if root:
+            p.add_argument("--root", help=ROOT_HELP)
+        p.set_defaults(func=func)
+        return p
+
+    def verbs(self, parser: argparse.ArgumentParser, *, dest: str, metavar: str,
+              parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> Commands:
+        """The verbs of a command (``hermesd profile list``), declared with :meth:`add` like commands."""
+        return Commands(parser.add_subparsers(dest=dest, metavar=metavar, parser_class=parser_class))
 
 
 def root_of(args: argparse.Namespace, *, must_exist: bool = True) -> Path:
     """The root the command acts on; a root that does not exist is an error, never an empty root."""
     raw = getattr(args, "root", None)
-    if raw:
-        root = Path(raw).expanduser()
-    else:
-        from profiles.paths import resolve_root
-
-        root = resolve_root()
+    root = Path(raw).expanduser() if raw else resolve_root()
     try:
         root = root.resolve()
     except OSError as exc:
@@ -62,52 +78,24 @@ def root_of(args: argparse.Namespace, *, must_exist: bool = True) -> Path:
     return root
 
 
-def layout_of(args: argparse.Namespace) -> Any:
-    from supervisor.layout import Layout
-
+def layout_of(args: argparse.Namespace) -> Layout:
     return Layout(root_of(args))
-
-
-def client_of(args: argparse.Namespace) -> Any:
-    from supervisor.control.client import Client
-
-    return Client(layout_of(args))
-
-
-def call(args: argparse.Namespace, cmd: str, *, wait: float = 30.0, **payload: Any) -> dict[str, Any]:
-    """One request to the root's daemon, with every client failure turned into a user-facing error."""
-    from supervisor.control.client import ControlError, DaemonNotAnswering, DaemonNotRunning
-
-    try:
-        return client_of(args).call(cmd, wait=wait, **payload)
-    except DaemonNotRunning:
-        raise Failure(f"hermesd is not running for {root_of(args)} (start it with 'hermesd start')",
-                      EXIT_NOT_RUNNING) from None
-    except DaemonNotAnswering as exc:
-        raise Failure(str(exc), EXIT_NOT_ANSWERING) from None
-    except ControlError as exc:
-        raise Failure(str(exc)) from None
 
 
 def check_names(names: list[str], known: list[str]) -> list[str]:
     """Canonical names, after checking every one of them (nothing acts before all are known); the
     wording is :func:`profiles.names.no_such_profile`'s, the one every command uses."""
-    from profiles.errors import ProfileError
-    from profiles.names import resolve_profile_names
-
     try:
         return resolve_profile_names(names, known)
     except ProfileError as exc:
         raise UserError(str(exc)) from None
 
 
-def use_color(stream: Any) -> bool:
+def use_color(stream: TextIO) -> bool:
     return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
 
 
 def fail_line(message: str) -> None:
     """The error for the terminal; reasons from a profile's files or a gateway's state are shown escaped
     (only the line breaks of a multi-line message stay)."""
-    from profiles.printable import printable_lines
-
     print(f"hermesd: error: {printable_lines(message)}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""The commands that run or talk to the daemon: run, start, stop, restart, status, logs, ping, reload.
+"""The commands that run the daemon or change what it runs: run, start, stop, restart.
 
 Per-profile verbs (``start|stop|restart PROFILE…``) check every name first, then wait until each
 profile reaches its state, as ``systemctl`` does (progress on a terminal; ``--no-wait`` and
@@ -11,50 +11,48 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
+import logging
 import os
+import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
-from supervisor.cli.common import (
-    EXIT_NOT_ANSWERING,
-    EXIT_NOT_RUNNING,
-    Failure,
-    UserError,
-    add_root,
-    call,
-    check_names,
-    client_of,
-    layout_of,
-    root_of,
-    use_color,
-)
-from supervisor.upgrade.cli import add_gate_options, cmd_rolling_restart
+from profiles import safeio
+from profiles.printable import printable
+from profiles.progress import Progress
+from supervisor import logs
+from supervisor.cli.common import Commands, check_names, layout_of, root_of
+from supervisor.cli.request import call, client_of
+from supervisor.cli.upgrade import add_gate_options, cmd_rolling_restart
+from supervisor.control.client import ControlError, DaemonNotAnswering, DaemonNotRunning
+from supervisor.daemon.pidlock import AlreadyRunning, PidLock
+from supervisor.exits import EXIT_NOT_ANSWERING, Failure, UserError
+from supervisor.lockholder import owner_pid
 
 # --------------------------------------------------------------------------- run / start / stop (daemon)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from supervisor.watch import inotify
+    from supervisor.watch import inotify  # ctypes and the watcher: only the daemon watches files
 
     if inotify.available() and "ssl" not in sys.modules:
         # The daemon never speaks TLS, yet asyncio imports ssl eagerly: 0.9 MiB resident for
         # nothing. Only the watchfiles watcher (used where inotify is missing) needs it.
         sys.modules["ssl"] = None  # type: ignore[assignment]
-    import asyncio
-    import logging
+    # After the ssl block, and only here: the daemon's loop and asyncio are what 'run' is; the
+    # group's other commands must not load them.
+    import asyncio  # after the ssl block
 
-    from supervisor.child import set_process_name
-    from supervisor.daemon.loop import Daemon
-    from supervisor.daemon.pidlock import AlreadyRunning
-    from supervisor.logs import PrintableFilter, RepeatFilter
+    from supervisor.daemon.loop import Daemon  # only 'run' loads the daemon
+    from supervisor.prctl import set_process_name  # run-time only (see cli/__init__): ctypes
 
     set_process_name("hermesd")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s hermesd[%(process)d] %(levelname)s %(message)s"))
-    handler.addFilter(PrintableFilter())
-    handler.addFilter(RepeatFilter())
+    handler.addFilter(logs.PrintableFilter())
+    handler.addFilter(logs.RepeatFilter())
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     logging.getLogger("watchfiles").setLevel(logging.WARNING)
     root = root_of(args)
@@ -71,8 +69,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _daemon_argv(root: str) -> list[str]:
     """The daemon's command line: the ``hermesd`` script when installed, so ``ps`` and ``pgrep`` name it."""
-    from pathlib import Path
-
     script = Path(sys.executable).parent / "hermesd"
     if script.is_file() and os.access(script, os.X_OK):
         return [sys.executable, str(script), "run", "--root", root]
@@ -82,10 +78,6 @@ def _daemon_argv(root: str) -> list[str]:
 def cmd_start(args: argparse.Namespace) -> int:
     if args.profiles:
         return _per_profile(args, "start")
-    import subprocess
-
-    from profiles import safeio
-    from supervisor.daemon.pidlock import AlreadyRunning, PidLock, owner_pid
 
     root = root_of(args)
     layout = layout_of(args)
@@ -112,9 +104,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     client = client_of(args)
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            from supervisor.logs import tail_lines
-
-            tail = b"".join(tail_lines(layout.beneath(layout.daemon_log), 5)).decode("utf-8", "replace").rstrip()
+            tail = b"".join(logs.tail_lines(layout.beneath(layout.daemon_log), 5)).decode("utf-8", "replace").rstrip()
             raise Failure(f"hermesd exited with {proc.returncode} during start-up; last log lines:\n{tail}")
         up = client.ping(wait=1.0) if client.held() else None
         if up and up.get("ready"):
@@ -127,9 +117,6 @@ def cmd_start(args: argparse.Namespace) -> int:
 def cmd_stop(args: argparse.Namespace) -> int:
     if args.profiles:
         return _per_profile(args, "stop")
-    from profiles.progress import Progress
-    from supervisor.control.client import ControlError, DaemonNotAnswering, DaemonNotRunning
-
     client = client_of(args)
     shown = Progress("stopping gateways")
     try:
@@ -160,8 +147,6 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 def _running_pids(args: argparse.Namespace) -> list[int]:
     """PIDs of the gateways the daemon still has (empty when it no longer answers)."""
-    from supervisor.control.client import ControlError, DaemonNotAnswering, DaemonNotRunning
-
     try:
         doc = client_of(args).call("status", wait=1.0)["status"]
     except (DaemonNotRunning, DaemonNotAnswering, ControlError, OSError, ValueError):
@@ -193,8 +178,6 @@ def _per_profile(args: argparse.Namespace, verb: str, **extra: Any) -> int:
     A profile that is held cannot get there by waiting: it is reported as held, with its reason,
     while the others are still waited for; a time printed is the time really waited.
     """
-    from profiles.printable import printable
-
     began = time.monotonic()
     doc = call(args, "status")["status"]
     names = check_names(args.profiles, [r["name"] for r in doc["profiles"]])
@@ -241,8 +224,6 @@ def _wait_states(args: argparse.Namespace, verb: str, names: list[str],
                  before: dict[str, dict[str, Any]]) -> dict[str, tuple[bool, dict[str, Any] | None]]:
     """Poll until every profile has reached the goal of ``verb`` or is held (when the goal is
     "running"), or until the timeout; per profile, whether it got there and its last row."""
-    from profiles.progress import Progress
-
     goal = _GOALS[verb]
     shown = Progress(f"{verb}ing {', '.join(names)}")
     deadline = time.monotonic() + args.timeout
@@ -267,151 +248,30 @@ def _wait_states(args: argparse.Namespace, verb: str, names: list[str],
         shown.done()
 
 
-# --------------------------------------------------------------------------- status
-
-
-def _status_document(args: argparse.Namespace) -> dict[str, Any]:
-    from supervisor import status
-    from supervisor.control.client import ControlError, DaemonNotAnswering, DaemonNotRunning
-
-    root = root_of(args)
-    try:
-        doc = client_of(args).call("status", wait=args.wait)["status"]
-    except DaemonNotRunning:
-        doc = status.offline_document(root)
-    except DaemonNotAnswering as exc:
-        doc = status.offline_document(root, why="hermesd does not answer")
-        doc["supervisor"].update(running=True, answering=False, problem=str(exc))
-    except ControlError as exc:
-        raise Failure(str(exc)) from None
-    if args.profiles:
-        wanted = check_names(args.profiles, [r["name"] for r in doc["profiles"]])
-        doc["profiles"] = [r for r in doc["profiles"] if r["name"] in wanted]
-    return doc
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    from supervisor import status
-
-    if args.watch:
-        return _watch_status(args)
-    doc = _status_document(args)
-    if args.json:
-        print(json.dumps(doc, indent=2, sort_keys=True))
-    else:
-        print(status.render(doc, color=use_color(sys.stdout)))
-        if len(doc["profiles"]) == 1 and args.profiles:
-            from supervisor.observe.detail import render_detail
-
-            unicode = (sys.stdout.encoding or "").lower().replace("-", "") == "utf8"
-            print()
-            print(render_detail(root_of(args), doc["profiles"][0]["name"], now=time.time(),
-                                color=use_color(sys.stdout), unicode=unicode))
-    return status.exit_code(doc)
-
-
-def _watch_status(args: argparse.Namespace) -> int:
-    """Redraw the table in place until interrupted; on a pipe, print one snapshot per interval."""
-    from supervisor import status
-
-    tty = sys.stdout.isatty()
-    try:
-        while True:
-            doc = _status_document(args)
-            text = json.dumps(doc, sort_keys=True) if args.json else status.render(doc, color=use_color(sys.stdout))
-            if tty:
-                sys.stdout.write("\x1b[H\x1b[2J" + text + f"\n\n(every {args.interval:g}s; Ctrl-C to quit)\n")
-            else:
-                sys.stdout.write(text + "\n\n")
-            sys.stdout.flush()
-            time.sleep(args.interval)
-    except KeyboardInterrupt:
-        return 0
-
-
-# --------------------------------------------------------------------------- logs, ping, reload
-
-
-def cmd_logs(args: argparse.Namespace) -> int:
-    from profiles.discovery import profiles_to_serve
-    from profiles.printable import printable_lines
-    from supervisor import logs
-
-    layout = layout_of(args)
-    if args.profile:
-        known = [n for n, _ in profiles_to_serve(True, root=layout.root)]
-        name = check_names([args.profile], known)[0]
-        path = layout.child_log(name)
-        if not path.exists() and not args.follow:
-            print(f"profile {name!r} has no log yet ({path}): its gateway has not been started by hermesd",
-                  file=sys.stderr)
-            return 0
-    else:
-        path = layout.daemon_log
-        if not path.exists() and not args.follow:
-            raise Failure(f"no daemon log yet at {path}")
-    # A gateway's output is its own words, printed as written when piped (grep, a file). On a terminal
-    # every control character but line breaks and tabs is shown escaped: a gateway (or the agent in it)
-    # must not be able to erase lines, retitle the window or write the clipboard of whoever reads it.
-    show = printable_lines if sys.stdout.isatty() else (lambda text: text)
-    try:
-        sys.stdout.write(show(b"".join(logs.tail_lines(layout.beneath(path), args.lines)).decode("utf-8", "replace")))
-    except PermissionError as exc:
-        raise Failure(f"cannot read {path}: {exc.strerror} (run as the user hermesd runs as)") from None
-    sys.stdout.flush()
-    if args.follow:
-        try:
-            logs.follow(layout.beneath(path), show=show)
-        except KeyboardInterrupt:
-            return 0
-    return 0
-
-
-def cmd_ping(args: argparse.Namespace) -> int:
-    from supervisor.control.client import DaemonNotAnswering
-
-    try:
-        up = client_of(args).ping(wait=args.wait)
-    except DaemonNotAnswering as exc:
-        print(str(exc), file=sys.stderr)
-        return EXIT_NOT_ANSWERING
-    if not up:
-        print(f"hermesd is not running for {root_of(args)}", file=sys.stderr)
-        return 1
-    print(f"hermesd running for {up['root']} (PID {up['pid']}{', ready' if up.get('ready') else ''})")
-    return 0
-
-
-def cmd_reload(args: argparse.Namespace) -> int:
-    reply = call(args, "reload")
-    if reply.get("config_problem"):
-        print(f"warning: {reply['config_problem']}", file=sys.stderr)
-    print("reloaded")
-    return 0
-
-
 # --------------------------------------------------------------------------- parser
 
 
-def register(sub: argparse._SubParsersAction, add: Any) -> None:
-    """Add the daemon commands; ``add(name, func, help, example)`` makes a subparser with --root."""
-    p = add("run", cmd_run, "supervise every profile of the root in the foreground", "hermesd run --root ~/.hermes")
+def register(commands: Commands) -> None:
+    p = commands.add("run", cmd_run, "supervise every profile of the root in the foreground",
+                     "hermesd run --root ~/.hermes")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument("--lock-fd", type=int, help=argparse.SUPPRESS)  # handed down by 'hermesd start'
 
-    p = add("start", cmd_start, "start the daemon in the background, or start named profiles and wait until they run",
-            "hermesd start coder")
+    p = commands.add("start", cmd_start,
+                     "start the daemon in the background, or start named profiles and wait until they run",
+                     "hermesd start coder")
     p.add_argument("profiles", nargs="*", metavar="PROFILE")
     _wait_options(p, 60.0, "seconds to wait for the daemon to be ready, or for the profiles to run")
 
-    p = add("stop", cmd_stop, "stop named profiles (kept stopped) and wait, or every child and the daemon",
-            "hermesd stop coder")
+    p = commands.add("stop", cmd_stop, "stop named profiles (kept stopped) and wait, or every child and the daemon",
+                     "hermesd stop coder")
     p.add_argument("profiles", nargs="*", metavar="PROFILE")
     p.add_argument("--keep-children", action="store_true", help="exit the daemon but leave gateways running")
     _wait_options(p, 600.0, "seconds to wait for the profiles (or the daemon) to stop")
 
-    p = add("restart", cmd_restart, "restart named profiles and wait until they run again; no other child is touched",
-            "hermesd restart coder")
+    p = commands.add("restart", cmd_restart,
+                     "restart named profiles and wait until they run again; no other child is touched",
+                     "hermesd restart coder")
     p.add_argument("profiles", nargs="*", metavar="PROFILE")
     p.add_argument("--all", action="store_true", help="every profile")
     p.add_argument("--graceful", action="store_true", help="drain first (SIGUSR1; the gateway exits 75)")
@@ -424,28 +284,7 @@ def register(sub: argparse._SubParsersAction, add: Any) -> None:
     p.add_argument("--canary", metavar="PROFILE", help="with --rolling: the profile restarted first")
     p.add_argument("--json", action="store_true", help="with --rolling: one JSON document on stdout")
 
-    p = add("status", cmd_status, "per-profile health (exit 0 only when all that should run are running)",
-            "hermesd status --json")
-    p.add_argument("profiles", nargs="*", metavar="PROFILE")
-    p.add_argument("--json", action="store_true", help="one JSON document")
-    p.add_argument("--watch", action="store_true", help="redraw live until interrupted (plain when piped)")
-    p.add_argument("--interval", type=float, default=1.0, help="seconds between redraws with --watch")
-    p.add_argument("--wait", type=float, default=5.0, help="seconds to wait for a busy daemon before showing files")
-
-    p = add("logs", cmd_logs, "show a profile's gateway output (no profile: the daemon's own log)",
-            "hermesd logs coder -f -n 100")
-    p.add_argument("profile", nargs="?")
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines, across rotations")
-    p.add_argument("-n", "--lines", type=int, default=50, help="lines of history to show first")
-
-    p = add("ping", cmd_ping, "exit 0 if the daemon for this root is up", "hermesd ping --root ~/.hermes")
-    p.add_argument("--wait", type=float, default=5.0, help="seconds to wait for a daemon that is busy or starting")
-    add("reload", cmd_reload, "re-read hermesd.yaml and rescan the profiles folder", "hermesd reload")
-
 
 def _wait_options(p: argparse.ArgumentParser, timeout: float, help_: str) -> None:
     p.add_argument("--timeout", type=float, default=timeout, help=f"{help_} (default {timeout:g})")
     p.add_argument("--no-wait", action="store_true", help="return once the daemon accepted the request")
-
-
-__all__ = ["EXIT_NOT_RUNNING", "UserError", "add_root", "register"]

@@ -22,7 +22,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+from supervisor.cli.common import Commands, check_names, root_of
+from supervisor.exits import Failure, UserError
+from supervisor.layout import Layout
+
+if TYPE_CHECKING:
+    from supervisor.requirements import Facts, Finding, PlatformCheck
 
 HELP = "install the libraries the profiles' enabled platforms need, into the gateway's interpreter"
 EXAMPLE = "hermesd install-deps coder --dry-run"
@@ -30,28 +37,18 @@ LOCK_NAME = "install-deps.lock"
 PIP_TIMEOUT_S = 1800.0
 
 
-def register(sub: Any) -> argparse.ArgumentParser:
-    """Add ``hermesd install-deps`` to the CLI."""
-    from supervisor.cli.common import add_root
-
-    p = sub.add_parser(
-        "install-deps", help=HELP,
-        description=HELP + ".\nRuns pip once, serially (a lock in <root>/.hermesd), with the same "
-                           "pins upstream's own lazy installer uses.\nExit 0 done or nothing to do, "
-                           "1 pip failed or something is still missing, 2 usage error.",
-        epilog=f"example:\n  {EXAMPLE}", formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_root(p)
+def register(commands: Commands) -> None:
+    p = commands.add("install-deps", cmd_install_deps, HELP, EXAMPLE,
+                     description=HELP + ".\nRuns pip once, serially (a lock in <root>/.hermesd), with the same "
+                                        "pins upstream's own lazy installer uses.\nExit 0 done or nothing to do, "
+                                        "1 pip failed or something is still missing, 2 usage error.")
     p.add_argument("profiles", nargs="*", metavar="PROFILE", help="profiles to consider (default: every one)")
     p.add_argument("--dry-run", action="store_true", help="print the command, install nothing")
-    p.set_defaults(func=cmd_install_deps)
-    return p
 
 
-def _collect(root: Path, names: list[str] | None) -> tuple[list[Any], Any]:
-    from supervisor import childspec, requirements
-    from supervisor import config as config_mod
-    from supervisor.cli.common import Failure, UserError
+def _collect(root: Path, names: list[str] | None) -> tuple[list[tuple[Finding, PlatformCheck]], Facts | None]:
+    from supervisor import childspec, requirements  # run-time only (see cli/__init__)
+    from supervisor import config as config_mod  # run-time only (see cli/__init__)
 
     try:
         return requirements.collect(root, names, None, None)
@@ -61,7 +58,7 @@ def _collect(root: Path, names: list[str] | None) -> tuple[list[Any], Any]:
         raise UserError(f"hermesd.yaml: {exc}") from None
 
 
-def _describe(found: list[Any]) -> list[str]:
+def _describe(found: list[tuple[Finding, PlatformCheck]]) -> list[str]:
     lines = []
     for finding, _check in found:
         hint = f" ({finding.hint})" if finding.hint else ""
@@ -72,8 +69,7 @@ def _describe(found: list[Any]) -> list[str]:
 @contextlib.contextmanager
 def _install_lock(root: Path) -> Iterator[None]:
     """Hold ``<root>/.hermesd/install-deps.lock``; say so when another install holds it, then wait."""
-    from profiles import safeio
-    from supervisor.layout import Layout
+    from profiles import safeio  # run-time only (see cli/__init__)
 
     layout = Layout(root)
     layout.ensure()
@@ -93,9 +89,8 @@ def _install_lock(root: Path) -> Iterator[None]:
 
 
 def cmd_install_deps(args: argparse.Namespace) -> int:
-    from profiles.discovery import profiles_to_serve
-    from supervisor.cli.common import check_names, root_of
-    from supervisor.requirements import install_command, merge_specs
+    from profiles.discovery import profiles_to_serve  # run-time only (see cli/__init__)
+    from supervisor.requirements import install_command, merge_specs  # run-time only (see cli/__init__)
 
     root = root_of(args)
     names = None
@@ -125,7 +120,7 @@ def cmd_install_deps(args: argparse.Namespace) -> int:
         found, facts = _collect(root, names)
         specs = merge_specs(c.specs for _f, c in found)
         command = install_command(facts, specs) if facts is not None else None
-        if command is None:
+        if command is None or facts is None:
             return _finish(root, names, affected, installed=False)
         argv = [facts.executable or facts.interpreter[-1], "-m", "pip", "install", *specs]
         try:
@@ -154,8 +149,7 @@ def _finish(root: Path, names: list[str] | None, affected: list[str], *, install
 
 def _tell_daemon(root: Path) -> None:
     """Ask a running daemon to re-read everything, so status stops reporting what is now installed."""
-    from supervisor.control.client import Client, ControlError
-    from supervisor.layout import Layout
+    from supervisor.control.client import Client, ControlError  # run-time only (see cli/__init__)
 
     with contextlib.suppress(ControlError, OSError):
         Client(Layout(root)).call("reload", wait=10.0)

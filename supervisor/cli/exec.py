@@ -1,7 +1,8 @@
 """``hermesd exec PROFILE -- COMMAND…``: run a command exactly as that profile's gateway is run.
 
-Why it exists: a profile is a trust domain (issue 13). A user typing ``hermes -p coder chat`` in a
-shell, an alias, a kanban worker or a test must get the same walls as ``coder``'s gateway, or the
+Why it exists: a profile is a trust domain (it cannot read, change or signal another). A user typing
+``hermes -p coder chat`` in a shell, an alias, a kanban worker or a test must get the same walls as
+``coder``'s gateway, or the
 confinement only covers half of what an agent of that profile can do. So this command builds what
 the daemon builds before a spawn, from the same inputs (:mod:`supervisor.daemon.domains`
 ``prepare``):
@@ -38,17 +39,24 @@ import signal
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from supervisor.cli.common import Failure, UserError, check_names, root_of
+from supervisor.cli.common import Commands, check_names, root_of
+from supervisor.exits import Failure, UserError
+from supervisor.layout import Layout
+from supervisor.tags import TAG_PROFILE, TAG_ROOT
 
-EXIT_CANNOT_CONFINE = 125  # supervisor.isolation.enter: nothing ran (not imported: keep start-up lean)
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from supervisor.isolation.plan import Plan
+    from supervisor.limits.limits_config import Limits
+    from supervisor.limits.session import Session
 
 
-def register(sub: argparse._SubParsersAction, add: Any) -> None:
-    """Add ``exec``; ``add(name, func, help, example)`` makes a subparser with ``--root``."""
-    p = add("exec", cmd_exec, "run a command as PROFILE's gateway would run: its environment and confinement",
-            "hermesd exec coder -- hermes chat")
+def register(commands: Commands) -> None:
+    p = commands.add("exec", cmd_exec, "run a command as PROFILE's gateway would run: its environment and confinement",
+                     "hermesd exec coder -- hermes chat")
     p.add_argument("profile", metavar="PROFILE")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                    help="the command and its arguments (after --)")
@@ -131,14 +139,14 @@ class Prepared:
 
     __slots__ = ("env", "kind", "limits", "nice", "plan", "profile", "root")
 
-    def __init__(self, profile: str, plan: Any, env: dict[str, str], nice: int | None, *, root: Path | None = None,
-                 limits: Any = None, kind: str = "exec") -> None:
+    def __init__(self, profile: str, plan: Plan, env: dict[str, str], nice: int | None, *, root: Path | None = None,
+                 limits: Limits | None = None, kind: str = "exec") -> None:
         self.profile = profile
         self.plan = plan
         self.env = env
         self.nice = nice
         self.root = root
-        self.limits = limits  # limits.settings.Limits of the session (None: none)
+        self.limits = limits  # the session's limits (None: none)
         self.kind = kind
 
 
@@ -150,12 +158,18 @@ def prepare(root: Path, raw_name: str, base_env: Mapping[str, str], *, kind: str
     that cannot be run (``isolation: required`` on a machine without a mechanism, an unknown
     account) is a :class:`Failure` with the shim's exit code 125.
     """
-    from profiles.discovery import profiles_to_serve
-    from supervisor import config as config_mod
-    from supervisor import isolation as iso
-    from supervisor.childspec import TAG_PROFILE, TAG_ROOT, GatewayCommandError, child_env, resolve_gateway_command
-    from supervisor.isolation import install, kanban
-    from supervisor.layout import Layout
+    from profiles.discovery import profiles_to_serve  # run-time only (see cli/__init__)
+    from supervisor import config as config_mod  # run-time only (see cli/__init__)
+    from supervisor.childspec import (  # run-time only (see cli/__init__)
+        GatewayCommandError,
+        child_env,
+        resolve_gateway_command,
+    )
+    from supervisor.isolation import install, kanban  # run-time only (see cli/__init__)
+    from supervisor.isolation.enter import EXIT_CANNOT_CONFINE  # run-time only (see cli/__init__)
+    from supervisor.isolation.plan import PlanInputs, make_plan  # run-time only (see cli/__init__)
+    from supervisor.isolation.probing import probe  # run-time only (see cli/__init__)
+    from supervisor.limits.tree import nice_for_weight  # run-time only (see cli/__init__)
 
     try:
         served = profiles_to_serve(True, root=root)
@@ -187,8 +201,8 @@ def prepare(root: Path, raw_name: str, base_env: Mapping[str, str], *, kind: str
             user = install.resolve_user(isolation.user)
         except (KeyError, ValueError, OSError) as exc:
             raise Failure(f"profile {name}: isolation user {isolation.user!r}: {exc}", EXIT_CANNOT_CONFINE) from None
-    plan = iso.make_plan(iso.PlanInputs(
-        root=root, profile=name, home=home, probe=iso.probe(), settings=isolation,
+    plan = make_plan(PlanInputs(
+        root=root, profile=name, home=home, probe=probe(), settings=isolation,
         hermesd_dir=layout.dir, control_socket=layout.socket,
         other_homes=tuple(h for n, h in homes.items() if n != name),
         install_paths=install_paths, lock_dir=install.credential_lock_dir(env),
@@ -200,8 +214,6 @@ def prepare(root: Path, raw_name: str, base_env: Mapping[str, str], *, kind: str
     limits = cfg.worker_limits_for(name) if kind == "worker" else cfg.limits_for(name)
     nice = None
     if limits.cpu_weight:
-        from supervisor.limits.tree import nice_for_weight
-
         nice = nice_for_weight(limits.cpu_weight)
     return Prepared(name, plan, env, nice, root=root, limits=limits, kind=kind)
 
@@ -220,7 +232,7 @@ def run(prepared: Prepared, command: list[str], *, log: tuple[Path, str] | None 
     ``log``: a kanban worker's ``(base, relative path)``; the child opens it after its confinement
     (:func:`supervisor.kanban.worklog.open_log`) as its stdout and stderr.
     """
-    from supervisor.isolation import exec_in_place
+    from supervisor.isolation.enter import EXIT_CANNOT_CONFINE, exec_in_place  # run-time only (see cli/__init__)
 
     session = _open_session(prepared)
     if session is not None and session.note:
@@ -252,7 +264,7 @@ def run(prepared: Prepared, command: list[str], *, log: tuple[Path, str] | None 
     for sig in (signal.SIGINT, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_IGN)
 
-    def forward(signum: int, _frame: Any) -> None:
+    def forward(signum: int, _frame: FrameType | None) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
 
@@ -274,30 +286,30 @@ def run(prepared: Prepared, command: list[str], *, log: tuple[Path, str] | None 
     return exit_code(status)
 
 
-def _open_session(prepared: Prepared) -> Any:
+def _open_session(prepared: Prepared) -> Session | None:
     """The session's domain (supervisor.limits.session), or None when the profile has no limits
     to hold it to and is not a kanban worker (nothing to count, nothing to kill)."""
+    from supervisor.limits.session import open_session  # run-time only (see cli/__init__)
+
     lim = prepared.limits
     if prepared.root is None or lim is None:
         return None
     if prepared.kind != "worker" and lim.memory_max is None and lim.tasks_max is None and lim.cpu_weight is None:
         return None
-    from supervisor.limits.session import open_session
-
     return open_session(prepared.root, prepared.profile, prepared.kind, lim)
 
 
-def _controllers(session: Any) -> frozenset[str]:
+def _controllers(session: Session) -> frozenset[str]:
     return session.det.controllers if session.det is not None else frozenset()
 
 
 def _worker_log(log: tuple[Path, str]) -> Callable[[], None]:
     """After the confinement: the worker's log as stdout and stderr (or the reason it cannot be)."""
 
-    def open_log() -> None:
-        from supervisor.kanban.worklog import open_log
+    from supervisor.kanban.worklog import open_log as open_worker_log  # run-time only (see cli/__init__)
 
-        fd = open_log(*log)
+    def open_log() -> None:
+        fd = open_worker_log(*log)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)

@@ -12,18 +12,27 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from supervisor.cli.common import Failure, UserError, check_names, root_of
+from supervisor.cli.common import Commands, check_names, root_of
+from supervisor.cli.request import call
+from supervisor.exits import Failure, UserError
+from supervisor.layout import Layout
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from supervisor.config import Config
+    from supervisor.isolation.plan import UserIds
 
 
-def register(sub: argparse._SubParsersAction, add: Any) -> None:
-    """Add ``isolate-user``; ``add(name, func, help, example)`` makes a subparser with ``--root``."""
-    p = add("isolate-user", cmd_isolate_user,
-            "give a profile's home to the account its gateway runs as (isolation.user), after showing what changes",
-            "hermesd isolate-user coder hermes-coder")
+def register(commands: Commands) -> None:
+    p = commands.add("isolate-user", cmd_isolate_user,
+                     "give a profile's home to the account its gateway runs as (isolation.user), after showing "
+                     "what changes", "hermesd isolate-user coder hermes-coder")
     p.add_argument("profile", metavar="PROFILE")
     p.add_argument("account", nargs="?", metavar="ACCOUNT",
                    help="the account (default: the profile's isolation.user in hermesd.yaml)")
@@ -31,11 +40,10 @@ def register(sub: argparse._SubParsersAction, add: Any) -> None:
 
 
 def cmd_isolate_user(args: argparse.Namespace) -> int:
-    from profiles.discovery import profiles_to_serve
-    from supervisor import config as config_mod
-    from supervisor import ownership
-    from supervisor.isolation.install import credential_lock_dir, resolve_user
-    from supervisor.layout import Layout
+    from profiles.discovery import profiles_to_serve  # run-time only (see cli/__init__)
+    from supervisor import config as config_mod  # run-time only (see cli/__init__)
+    from supervisor import ownership  # run-time only (see cli/__init__)
+    from supervisor.isolation.install import credential_lock_dir, resolve_user  # run-time only (see cli/__init__)
 
     root = root_of(args)
     homes = {n: Path(h) for n, h in profiles_to_serve(True, root=root)}
@@ -87,10 +95,11 @@ def cmd_isolate_user(args: argparse.Namespace) -> int:
     return 1 if done.errors else 0
 
 
-def _outside(root: Path, name: str, home: Path, account: Any, cfg: Any, lock_dir_of: Any) -> list[str]:
+def _outside(root: Path, name: str, home: Path, account: UserIds, cfg: Config,
+             lock_dir_of: Callable[[Mapping[str, str]], Path | None]) -> list[str]:
     """What the account also needs beyond the home, which this command does not change."""
-    from supervisor import ownership
-    from supervisor.childspec import child_env
+    from supervisor import ownership  # run-time only (see cli/__init__)
+    from supervisor.childspec import child_env  # run-time only (see cli/__init__)
 
     out = [p for p in ownership.problems(home, account) if not p.startswith(str(home))]
     env = child_env(os.environ, root=root, profile=name, home=home, extra=cfg.child_environment(name))
@@ -107,9 +116,7 @@ def _outside(root: Path, name: str, home: Path, account: Any, cfg: Any, lock_dir
     return out
 
 
-def _writable_by(folder: Path, account: Any) -> bool:
-    import stat
-
+def _writable_by(folder: Path, account: UserIds) -> bool:
     try:
         st = folder.stat()
     except OSError:
@@ -132,8 +139,6 @@ def _confirmed() -> bool:
 
 def _start_again(args: argparse.Namespace, name: str) -> None:
     """Clear the profile's isolation hold when a daemon runs the root; otherwise say what is next."""
-    from supervisor.cli.common import call
-
     try:
         reply = call(args, "start", profile=name, wait=5.0)
     except Failure:

@@ -1,16 +1,23 @@
 """``hermesd``: the parser and the entry point. Thin: parse, call one command, turn errors into exit codes.
 
-Imports stay lazy so that ``hermesd status`` starts fast: the daemon, asyncio and yaml are loaded
-only by the commands that need them. Every command module registers its own subcommands; the
-root parser is handed to the commands that need it (completion) instead of being imported back.
+Every command lives in one module of :mod:`supervisor.cli` and is declared there by
+``register(commands)`` (:class:`supervisor.cli.common.Commands`). ``hermesd status`` starts fast
+because parsing a command imports only its own module (:data:`GROUPS`); the daemon, asyncio and
+the other commands' code are loaded only by the commands that run them.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
-from typing import Any
+
+from profiles.errors import ProfileError
+from supervisor import __version__
+from supervisor.cli.common import Commands, fail_line
+from supervisor.exits import EXIT_USAGE, Failure, UserError
+from supervisor.layout import UnsafeFolderError
 
 EXAMPLES = """\
 examples:
@@ -27,31 +34,21 @@ examples:
 # export's records); anything else (no command, ``--help``, a typo, ``completion``, which walks the
 # whole tree) builds every module's. tests/supervisor/test_cli_groups.py holds this table to the truth.
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("supervisor.cli.daemon", ("run", "start", "stop", "restart", "status", "logs", "ping", "reload")),
+    ("supervisor.cli.daemon", ("run", "start", "stop", "restart")),
+    ("supervisor.cli.status", ("status", "logs", "ping", "reload")),
     ("supervisor.cli.exec", ("exec",)),
     ("supervisor.cli.isolate", ("isolate-user",)),
-    ("supervisor.doctor", ("doctor",)),
-    ("supervisor.probe", ("probe",)),
-    ("supervisor.export", ("export", "_planned-stop")),  # _planned-stop: systemd ExecStop, Kubernetes preStop
-    ("supervisor.service", ("install-service",)),
-    ("supervisor.completion", ("completion",)),
-    ("supervisor.observe.cli", ("events", "metrics")),
+    ("supervisor.cli.doctor", ("doctor",)),
+    ("supervisor.cli.probe", ("probe",)),
+    ("supervisor.cli.export", ("export", "_planned-stop")),  # _planned-stop: systemd ExecStop, Kubernetes preStop
+    ("supervisor.cli.service", ("install-service",)),
+    ("supervisor.cli.completion", ("completion",)),
+    ("supervisor.cli.observe", ("events", "metrics")),
     ("supervisor.cli.deps", ("install-deps",)),
-    ("supervisor.upgrade.cli", ("upgrade",)),
+    ("supervisor.cli.upgrade", ("upgrade",)),
     ("supervisor.cli.adopt", ("adopt",)),
-    ("profiles.cli", ("profile",)),
+    ("supervisor.cli.profile", ("profile",)),
 )
-
-
-def _register(module: str, sub: Any, add: Any) -> None:
-    """Call ``module.register``: the daemon's, exec's and isolate-user's take ``add`` (a subparser with --root)."""
-    register = __import__(module, fromlist=["register"]).register
-    if module == "profiles.cli":
-        register(sub, stop_gateway=_stop_for_profile_change, upstream_python=_upstream_python)
-    elif module in ("supervisor.cli.daemon", "supervisor.cli.exec", "supervisor.cli.isolate"):
-        register(sub, add)
-    else:
-        register(sub)
 
 
 def _command_of(argv: list[str]) -> str | None:
@@ -82,7 +79,7 @@ def _unknown_command(argv: list[str]) -> str | None:
     known = [n for _, names in GROUPS for n in names]
     if command is None or command in known:
         return None
-    import difflib  # only for a word that is no command: every other start stays lean
+    import difflib  # only for a word that is no command: 3 ms every other start need not pay
 
     public = [n for n in known if not n.startswith("_")]
     close = difflib.get_close_matches(command, public, n=1, cutoff=0.6)
@@ -92,9 +89,6 @@ def _unknown_command(argv: list[str]) -> str | None:
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The command-line parser: every command, or (given ``argv``) only the module's that parse it."""
-    from supervisor import __version__
-    from supervisor.cli.common import add_root
-
     parser = argparse.ArgumentParser(
         prog="hermesd",
         description="Process-per-profile supervisor for Hermes Agent gateways.",
@@ -104,50 +98,15 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"hermesd {__version__}")
     parser.add_argument("--root", dest="global_root", metavar="PATH",
                         help="Hermes root for the command (the same as the command's own --root)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    def add(name: str, func: Any, help_: str, example: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(
-            name, help=help_, description=help_, epilog=f"example:\n  {example}",
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        add_root(p)
-        p.set_defaults(func=func)
-        return p
-
+    commands = Commands(parser.add_subparsers(dest="command", metavar="COMMAND"))
     only = _group_of(argv) if argv is not None else None
     for module, _names in GROUPS:
         if only is None or module == only:
-            _register(module, sub, add)
+            importlib.import_module(module).register(commands)
     return parser
 
 
-def _stop_for_profile_change(name: str, home: Any) -> None:
-    from supervisor.stopper import stop_for_profile_change
-
-    stop_for_profile_change(name, home)
-
-
-def _upstream_python(root: Any) -> list[str]:
-    from supervisor.childspec import GatewayCommandError
-    from supervisor.cli.common import UserError
-    from supervisor.config import ConfigError
-    from supervisor.hermes_release import HermesVersionError, gateway_python
-
-    try:
-        return gateway_python(root, os.environ)
-    except (ConfigError, GatewayCommandError, HermesVersionError) as exc:
-        raise UserError(f"cannot run hermes-agent's profile code: {exc}") from None
-
-
 def main(argv: list[str] | None = None) -> int:
-    if "hashlib" not in sys.modules:
-        # No hermesd command speaks TLS, and every hash it takes (salted fingerprints, short
-        # digests) is built into CPython, which hashlib falls back to without OpenSSL's _hashlib.
-        # Loading libcrypto would cost every command ~2 ms and the daemon 3.5 MiB resident.
-        sys.modules["_hashlib"] = None  # type: ignore[assignment]
-    from supervisor.cli.common import EXIT_USAGE, Failure, UserError, fail_line
-
     if argv is None:
         argv = sys.argv[1:]
     unknown = _unknown_command(argv)
@@ -156,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     parser = build_parser(argv)
     if "_ARGCOMPLETE" in os.environ:  # a shell asking for completions (argcomplete's protocol): answer, exit
-        from supervisor.completion import complete
+        from supervisor.cli.completion import complete  # argcomplete: only a <TAB> loads it
 
         complete(parser)
     args = parser.parse_args(argv)
@@ -173,15 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         args.root = args.global_root
     args.parser = parser
     args.argv = list(argv)  # as typed: argparse drops a "--" that exec must see
-    from profiles.errors import ProfileError
-    from supervisor.layout import UnsafeFolderError
-
     try:
         return int(args.func(args) or 0)
-    except (UserError, ProfileError) as exc:
-        fail_line(str(exc))
-        return EXIT_USAGE
-    except UnsafeFolderError as exc:
+    except (UserError, ProfileError, UnsafeFolderError) as exc:
         fail_line(str(exc))
         return EXIT_USAGE
     except Failure as exc:

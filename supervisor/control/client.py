@@ -19,8 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from supervisor.control.protocol import encode
-from supervisor.daemon.pidlock import holder, owner_pid
 from supervisor.layout import Layout
+from supervisor.lockholder import holder, owner_pid
 
 Progress = Callable[[float], None]
 

@@ -39,10 +39,10 @@ from supervisor.plan.verdict import Hold, HoldKind, ReleaseRules
 
 if TYPE_CHECKING:
     from profiles.upstream.releases import Contract
+    from supervisor.isolation.isolation_config import IsolationSettings
     from supervisor.isolation.probing import Probe
-    from supervisor.isolation.settings import IsolationSettings
     from supervisor.layout import Layout
-    from supervisor.limits.settings import HungSettings, Limits
+    from supervisor.limits.limits_config import HungSettings, Limits
 
 log = logging.getLogger("hermesd")
 

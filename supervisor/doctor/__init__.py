@@ -18,53 +18,46 @@ Rules that matter for every check here:
 * One broken profile never stops the others from being checked.
 * Nothing is written, signalled or locked: ``gateway.lock`` is read as a file, never probed
   with ``flock`` (taking it, even briefly, can make a starting gateway fail).
-* Imports are lazy: the CLI imports :func:`register` at start-up for every command.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    import argparse
-    from collections.abc import Callable
+from profiles.printable import printable
+from supervisor.doctor import (
+    config_checks,
+    domain_checks,
+    gateway,
+    route_checks,
+    runtime,
+    scan,
+    upgrades,
+    verdicts,
+)
+from supervisor.doctor.runtime import default_service_dirs, service_profile_name
+from supervisor.doctor.scan import RANK, Finding, Scan
+from supervisor.plan.verdict import ERROR, INFO, WARNING
 
-    from supervisor.doctor.scan import Finding, Scan
-
-# The severities (supervisor.plan.verdict's, spelled here so that registering the command, which
-# every hermesd invocation does, imports nothing else).
-ERROR, WARNING, INFO = "error", "warning", "info"
-_LAZY = {"RANK": "supervisor.doctor.scan", "Finding": "supervisor.doctor.scan", "Scan": "supervisor.doctor.scan",
-         "default_service_dirs": "supervisor.doctor.runtime", "service_profile_name": "supervisor.doctor.runtime"}
-
-
-def __getattr__(name: str) -> Any:
-    """The public names of the check modules, imported on first use (``hermesd status`` never does)."""
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'supervisor.doctor' has no attribute {name!r}")
-
-__all__ = ["RANK", "Finding", "diagnose", "exit_code", "register", "render", "service_profile_name", "to_json"]
+__all__ = ["RANK", "Finding", "default_service_dirs", "diagnose", "exit_code", "render", "service_profile_name",
+           "to_json"]
 
 
 def _checks() -> list[Callable[[Scan], None]]:
     """Every check in the order it runs: settings before profiles, verdicts before the details
     that explain them, the kernel's offer last (it forks a probe)."""
-    from supervisor.doctor import domains, gateway, routes, runtime, scan, settings, upgrades, verdicts
-
     return [
-        settings.check_hermesd_config, settings.check_hermesd_folder, settings.check_command,
-        gateway.check_gateway_interpreter, scan.discover, settings.check_config_profiles, gateway.check_stale_code,
-        scan.load_salt, scan.read_profiles, verdicts.check_verdicts, upgrades.check_upgrades,
-        routes.check_multiplex_and_routes,
-        settings.check_lock_environment, settings.check_env_permissions, runtime.check_runtime_files,
-        runtime.check_links,
-        runtime.check_services, runtime.check_wrappers, domains.check_kanban, domains.check_isolation,
-        domains.check_limits,
+        config_checks.check_hermesd_config, config_checks.check_hermesd_folder, config_checks.check_command,
+        gateway.check_gateway_interpreter, scan.discover, config_checks.check_config_profiles,
+        gateway.check_stale_code, scan.load_salt, scan.read_profiles, verdicts.check_verdicts,
+        upgrades.check_upgrades, route_checks.check_multiplex_and_routes,
+        config_checks.check_lock_environment, config_checks.check_env_permissions, runtime.check_runtime_files,
+        runtime.check_links, runtime.check_services, runtime.check_wrappers, domain_checks.check_kanban,
+        domain_checks.check_isolation, domain_checks.check_limits,
     ]
 
 
@@ -81,12 +74,7 @@ def diagnose(
     child inherits. ``service_dirs`` replaces the folders searched for upstream service files
     (systemd user and system, launchd), so tests need not touch the real ones.
     """
-    import os
-
     e = os.environ if env is None else env
-    from supervisor.doctor.runtime import default_service_dirs
-    from supervisor.doctor.scan import Scan
-
     dirs = default_service_dirs(e) if service_dirs is None else list(service_dirs)
     s = Scan(Path(root).expanduser().resolve(), e, dirs)
     if not s.root.is_dir():
@@ -103,8 +91,6 @@ def diagnose(
 
 def render(findings: Sequence[Finding]) -> str:
     """Findings for people: one block per finding, errors first, then a one-line summary."""
-    from profiles.printable import printable
-
     if not findings:
         return "no problems found"
     lines: list[str] = []
@@ -118,8 +104,6 @@ def render(findings: Sequence[Finding]) -> str:
 
 def to_json(root: Path, findings: Sequence[Finding]) -> dict[str, Any]:
     """The ``--json`` document: the root, every finding, and counts per severity."""
-    from dataclasses import asdict
-
     counts = {s: sum(1 for f in findings if f.severity == s) for s in (ERROR, WARNING, INFO)}
     return {"root": str(root), "ok": counts[ERROR] == 0, "counts": counts, "findings": [asdict(f) for f in findings]}
 
@@ -127,35 +111,6 @@ def to_json(root: Path, findings: Sequence[Finding]) -> dict[str, Any]:
 def exit_code(findings: Iterable[Finding]) -> int:
     """1 when anything is an error, else 0: scripts can gate a deploy on it."""
     return 1 if any(f.severity == ERROR for f in findings) else 0
-
-
-def register(subparsers: Any) -> None:
-    """Add ``hermesd doctor`` to the CLI's subparsers (module import stays cheap)."""
-    import argparse
-
-    help_ = "check a root for everything that would stop or confuse its gateways (exit 1 on any error)"
-    p = subparsers.add_parser(
-        "doctor", help=help_, description=help_, epilog="example:\n  hermesd doctor --json",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--root", help="Hermes root (default: resolved from HERMES_HOME as upstream does)")
-    p.add_argument("--json", action="store_true", help="one JSON document")
-    p.set_defaults(func=_cmd_doctor)
-
-
-def _cmd_doctor(args: argparse.Namespace) -> int:
-    import json
-
-    from supervisor.cli.common import root_of
-
-    root = root_of(args)
-    findings = diagnose(root)
-    if args.json:
-        print(json.dumps(to_json(root, findings), indent=2))
-    else:
-        print(f"hermesd doctor: {root}")
-        print(render(findings))
-    return exit_code(findings)
 
 
 def _summary_line(findings: Sequence[Finding]) -> str:

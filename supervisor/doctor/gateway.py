@@ -9,16 +9,22 @@ that (:mod:`supervisor.codeid`, the rule ``status`` applies).
 
 from __future__ import annotations
 
+import os
+
+from profiles.upstream import files as gf
+from profiles.upstream.releases import Unsupported, newer_than_known_note
+from supervisor import childspec, codeid, identity
+from supervisor import config as config_mod
+from supervisor import state as state_mod
 from supervisor.doctor.scan import Scan
+from supervisor.hermes_release import HermesVersionError, interpreter_argv
+from supervisor.layout import Layout
 from supervisor.plan.verdict import ERROR, INFO, WARNING, HoldKind
+from supervisor.requirements import interpreter_facts, release_contract, requirement_findings
+from supervisor.status import stale_note
 
 
 def check_gateway_interpreter(scan: Scan) -> None:
-    from profiles.upstream.releases import Unsupported, newer_than_known_note
-    from supervisor import childspec
-    from supervisor import config as config_mod
-    from supervisor.requirements import interpreter_facts, release_contract, requirement_findings
-
     if scan.config is None or not scan.config_ok:
         return
     try:
@@ -67,13 +73,6 @@ def check_gateway_interpreter(scan: Scan) -> None:
 
 def check_stale_code(scan: Scan) -> None:
     """A gateway that runs older code than is installed (a ``pip install`` nobody restarted after)."""
-    from profiles.upstream import files as gf
-    from supervisor import childspec, codeid, identity
-    from supervisor import state as state_mod
-    from supervisor.layout import Layout
-    from supervisor.requirements import interpreter_facts
-    from supervisor.status import stale_note
-
     if scan.config is None or not scan.config_ok:
         return
     try:
@@ -108,8 +107,6 @@ def duplicate_guard_problem(command: list[str]) -> str | None:
     console script (``hermesx``, a wrapper) makes every record look stale, so a manual ``hermes -p X
     gateway run`` starts a second gateway beside hermesd's.
     """
-    import os
-
     words = [os.path.basename(w).lower() for w in command]
     if any(w in ("hermes", "hermes.exe") for w in words) or any("hermes_cli.main" in w or "hermes_cli/main.py" in w
                                                                  for w in command):
@@ -120,8 +117,6 @@ def duplicate_guard_problem(command: list[str]) -> str | None:
 
 
 def _interpreter_of(command: list[str], env: object) -> str:
-    from supervisor.hermes_release import HermesVersionError, interpreter_argv
-
     try:
         interp = interpreter_argv(command, getattr(env, "get", lambda _k: None)("PATH"))
     except HermesVersionError:

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from profiles import safeio
+from profiles.upstream import files as gf
+from profiles.upstream.files import proc_start_time
 from profiles.upstream.process import hermes_command
 from supervisor.doctor.scan import DEFAULT, Scan
+from supervisor.identity import gateway_of
+from supervisor.isolation import install
 from supervisor.plan.verdict import ERROR, INFO, WARNING
+from supervisor.tags import TAG_ROOT
+from wrappers.scripts import non_routing_wrappers
+
+if TYPE_CHECKING:
+    from profiles.upstream.files import PidRecord
 
 SYSTEMD_PREFIX = "hermes-gateway"
 LAUNCHD_PREFIX = "ai.hermes.gateway"
@@ -40,10 +52,6 @@ def default_service_dirs(env: Mapping[str, str]) -> list[Path]:
 
 
 def check_runtime_files(scan: Scan) -> None:
-    from profiles import safeio
-    from profiles.upstream import files as gf
-    from supervisor.identity import gateway_of
-
     for prof in scan.profiles:
         pid_path = prof.home / gf.PID_FILE
         if safeio.lstat(safeio.home_file(prof.home, gf.PID_FILE)) is not None:
@@ -102,9 +110,6 @@ def check_links(scan: Scan) -> None:
     overwritten, as root): the file is then a problem of this profile (held), or the channel is
     closed, and this says which link to replace.
     """
-    from profiles import safeio
-    from supervisor.isolation import install
-
     for prof in scan.profiles:
         for name in LINK_CHECKED:
             where = safeio.home_file(prof.home, name)
@@ -137,8 +142,6 @@ def _ours(scan: Scan, pid: int) -> bool:
     Unknown (unreadable environment) counts as ours: a false "foreign" claim is worse
     than a missed one.
     """
-    from supervisor.childspec import TAG_ROOT
-
     try:
         raw = Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
@@ -189,8 +192,6 @@ def _service_target(scan: Scan, unit: Path) -> str | None:
     the name: a unit named ``hermes-gateway.service`` may serve ``~/.hermes`` while this
     doctor checks a custom root.
     """
-    import re
-
     try:
         text = unit.read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -215,9 +216,7 @@ def _service_target(scan: Scan, unit: Path) -> str | None:
 _ELSEWHERE = ""  # never a profile name
 
 
-def _stale_reason(rec: Any) -> str:
-    from profiles.upstream.files import proc_start_time
-
+def _stale_reason(rec: PidRecord | None) -> str:
     if rec is None:
         return "is not a gateway PID record (empty or unreadable)"
     live = proc_start_time(rec.pid)
@@ -239,10 +238,6 @@ def _service_fix(unit: Path, manager: str, profile: str) -> str:
 def check_wrappers(scan: Scan) -> None:
     """Aliases written by ``hermes profile create`` run ``hermes -p NAME`` directly: their gateway verbs
     stop the supervised gateway and run another in the foreground, behind hermesd's back."""
-    import shlex
-
-    from wrappers.scripts import non_routing_wrappers
-
     served = {p.name for p in scan.profiles}
     for w in non_routing_wrappers(scan.root, env=scan.env):
         if w.profile not in served:

@@ -7,11 +7,24 @@ new function and a line in :data:`supervisor.doctor.CHECKS`, never a bigger clas
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from profiles.discovery import (
+    REASON_INVALID,
+    REASON_NO_IDENTITY,
+    REASON_NOT_DIR,
+    REASON_RESERVED,
+    REASON_SYMLINK,
+    profiles_to_serve,
+    unserved_profile_dirs,
+)
+from profiles.names import RESERVED_NAMES, is_valid_name
+from profiles.snapshot import read_profile
+from supervisor.layout import Layout
 from supervisor.plan.verdict import ERROR, INFO, WARNING
 
 if TYPE_CHECKING:
@@ -96,8 +109,6 @@ class Scan:
 
 def discover(scan: Scan) -> None:
     """The profiles hermesd would serve, and the folders under ``profiles/`` it never will."""
-    from profiles.discovery import REASON_NO_IDENTITY, REASON_NOT_DIR, profiles_to_serve, unserved_profile_dirs
-
     identity = scan.contract.identity_markers if scan.contract is not None else ()
     scan.profiles = [ProfileEntry(n, Path(h)) for n, h in profiles_to_serve(True, root=scan.root, identity=identity)]
     for name, path, reason in unserved_profile_dirs(scan.root, identity=identity):
@@ -132,8 +143,6 @@ def load_salt(scan: Scan) -> None:
     never ran) or without read access, a throw-away salt still finds every duplicate; only the
     fingerprints are valid for this report alone.
     """
-    from supervisor.layout import Layout
-
     layout = Layout(scan.root)
     try:
         if layout.salt_file.is_file():
@@ -141,7 +150,6 @@ def load_salt(scan: Scan) -> None:
             return
     except OSError:
         pass
-    import secrets
 
     scan.salt = secrets.token_bytes(16)
     scan.salt_note = " (fingerprint valid for this report only: hermesd has not salted this root yet)"
@@ -149,15 +157,11 @@ def load_salt(scan: Scan) -> None:
 
 def read_profiles(scan: Scan) -> None:
     """Each profile's facts, read exactly as the daemon reads them (bounded, never blocking)."""
-    from profiles.snapshot import read_profile
-
     for prof in scan.profiles:
         prof.facts = read_profile(prof.name, prof.home, scan.salt)
 
 
 def _unserved_detail(reason: str) -> str:
-    from profiles.discovery import REASON_INVALID, REASON_RESERVED, REASON_SYMLINK
-
     return {
         REASON_INVALID: " (profile names are lower-case letters, digits, '-' and '_', 1-64 characters)",
         REASON_RESERVED: " (Hermes refuses 'hermes -p' with this name)",
@@ -166,9 +170,6 @@ def _unserved_detail(reason: str) -> str:
 
 
 def _unserved_fix(name: str, path: Path, reason: str) -> str:
-    from profiles.discovery import REASON_SYMLINK
-    from profiles.names import RESERVED_NAMES, is_valid_name
-
     if reason == REASON_SYMLINK:
         return f"move the profile's folder itself to {path} instead of linking to it"
     guess = "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "-" for c in name.lower()).strip("-_")[:60]

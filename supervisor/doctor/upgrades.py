@@ -6,14 +6,13 @@ config.yaml. Both read only the root's own files; what they say is upstream's be
 
 from __future__ import annotations
 
+from profiles.upstream import multiplex as mx
 from supervisor.doctor.scan import DEFAULT, Scan
 from supervisor.plan.verdict import WARNING
 
 
 def check_upgrades(scan: Scan) -> None:
     """``hermes update`` would auto-migrate the fleet; a gateway rewrote config.yaml (its marker is there)."""
-    from profiles.upstream import multiplex as mx
-
     default = scan.by_name(DEFAULT)
     config = default.config if default is not None else None
     contract = scan.contract

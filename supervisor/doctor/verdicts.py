@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from supervisor.doctor.scan import Scan
-from supervisor.plan.verdict import WARNING, HoldKind, ReleaseRules
+from supervisor.identity import gateway_of
+from supervisor.isolation.plan import hides_other_profiles
+from supervisor.isolation.probing import probe
+from supervisor.plan.conflicts import all_conflicts
+from supervisor.plan.verdict import WARNING, Candidate, HoldKind, ReleaseRules, judge
 
 
 def check_verdicts(scan: Scan) -> None:
     """Report exactly what the daemon would hold, and why, from :func:`supervisor.plan.verdict.judge`."""
-    from supervisor.identity import gateway_of
-    from supervisor.plan.conflicts import all_conflicts
-    from supervisor.plan.verdict import Candidate, judge
-
     assert scan.config is not None
     running = {p.name for p in scan.profiles if gateway_of(p.home, p.name) is not None}
     # A running gateway is taken to use what its files claim (doctor cannot see what it started with).
@@ -59,8 +59,6 @@ def _release_rules(scan: Scan) -> ReleaseRules | None:
     from what doctor learned."""
     if scan.contract is None or scan.config is None:
         return None
-    from supervisor import isolation
-    from supervisor.isolation.plan import hides_other_profiles
 
-    hidden = hides_other_profiles(scan.config.isolation_for("default"), isolation.probe())
+    hidden = hides_other_profiles(scan.config.isolation_for("default"), probe())
     return ReleaseRules.of(scan.contract, scan.version, default_hidden=hidden)

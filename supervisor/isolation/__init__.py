@@ -1,9 +1,8 @@
-"""Trust domains (issue 13): each profile's gateway confined so it cannot read, change or signal another.
+"""Trust domains: each profile's gateway confined so it cannot read, change or signal another.
 
-API for the daemon (the loop) and the CLI — everything below this line is self-contained::
-
-    from supervisor.isolation import (probe, doctor_lines, parse_isolation, merge_isolation,
-                                      PlanInputs, make_plan, wrap_argv, unwrap, exec_in_place)
+Self-contained; each piece is imported from its module (``probing.probe``, ``plan.make_plan``,
+``shim_argv.wrap_argv``, ``enter.exec_in_place``, ``isolation_config.parse_isolation``…). What
+the daemon (the loop) and the CLI call, and when:
 
 1. Once at daemon start (and in ``doctor``): ``facts = probe()`` (~3 ms, two short forks).
    ``doctor_lines(facts)`` -> ``[(level, text)]`` for ``hermesd doctor``; ``facts.to_json()`` for
@@ -40,9 +39,9 @@ API for the daemon (the loop) and the CLI — everything below this line is self
    ``<root>/kanban.db`` into ``kanban/default-board/`` (raises ``KanbanBusyError`` while a process
    has it open: report it in doctor and retry on the next start).
 
-Modules: ``probing`` (facts), ``settings`` (hermesd.yaml), ``plan`` (pure), ``confine`` + ``kernel``
-(applying, stdlib only), ``syscalls`` (the process-control filter), ``enter`` (the shim), ``kanban``
-(board layout), ``install`` (inputs).
+Modules: ``probing`` (facts), ``isolation_config`` (hermesd.yaml), ``plan`` (pure), ``confine`` + ``kernel``
+(applying, stdlib only), ``syscalls`` (the process-control filter), ``enter`` (the shim), ``shim_argv``
+(the shim's command line), ``kanban`` (board layout), ``install`` (inputs).
 """
 
 from __future__ import annotations
@@ -50,16 +49,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# Lazy: ``python -m supervisor.isolation.enter`` and ``exec_in_place`` must not pay for the
-# planner's imports (dataclasses, pathlib…) they do not use.
-_WHERE = {
-    "EXIT_CANNOT_CONFINE": "enter", "EXIT_CANNOT_EXEC": "enter", "EXIT_NOT_FOUND": "enter",
-    "exec_in_place": "enter", "unwrap": "enter", "wrap_argv": "enter",
-    "Plan": "plan", "PlanInputs": "plan", "UserIds": "plan", "make_plan": "plan",
-    "Probe": "probing", "best_mechanism": "probing", "doctor_lines": "probing", "probe": "probing",
-    "IsolationConfigError": "settings", "IsolationSettings": "settings", "merge_isolation": "settings",
-    "parse_isolation": "settings",
-}
+# TEMPORARY, until supervisor/daemon/domains.py imports these names from their modules (the daemon
+# change): the package itself must stay empty, because ``python -m supervisor.isolation.enter``
+# (the shim, run for every confined spawn) imports it first and must not pay for the planner.
+_WHERE = {"PlanInputs": "plan", "make_plan": "plan", "probe": "probing", "wrap_argv": "shim_argv"}
 __all__ = sorted(_WHERE)
 
 

@@ -36,8 +36,8 @@ try:  # imported as supervisor.isolation.confine, or as a sibling by the -S shim
     from supervisor.isolation import kernel as k
     from supervisor.isolation import syscalls
 except ImportError:  # pragma: no cover - exercised by the shim's script mode
-    import kernel as k  # type: ignore[no-redef]
-    import syscalls  # type: ignore[no-redef]
+    import kernel as k  # type: ignore[no-redef,import-not-found]
+    import syscalls  # type: ignore[no-redef,import-not-found]
 try:
     from profiles import beneath
 except ImportError:  # pragma: no cover - the -S shim: `profiles` sits next to `supervisor` in the install

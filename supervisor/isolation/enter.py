@@ -9,22 +9,22 @@ The shim applies the plan (:mod:`confine`), closes every descriptor above 2, and
 Python's locale coercion can add a variable), from the profile's home. The PID and its start
 time do not change across ``execve``, so the Ident the daemon recorded at spawn stays valid, and
 after the exec ``/proc/<pid>/cmdline`` is exactly ``argv``. Until then it is the shim's command
-line: :func:`unwrap` recognises it (the daemon should treat such a child as "still entering").
+line: :func:`supervisor.isolation.shim_argv.unwrap` recognises it (the daemon should treat such a
+child as "still entering").
 
 ``-E -s -S``: no ``PYTHON*`` variables, no user site, no ``site`` at all — a fresh interpreter
 that imports only the stdlib and this folder's ``confine``/``kernel`` (start-up cost in the
 report). ``python -m supervisor.isolation.enter PLAN -- argv…`` works too (with ``site``); PLAN is the
-marshalled word ``wrap_argv`` writes or, by hand, the plan's JSON.
+marshalled word :func:`~supervisor.isolation.shim_argv.wrap_argv` writes or, by hand, the plan's JSON.
 
 Exit codes when the command never runs: **125** the plan could not be applied (one line on
 stderr: ``hermesd: isolation (profile P): <step>: <reason>``; nothing ran unconfined), **126**
 the command could not be executed, **127** it was not found. A plan whose mechanism is ``off``
-is never wrapped (:func:`wrap_argv` returns ``argv`` itself).
+is never wrapped (``wrap_argv`` returns ``argv`` itself).
 """
 
 from __future__ import annotations
 
-import marshal
 import os
 import sys
 
@@ -33,69 +33,21 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
+    from supervisor.isolation.plan import Plan
+
 if __package__:
     from supervisor.isolation import confine, kernel
+    from supervisor.isolation.shim_argv import decode_plan
 else:  # pragma: no cover - script mode (-S): siblings are importable from sys.path[0]
-    import confine  # type: ignore[no-redef]
-    import kernel  # type: ignore[no-redef]
+    import confine  # type: ignore[no-redef,import-not-found]
+    import kernel  # type: ignore[no-redef,import-not-found]
+    from shim_argv import decode_plan  # type: ignore[no-redef,import-not-found]
 
-__all__ = ["ENTER_SCRIPT", "EXIT_CANNOT_CONFINE", "EXIT_CANNOT_EXEC", "EXIT_NOT_FOUND", "decode_plan",
-           "encode_plan", "exec_in_place", "main", "unwrap", "wrap_argv"]
+__all__ = ["EXIT_CANNOT_CONFINE", "EXIT_CANNOT_EXEC", "EXIT_NOT_FOUND", "exec_in_place", "main"]
 
-ENTER_SCRIPT = os.path.abspath(__file__)
 EXIT_CANNOT_CONFINE = 125
 EXIT_CANNOT_EXEC = 126
 EXIT_NOT_FOUND = 127
-_PY_FLAGS = ("-E", "-s", "-S")
-_MARSHAL_TAG = "m4:"
-
-
-def wrap_argv(plan: Any, argv: Sequence[str], *, python: str | None = None) -> list[str]:
-    """The command the daemon spawns for ``argv`` under ``plan`` (a Plan or its JSON dict).
-
-    ``off`` returns ``argv`` unchanged (no shim, no cost); ``unavailable`` raises ``ValueError``
-    (the daemon must hold the profile and show ``plan.reason`` instead of spawning).
-    """
-    data = plan if isinstance(plan, dict) else plan.to_json()
-    mechanism = data.get("mechanism")
-    if mechanism == "off":
-        return list(argv)
-    if mechanism == "unavailable":
-        raise ValueError(f"profile {data.get('profile')!r} cannot be started: {data.get('reason')}")
-    if not argv:
-        raise ValueError("empty command")
-    return [python or sys.executable, *_PY_FLAGS, ENTER_SCRIPT, encode_plan(data), "--", *argv]
-
-
-def encode_plan(data: dict[str, Any]) -> str:
-    """The plan as one argv word: marshal (built into the interpreter, so the shim needs neither
-    ``json`` nor the ``re`` it imports: 6 ms per spawn) in hex, tagged with its format.
-    The shim also accepts plain JSON (``{…}``), for people running it by hand."""
-    return _MARSHAL_TAG + marshal.dumps(data, 4).hex()
-
-
-def decode_plan(word: str) -> dict[str, Any]:
-    if word.startswith(_MARSHAL_TAG):
-        data = marshal.loads(bytes.fromhex(word[len(_MARSHAL_TAG):]))
-    else:
-        import json
-
-        data = json.loads(word)
-    if not isinstance(data, dict):
-        raise ValueError("the plan is not an object")
-    return data
-
-
-def unwrap(cmdline: Sequence[str]) -> list[str] | None:
-    """The command a shim will exec, when ``cmdline`` is a shim's command line; else ``None``."""
-    try:
-        i = list(cmdline).index(ENTER_SCRIPT)
-    except ValueError:
-        return None
-    rest = list(cmdline[i + 1 :])
-    if len(rest) >= 2 and rest[1] == "--":
-        return rest[2:]
-    return None
 
 
 def _initial_environ() -> dict[bytes, bytes]:
@@ -118,10 +70,10 @@ def _fail(profile: str, message: str, code: int) -> None:
     os._exit(code)
 
 
-def _exec(argv: Sequence[str], env: Mapping[Any, Any], profile: str) -> None:
+def _exec(argv: Sequence[str], env: Mapping[bytes, bytes] | Mapping[str, str], profile: str) -> None:
     # Python ignores SIGPIPE and SIGXFSZ at start-up, and an ignored signal stays ignored across
     # execve: give the command the defaults the daemon spawned us with (posix_spawn setsigdef).
-    import _signal
+    import _signal  # type: ignore[import-not-found]  # the C module: the shim does not pay for signal's enums
 
     for sig in (_signal.SIGPIPE, _signal.SIGXFSZ):
         _signal.signal(sig, _signal.SIG_DFL)
@@ -134,7 +86,7 @@ def _exec(argv: Sequence[str], env: Mapping[Any, Any], profile: str) -> None:
         _fail(profile, f"cannot execute {argv[0]}: {exc.strerror}", EXIT_CANNOT_EXEC)
 
 
-def exec_in_place(plan: Any, argv: Sequence[str], env: Mapping[str, str],
+def exec_in_place(plan: Plan | dict[str, Any], argv: Sequence[str], env: Mapping[str, str],
                   after: Callable[[], None] | None = None) -> None:
     """Confine *this* process and exec ``argv`` (for ``hermesd exec``: saves a second interpreter).
 

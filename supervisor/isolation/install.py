@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import re
 import shutil
 import stat
@@ -119,8 +120,6 @@ def discover_install_paths(command: Sequence[str], path_env: str | None = None) 
 
 def resolve_user(name: str) -> UserIds:
     """An account by name or uid, with its supplementary groups; ``KeyError`` when unknown."""
-    import pwd
-
     entry = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
     groups = tuple(sorted(set(os.getgrouplist(entry.pw_name, entry.pw_gid))))
     return UserIds(entry.pw_name, entry.pw_uid, entry.pw_gid, groups)

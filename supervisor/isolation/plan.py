@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.isolation import kanban
+from supervisor.isolation.isolation_config import IsolationSettings
 from supervisor.isolation.probing import Probe, best_mechanism
-from supervisor.isolation.settings import IsolationSettings
 
 __all__ = ["MECHANISMS", "PLAN_VERSION", "Access", "Plan", "PlanInputs", "UserIds", "hides_other_profiles",
            "make_plan"]
@@ -85,7 +85,7 @@ class PlanInputs:
     user_ids: UserIds | None = None  # settings.user, resolved
     kanban_layout: str = "linked"  # kanban.layout(root): linked | absent | legacy | foreign
     # Paths the daemon itself wants put back ("rw" | "ro"), e.g. a per-profile folder under
-    # .hermesd/ holding the socket through which kanban workers are handed to the daemon (issue 16).
+    # .hermesd/ holding the socket through which kanban workers are handed to the daemon.
     grants: tuple[tuple[Path, str], ...] = ()
     # Other profiles' homes to show as *empty* read-only folders: for the kanban dispatcher, whose
     # upstream code skips tasks whose assignee's folder does not exist (profile_exists()).
@@ -327,7 +327,8 @@ def make_plan(inp: PlanInputs) -> Plan:
     gaps: list[str] = []
     channels: dict[str, str] = {}
 
-    extra_ro, extra_hide = [], []
+    extra_ro: list[str] = []
+    extra_hide: list[str] = []
     for raw_list, out in ((s.read_only, extra_ro), (s.hide, extra_hide)):
         for raw in raw_list:
             x = _expand(raw, inp.user_home)

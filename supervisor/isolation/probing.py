@@ -19,9 +19,12 @@ import dataclasses
 import errno
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from supervisor.isolation import kernel, syscalls
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["LANDLOCK_FEATURES", "Probe", "doctor_lines", "landlock_features", "probe"]
 
@@ -127,7 +130,7 @@ def _read_sysctl(name: str) -> str:
         return ""
 
 
-def _in_child(steps: Any) -> str:
+def _in_child(steps: Callable[[], object]) -> str:
     """Run ``steps()`` in a forked child; "" on success, else the error text it reported.
 
     The child only makes system calls and leaves with ``os._exit``: no Python-level locks, no

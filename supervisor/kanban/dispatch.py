@@ -113,8 +113,8 @@ class Holder:
 
 def holder(root: Path, env: Mapping[str, str] | None = None, locks_text: str | None = None) -> Holder | None:
     """Who holds ``root``'s dispatcher lock now, or ``None``."""
-    from supervisor.childspec import TAG_PROFILE, TAG_ROOT
     from supervisor.identity import proc_environ
+    from supervisor.tags import TAG_PROFILE, TAG_ROOT
 
     pids = lock_pids(lock_path(root, env), locks_text)
     if not pids:

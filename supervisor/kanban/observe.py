@@ -67,9 +67,9 @@ def _ppid(pid: int) -> int | None:
 
 def scan_workers(root: Path, proc: str = "/proc") -> list[Worker]:
     """Every readable process of ``root``'s board carrying upstream's worker environment."""
-    from supervisor.childspec import TAG_PROFILE, TAG_ROOT
     from supervisor.identity import proc_environ
     from supervisor.kanban.workers import WORKER_TAG
+    from supervisor.tags import TAG_PROFILE, TAG_ROOT
 
     board_base = str(root / "kanban")
     root_db = str(root / "kanban.db")

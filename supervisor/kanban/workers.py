@@ -106,7 +106,7 @@ class Running:
     task: str
     log: str
     started: float
-    done: asyncio.Future[int] = field(repr=False, default=None)  # type: ignore[assignment]
+    done: asyncio.Future[int] = field(repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"pid": self.pid, "assignee": self.assignee, "task": self.task, "log": self.log,

@@ -1,15 +1,15 @@
-"""Hard crash domains (issue 12): hung detection, per-profile limits over the whole process tree.
+"""Hard crash domains: hung detection, per-profile limits over the whole process tree.
 
 Everything below the planner/loop line: settings, pure decisions, and thin I/O. The loop calls:
 
 **Configuration** (the hermesd.yaml reader; values already constructed from YAML nodes)::
 
-    spec = settings.parse_limits(value, "limits")              # top level; and "profiles.<p>.limits"
-    after = settings.parse_hung_after(value, "hung_after")     # None = off
-    grace = settings.parse_startup_grace(value, "startup_grace")
-    limits = settings.merge_limits(top_spec, own_spec)         # -> Limits, per profile
-    hung = settings.merge_hung(top_after, top_grace, own_after, own_grace)  # leave absent keys out
-    # errors: settings.LimitsConfigError (a ValueError): str() == "<key>: <problem>", .key, .problem
+    spec = limits_config.parse_limits(value, "limits")              # top level; and "profiles.<p>.limits"
+    after = limits_config.parse_hung_after(value, "hung_after")     # None = off
+    grace = limits_config.parse_startup_grace(value, "startup_grace")
+    limits = limits_config.merge_limits(top_spec, own_spec)         # -> Limits, per profile
+    hung = limits_config.merge_hung(top_after, top_grace, own_after, own_grace)  # leave absent keys out
+    # errors: limits_config.LimitsConfigError (a ValueError): str() == "<key>: <problem>", .key, .problem
 
 **Start-up** (once; again on ``hermesd reload`` is harmless)::
 
@@ -68,7 +68,7 @@ monotonic clock, i.e. ``loop.call_at``)::
 
 **Doctor**: ``cgroup.doctor_findings(detect_only(str(root)), limits_configured=...)``,
 ``cgroup.memory_pressure_findings(usage_by_profile, limits_by_profile, procfs.host_memory_total())``,
-``settings.hung_after_warning(hung_after)``.
+``limits_config.hung_after_warning(hung_after)``.
 
 **Profile removed**: ``cgroup_io.remove(d)`` once its processes are gone. **Daemon exit**:
 ``teardown(det)`` removes the empty profile cgroups (and the base hermesd created as root); with
@@ -77,11 +77,12 @@ monotonic clock, i.e. ``loop.call_at``)::
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
-from supervisor.limits import cgroup, cgroup_io, hung, procfs, settings, tree
+from supervisor.limits import cgroup, cgroup_io, hung, limits_config, procfs, tree
 from supervisor.limits.cgroup import Detection
-from supervisor.limits.settings import HungSettings, Limits, LimitsConfigError
+from supervisor.limits.limits_config import HungSettings, Limits, LimitsConfigError
 from supervisor.limits.watcher import (
     CgroupRoot,
     ProcRoot,
@@ -107,9 +108,9 @@ __all__ = [
     "detect_only",
     "freeze_and_kill",
     "hung",
+    "limits_config",
     "procfs",
     "root_for",
-    "settings",
     "setup",
     "status_fields",
     "teardown",
@@ -180,7 +181,7 @@ def usage(name: str, root: ProcRoot | CgroupRoot, watcher: TreeWatcher) -> TreeU
 
 
 def status_fields(usage_: TreeUsage | None, limits: Limits, det: Detection | None) -> dict[str, object]:
-    """The per-profile ``status --json`` fields of issue 12: ``memory_bytes`` and ``tasks`` of the
+    """The per-profile ``status --json`` fields of the limits: ``memory_bytes`` and ``tasks`` of the
     whole tree (``None`` when not running), ``limits`` in force, ``mechanism`` (``cgroup``,
     ``watch``, or ``None`` without limits) and ``limit_mechanisms`` per limit."""
     return {
@@ -195,8 +196,6 @@ def status_fields(usage_: TreeUsage | None, limits: Limits, det: Detection | Non
 def teardown(det: Detection, *, timeout: float = 1.0) -> list[str]:
     """At daemon exit: remove every empty ``profile-*`` cgroup, and the base if hermesd created it
     (root mode). Returns the cgroups left because they still hold processes (``--keep-children``)."""
-    import os
-
     if not det.usable or det.base is None or not os.path.isdir(det.base):
         return []
     left = []

@@ -48,7 +48,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from supervisor.limits.settings import Limits
+from supervisor.limits.limits_config import Limits
 
 __all__ = [
     "EXEC_PREFIX",
@@ -395,6 +395,8 @@ def detect(f: HostFacts, instance: str) -> Detection:
     fix: str | None = None
     parent = f.parent
     own_name = posixpath.basename(own.path.rstrip("/"))
+    facts: DirFacts | None
+    leaf: str | None
     if own_name == LEAF and (
         _delegated(parent, f.euid)
         or (f.euid == 0 and parent is not None and posixpath.basename(parent.path).endswith(".service"))
@@ -407,9 +409,10 @@ def detect(f: HostFacts, instance: str) -> Detection:
             f"hermesd runs in its unit's top cgroup {lay.cgroup}: enabling controllers there would stop systemd "
             "from restarting or reloading the unit (cgroup v2 allows no processes beside enabled controllers)"
         )
-        missing = {c: "the unit has no DelegateSubgroup=" for c in WANTED}
         return Detection(
-            usable=True, via="delegated", base=own.path, missing=missing, problems=tuple(problems), fix=FIX_SUBGROUP,
+            usable=True, via="delegated", base=own.path,
+            missing={c: "the unit has no DelegateSubgroup=" for c in WANTED}, problems=tuple(problems),
+            fix=FIX_SUBGROUP,
             **base_kw,  # type: ignore[arg-type]
         )
     elif f.euid == 0:

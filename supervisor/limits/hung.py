@@ -48,9 +48,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from profiles.upstream import files as gf
 from profiles.upstream.multiplex import WATCHDOG_REASON
 from profiles.upstream.process import GatewayState
-from supervisor.limits.settings import HungSettings
+from supervisor.limits.limits_config import HungSettings
+from supervisor.limits.procfs import state_letter
 
 __all__ = [
     "STOPPED_STATES",
@@ -208,7 +210,4 @@ def observe(home: Path, pid: int) -> tuple[str | None, dict[str, Any], dict[str,
     Both files are read through the gateway-files reader (``O_NONBLOCK``, regular files only, 1 MiB
     cap), so a FIFO or a symlink to ``/dev/zero`` planted there costs one ``open``.
     """
-    from profiles.upstream import files as gf
-    from supervisor.limits.procfs import state_letter
-
     return state_letter(pid), gf.read_heartbeat(home), gf.read_gateway_state(home)

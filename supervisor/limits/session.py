@@ -31,9 +31,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from supervisor import limits as lim
 from supervisor.limits import cgroup, cgroup_io, procfs
 from supervisor.limits.cgroup import Detection
-from supervisor.limits.settings import Limits, format_size
+from supervisor.limits.limits_config import Limits, format_size
 from supervisor.limits.tree import (
     Breach,
     Pace,
@@ -45,6 +46,7 @@ from supervisor.limits.tree import (
     summarize,
 )
 from supervisor.limits.watcher import freeze_and_kill
+from supervisor.prctl import become_subreaper
 
 __all__ = ["Session", "open_session"]
 
@@ -102,8 +104,6 @@ class Session:
         try:
             cgroup_io.attach(self.dir, pid)
         except (cgroup_io.CgroupError, ProcessLookupError) as exc:
-            from supervisor.child import become_subreaper
-
             self.problem = f"cannot join {self.dir}: {exc}"
             self._remove()
             self.dir = None
@@ -236,9 +236,6 @@ def open_session(root: Path, name: str, kind: str, limits: Limits, *, keeper: in
     ``kind``: ``exec`` or ``worker``. Never raises for a cgroup problem: the session is then
     watched as a process tree and :attr:`Session.note` says so.
     """
-    from supervisor import limits as lim
-    from supervisor.child import become_subreaper
-
     keeper = os.getpid() if keeper is None else keeper
     det = lim.detect_only(str(root))
     session = Session(name, kind, limits, det=det, keeper=keeper)

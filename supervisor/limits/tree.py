@@ -7,7 +7,7 @@ subreaper, which is hermesd (or, for a gateway adopted after hermesd restarted, 
 systemd user manager). Every child hermesd spawns carries ``HERMESD_ROOT``/``HERMESD_PROFILE`` in
 its environment, inherited by everything it starts, so an orphan is attributed by that tag, but
 only when the tag carries the token hermesd gave it (``HERMESD_TAG_TOKEN``, see
-:func:`supervisor.childspec.verified_profile`): anyone can set ``HERMESD_PROFILE=p2``, and a
+:func:`supervisor.tags.verified_profile`): anyone can set ``HERMESD_PROFILE=p2``, and a
 process that did must not have p2 killed for its memory. Parent closure wins over tags (a
 process started by profile A's tree counts against A whatever it calls itself). A process that
 clears its environment *and* loses its parent cannot be found without cgroups: that is the watch
@@ -56,7 +56,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from supervisor.limits.settings import Limits, format_size
+from supervisor.limits.limits_config import Limits, format_size
 
 __all__ = [
     "Breach",
@@ -122,8 +122,8 @@ def build_trees(
             todo.extend(children.get(pid, ()))
 
     for name, (pid, start) in roots.items():
-        p = procs.get(pid)
-        if p is not None and p.start == start:
+        root_proc = procs.get(pid)
+        if root_proc is not None and root_proc.start == start:
             grow(name, pid)
     # Orphans by tag, oldest first, so an escaped process's own tagged children join through it.
     for pid in sorted((p for p in tagged if p in procs), key=lambda p: (procs[p].start, p)):

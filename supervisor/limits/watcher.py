@@ -24,10 +24,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from supervisor.childspec import TAG_PROFILE, TAG_ROOT, TAG_TOKEN, verified_profile
-from supervisor.limits import procfs
-from supervisor.limits.settings import Limits
+from supervisor.limits import cgroup_io, procfs
+from supervisor.limits.limits_config import Limits
 from supervisor.limits.tree import TreeSample, build_trees, needs_exact, nice_for_weight, summarize
+from supervisor.tags import TAG_PROFILE, TAG_ROOT, TAG_TOKEN, verified_profile
 
 __all__ = [
     "CgroupRoot",
@@ -185,8 +185,6 @@ class TreeWatcher:
         fallbacks, see :mod:`supervisor.limits.cgroup_io`). Returns the PIDs signalled (cgroup: the
         PIDs listed just before the kill)."""
         if isinstance(root, CgroupRoot):
-            from supervisor.limits import cgroup_io
-
             pids = _cgroup_pids(root.path)
             cgroup_io.kill(root.path)
             return pids

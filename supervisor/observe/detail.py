@@ -24,6 +24,8 @@ from typing import Any
 
 from profiles.printable import printable_tree
 from supervisor.observe.events import FAILURE_KINDS, clock, describe_exit, duration
+from supervisor.observe.journal import default_folder
+from supervisor.observe.reader import ReadStats, iter_events
 
 # Exit counts per cell -> bar height. Doubling steps: a loop at the 300 s backoff cap makes 6 a
 # half hour, a fast loop dozens; both must look different from one stray crash.
@@ -38,7 +40,7 @@ _STATE_COLOR = {"up": "32", "stopped": "90", "backoff": "33", "held": "31"}
 
 _NEXT_STATE = {
     "started": "up", "ready": "up", "adopted": "up", "recovered": "up",
-    "backoff": "backoff", "held": "held", "foreign": "held", "conflict": "held",
+    "backoff": "backoff", "held": "held", "foreign": "held",
     "stopped": "stopped", "released": "stopped",
 }
 
@@ -224,9 +226,6 @@ def render_detail(
     folder: Path | None = None,
 ) -> str:
     """Read ``root``'s journal and render ``profile``'s detail (works with the daemon down)."""
-    from supervisor.observe.journal import default_folder
-    from supervisor.observe.reader import ReadStats, iter_events
-
     stats = ReadStats()
     events = [printable_tree(ev) for ev in
               iter_events(folder or default_folder(root), profiles={profile}, daemon_wide=True, stats=stats)]

@@ -39,8 +39,6 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "stopped": ("by",),
     "adopted": ("pid",),
     "foreign": ("pid",),
-    "conflict": ("claim", "holder"),
-    "conflict_resolved": (),
     "platform": ("platform", "state", "error_code", "error_message"),
     "hung_kill": ("pid",),  # plus age_s (stale heartbeat) or stopped (SIGSTOPped gateway)
     "limit_kill": ("pid", "limit", "value", "max"),
@@ -98,12 +96,12 @@ class Stamper:
         return event
 
 
-def bounded(value: Any) -> Any:
+def bounded(value: object) -> object:
     """``value`` cut to what an event may carry (strings of 1000 characters, shallow JSON)."""
     return _cap(value)
 
 
-def _cap(value: Any, depth: int = 0) -> Any:
+def _cap(value: object, depth: int = 0) -> object:
     """Bound what an event can carry: long strings cut, nesting shallow, only JSON types."""
     if value is None or isinstance(value, bool | int):
         return value
@@ -149,7 +147,7 @@ def validate(event: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def is_event(obj: Any) -> bool:
+def is_event(obj: object) -> bool:
     """The minimum a reader needs to use a line: an object with a string type and a numeric ts."""
     return (
         isinstance(obj, dict)
@@ -163,7 +161,7 @@ def is_event(obj: Any) -> bool:
 # --------------------------------------------------------------------------- rendering
 
 
-def describe_exit(code: Any, sig: Any) -> str:
+def describe_exit(code: object, sig: object) -> str:
     """``exit 1``, ``killed by SIGKILL``, or ``exit status unknown`` (an adopted gateway)."""
     if sig is not None:
         name = sig if isinstance(sig, str) else f"signal {sig}"
@@ -173,7 +171,7 @@ def describe_exit(code: Any, sig: Any) -> str:
     return "exit status unknown"
 
 
-def duration(seconds: Any) -> str:
+def duration(seconds: object) -> str:
     """``850ms``, ``12.3s``, ``4m05s``, ``3h12m``, ``2d04h``: short and exact enough for a log line."""
     if not isinstance(seconds, int | float) or isinstance(seconds, bool):
         return "?"
@@ -192,7 +190,7 @@ def duration(seconds: Any) -> str:
     return f"{d}d{h:02d}h"
 
 
-def clock(ts: Any, *, date: bool = False) -> str:
+def clock(ts: object, *, date: bool = False) -> str:
     """Local time of ``ts`` (``HH:MM:SS``, with the date when asked)."""
     if not isinstance(ts, int | float) or isinstance(ts, bool):
         return "?"
@@ -203,7 +201,7 @@ def clock(ts: Any, *, date: bool = False) -> str:
     return when.strftime("%Y-%m-%d %H:%M:%S" if date else "%H:%M:%S")
 
 
-def _s(value: Any) -> str:
+def _s(value: object) -> str:
     return "-" if value is None else str(value)
 
 
@@ -242,12 +240,6 @@ def summary(event: Mapping[str, Any]) -> str:
         return f"adopted running gateway PID {_s(e.get('pid'))}"
     if t == "foreign":
         return f"a gateway hermesd did not start holds the profile (PID {_s(e.get('pid'))})"
-    if t == "conflict":
-        c = e.get("claim") if isinstance(e.get("claim"), dict) else {}
-        return (f"conflict: {_s(c.get('platform'))} {_s(c.get('kind'))} {_s(c.get('fingerprint'))}"
-                f" is held by {_s(e.get('holder'))}")
-    if t == "conflict_resolved":
-        return "conflict resolved"
     if t == "platform":
         err = " ".join(str(x) for x in (e.get("error_code"), e.get("error_message")) if x)
         return f"platform {_s(e.get('platform'))}: {_s(e.get('state'))}" + (f" ({err})" if err else "")

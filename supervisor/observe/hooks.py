@@ -64,120 +64,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from supervisor.observe.events import EVENT_TYPES, summary
-from supervisor.observe.values import ObserveConfigError, integer, mapping, number
+from profiles.upstream.platforms import is_platform_variable
+from supervisor.notify import SERVICE_MANAGER_VARIABLES
+from supervisor.observe.events import summary
+from supervisor.observe.observe_config import Hook
+from supervisor.tags import TAG_PROFILE, TAG_ROOT
 
 log = logging.getLogger("hermesd")
 
-DEFAULT_TIMEOUT = 10.0
-MAX_TIMEOUT = 3600.0
-MAX_COMMAND = 8192
 OUTPUT_LIMIT = 8192
 LINE_LIMIT = 500
 OUTCOMES = ("ok", "failed", "timeout", "spawn_error", "dropped", "unknown")
-_HOOK_KEYS = {"name", "on", "command", "timeout", "after_failures", "profiles"}
-
-
-@dataclass(frozen=True, slots=True)
-class Hook:
-    name: str
-    on: frozenset[str]  # event types; "*" for all
-    argv: tuple[str, ...]
-    timeout: float = DEFAULT_TIMEOUT
-    after_failures: int | None = None
-    profiles: frozenset[str] | None = None
-
-
-# --------------------------------------------------------------------------- validation
-
-
-def parse_hooks(value: Any, path: tuple[str | int, ...] = ("hooks",)) -> tuple[Hook, ...]:
-    """Validate the ``hooks:`` list; raise :class:`ObserveConfigError` naming the key."""
-    if not isinstance(value, list):
-        raise ObserveConfigError(path, "expected a list of hooks (each a mapping with 'on' and 'command')")
-    hooks = []
-    names: set[str] = set()
-    for i, item in enumerate(value):
-        hook = parse_hook(item, (*path, i))
-        if hook.name in names:
-            raise ObserveConfigError((*path, i, "name"), f"duplicate hook name {hook.name!r}")
-        names.add(hook.name)
-        hooks.append(hook)
-    return tuple(hooks)
-
-
-def parse_hook(item: Any, path: tuple[str | int, ...]) -> Hook:
-    if isinstance(item, Mapping) and True in item and "on" not in item:
-        # YAML 1.1 (PyYAML) reads a bare ``on:`` key as the boolean true; it is our "on".
-        item = {("on" if k is True else k): v for k, v in item.items()}
-    raw = mapping(item, path, _HOOK_KEYS)
-    for required in ("on", "command"):
-        if required not in raw:
-            raise ObserveConfigError(path, f"missing '{required}'")
-    on = _event_types(raw["on"], (*path, "on"))
-    argv = _command(raw["command"], (*path, "command"))
-    name = raw.get("name", render_index(path))
-    if not isinstance(name, str) or not name.strip() or len(name) > 100 or "\n" in name:
-        raise ObserveConfigError((*path, "name"), "expected a short one-line name")
-    timeout = DEFAULT_TIMEOUT
-    if "timeout" in raw:
-        timeout = number(raw["timeout"], (*path, "timeout"), minimum=0.0, maximum=MAX_TIMEOUT)
-    after = None
-    if raw.get("after_failures") is not None:
-        after = integer(raw["after_failures"], (*path, "after_failures"), minimum=1)
-        if "backoff" not in on and "*" not in on:
-            raise ObserveConfigError((*path, "after_failures"), "applies to backoff events only: add backoff to 'on'")
-    profiles = None
-    if raw.get("profiles") is not None:
-        profiles = _profiles(raw["profiles"], (*path, "profiles"))
-    return Hook(name=name.strip(), on=on, argv=argv, timeout=timeout, after_failures=after, profiles=profiles)
-
-
-def render_index(path: tuple[str | int, ...]) -> str:
-    from supervisor.observe.values import render_path
-
-    return render_path(path)
-
-
-def _event_types(value: Any, path: tuple[str | int, ...]) -> frozenset[str]:
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, list) or not items:
-        raise ObserveConfigError(path, "expected an event type or a non-empty list of them")
-    for j, t in enumerate(items):
-        if t != "*" and t not in EVENT_TYPES:
-            where = (*path, j) if isinstance(value, list) else path
-            raise ObserveConfigError(where, f"unknown event type {t!r} (known: {', '.join(EVENT_TYPES)}, or '*')")
-    return frozenset(items)
-
-
-def _command(value: Any, path: tuple[str | int, ...]) -> tuple[str, ...]:
-    if isinstance(value, str):
-        if not value.strip() or "\0" in value or len(value) > MAX_COMMAND:
-            raise ObserveConfigError(path, "expected a non-empty shell command (no NUL, at most 8 KiB)")
-        return ("/bin/sh", "-c", value)
-    if isinstance(value, list) and value:
-        for j, part in enumerate(value):
-            if not isinstance(part, str) or "\0" in part or (j == 0 and not part.strip()):
-                raise ObserveConfigError((*path, j), "expected a string (the argv of the command)")
-        if sum(len(p) for p in value) > MAX_COMMAND:
-            raise ObserveConfigError(path, "command longer than 8 KiB")
-        return tuple(value)
-    raise ObserveConfigError(path, "expected a command: a list of strings (argv) or one string (run by /bin/sh -c)")
-
-
-def _profiles(value: Any, path: tuple[str | int, ...]) -> frozenset[str]:
-    from profiles.errors import ProfileError
-    from profiles.names import normalize_name, validate_profile_name
-
-    if not isinstance(value, list) or not value:
-        raise ObserveConfigError(path, "expected a non-empty list of profile names")
-    out = set()
-    for j, name in enumerate(value):
-        try:
-            out.add(validate_profile_name(normalize_name(name)))
-        except ProfileError as exc:
-            raise ObserveConfigError((*path, j), f"not a valid profile name: {exc}") from None
-    return frozenset(out)
 
 
 # --------------------------------------------------------------------------- matching (pure)
@@ -196,7 +93,7 @@ def matches(hook: Hook, event: Mapping[str, Any]) -> bool:
     return True
 
 
-def _flat(prefix: str, value: Any, out: dict[str, str], depth: int = 0) -> None:
+def _flat(prefix: str, value: object, out: dict[str, str], depth: int = 0) -> None:
     if isinstance(value, Mapping) and depth < 1:
         for k, v in value.items():
             _flat(f"{prefix}_{_var(str(k))}", v, out, depth + 1)
@@ -212,18 +109,20 @@ def _flat(prefix: str, value: Any, out: dict[str, str], depth: int = 0) -> None:
     out[prefix] = text[:4096].replace("\0", "")
 
 
+# hermesd's process tags (a hook is no gateway of ours) and its service manager's channel.
+_NEVER_INHERITED = frozenset({TAG_ROOT, TAG_PROFILE, *SERVICE_MANAGER_VARIABLES})
+
+
 def _var(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name.upper())[:64]
 
 
 def hook_environment(base: Mapping[str, str], event: Mapping[str, Any], *, root: Path, hook: Hook) -> dict[str, str]:
     """The hook's environment: hermesd's own minus what must not leak, plus the event. Pure."""
-    from supervisor.observe.links import is_platform_variable, never_inherited
-
-    dropped = never_inherited()
     env = {
         k: v for k, v in base.items()
-        if not is_platform_variable(k) and k not in dropped and not k.startswith(("HERMESD_EVENT_", "HERMESD_HOOK_"))
+        if not is_platform_variable(k) and k not in _NEVER_INHERITED
+        and not k.startswith(("HERMESD_EVENT_", "HERMESD_HOOK_"))
     }
     fields: dict[str, str] = {}
     for key, value in event.items():
@@ -573,7 +472,7 @@ class HookRunner:
             await asyncio.wait_for(self._idle.wait(), 2.0)
 
 
-def _status_from_waitid(result: Any) -> int:
+def _status_from_waitid(result: os.waitid_result) -> int:
     """A shell-style status: the exit code, or 128 + signal for a killed hook."""
     if result.si_code == os.CLD_EXITED:
         return int(result.si_status)

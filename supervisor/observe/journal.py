@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from supervisor.layout import Layout
 from supervisor.observe.events import BASE_KEYS, MAX_LINE
 
 log = logging.getLogger("hermesd")
@@ -57,9 +58,7 @@ def segment_name(number: int) -> str:
 
 def default_folder(root: Path) -> Path:
     """``<root>/.hermesd/events``: beside hermesd's other files, skipped by exports and the watcher."""
-    from supervisor.observe.links import hermesd_dir
-
-    return hermesd_dir(root) / EVENTS_DIRNAME
+    return Layout(root).dir / EVENTS_DIRNAME
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import os
+import resource
 import stat
 import sys
 import time
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.observe.events import EXIT_KINDS
-from supervisor.observe.values import ObserveConfigError, mapping
+from supervisor.observe.observe_config import MetricsSettings
 
 log = logging.getLogger("hermesd")
 
@@ -162,7 +162,7 @@ class _Writer:
         return "".join(self.parts)
 
 
-def _is_num(v: Any) -> bool:
+def _is_num(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and v == v
 
 
@@ -309,7 +309,6 @@ def _process_metrics(w: _Writer) -> None:
         fds = len(os.listdir("/proc/self/fd"))
     except (OSError, ValueError, IndexError, StopIteration):
         return
-    import resource
 
     w.family("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.", [({}, cpu)])
     w.family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", [({}, rss)])
@@ -319,59 +318,6 @@ def _process_metrics(w: _Writer) -> None:
     w.family("process_open_fds", "gauge", "Number of open file descriptors.", [({}, fds)])
     w.family("process_max_fds", "gauge", "Maximum number of open file descriptors.",
              [({}, resource.getrlimit(resource.RLIMIT_NOFILE)[0])])
-
-
-# --------------------------------------------------------------------------- settings
-
-
-@dataclass(frozen=True, slots=True)
-class MetricsSettings:
-    """``metrics: {listen: "127.0.0.1:9464" | "unix:/run/hermesd/metrics.sock", allow_public: false}``."""
-
-    listen: str
-    host: str | None = None
-    port: int | None = None
-    unix_path: str | None = None
-    allow_public: bool = False
-
-
-def parse_metrics(value: Any, path: tuple[str | int, ...] = ("metrics",)) -> MetricsSettings | None:
-    """Validate ``metrics:``; ``None`` (or no ``listen``) means no listener (``hermesd metrics`` still works)."""
-    raw = mapping(value, path, {"listen", "allow_public"})
-    allow = raw.get("allow_public", False)
-    if not isinstance(allow, bool):
-        raise ObserveConfigError((*path, "allow_public"), f"expected true or false, got {allow!r}")
-    listen = raw.get("listen")
-    if listen is None:
-        return None
-    where = (*path, "listen")
-    if isinstance(listen, int) and not isinstance(listen, bool):
-        listen = f"127.0.0.1:{listen}"
-    if not isinstance(listen, str) or not listen.strip():
-        raise ObserveConfigError(where, "expected HOST:PORT (e.g. 127.0.0.1:9464) or unix:/absolute/path")
-    listen = listen.strip()
-    if listen.startswith(("unix:", "/")):
-        sock = listen[5:] if listen.startswith("unix:") else listen
-        if not sock.startswith("/") or "\0" in sock or len(os.fsencode(sock)) > 107:
-            raise ObserveConfigError(where, "a unix socket needs an absolute path of at most 107 bytes")
-        return MetricsSettings(listen=listen, unix_path=sock, allow_public=allow)
-    host, sep, port_text = listen.rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ObserveConfigError(where, f"expected HOST:PORT with a port 1-65535, got {listen!r}")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if host in ("", "*"):
-        host = "0.0.0.0"
-    if host == "localhost":
-        host = "127.0.0.1"
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        raise ObserveConfigError(where, f"{host!r} is not an IP address (use 127.0.0.1, ::1 or an address "
-                                        "of this machine; names are not resolved)") from None
-    if not ip.is_loopback and not allow:
-        raise ObserveConfigError(where, f"{host} is not a loopback address: metrics would be readable from the "
-                                        "network; set metrics.allow_public: true if that is intended")
-    return MetricsSettings(listen=listen, host=str(ip), port=int(port_text), allow_public=allow)
 
 
 # --------------------------------------------------------------------------- the listener
@@ -409,7 +355,7 @@ class MetricsServer:
     max_clients: int = 8
     requests: dict[int, int] = field(default_factory=dict)  # status code -> count
     evicted: int = 0  # idle connections closed to make room
-    _server: asyncio.AbstractServer | None = None
+    _server: asyncio.Server | None = None
     _conns: list[_Conn] = field(default_factory=list)
 
     @property

@@ -1,6 +1,6 @@
 """Validating plain values of the observability sections, with the key path every error names.
 
-Apart from :mod:`supervisor.observe.settings` so that the section parsers (hooks, metrics) and
+Apart from :mod:`supervisor.observe.observe_config` so that the section parsers (hooks, metrics) and
 the settings module that calls them share these without importing each other.
 """
 
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+import yaml
 
 
 class ObserveConfigError(ValueError):
@@ -27,10 +29,8 @@ def render_path(path: tuple[str | int, ...]) -> str:
     return out
 
 
-def line_of(node: Any, path: tuple[str | int, ...]) -> int | None:
+def line_of(node: yaml.Node | None, path: tuple[str | int, ...]) -> int | None:
     """1-based line of the YAML node at ``path`` below ``node`` (the deepest one that exists)."""
-    import yaml
-
     if node is None:
         return None
     for part in path:
@@ -45,7 +45,7 @@ def line_of(node: Any, path: tuple[str | int, ...]) -> int | None:
     return node.start_mark.line + 1
 
 
-def mapping(value: Any, path: tuple[str | int, ...], allowed: set[str]) -> Mapping[str, Any]:
+def mapping(value: object, path: tuple[str | int, ...], allowed: set[str]) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise ObserveConfigError(path, "expected a mapping")
     for key in value:
@@ -54,14 +54,14 @@ def mapping(value: Any, path: tuple[str | int, ...], allowed: set[str]) -> Mappi
     return value
 
 
-def integer(value: Any, path: tuple[str | int, ...], *, minimum: int, maximum: int | None = None) -> int:
+def integer(value: object, path: tuple[str | int, ...], *, minimum: int, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (maximum and value > maximum):
         top = f" and <= {maximum}" if maximum else ""
         raise ObserveConfigError(path, f"expected a whole number >= {minimum}{top}, got {value!r}")
     return value
 
 
-def number(value: Any, path: tuple[str | int, ...], *, minimum: float, maximum: float) -> float:
+def number(value: object, path: tuple[str | int, ...], *, minimum: float, maximum: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not minimum < value <= maximum:
         raise ObserveConfigError(path, f"expected a number > {minimum:g} and <= {maximum:g}, got {value!r}")
     return float(value)

@@ -56,7 +56,7 @@ class Saved:
 
     @staticmethod
     def from_json(raw: dict[str, Any]) -> Saved:
-        return Saved(**{f.name: raw.get(f.name) for f in fields(Saved)})
+        return Saved(**{f.name: raw.get(f.name) for f in fields(Saved)})  # type: ignore[arg-type]
 
 
 class UnsafePath(OSError):

@@ -274,9 +274,10 @@ def rollback(layout: Layout, rid: str | None, opts: Options, reporter: Reporter)
         if rec is None or rec.data.get("operation") != "upgrade":
             raise OperationFailed(f"no upgrade record {rid!r} under {layout.upgrades}" if rid
                                   else f"no upgrade to roll back under {layout.upgrades}")
-        fleet = Fleet(layout)
+        live = Fleet(layout)
+        fleet: Fleet | None = live
         try:
-            doc = fleet.status()
+            doc = live.status()
         except OperationFailed as exc:
             if exc.code != 3:
                 raise

@@ -46,7 +46,7 @@ class Baseline:
         return Baseline(
             name=str(row["name"]),
             pid=row.get("pid") if isinstance(row.get("pid"), int) else None,
-            restarts=row.get("restarts") if isinstance(row.get("restarts"), int) else 0,
+            restarts=int(row["restarts"]) if isinstance(row.get("restarts"), int) else 0,
             connected=frozenset(p for p, v in plats.items() if isinstance(v, dict) and v.get("state") == "connected"),
             lock_conflicts=frozenset(str(c.get("platform")) for c in row.get("lock_conflicts") or []),
         )

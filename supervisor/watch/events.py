@@ -4,9 +4,10 @@ Only the root, ``profiles/`` and each profile folder are watched, each non-recur
 default root may hold a multi-gigabyte ``hermes-agent`` checkout and a venv, which a recursive
 watch would spend inotify watches on. The set of watched folders follows the profiles.
 
-Two strategies, one small module each: ``inotify`` (Linux: inotify read on the event loop itself,
-so an idle hermesd never wakes up) and ``watchfiles`` (everywhere else: watchfiles' native
-backends, at the price of a polling thread); ``choose`` picks one.
+Two strategies, one small module each: ``inotify`` (read on the event loop itself, so an idle
+hermesd never wakes up; what every Linux C library offers) and ``watchfiles`` (watchfiles' native
+backends, at the price of a polling thread: the fallback for a C library without inotify, which
+no system hermesd runs on lacks); ``choose`` picks one.
 
 Besides the profiles' own files, a gateway's ``gateway_state.json`` and ``gateway.pid`` in the
 watched folders are reported (``states``): that is how the daemon learns, without polling, that a

@@ -8,6 +8,7 @@ does not wake its own watcher.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import errno
@@ -106,8 +107,6 @@ class InotifyWatcher:
 
     def follow(self, homes: Iterable[Path]) -> None:
         """Watch exactly the folders that matter now: add new ones, drop vanished ones."""
-        import asyncio
-
         lib = _lib()
         assert lib is not None
         loop = asyncio.get_running_loop()
@@ -139,8 +138,6 @@ class InotifyWatcher:
             loop.call_later(RETRY_S, self.on_events, FsEvents(rescan=True))
 
     def close(self) -> None:
-        import asyncio
-
         for handle in (self._flush, *self._states_flush.values()):
             if handle is not None:
                 handle.cancel()
@@ -178,16 +175,15 @@ class InotifyWatcher:
         if rescan:  # look again at every folder and every profile's files
             self._pending.add(str(self.root / "profiles"))
             self._pending.update(str(d / f) for d in self._dir_wd for f in PROFILE_FILES | GATEWAY_FILES)
-        import asyncio
 
         loop = asyncio.get_running_loop()
         for path in [p for p in self._pending if os.path.basename(p) in GATEWAY_FILES]:
             self._pending.discard(path)
-            folder = os.path.dirname(path)
-            self._states.setdefault(folder, set()).add(path)
-            if folder not in self._states_flush:
-                delay = self._spend(folder, loop.time())
-                self._states_flush[folder] = loop.call_later(delay, self._deliver_states, folder)
+            holder = os.path.dirname(path)
+            self._states.setdefault(holder, set()).add(path)
+            if holder not in self._states_flush:
+                delay = self._spend(holder, loop.time())
+                self._states_flush[holder] = loop.call_later(delay, self._deliver_states, holder)
         if self._pending and self._flush is None:
             self._flush = loop.call_later(DEBOUNCE_S, self._deliver)
 

@@ -1,7 +1,8 @@
-"""File watching with watchfiles, for systems without inotify (macOS, BSD).
+"""File watching with watchfiles: the fallback for a C library without inotify.
 
-watchfiles runs its native watcher in a thread that polls for changes every ``step`` ms, so an
-idle hermesd wakes up regularly; on Linux ``inotify`` is used instead.
+hermesd runs on Linux, whose C libraries all have inotify, so :mod:`supervisor.watch.inotify` is
+what it uses; this watcher runs its native watcher in a thread that polls for changes every
+``step`` ms, so an idle hermesd would wake up regularly.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
+
+from watchfiles import awatch
 
 from supervisor.watch.events import DEBOUNCE_S, RETRY_S, FsEvents, classify, watched_dirs
 
@@ -43,8 +46,6 @@ class WatchfilesWatcher:
         self._task = None
 
     async def _run(self, dirs: list[Path], stop: asyncio.Event) -> None:
-        from watchfiles import awatch
-
         try:
             async for changes in awatch(
                 *dirs, watch_filter=None, debounce=int(DEBOUNCE_S * 1000), step=STEP_MS, stop_event=stop,

@@ -67,5 +67,5 @@ def deployment(image: str, tmp_path_factory: pytest.TempPathFactory) -> Deployme
             for path in [root / "profiles" / profile, *(root / "profiles" / profile).rglob("*")]:
                 os.chown(path, uid, gid)
     out = root.parent / "deploy"
-    export._write(out, export.export_files("compose", root, image=image))
+    export.write_files(out, export.export_files("compose", root, image=image))
     return Deployment(root, out / "compose.yaml", image, marks)

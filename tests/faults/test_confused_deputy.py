@@ -42,7 +42,7 @@ from typing import Any
 import pytest
 
 from profiles.upstream.files import proc_start_time
-from supervisor.isolation import probe
+from supervisor.isolation.probing import probe
 from tests.fakegw import FAKEGW
 from tests.faults.helpers import NOBODY, alive_exact, lost_on_failure
 from tests.harness import REPO, Hermesd, make_root, wait_for, write_config

@@ -173,7 +173,7 @@ def test_a_forged_tag_does_not_charge_another_profile(tmp_path: Path, faults) ->
     import json
 
     from supervisor.limits import procfs
-    from supervisor.limits.settings import Limits
+    from supervisor.limits.limits_config import Limits
     from supervisor.limits.tree import check_tree
     from supervisor.limits.watcher import ProcRoot, TreeWatcher
     from tests.limits.helpers import Trees
@@ -403,7 +403,7 @@ def test_a_confined_profile_cannot_tune_hermesd_or_another_gateway(root: Path, h
     """From inside coder (``hermesd exec coder``, confined as its gateway is): ``prlimit``,
     ``renice``, ``taskset``, ``ionice``, ``chrt``, ``oom_score_adj`` and ``autogroup`` on hermesd and
     on writer's gateway. Every one fails, and nothing of either changed."""
-    from supervisor.isolation import probe
+    from supervisor.isolation.probing import probe
     from tests.isolation.test_process_control import ATTACKS, attack_script, snapshot
 
     facts = probe()

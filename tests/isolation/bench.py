@@ -21,7 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from supervisor.isolation import probe, wrap_argv
+from supervisor.isolation.probing import probe
+from supervisor.isolation.shim_argv import wrap_argv
 from tests.isolation.conftest import HERMES, make_tree
 
 
@@ -81,7 +82,7 @@ def main() -> None:
         for _ in range(max(10, args.spawns // 2)):
             execs["bare"].append(_spawn_wait(bare))
             for m in mechs:
-                code = ("import json, os, sys; from supervisor.isolation import exec_in_place; "
+                code = ("import json, os, sys; from supervisor.isolation.enter import exec_in_place; "
                         f"exec_in_place(json.loads({json.dumps(json.dumps(plans[m].to_json()))}), ['/bin/true'], "
                         "dict(os.environ))")
                 execs[m].append(_spawn_wait([sys.executable, "-c", code]))
@@ -175,7 +176,7 @@ def scoping(spawns: int, gateways: int) -> None:
     upstream's own files say about the gateway's PID under each."""
     import dataclasses
 
-    from supervisor.isolation.enter import encode_plan
+    from supervisor.isolation.shim_argv import encode_plan
 
     real = probe()
     tree = make_tree()

@@ -21,11 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.isolation import PlanInputs, Probe, make_plan, probe, wrap_argv
 from supervisor.isolation import kanban as kb
 from supervisor.isolation.install import credential_lock_dir, discover_install_paths
-from supervisor.isolation.plan import Plan
-from supervisor.isolation.settings import IsolationSettings
+from supervisor.isolation.isolation_config import IsolationSettings
+from supervisor.isolation.plan import Plan, PlanInputs, make_plan
+from supervisor.isolation.probing import Probe, probe
+from supervisor.isolation.shim_argv import wrap_argv
 
 REPO = Path(__file__).resolve().parents[2]
 HERMES = REPO / ".venv" / "bin" / "hermes"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.isolation import EXIT_CANNOT_CONFINE
+from supervisor.isolation.enter import EXIT_CANNOT_CONFINE
 from tests.isolation.conftest import MECHANISMS, PY, Tree, alive, need, wait_for
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/ns/mnt"), reason="Linux only")
@@ -133,7 +133,7 @@ def test_signals_and_ptrace_cannot_reach_other_domains(tree: Tree, facts, mechan
         pytest.skip("signal scoping needs Landlock ABI 6")
     # stand-in for hermesd: an unconfined process; and profile b's "gateway": confined as b.
     hermesd = tree.spawn(["sleep", "60"])
-    from supervisor.isolation import wrap_argv
+    from supervisor.isolation.shim_argv import wrap_argv
 
     b_gateway = tree.spawn(wrap_argv(tree.plan(facts, "b", mechanism), ["sleep", "60"]))
     wait_for(lambda: Path(f"/proc/{b_gateway.pid}/cmdline").read_bytes().startswith(b"sleep"), what="b's exec")
@@ -234,7 +234,7 @@ cat {late}/.env >/dev/null 2>&1; echo read_late={'$'}?
 ls {late} >/dev/null 2>&1; echo list_late={'$'}?
 touch {late}/x 2>/dev/null; echo write_late={'$'}?
 """
-    from supervisor.isolation import wrap_argv
+    from supervisor.isolation.shim_argv import wrap_argv
 
     proc = subprocess.Popen(wrap_argv(tree.plan(facts, "a", mechanism), ["/bin/sh", "-c", script]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -308,7 +308,7 @@ def test_exec_is_transparent(tree: Tree, facts, mechanism: str) -> None:
     """After the exec: the same PID, the command line of a direct spawn, the environment exactly
     as passed, the profile's home as cwd, no inherited descriptor beyond 0-2."""
     need(facts, mechanism)
-    from supervisor.isolation import wrap_argv
+    from supervisor.isolation.shim_argv import wrap_argv
 
     argv = [PY, "-c", "import sys, time; sys.stdin.read()", "gateway", "run", "--external-supervisor"]
     env = {"HERMES_HOME": str(tree.home("a")), "HOME": str(Path.home()), "PATH": os.environ["PATH"],
@@ -346,7 +346,7 @@ def test_exec_is_transparent(tree: Tree, facts, mechanism: str) -> None:
 def test_signal_dispositions_are_not_inherited_from_the_shim(tree: Tree, facts, mechanism: str) -> None:
     """Python ignores SIGPIPE at start-up and ignored signals survive execve: the shim resets it."""
     need(facts, mechanism)
-    from supervisor.isolation import wrap_argv
+    from supervisor.isolation.shim_argv import wrap_argv
 
     procs = [tree.spawn(["sleep", "30"]), tree.spawn(wrap_argv(tree.plan(facts, "a", mechanism), ["sleep", "30"]))]
     wait_for(lambda: all(Path(f"/proc/{p.pid}/cmdline").read_bytes().startswith(b"sleep") for p in procs),
@@ -363,7 +363,7 @@ def test_failure_exits_125_with_one_line(tree: Tree, facts) -> None:
     plan = tree.plan(facts, "a", "namespace+landlock")
     data = plan.to_json()
     data["home"] = data["expose"][0]["path"] = str(tree.root / "profiles" / "gone")
-    from supervisor.isolation import wrap_argv
+    from supervisor.isolation.shim_argv import wrap_argv
 
     r = subprocess.run(wrap_argv(data, ["/bin/echo", "RAN"]), capture_output=True, text=True, timeout=20)
     assert r.returncode == EXIT_CANNOT_CONFINE and "RAN" not in r.stdout
@@ -378,9 +378,9 @@ def test_failure_exits_125_with_one_line(tree: Tree, facts) -> None:
 
 
 def test_unavailable_plan_is_never_wrapped(tree: Tree, facts) -> None:
-    from supervisor.isolation import wrap_argv
+    from supervisor.isolation.isolation_config import IsolationSettings
     from supervisor.isolation.plan import PlanInputs, make_plan
-    from supervisor.isolation.settings import IsolationSettings
+    from supervisor.isolation.shim_argv import wrap_argv
 
     plan = make_plan(PlanInputs(root=tree.root, profile="a", home=tree.home("a"),
                                 probe=facts.simulate(landlock_abi=0, landlock_error="none"),
@@ -427,8 +427,8 @@ def test_dedicated_account(tree: Tree, facts) -> None:
     if not facts.is_root:
         pytest.skip("needs root")
     from supervisor.isolation.install import resolve_user
+    from supervisor.isolation.isolation_config import IsolationSettings
     from supervisor.isolation.plan import PlanInputs, make_plan
-    from supervisor.isolation.settings import IsolationSettings
 
     nobody = resolve_user("nobody")
     a = tree.home("a")
@@ -490,7 +490,7 @@ def test_unprivileged_hermesd_uses_a_user_namespace(facts) -> None:
 def test_kill_from_outside_still_works(tree: Tree, facts) -> None:
     """hermesd (unconfined) keeps full control of a confined child: signals, /proc reads."""
     need(facts, "namespace+landlock")
-    from supervisor.isolation import wrap_argv
+    from supervisor.isolation.shim_argv import wrap_argv
 
     env = dict(os.environ, HERMESD_PROFILE="a")
     proc = tree.spawn(wrap_argv(tree.plan(facts, "a"), ["sleep", "60"]), env=env)

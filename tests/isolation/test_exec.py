@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.isolation import probe
+from supervisor.isolation.probing import probe
 from tests.harness import REPO, Hermesd, make_root, pid_alive, write_config
 from tests.isolation.test_confinement import rc_lines
 

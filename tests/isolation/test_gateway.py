@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.isolation import wrap_argv
+from supervisor.isolation.shim_argv import wrap_argv
 from tests.isolation.conftest import MECHANISMS, Tree, alive, need, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_gateway]

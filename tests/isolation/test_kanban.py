@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.isolation import kanban, wrap_argv
+from supervisor.isolation import kanban
+from supervisor.isolation.shim_argv import wrap_argv
 from tests.isolation.conftest import MECHANISMS, PY, Tree, need, wait_for
 
 pytest.importorskip("hermes_cli.kanban_db")

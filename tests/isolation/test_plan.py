@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from supervisor.isolation import kanban
-from supervisor.isolation.plan import Plan, PlanInputs, UserIds, make_plan
-from supervisor.isolation.probing import Probe, best_mechanism, doctor_lines, landlock_features, probe
-from supervisor.isolation.settings import (
+from supervisor.isolation.isolation_config import (
     IsolationConfigError,
     IsolationSettings,
     merge_isolation,
     parse_isolation,
 )
+from supervisor.isolation.plan import Plan, PlanInputs, UserIds, make_plan
+from supervisor.isolation.probing import Probe, best_mechanism, doctor_lines, landlock_features, probe
 
 R = Path("/home/alice/.hermes")  # never touched: the planner does no I/O
 ROOT_FULL = Probe(euid=0, kernel="6.15", landlock_abi=7, mount_namespace=True, user_namespace=True, seccomp=True)
@@ -282,7 +282,7 @@ def test_doctor_text_names_the_fix() -> None:
 
 
 def test_wrap_and_unwrap() -> None:
-    from supervisor.isolation.enter import ENTER_SCRIPT, decode_plan, unwrap, wrap_argv
+    from supervisor.isolation.shim_argv import ENTER_SCRIPT, decode_plan, unwrap, wrap_argv
 
     p = plan_for()
     argv = ["/usr/bin/hermes", "-p", "coder", "gateway", "run", "--external-supervisor"]

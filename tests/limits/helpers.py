@@ -18,8 +18,8 @@ import time
 import uuid
 from pathlib import Path
 
-from supervisor.childspec import tag_token
 from supervisor.limits import procfs
+from supervisor.tags import tag_token
 
 PY = sys.executable
 

@@ -33,7 +33,7 @@ from supervisor.limits.cgroup import (
     profile_plan,
     setup_plan,
 )
-from supervisor.limits.settings import Limits
+from supervisor.limits.limits_config import Limits
 
 ROOT = "/home/alice/.hermes"
 INST = instance_name(ROOT)

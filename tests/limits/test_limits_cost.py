@@ -16,7 +16,7 @@ import time
 import pytest
 
 from supervisor.limits import hung, procfs
-from supervisor.limits.settings import HungSettings, Limits
+from supervisor.limits.limits_config import HungSettings, Limits
 from supervisor.limits.watcher import ProcRoot, TreeWatcher, tree_usage
 from tests.limits.helpers import wait_for
 

@@ -14,9 +14,9 @@ REPO = Path(__file__).resolve().parents[2]
 KEEPER = r"""
 import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
-from supervisor.child import become_subreaper
+from supervisor.prctl import become_subreaper
 from supervisor.limits.session import Session
-from supervisor.limits.settings import Limits
+from supervisor.limits.limits_config import Limits
 
 become_subreaper()
 s = Session("coder", "exec", Limits(memory_max=100 << 20), problem="cgroup v2 is not delegated")  # tree watched

@@ -5,7 +5,7 @@ import math
 import pytest
 import yaml
 
-from supervisor.limits.settings import (
+from supervisor.limits.limits_config import (
     DEFAULT_HUNG_AFTER,
     DEFAULT_STARTUP_GRACE,
     HungSettings,

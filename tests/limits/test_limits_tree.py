@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from supervisor.limits.settings import Limits
+from supervisor.limits.limits_config import Limits
 from supervisor.limits.tree import (
     Pace,
     TreeSample,

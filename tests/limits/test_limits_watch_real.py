@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from supervisor.limits import procfs
-from supervisor.limits.settings import Limits
+from supervisor.limits.limits_config import Limits
 from supervisor.limits.tree import check_tree, next_scan
 from supervisor.limits.watcher import ProcRoot, TreeWatcher, freeze_and_kill, tree_usage
 from tests.limits.helpers import FORK_BOMB, alive, wait_for

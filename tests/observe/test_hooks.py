@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from supervisor.observe.hooks import Hook, HookRunner, hook_environment, matches, parse_hooks
-from supervisor.observe.settings import ObserveConfigError, line_of
+from supervisor.observe.hooks import HookRunner, hook_environment, matches
+from supervisor.observe.observe_config import Hook, ObserveConfigError, line_of, parse_hooks
 from tests.harness import wait_for
 
 # No account's home: a hook that wrote there would fail here, never touch the real one.
@@ -107,15 +107,15 @@ def test_the_environment_carries_the_event_but_no_platform_variable_or_tag():
     base = {**BASE_ENV, "TELEGRAM_BOT_TOKEN": "123:secret", "DISCORD_BOT_TOKEN": "zzz", "NOTIFY_SOCKET": "/run/x",
             "WATCHDOG_USEC": "1", "HERMESD_ROOT": "/r", "HERMESD_PROFILE": "coder", "HERMESD_EVENT_TYPE": "stale",
             "OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"}
-    ev = event("conflict", claim={"platform": "telegram", "kind": "bot_token", "fingerprint": "ab12cd"},
-               holder="writer")
+    ev = event("held", kind="credential_conflict", message="telegram bot_token ab12cd is held by writer",
+               claim={"platform": "telegram", "kind": "bot_token", "fingerprint": "ab12cd"}, holder="writer")
     env = hook_environment(base, ev, root=Path("/srv/hermes"), hook=Hook("page", frozenset({"*"}), ("x",)))
     assert "123:secret" not in json.dumps(env) and "zzz" not in json.dumps(env)
     for gone in ("TELEGRAM_BOT_TOKEN", "DISCORD_BOT_TOKEN", "NOTIFY_SOCKET", "WATCHDOG_USEC", "HERMESD_ROOT",
                  "HERMESD_PROFILE"):
         assert gone not in env
     assert env["OPENAI_BASE_URL"] == base["OPENAI_BASE_URL"] and env["PATH"] == base["PATH"]
-    assert env["HERMESD_EVENT_TYPE"] == "conflict" and env["HERMESD_EVENT_PROFILE"] == "coder"
+    assert env["HERMESD_EVENT_TYPE"] == "held" and env["HERMESD_EVENT_PROFILE"] == "coder"
     assert env["HERMESD_EVENT_CLAIM_PLATFORM"] == "telegram" and env["HERMESD_EVENT_CLAIM_FINGERPRINT"] == "ab12cd"
     assert env["HERMESD_EVENT_HOLDER"] == "writer" and env["HERMESD_EVENT_SEQ"] == "1"
     assert env["HERMESD_EVENT_TIME"].endswith("+00:00") and "telegram bot_token ab12cd" in env["HERMESD_EVENT_SUMMARY"]

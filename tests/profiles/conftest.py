@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from profile_helpers import PYTHON, CliResult, FakeLiveGateway, make_profile
 
-from profiles.cli import register
+from profiles.commands import Context
+from supervisor.cli.common import Commands
+from supervisor.cli.profile import declare
 
 
 @pytest.fixture
@@ -47,7 +49,7 @@ def cli(
     def run(*argv: str, stop_gateway: Callable[[str, Path], None] | None = None) -> CliResult:
         parser = argparse.ArgumentParser(prog="hermesd")
         sub = parser.add_subparsers(dest="cmd")
-        register(sub, stop_gateway=stop_gateway, upstream_python=lambda root: PYTHON())
+        declare(Commands(sub), Context(stop_gateway=stop_gateway, upstream_python=lambda root: PYTHON()))
         args = parser.parse_args(list(argv))
         capsys.readouterr()
         rc = args.func(args)

@@ -21,10 +21,12 @@ import pytest
 import yaml
 from profile_helpers import PYTHON, make_profile
 
-from profiles.cli import register
+from profiles.commands import Context
 from profiles.errors import ProfileError
 from profiles.lifecycle import create_profile
 from profiles.upstream import calls
+from supervisor.cli.common import Commands
+from supervisor.cli.profile import declare
 
 up = pytest.importorskip("hermes_cli.profiles")
 LATEST = __import__("hermes_cli.config", fromlist=["DEFAULT_CONFIG"]).DEFAULT_CONFIG["_config_version"]
@@ -130,14 +132,14 @@ def test_cli_create_runs_upstream_in_the_injected_interpreter(root: Path, tmp_pa
         return [sys.executable]
 
     parser = argparse.ArgumentParser(prog="hermesd")
-    register(parser.add_subparsers(), upstream_python=python)
+    declare(Commands(parser.add_subparsers()), Context(upstream_python=python))
     args = parser.parse_args(["profile", "create", "dst", "--clone-from", "src", "--no-alias", "--root", str(root)])
     assert args.func(args) == 0
     assert asked == [root.resolve()]
     assert f"to v{LATEST}" in capsys.readouterr().out
 
     parser = argparse.ArgumentParser(prog="hermesd")
-    register(parser.add_subparsers())
+    declare(Commands(parser.add_subparsers()), Context())
     args = parser.parse_args(["profile", "create", "other", "--no-alias", "--root", str(root)])
     assert args.func(args) == 2
     assert "no way to run hermes-agent" in capsys.readouterr().err

@@ -227,8 +227,8 @@ def test_argument_errors_are_one_line_exit_2(cli, root: Path, argv: list[str]) -
 def test_argument_error_text(root: Path, tmp_path: Path) -> None:
     env = {**os.environ, "HERMESD_WRAPPER_DIR": str(tmp_path / "bin")}
     done = subprocess.run(
-        [sys.executable, "-c", "import argparse,sys; from profiles.cli import register; p=argparse.ArgumentParser("
-         "prog='hermesd'); register(p.add_subparsers()); a=p.parse_args(sys.argv[1:]); sys.exit(a.func(a))",
+        [sys.executable, "-c", "import sys; from supervisor.cli.main import build_parser; "
+         "a=build_parser(sys.argv[1:]).parse_args(sys.argv[1:]); sys.exit(a.func(a))",
          "profile", "use", "a", "b", "--root", str(root)],
         env=env, capture_output=True, text=True, timeout=60, check=False,
     )

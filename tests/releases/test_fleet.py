@@ -36,8 +36,7 @@ import pytest
 from profiles.upstream import files as gf
 from profiles.upstream.releases import Contract
 from supervisor import gatewaysock, requirements
-from supervisor.isolation import probe
-from supervisor.isolation.probing import best_mechanism
+from supervisor.isolation.probing import best_mechanism, probe
 from tests.harness import Hermesd, make_root, tagged_pids, wait_for, write_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_gateway]

@@ -38,7 +38,7 @@ def test_one_command_builds_its_group_only(module: str, names: tuple[str, ...]) 
     full = commands(build_parser())
     for name in names:
         only = commands(build_parser([name, "--root", "/nowhere"]))
-        if module == "supervisor.completion":  # walks the whole tree
+        if module == "supervisor.cli.completion":  # walks the whole tree
             assert list(only) == list(full)
             continue
         assert list(only) == list(names)
@@ -51,13 +51,13 @@ def test_no_command_help_or_typo_builds_everything(argv: list[str]) -> None:
 
 
 def test_status_does_not_load_other_commands(tmp_path: object) -> None:
-    """What the table is for: ``hermesd status`` imports neither completion nor export nor OpenSSL."""
+    """What the table is for: ``hermesd status`` imports neither completion nor export nor doctor nor OpenSSL."""
     code = (
         "import sys\n"
         "from supervisor.cli.main import main\n"
         f"rc = main(['status', '--root', {str(tmp_path)!r}])\n"
-        "print(sorted(m for m in ('supervisor.completion', 'supervisor.export', 'supervisor.cli.deps',"
-        " '_hashlib') if sys.modules.get(m) is not None))\n"
+        "print(sorted(m for m in ('supervisor.cli.completion', 'supervisor.export', 'supervisor.cli.deps',"
+        " 'supervisor.doctor', '_hashlib') if sys.modules.get(m) is not None))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr

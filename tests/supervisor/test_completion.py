@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import completion
+from supervisor.cli import completion
 
 BIN = Path(sys.executable).parent
 
@@ -87,7 +87,7 @@ def test_value_kinds_follow_the_parser() -> None:
 
 def test_no_other_command_imports_argcomplete(tmp_path: Path) -> None:
     code = ("import sys; from supervisor.cli import main; main.main(['status', '--root', sys.argv[1]]);"
-            "print('argcomplete' in sys.modules, 'supervisor.completion' in sys.modules)")
+            "print('argcomplete' in sys.modules, 'supervisor.cli.completion' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "HOME": str(tmp_path)})
     assert done.stdout.strip().splitlines()[-1] == "False False", done.stdout + done.stderr

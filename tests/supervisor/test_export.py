@@ -21,8 +21,10 @@ import yaml
 
 from profiles.upstream import files as gf
 from profiles.upstream import process as contract
-from supervisor import childspec, export
-from supervisor.cli.common import UserError
+from supervisor import childspec, export, tags
+from supervisor.cli import export as export_cli
+from supervisor.cli.main import build_parser
+from supervisor.exits import UserError
 from supervisor.kanban.dispatch import DISPATCH_ENV
 from tests.supervisor.test_contrib import systemd_verify
 
@@ -81,7 +83,7 @@ def test_systemd_units_carry_the_child_contract(root):
         # one machine, one root, one dispatcher lock: the kanban dispatcher choice (default) goes with them
         assert env == {"HERMES_HOME": str(home_of(root, name)), **contract.FIXED_ENV,
                        "HERMES_KANBAN_DISPATCH_IN_GATEWAY": "true" if name == "default" else "false"}
-        assert childspec.TAG_ROOT not in text  # a later hermesd must not adopt (and kill) these
+        assert tags.TAG_ROOT not in text  # a later hermesd must not adopt (and kill) these
         assert unit["ExecStop"] == f"-{sys.executable} -m supervisor _planned-stop {home_of(root, name)}"
         assert unit["KillMode"] == "mixed" and unit["KillSignal"] == "SIGTERM"
         assert unit["Restart"] == "on-failure"
@@ -92,7 +94,7 @@ def test_systemd_units_carry_the_child_contract(root):
 
 def test_systemd_units_verify(root, tmp_path):
     out = tmp_path / "units"
-    export._write(out, files_for("systemd", root))
+    export.write_files(out, files_for("systemd", root))
     systemd_verify(sorted(out.iterdir()))
 
 
@@ -177,7 +179,7 @@ def test_compose_file_validates_with_compose(root, tmp_path):
     if tool is None:
         pytest.skip("neither 'docker compose' nor docker-compose is installed (Debian package: docker-compose)")
     out = tmp_path / "deploy"
-    export._write(out, files_for("compose", root))
+    export.write_files(out, files_for("compose", root))
     done = subprocess.run([*tool, "-f", str(out / "compose.yaml"), "config"], capture_output=True, text=True,
                           cwd=out, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -284,9 +286,7 @@ def test_refuses_a_malformed_profile_and_a_contract_override(root):
 
 
 def cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="hermesd")
-    export.register(parser.add_subparsers())
-    args = parser.parse_args(list(argv))
+    args = build_parser(list(argv)).parse_args(list(argv))
     return args.func(args)
 
 
@@ -330,9 +330,11 @@ def test_planned_stop_helper_marks_the_live_gateway(tmp_path, capsys):
         proc.wait()
 
 
+def test_the_command_offers_exactly_the_formats_and_default_image():
+    assert (export_cli.FORMATS, export_cli.DEFAULT_IMAGE) == (export.FORMATS, export.DEFAULT_IMAGE)
+
+
 def test_help_has_examples():
-    parser = argparse.ArgumentParser(prog="hermesd")
-    sub = parser.add_subparsers()
-    export.register(sub)
+    sub = next(a for a in build_parser(["export"])._actions if isinstance(a, argparse._SubParsersAction))
     assert "examples:\n  hermesd export kubernetes" in sub.choices["export"].format_help()
     assert "example:\n  hermesd _planned-stop" in sub.choices["_planned-stop"].format_help()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from profiles.upstream.gatewaysock import MAX_REPLY_BYTES, ProtocolError, parse_identify
+from profiles.upstream.control_socket import MAX_REPLY_BYTES, ProtocolError, parse_identify
 from supervisor.gatewaysock import GatewaySockError, identify
 
 GOOD = {"ok": True, "protocol": 1, "id": 1, "result": {

@@ -16,6 +16,8 @@ import pytest
 
 from profiles.upstream import files as gf
 from supervisor import probe
+from supervisor.cli import probe as probe_cli
+from supervisor.cli.main import build_parser
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -168,8 +170,8 @@ def test_bare_pid_without_start_time_needs_a_gateway_command_line(home, gateway)
 def run_probe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     code = (
         "import sys\n"
-        "from supervisor.probe import main\n"
-        "rc = main(sys.argv[1:])\n"
+        "from supervisor.cli.main import main\n"
+        "rc = main(['probe', *sys.argv[1:]])\n"
         "heavy = [m for m in ('yaml', 'psutil', 'watchfiles', 'asyncio') if m in sys.modules]\n"
         "print('HEAVY', heavy, file=sys.stderr)\n"
         "sys.exit(rc)\n"
@@ -209,22 +211,20 @@ def test_unknown_or_invalid_profile(home):
 
 
 def test_register_adds_a_documented_subcommand():
-    parser = argparse.ArgumentParser(prog="hermesd")
-    sub = parser.add_subparsers(dest="command")
-    p = probe.register(sub)
-    assert "example:\n  hermesd probe" in p.format_help()
+    parser = build_parser(["probe"])
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert "example:\n  hermesd probe" in sub.choices["probe"].format_help()
     args = parser.parse_args(["probe", "default", "--live", "--max-age", "30"])
-    assert args.func is probe.cmd_probe and args.live and args.max_age == 30
+    assert args.func is probe_cli.cmd_probe and args.live and args.max_age == 30
 
 
 @pytest.mark.real_gateway
 def test_real_gateway_probe_and_planned_stop(tmp_path):
     """Against upstream's own gateway: ready once running, and the planned-stop helper makes SIGTERM a clean exit."""
     pytest.importorskip("hermes_cli.main", reason="hermes-agent is not installed")
-    import argparse as ap
 
     from profiles.upstream import process as contract
-    from supervisor import childspec, export
+    from supervisor import childspec
 
     root = tmp_path / "root"
     home = root / "profiles" / "coder"
@@ -240,9 +240,7 @@ def test_real_gateway_probe_and_planned_stop(tmp_path):
             assert time.monotonic() < deadline, probe.check(home, "ready")[1]
             time.sleep(0.1)
         assert probe.check(home, "live")[0]
-        parser = ap.ArgumentParser()
-        export.register(parser.add_subparsers())
-        args = parser.parse_args(["_planned-stop", str(home)])
+        args = build_parser(["_planned-stop"]).parse_args(["_planned-stop", str(home)])
         assert args.func(args) == 0
         gw.send_signal(signal.SIGTERM)
         assert gw.wait(60) == 0  # a planned stop, not an unexpected SIGTERM (exit 1)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import plistlib
 import shutil
@@ -14,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from supervisor import service
-from supervisor.cli.common import UserError
+from supervisor.cli.main import build_parser
+from supervisor.exits import UserError
 from tests.supervisor.test_contrib import systemd_verify
 
 
@@ -37,9 +37,7 @@ def root(tmp_path: Path) -> Path:
 
 
 def run(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="hermesd")
-    service.register(parser.add_subparsers())
-    args = parser.parse_args(["install-service", *argv])
+    args = build_parser(["install-service", *argv]).parse_args(["install-service", *argv])
     return args.func(args)
 
 

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from profiles.cli import register
+from profiles.commands import Context
 from profiles.lifecycle import delete_profile, rename_profile
+from supervisor.cli.common import Commands
+from supervisor.cli.profile import declare
 from wrappers.scripts import (
     KIND_HERMESD,
     KIND_UPSTREAM,
@@ -205,7 +207,7 @@ def test_adopt_keeps_name_and_target(world: World) -> None:
 def cli(world: World, capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
     def run(*argv: str) -> tuple[int, str, str]:
         parser = argparse.ArgumentParser(prog="hermesd")
-        register(parser.add_subparsers(dest="cmd"))
+        declare(Commands(parser.add_subparsers(dest="cmd")), Context())
         capsys.readouterr()
         try:
             args = parser.parse_args(["profile", *argv])

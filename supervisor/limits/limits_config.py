@@ -245,7 +245,7 @@ def parse_limits(value: object, key: str = "limits") -> LimitsSpec:
         if name not in _PARSERS:
             raise LimitsConfigError(f"{key}.{name}", f"unknown key (known keys: {', '.join(_LIMIT_KEYS)})")
         out[name] = _PARSERS[name](item, f"{key}.{name}")
-    return LimitsSpec(**out, given=frozenset(out))  # type: ignore[arg-type]
+    return LimitsSpec(**out, given=frozenset(out))
 
 
 def merge_limits(top: LimitsSpec, own: LimitsSpec | None = None) -> Limits:

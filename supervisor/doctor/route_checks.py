@@ -6,6 +6,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from profiles.credentials import profile_ports
+from profiles.errors import ProfileError
+from profiles.routes import FORM_JSON, FORM_NESTED, FORM_TOP, load_profile_routes
+from profiles.upstream.bools import multiplex_override
+from profiles.upstream.process import config_multiplex
 from supervisor.doctor.scan import DEFAULT, Scan
 from supervisor.plan.verdict import ERROR, INFO, WARNING
 
@@ -18,8 +23,6 @@ def check_multiplex_and_routes(scan: Scan) -> None:
     if default is None or default.config is None or default.env is None:
         return
     cfg = default.config
-    from profiles.upstream.bools import multiplex_override
-    from profiles.upstream.process import config_multiplex
 
     from_config = config_multiplex(cfg)
     from_env = multiplex_override(default.env.get("GATEWAY_MULTIPLEX_PROFILES"))
@@ -37,8 +40,6 @@ def check_multiplex_and_routes(scan: Scan) -> None:
         _check_secondary_ports(scan)
 
 def _check_routes(scan: Scan, cfg: dict[str, Any], multiplex: bool, *, forced_on: bool) -> None:
-    from profiles.routes import FORM_JSON, FORM_NESTED, FORM_TOP, load_profile_routes
-
     parsed = load_profile_routes(scan.root, cfg)
     for issue in parsed.issues:
         if issue.index is None:
@@ -150,9 +151,6 @@ def _route_overlaps(scan: Scan, routes: Sequence[ProfileRoute], key: str) -> Non
                 )
 
 def _check_secondary_ports(scan: Scan) -> None:
-    from profiles.credentials import profile_ports
-    from profiles.errors import ProfileError
-
     for prof in scan.profiles:
         if prof.name == DEFAULT or not prof.ok:
             continue
@@ -189,7 +187,7 @@ def _overlap(a: ProfileRoute, b: ProfileRoute) -> bool:
 
 
 def _sample_source(a: ProfileRoute, b: ProfileRoute) -> str:
-    parts = [a.platform]
+    parts = [str(a.platform)]
     for key, label in (("guild_id", "guild"), ("chat_id", "chat"), ("thread_id", "thread")):
         value = getattr(a, key) or getattr(b, key)
         if value:
@@ -204,5 +202,5 @@ def _route_name(route: ProfileRoute) -> str:
 def _route_desc(route: ProfileRoute) -> str:
     keys = [f"{label} {getattr(route, key)}" for key, label in
             (("guild_id", "guild"), ("chat_id", "chat"), ("thread_id", "thread")) if getattr(route, key)]
-    scope = " ".join([route.platform, *keys])
+    scope = " ".join([str(route.platform), *keys])
     return f"{_route_name(route)} ({scope} -> {route.profile})"

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import os
+import shlex
+import stat
 from pathlib import Path
 
+import yaml
+
+from profiles.fileio import MAX_PROFILE_FILE
+from profiles.safeio import read_operator_file
+from profiles.upstream.process import LOCK_VARIABLES, lock_dir
+from supervisor import config as config_mod
+from supervisor.childspec import GatewayCommandError, child_env, resolve_gateway_command
 from supervisor.doctor.scan import DEFAULT, Scan
+from supervisor.layout import Layout, UnsafeFolderError, check_private
 from supervisor.plan.verdict import ERROR, INFO, WARNING, HoldKind
 
 
 def check_hermesd_config(scan: Scan) -> None:
-    from supervisor import config as config_mod
-    from supervisor.layout import Layout
-
     path = Layout(scan.root).config
     try:
         scan.config = config_mod.load(path)
@@ -27,8 +34,6 @@ def check_hermesd_config(scan: Scan) -> None:
         )
 
 def check_command(scan: Scan) -> None:
-    from supervisor.childspec import GatewayCommandError, resolve_gateway_command
-
     assert scan.config is not None
     if scan.config_ok:
         configured = list(scan.config.command) if scan.config.command else None
@@ -75,9 +80,6 @@ def check_lock_environment(scan: Scan) -> None:
     change them for one profile, and then that gateway's credential locks live in another
     directory where no other profile's gateway looks.
     """
-    from profiles.upstream.process import LOCK_VARIABLES, lock_dir
-    from supervisor.childspec import child_env
-
     assert scan.config is not None
     shared = child_env(scan.env, root=scan.root, profile=DEFAULT, home=scan.root,
                        extra=scan.config.environment)
@@ -109,8 +111,6 @@ def check_lock_environment(scan: Scan) -> None:
         )
 
 def check_env_permissions(scan: Scan) -> None:
-    import stat
-
     for prof in scan.profiles:
         path = prof.home / ".env"
         try:
@@ -128,13 +128,6 @@ def check_env_permissions(scan: Scan) -> None:
 
 def _command_as_written(path: Path) -> list[str] | bool | None:
     """``command`` from a hermesd.yaml that failed validation; ``False`` when it is not even YAML."""
-    import shlex
-
-    import yaml
-
-    from profiles.fileio import MAX_PROFILE_FILE
-    from profiles.safeio import read_operator_file
-
     try:
         data = yaml.safe_load(read_operator_file(path, MAX_PROFILE_FILE).decode("utf-8"))
     except (OSError, ValueError, yaml.YAMLError):  # ValueError: UnicodeDecodeError, impossible dates
@@ -153,8 +146,6 @@ def _command_as_written(path: Path) -> list[str] | bool | None:
 def check_hermesd_folder(scan: Scan) -> None:
     """``<root>/.hermesd`` must be a private directory of this user, as the daemon demands before it
     starts (a link to a shared folder, a plain file, or a folder others can write is refused)."""
-    from supervisor.layout import Layout, UnsafeFolderError, check_private
-
     layout = Layout(scan.root)
     for folder in (layout.dir, layout.logs):
         if not os.path.lexists(folder):

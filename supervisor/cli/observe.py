@@ -1,7 +1,5 @@
 """``hermesd events`` and ``hermesd metrics``: read-only commands that work with the daemon down.
 
-The CLI adds both with one line: ``from supervisor.observe import cli as observe_cli;
-observe_cli.register(sub)``. Imports stay inside the handlers so ``hermesd --help`` pays nothing.
 Exit codes: 0 ok, 2 usage error (a bad ``--since``, an unknown profile), 130 on Ctrl-C is turned
 into 0 for ``-f`` as for ``hermesd logs -f``.
 """
@@ -13,24 +11,30 @@ import contextlib
 import json
 import sys
 import time
+from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-_ROOT_HELP = "Hermes root (default: resolved from HERMES_HOME as upstream does)"
-_COLORS = {"held": "31", "conflict": "31", "config_rejected": "31", "hung_kill": "31", "limit_kill": "31",
+from profiles.errors import ProfileError
+from profiles.names import no_such_profile, normalize_name
+from profiles.printable import printable_tree
+from supervisor import __version__
+from supervisor.cli.common import Commands, root_of, use_color
+from supervisor.exits import UserError
+from supervisor.layout import Layout
+
+_COLORS = {"held": "31", "config_rejected": "31", "hung_kill": "31", "limit_kill": "31",
            "foreign": "33", "backoff": "33", "stopped": "90", "ready": "32", "recovered": "32",
-           "released": "32", "conflict_resolved": "32"}
+           "released": "32"}
 
 
-def register(subparsers: Any) -> None:
-    """Add ``hermesd events`` and ``hermesd metrics`` to the CLI's subparsers."""
+def register(commands: Commands) -> None:
     help_ = "what happened: hermesd's event history (works while the daemon is down)"
-    p = subparsers.add_parser(
-        "events", help=help_, description=help_ + ".\nOne line per event; --json prints the journal's JSON lines.",
-        epilog="examples:\n  hermesd events coder --since 2h\n  hermesd events -f\n"
-               "  hermesd events --json --since 2026-05-01T03:00 | jq .",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = commands.add("events", _cmd_events, help_, (
+        "hermesd events coder --since 2h", "hermesd events -f",
+        "hermesd events --json --since 2026-05-01T03:00 | jq ."),
+        description=help_ + ".\nOne line per event; --json prints the journal's JSON lines.")
     p.add_argument("profiles", nargs="*", metavar="PROFILE", help="only these profiles' events")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new events, across rotations")
     p.add_argument("--since", metavar="TIME",
@@ -38,54 +42,39 @@ def register(subparsers: Any) -> None:
     p.add_argument("-n", "--lines", type=int, metavar="N",
                    help="only the last N events first (default: all; with -f and no --since: 10)")
     p.add_argument("--json", action="store_true", help="one JSON object per line, as stored")
-    p.add_argument("--root", help=_ROOT_HELP)
-    p.set_defaults(func=_cmd_events)
 
     help_ = "Prometheus metrics (text format) for the root, from the daemon or the files on disk"
-    p = subparsers.add_parser(
-        "metrics", help=help_, description=help_ + ".\nThe same text the optional listener serves at /metrics.",
-        epilog="example:\n  hermesd metrics > /var/lib/node_exporter/textfile/hermesd.prom.tmp",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--root", help=_ROOT_HELP)
-    p.set_defaults(func=_cmd_metrics)
+    commands.add("metrics", _cmd_metrics, help_,
+                 "hermesd metrics > /var/lib/node_exporter/textfile/hermesd.prom.tmp",
+                 description=help_ + ".\nThe same text the optional listener serves at /metrics.")
 
 
 # --------------------------------------------------------------------------- events
 
 
-def _user_error(message: str) -> Exception:
-    from supervisor.observe.links import user_error
-
-    return user_error(message)
-
-
 def _wanted_profiles(args: argparse.Namespace, root: Path, folder: Path) -> set[str] | None:
     """Normalised profile names. A name is known if it is served now or appears in the journal
     (a deleted profile's history is still worth reading); anything else is a usage error."""
+    from profiles.discovery import profiles_to_serve  # run-time only (see cli/__init__)
+    from supervisor.observe.reader import iter_events  # run-time only (see cli/__init__)
+
     if not args.profiles:
         return None
-    from profiles.errors import ProfileError
-    from profiles.names import normalize_name
-    from supervisor.observe.links import no_such_profile, served_profiles
-
     try:
         wanted = {normalize_name(p) for p in args.profiles}
     except ProfileError as exc:
-        raise _user_error(str(exc)) from None
+        raise UserError(str(exc)) from None
     known: list[str] = []
     with contextlib.suppress(OSError, ProfileError):
-        known = served_profiles(root)
+        known = [name for name, _home in profiles_to_serve(True, root=root)]
     missing = wanted - set(known)
     if missing:
-        from supervisor.observe.reader import iter_events
-
         for ev in iter_events(folder, profiles=missing):
             missing.discard(ev["profile"])
             if not missing:
                 break
     if missing:
-        raise _user_error("; ".join(no_such_profile(n, known) for n in sorted(missing)))
+        raise UserError("; ".join(str(no_such_profile(n, known)) for n in sorted(missing)))
     return wanted
 
 
@@ -93,19 +82,21 @@ def _cmd_events(args: argparse.Namespace) -> int:
     try:
         return _events(args)
     except OSError as exc:  # an unreadable or symlinked events folder: one line, no traceback
-        raise _user_error(str(exc)) from None
+        raise UserError(str(exc)) from None
 
 
 def _events(args: argparse.Namespace) -> int:
-    from profiles.printable import printable_tree
-    from supervisor.observe.events import render_line
-    from supervisor.observe.journal import default_folder
-    from supervisor.observe.reader import ReadStats, follow, iter_events, parse_since
+    from supervisor.observe.events import render_line  # run-time only (see cli/__init__)
+    from supervisor.observe.journal import default_folder  # run-time only (see cli/__init__)
+    from supervisor.observe.reader import (  # run-time only (see cli/__init__)
+        ReadStats,
+        follow,
+        iter_events,
+        parse_since,
+    )
 
     if args.lines is not None and args.lines < 0:
-        raise _user_error("--lines must be 0 or more")
-    from supervisor.observe.links import root_of, use_color
-
+        raise UserError("--lines must be 0 or more")
     root = root_of(args)
     folder = default_folder(root)
     since = None
@@ -113,7 +104,7 @@ def _events(args: argparse.Namespace) -> int:
         try:
             since = parse_since(args.since, time.time())
         except ValueError as exc:
-            raise _user_error(f"--since: {exc}") from None
+            raise UserError(f"--since: {exc}") from None
     profiles = _wanted_profiles(args, root, folder)
     width = max([8, *(len(p) for p in profiles or ())])
     color = not args.json and use_color(sys.stdout)
@@ -138,10 +129,8 @@ def _events(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             return 0
         return 0
-    events = iter_events(folder, profiles=profiles, since=since, stats=stats)
+    events: Iterator[dict[str, Any]] = iter_events(folder, profiles=profiles, since=since, stats=stats)
     if args.lines is not None:
-        from collections import deque
-
         events = iter(deque(events, maxlen=args.lines))
     n = 0
     for ev in events:
@@ -168,36 +157,38 @@ def metrics_text(root: Path) -> str:
     its run in the journal (the counters are a fold over the events, so they come out the same,
     except control requests and hook runs, which are not events).
     """
-    from supervisor.observe import links
-    from supervisor.observe.journal import default_folder
-    from supervisor.observe.metrics import Counters, render
-    from supervisor.observe.reader import last_run
+    from supervisor.control.client import (  # run-time only (see cli/__init__)
+        Client,
+        ControlError,
+        DaemonNotAnswering,
+        DaemonNotRunning,
+    )
+    from supervisor.observe.journal import default_folder  # run-time only (see cli/__init__)
+    from supervisor.observe.metrics import Counters, render  # run-time only (see cli/__init__)
+    from supervisor.observe.reader import last_run  # run-time only (see cli/__init__)
+    from supervisor.status import offline_document  # run-time only (see cli/__init__)
 
+    client = Client(Layout(root))
+    down = (DaemonNotRunning, DaemonNotAnswering, FileNotFoundError)
     doc = None
     try:
-        reply = links.daemon_call(root, "metrics")
+        reply = client.call("metrics", wait=5.0)
         if isinstance(reply.get("metrics"), str):
-            return reply["metrics"]
-    except links.DaemonDown:
+            return str(reply["metrics"])
+    except down:
         pass
-    except links.RequestRefused:
-        try:
-            doc = links.daemon_call(root, "status", wait=10.0)["status"]
-        except (links.DaemonDown, links.RequestRefused):
-            doc = None
+    except ControlError:  # an older daemon, without the request
+        with contextlib.suppress(*down, ControlError):
+            doc = client.call("status", wait=10.0)["status"]
     if doc is None:
-        from supervisor.status import offline_document
-
         doc = offline_document(root)
         counters = Counters()
     else:
         counters = Counters.replay(last_run(default_folder(root), daemon=doc["supervisor"].get("pid")))
-    return render(doc, counters, version=links.version(), now=time.time(), process=False)
+    return render(doc, counters, version=__version__, now=time.time(), process=False)
 
 
 def _cmd_metrics(args: argparse.Namespace) -> int:
-    from supervisor.observe.links import root_of
-
     sys.stdout.write(metrics_text(root_of(args)))
     sys.stdout.flush()
     return 0

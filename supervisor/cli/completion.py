@@ -28,6 +28,10 @@ from pathlib import Path
 import argcomplete
 from argcomplete.completers import DirectoriesCompleter, FilesCompleter, SuppressCompleter
 
+from profiles.discovery import profiles_to_serve
+from profiles.paths import resolve_root
+from supervisor.cli.common import Commands
+
 SHELLS = ("bash", "zsh", "fish")
 PROG = "hermesd"
 
@@ -39,9 +43,6 @@ _FILE_DESTS = frozenset({"output", "archive"})
 
 def profile_names(prefix: str, parsed_args: argparse.Namespace, **_kwargs: object) -> list[str]:
     """The profiles hermesd would serve under the root on the command line (or from ``HERMES_HOME``)."""
-    from profiles.discovery import profiles_to_serve
-    from profiles.paths import resolve_root
-
     given = getattr(parsed_args, "root", None)
     root = Path(given) if given else resolve_root()
     try:
@@ -89,22 +90,15 @@ def cmd_completion(args: argparse.Namespace) -> int:
 
 
 HELP = "print a shell completion script (bash, zsh or fish) for hermesd's own commands"
-EPILOG = """\
+INSTALL = """\
 install:
   bash  hermesd completion bash > ~/.local/share/bash-completion/completions/hermesd
   zsh   hermesd completion zsh > "${fpath[1]}/_hermesd"
-  fish  hermesd completion fish > ~/.config/fish/completions/hermesd.fish
-
-example:
-  eval "$(hermesd completion bash)"
-"""
+  fish  hermesd completion fish > ~/.config/fish/completions/hermesd.fish"""
 
 
-def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``hermesd completion SHELL`` to the CLI."""
-    p = subparsers.add_parser("completion", help=HELP, description=HELP + ".", epilog=EPILOG,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+def register(commands: Commands) -> None:
+    p = commands.add("completion", cmd_completion, HELP, 'eval "$(hermesd completion bash)"',
+                     description=HELP + ".", epilog=INSTALL, root=False)
     p.add_argument("shell", choices=SHELLS, help="the shell to generate for")
-    p.set_defaults(func=cmd_completion)
-    return p
 

@@ -13,24 +13,26 @@ injected ``stop_gateway``; without it both refuse while a gateway runs), ``renam
 ``--alias-dir`` (also ``$HERMESD_WRAPPER_DIR``).
 
 A user mistake is one line on stderr, ``hermesd: error: ...``, and exit status 2 (argument
-errors of the verbs included); never a traceback. ``register`` is the supervisor's entry point:
-
-    register(subparsers, stop_gateway=fn(name, home), upstream_python=fn(root) -> [argv prefix])
-
-``upstream_python(root)`` is the interpreter hermesd runs that root's gateways with; ``create``
-runs upstream's own ``create_profile`` there (see :mod:`profiles.lifecycle`). Without it,
-``create`` refuses.
+errors of the verbs included); never a traceback. What each verb does is :mod:`profiles.commands`;
+what only the supervisor can give it is passed in a :class:`profiles.commands.Context`: how to stop
+a running gateway first (:func:`supervisor.stopper.stop_for_profile_change`), and the interpreter
+hermesd runs the root's gateways with, in which ``create`` runs upstream's own ``create_profile``
+(see :mod:`profiles.lifecycle`).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-StopGateway = Callable[[str, Path], None]
-UpstreamPython = Callable[[Path], Sequence[str]]
+from supervisor.cli.common import Commands
+from supervisor.exits import UserError
+
+if TYPE_CHECKING:
+    from profiles.commands import Context
 
 
 class VerbParser(argparse.ArgumentParser):
@@ -40,7 +42,9 @@ class VerbParser(argparse.ArgumentParser):
         verb = self.prog.split(" ", 1)[1] if " " in self.prog else self.prog
         self.exit(2, f"hermesd: error: {verb}: {message} (see '{self.prog} --help')\n")
 
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None,
+    ) -> tuple[argparse.Namespace, list[str]]:
         # Left-over words would otherwise reach the top-level parser, which prints its usage
         # too; the verb knows them to be its own mistake.
         parsed, extras = super().parse_known_args(args, namespace)
@@ -49,16 +53,24 @@ class VerbParser(argparse.ArgumentParser):
         return parsed, extras
 
 
-def _lazy(name: str, ctx: Any) -> Callable[[argparse.Namespace], int]:
-    """A handler that imports ``profiles.commands`` only when the verb actually runs."""
+def _supervisor_context() -> Context:
+    """What only the supervisor gives the verbs: a stop through the daemon, and upstream's interpreter."""
+    from profiles.commands import Context  # run-time only (see cli/__init__)
+    from supervisor.stopper import stop_for_profile_change  # run-time only (see cli/__init__)
 
-    def run(args: argparse.Namespace) -> int:
-        from profiles import commands
+    return Context(stop_gateway=stop_for_profile_change, upstream_python=_upstream_python)
 
-        context = commands.Context(**ctx)
-        return commands.guard(getattr(commands, name), context)(args)
 
-    return run
+def _upstream_python(root: Path) -> list[str]:
+    """The interpreter (argv prefix) that runs ``root``'s gateways, for upstream's profile code."""
+    from supervisor.childspec import GatewayCommandError  # run-time only (see cli/__init__)
+    from supervisor.config import ConfigError  # run-time only (see cli/__init__)
+    from supervisor.hermes_release import HermesVersionError, gateway_python  # run-time only (see cli/__init__)
+
+    try:
+        return gateway_python(root, os.environ)
+    except (ConfigError, GatewayCommandError, HermesVersionError) as exc:
+        raise UserError(f"cannot run hermes-agent's profile code: {exc}") from None
 
 
 def _existing(action: argparse.Action) -> None:
@@ -66,28 +78,16 @@ def _existing(action: argparse.Action) -> None:
     action.complete = "profile"  # type: ignore[attr-defined]
 
 
-def _verb(verbs: Any, name: str, *, help: str, example: str) -> argparse.ArgumentParser:
-    return verbs.add_parser(
-        name,
-        help=help,
-        description=help,
-        epilog=f"example:\n  {example}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-
-
 # --------------------------------------------------------------------------- parser
 
 
-def _common(parser: argparse.ArgumentParser, *, aliases: bool = False) -> None:
-    parser.add_argument("--root", metavar="PATH", default=None, help="Hermes root (default: from HERMES_HOME)")
-    if aliases:
-        parser.add_argument(
-            "--alias-dir",
-            metavar="DIR",
-            default=None,
-            help="wrapper directory (default: $HERMESD_WRAPPER_DIR or ~/.local/bin)",
-        )
+def _alias_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--alias-dir",
+        metavar="DIR",
+        default=None,
+        help="wrapper directory (default: $HERMESD_WRAPPER_DIR or ~/.local/bin)",
+    )
 
 
 ALIAS_EPILOG = """\
@@ -106,40 +106,38 @@ in the foreground; a hermesd wrapper sends gateway start|stop|restart|status to 
 supervises the root, and runs hermes -p NAME for everything else."""
 
 
-def register(
-    subparsers: argparse._SubParsersAction,
-    *,
-    stop_gateway: StopGateway | None = None,
-    upstream_python: UpstreamPython | None = None,
-) -> None:
-    """Add the ``profile`` command and its verbs to ``subparsers``.
+def register(commands: Commands) -> None:
+    declare(commands, None)
 
-    ``stop_gateway(name, home)`` is what ``delete --stop`` and ``rename --stop`` call to stop a
-    running gateway first; the supervisor provides it, this package never signals a process.
-    ``upstream_python(root)`` returns the interpreter (argv prefix) that runs ``root``'s gateways.
-    """
-    ctx = {"stop_gateway": stop_gateway, "upstream_python": upstream_python}
-    profile = subparsers.add_parser("profile", help="manage Hermes profiles (isolated HERMES_HOMEs)")
-    profile.set_defaults(func=_lazy("_cmd_status", ctx), root=None)
-    verbs = profile.add_subparsers(dest="profile_action", metavar="VERB", parser_class=VerbParser)
 
-    p = _verb(verbs, "list", help="list profiles", example="hermesd profile list --json")
-    _common(p, aliases=True)
+def declare(commands: Commands, context: Context | None) -> None:
+    """``hermesd profile`` and its verbs, run with ``context``: None for the supervisor's own
+    (:func:`_supervisor_context`), a test's own otherwise."""
+
+    def run(verb: str) -> Callable[[argparse.Namespace], int]:
+        def handler(args: argparse.Namespace) -> int:
+            from profiles import commands as verbs  # run-time only (see cli/__init__)
+
+            return verbs.guard(getattr(verbs, verb), context or _supervisor_context())(args)
+
+        return handler
+
+    profile = commands.add("profile", run("cmd_status"), "manage Hermes profiles (isolated HERMES_HOMEs)",
+                           "hermesd profile list", root=False)
+    profile.set_defaults(root=None)
+    verbs = commands.verbs(profile, dest="profile_action", metavar="VERB", parser_class=VerbParser)
+
+    p = verbs.add("list", run("cmd_list"), "list profiles", "hermesd profile list --json")
+    _alias_dir(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=_lazy("_cmd_list", ctx))
 
-    p = _verb(verbs, "show", help="show one profile", example="hermesd profile show coder")
+    p = verbs.add("show", run("cmd_show"), "show one profile", "hermesd profile show coder")
     _existing(p.add_argument("profile_name", metavar="NAME"))
-    _common(p, aliases=True)
+    _alias_dir(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=_lazy("_cmd_show", ctx))
 
-    p = _verb(
-        verbs,
-        "create",
-        help="create a profile",
-        example="hermesd profile create coder --clone --description 'writes code'",
-    )
+    p = verbs.add("create", run("cmd_create"), "create a profile",
+                  "hermesd profile create coder --clone --description 'writes code'")
     p.add_argument("profile_name", metavar="NAME")
     p.add_argument("--clone", action="store_true",
                    help="copy config.yaml, .env, SOUL.md, skills and memories, as upstream does (no link out of it)")
@@ -150,92 +148,62 @@ def register(
     p.add_argument("--no-skills", action="store_true",
                    help="never seed bundled skills into it (writes .no-bundled-skills; not with --clone*)")
     p.add_argument("--description", default=None, help="one or two sentences about the profile")
-    _common(p, aliases=True)
-    p.set_defaults(func=_lazy("_cmd_create", ctx))
+    _alias_dir(p)
 
-    p = _verb(verbs, "delete", help="delete a profile and its aliases",
-              example="hermesd profile delete coder -y --stop")
+    p = verbs.add("delete", run("cmd_delete"), "delete a profile and its aliases",
+                  "hermesd profile delete coder -y --stop")
     _existing(p.add_argument("profile_name", metavar="NAME"))
     p.add_argument("-y", "--yes", action="store_true",
                    help="do not ask for confirmation (otherwise type NAME, on a terminal or a pipe)")
     p.add_argument("--stop", action="store_true", help="stop the profile's running gateway first")
-    _common(p, aliases=True)
-    p.set_defaults(func=_lazy("_cmd_delete", ctx))
+    _alias_dir(p)
 
-    p = _verb(verbs, "rename", help="rename a profile (its aliases follow)",
-              example="hermesd profile rename coder dev --stop")
+    p = verbs.add("rename", run("cmd_rename"), "rename a profile (its aliases follow)",
+                  "hermesd profile rename coder dev --stop")
     _existing(p.add_argument("old_name", metavar="OLD"))
     p.add_argument("new_name", metavar="NEW")
     p.add_argument("--stop", action="store_true", help="stop the profile's running gateway first")
     p.add_argument("--no-alias", action="store_true",
                    help="do not create an alias named NEW when OLD had none (upstream always tries)")
-    _common(p, aliases=True)
-    p.set_defaults(func=_lazy("_cmd_rename", ctx))
+    _alias_dir(p)
 
-    p = _verb(
-        verbs,
-        "use",
-        help="set the sticky active profile ('default' or --clear to reset)",
-        example="hermesd profile use coder",
-    )
+    p = verbs.add("use", run("cmd_use"), "set the sticky active profile ('default' or --clear to reset)",
+                  "hermesd profile use coder")
     _existing(p.add_argument("profile_name", metavar="NAME", nargs="?", default=None))
     p.add_argument("--clear", action="store_true", help="make default active again")
-    _common(p)
-    p.set_defaults(func=_lazy("_cmd_use", ctx))
 
-    p = _verb(verbs, "describe", help="show or set a profile's description (profile.yaml)",
-              example="hermesd profile describe coder --text 'Writes and reviews code.'")
+    p = verbs.add("describe", run("cmd_describe"), "show or set a profile's description (profile.yaml)",
+                  "hermesd profile describe coder --text 'Writes and reviews code.'")
     _existing(p.add_argument("profile_name", metavar="NAME", nargs="?", default=None))
     p.add_argument("--text", default=None, help="set the description to this text")
     p.add_argument("--auto", action="store_true", help="(upstream only: asks a model; refused here)")
     p.add_argument("--all", dest="all_missing", action="store_true", help="(upstream only, with --auto)")
     p.add_argument("--overwrite", action="store_true", help="(upstream only, with --auto)")
-    _common(p)
-    p.set_defaults(func=_lazy("_cmd_describe", ctx))
 
-    p = _verb(verbs, "info", help="show a profile's distribution manifest (distribution.yaml)",
-              example="hermesd profile info coder")
+    p = verbs.add("info", run("cmd_info"), "show a profile's distribution manifest (distribution.yaml)",
+                  "hermesd profile info coder")
     _existing(p.add_argument("profile_name", metavar="NAME"))
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    _common(p)
-    p.set_defaults(func=_lazy("_cmd_info", ctx))
 
-    p = _verb(
-        verbs,
-        "export",
-        help="export a profile to a .tar.gz (no credentials)",
-        example="hermesd profile export coder -o coder.tar.gz",
-    )
+    p = verbs.add("export", run("cmd_export"), "export a profile to a .tar.gz (no credentials)",
+                  "hermesd profile export coder -o coder.tar.gz")
     _existing(p.add_argument("profile_name", metavar="NAME"))
     p.add_argument("-o", "--output", default=None,
                    help="output file (default: ./NAME.tar.gz; '.tgz'/'.tar.gz' stripped, '.tar.gz' added)")
-    _common(p)
-    p.set_defaults(func=_lazy("_cmd_export", ctx))
 
-    p = _verb(
-        verbs,
-        "import",
-        help="import a profile from a .tar.gz",
-        example="hermesd profile import coder.tar.gz --name coder2",
-    )
+    p = verbs.add("import", run("cmd_import"), "import a profile from a .tar.gz",
+                  "hermesd profile import coder.tar.gz --name coder2")
     p.add_argument("archive", metavar="ARCHIVE")
     p.add_argument("--name", dest="import_name", metavar="NAME", default=None, help="profile name")
     p.add_argument("--no-alias", action="store_true", help="do not create a wrapper alias")
-    _common(p, aliases=True)
-    p.set_defaults(func=_lazy("_cmd_import", ctx))
+    _alias_dir(p)
 
-    p = verbs.add_parser(
-        "alias",
-        help="create, list, remove or adopt wrapper aliases",
-        description="create, list, remove or adopt wrapper aliases",
-        epilog=ALIAS_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = verbs.add("alias", run("cmd_alias"), "create, list, remove or adopt wrapper aliases",
+                  epilog=ALIAS_EPILOG)
     _existing(p.add_argument("profile_name", metavar="NAME", nargs="?", default=None))
     p.add_argument("--name", dest="alias_name", metavar="ALIAS", default=None, help="alias name (default: NAME)")
     p.add_argument("--remove", action="store_true", help="remove the alias(es) instead")
     p.add_argument("--list", action="store_true", help="list the aliases of this root (hermesd's and upstream's)")
     p.add_argument("--adopt", action="store_true",
                    help="turn upstream-style aliases (of NAME, or all) into hermesd wrappers, same name and target")
-    _common(p, aliases=True)
-    p.set_defaults(func=_lazy("_cmd_alias", ctx))
+    _alias_dir(p)

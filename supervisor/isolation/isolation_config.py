@@ -63,13 +63,13 @@ class IsolationSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class _Partial:
+class IsolationPartial:
     """The keys a mapping actually set (None: not given), for key-by-key merging."""
 
     values: tuple[tuple[str, Any], ...]
 
 
-def _mode(value: Any, key: str) -> str:
+def _mode(value: object, key: str) -> str:
     if value is False:  # YAML 1.1: a bare `off` is the boolean false
         return "off"
     if isinstance(value, str) and value.strip().lower() in MODES:
@@ -77,13 +77,13 @@ def _mode(value: Any, key: str) -> str:
     raise IsolationConfigError(key, f"expected one of {', '.join(MODES)}, got {value!r}")
 
 
-def _bool(value: Any, key: str) -> bool:
+def _bool(value: object, key: str) -> bool:
     if not isinstance(value, bool):
         raise IsolationConfigError(key, f"expected true or false, got {value!r}")
     return value
 
 
-def _paths(value: Any, key: str) -> tuple[str, ...]:
+def _paths(value: object, key: str) -> tuple[str, ...]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list):
         raise IsolationConfigError(key, "expected a path or a list of paths")
@@ -98,7 +98,7 @@ def _paths(value: Any, key: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _user(value: Any, key: str) -> str | None:
+def _user(value: object, key: str) -> str | None:
     if value is None:
         return None
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
@@ -108,12 +108,12 @@ def _user(value: Any, key: str) -> str | None:
     raise IsolationConfigError(key, f"expected an account name or uid, got {value!r}")
 
 
-def parse_isolation(value: Any, key: str = "isolation") -> _Partial:
+def parse_isolation(value: object, key: str = "isolation") -> IsolationPartial:
     """Validate one ``isolation`` value (string, bool or mapping) into the keys it sets."""
     if value is None:
-        return _Partial(())
+        return IsolationPartial(())
     if not isinstance(value, Mapping):
-        return _Partial((("mode", _mode(value, key)),))
+        return IsolationPartial((("mode", _mode(value, key)),))
     out: list[tuple[str, Any]] = []
     for name, item in value.items():
         sub = f"{key}.{name}"
@@ -127,10 +127,10 @@ def parse_isolation(value: Any, key: str = "isolation") -> _Partial:
             out.append((name, _user(item, sub)))
         else:
             out.append((name, _paths(item, sub)))
-    return _Partial(tuple(out))
+    return IsolationPartial(tuple(out))
 
 
-def merge_isolation(top: _Partial | None, profile: _Partial | None) -> IsolationSettings:
+def merge_isolation(top: IsolationPartial | None, profile: IsolationPartial | None) -> IsolationSettings:
     """The effective settings: defaults, then the top-level keys, then the profile's."""
     settings = IsolationSettings()
     for part in (top, profile):

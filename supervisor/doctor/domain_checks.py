@@ -4,7 +4,18 @@ nearly spent by profiles that have no ``memory_max``)."""
 
 from __future__ import annotations
 
+import os
+
+from supervisor import ownership
+from supervisor.control.client import Client, ControlError, DaemonNotAnswering, DaemonNotRunning
 from supervisor.doctor.scan import Scan
+from supervisor.isolation.install import resolve_user
+from supervisor.isolation.probing import best_mechanism, doctor_lines, probe
+from supervisor.kanban.dispatch import kanban_findings
+from supervisor.layout import Layout
+from supervisor.limits import detect_only
+from supervisor.limits.cgroup import doctor_findings, memory_pressure_findings
+from supervisor.limits.limits_config import hung_after_warning
 from supervisor.plan.verdict import ERROR, INFO, WARNING
 
 _LEVEL = {"ok": INFO, "info": INFO, "warning": WARNING}
@@ -12,8 +23,6 @@ _LEVEL = {"ok": INFO, "info": INFO, "warning": WARNING}
 
 def check_isolation(scan: Scan) -> None:
     """What confinement each profile gets here; a warning only matters when some profile wants it."""
-    from supervisor.isolation.probing import best_mechanism, doctor_lines, probe
-
     if scan.config is None:
         return
     modes = {p.name: scan.config.isolation_for(p.name).mode for p in scan.profiles}
@@ -43,11 +52,6 @@ def check_isolation(scan: Scan) -> None:
 def _check_accounts(scan: Scan) -> None:
     """A profile run as its own account (``isolation.user``) whose home that account cannot use:
     the daemon holds it; say so, with the command that gives the home to the account."""
-    import os
-
-    from supervisor import ownership
-    from supervisor.isolation.install import resolve_user
-
     assert scan.config is not None
     if os.geteuid() != 0:
         return
@@ -75,8 +79,6 @@ def _check_accounts(scan: Scan) -> None:
 
 def check_limits(scan: Scan) -> None:
     """cgroup v2 delegation (or why limits are enforced by watching), and ``hung_after`` sanity."""
-    from supervisor.limits.settings import hung_after_warning
-
     if scan.config is None:
         return
     limits = {p.name: scan.config.limits_for(p.name) for p in scan.profiles}
@@ -90,16 +92,11 @@ def check_limits(scan: Scan) -> None:
                      f"raise hung_after for {prof.name!r} in hermesd.yaml (or set it to null to turn it off)")
     usage = _tree_memory(scan)
     if usage:
-        from supervisor.limits.cgroup import memory_pressure_findings
-
         for f in memory_pressure_findings(usage, limits, _host_memory()):
             scan.add(f.severity, f.code, None, f.message, f.fix or "")
 
 
 def _cgroup_findings(root: str, configured: bool) -> list:
-    from supervisor.limits import detect_only
-    from supervisor.limits.cgroup import doctor_findings
-
     try:
         return doctor_findings(detect_only(root), limits_configured=configured)
     except OSError:
@@ -109,9 +106,6 @@ def _cgroup_findings(root: str, configured: bool) -> list:
 def _tree_memory(scan: Scan) -> dict[str, int]:
     """Each running profile's tree memory, from the daemon when it answers (doctor never measures
     trees itself: the daemon's figure is the one its limits act on)."""
-    from supervisor.control.client import Client, ControlError, DaemonNotAnswering, DaemonNotRunning
-    from supervisor.layout import Layout
-
     try:
         reply = Client(Layout(scan.root)).call("status", wait=2.0)
     except (DaemonNotRunning, DaemonNotAnswering, ControlError, OSError):
@@ -137,8 +131,6 @@ def _host_memory() -> int | None:
 
 def check_kanban(scan: Scan) -> None:
     """Who dispatches the shared kanban board, against hermesd.yaml's choice (read, never locked)."""
-    from supervisor.kanban.dispatch import kanban_findings
-
     if scan.config is None:
         return
     for severity, code, profile, message, fix in kanban_findings(scan.root, scan.config):

@@ -11,7 +11,16 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from supervisor.cli.common import Commands, check_names, layout_of, root_of
+from supervisor.exits import Failure, UserError
+from supervisor.layout import Layout
+
+if TYPE_CHECKING:
+    from supervisor.upgrade.operations import Options
+    from supervisor.upgrade.run import Reporter
 
 HELP = "upgrade hermes-agent under the fleet: a canary first, then one gateway at a time, each health-gated"
 EXAMPLE = "hermesd upgrade --to 0.19.0"
@@ -26,15 +35,10 @@ Without --to it rolls the gateways onto the release already installed (after a p
 other code."""
 
 
-def register(sub: Any) -> argparse.ArgumentParser:
-    """Add ``hermesd upgrade`` to the CLI."""
-    from supervisor.cli.common import add_root
-
-    p = sub.add_parser("upgrade", help=HELP, description=DESCRIPTION,
-                       epilog=f"examples:\n  {EXAMPLE}\n  hermesd upgrade --to ./hermes_agent-0.19.1-py3-none-any.whl "
-                              "--canary coder\n  hermesd upgrade --dry-run\n  hermesd upgrade --rollback",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_root(p)
+def register(commands: Commands) -> None:
+    p = commands.add("upgrade", cmd_upgrade, HELP, (
+        EXAMPLE, "hermesd upgrade --to ./hermes_agent-0.19.1-py3-none-any.whl --canary coder",
+        "hermesd upgrade --dry-run", "hermesd upgrade --rollback"), description=DESCRIPTION)
     p.add_argument("--to", metavar="VERSION|WHEEL", help="install this release (or wheel, or pip requirement) into "
                                                         "the gateway's interpreter first")
     p.add_argument("--rollback", nargs="?", const="", metavar="ID", help="undo the newest upgrade (or upgrade ID)")
@@ -46,8 +50,6 @@ def register(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--yes", action="store_true", help="consent to the settings the new release needs")
     p.add_argument("--dry-run", action="store_true", help="show what would be installed and restarted; change nothing")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout (no progress)")
-    p.set_defaults(func=cmd_upgrade)
-    return p
 
 
 def add_gate_options(p: argparse.ArgumentParser) -> None:
@@ -61,9 +63,8 @@ def add_gate_options(p: argparse.ArgumentParser) -> None:
                    help="the same for the canary (default 15)")
 
 
-def options(args: argparse.Namespace) -> Any:
-    from supervisor.cli.common import UserError
-    from supervisor.upgrade.operations import Options
+def options(args: argparse.Namespace) -> Options:
+    from supervisor.upgrade.operations import Options  # run-time only (see cli/__init__)
 
     for name in ("gate_timeout", "settle", "canary_settle"):
         if getattr(args, name) < 0:
@@ -75,9 +76,8 @@ def options(args: argparse.Namespace) -> Any:
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
-    from supervisor.cli.common import UserError, layout_of
-    from supervisor.upgrade import operations
-    from supervisor.upgrade.run import Reporter
+    from supervisor.upgrade import operations  # run-time only (see cli/__init__)
+    from supervisor.upgrade.run import Reporter  # run-time only (see cli/__init__)
 
     if args.rollback is not None and (args.to or args.dry_run or args.only or args.canary):
         raise UserError("--rollback takes no --to, --dry-run, --only or --canary")
@@ -94,9 +94,8 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
 
 def cmd_rolling_restart(args: argparse.Namespace, names: list[str] | None) -> int:
     """``hermesd restart --rolling [PROFILE…|--all]`` (called by the restart command)."""
-    from supervisor.cli.common import layout_of
-    from supervisor.upgrade import operations
-    from supervisor.upgrade.run import Reporter
+    from supervisor.upgrade import operations  # run-time only (see cli/__init__)
+    from supervisor.upgrade.run import Reporter  # run-time only (see cli/__init__)
 
     reporter = Reporter(json_mode=getattr(args, "json", False))
     opts = options(args)
@@ -104,16 +103,14 @@ def cmd_rolling_restart(args: argparse.Namespace, names: list[str] | None) -> in
 
 
 def _check_names(args: argparse.Namespace, names: list[str]) -> None:
-    from profiles.discovery import profiles_to_serve
-    from supervisor.cli.common import check_names, root_of
+    from profiles.discovery import profiles_to_serve  # run-time only (see cli/__init__)
 
     check_names(names, [n for n, _ in profiles_to_serve(True, root=root_of(args))])
 
 
-def _run(args: argparse.Namespace, reporter: Any, work: Any) -> int:
-    from supervisor.cli.common import Failure
-    from supervisor.upgrade.record import Busy
-    from supervisor.upgrade.run import OperationFailed
+def _run(args: argparse.Namespace, reporter: Reporter, work: Callable[[], dict[str, Any]]) -> int:
+    from supervisor.upgrade.record import Busy  # run-time only (see cli/__init__)
+    from supervisor.upgrade.run import OperationFailed  # run-time only (see cli/__init__)
 
     try:
         result = work()
@@ -129,8 +126,8 @@ def _run(args: argparse.Namespace, reporter: Any, work: Any) -> int:
     return 0
 
 
-def _list(layout: Any, as_json: bool) -> int:
-    from supervisor.upgrade.record import every
+def _list(layout: Layout, as_json: bool) -> int:
+    from supervisor.upgrade.record import every  # run-time only (see cli/__init__)
 
     recs = every(layout)
     if as_json:
