@@ -21,6 +21,8 @@ import pytest
 
 from tests.harness import Hermesd, make_root, write_config
 
+pytest_plugins = ("tests.tiers",)
+
 # Variables that would send Hermes or hermesd into the account's own folders whatever HOME says.
 _ACCOUNT_VARIABLES = ("HERMES_HOME", "HERMES_KANBAN_HOME", "HERMES_SHARED_AUTH_DIR", "HERMES_GATEWAY_LOCK_DIR",
                       "HERMES_BIN", "HERMESD_WRAPPER_DIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME",
@@ -107,7 +109,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
+def fake_root(tmp_path: Path) -> Path:
+    """A root with profiles ``coder`` and ``writer`` (and default) whose hermesd.yaml runs the fake
+    gateway (``tests/fakegw``) with fast restarts: what the daemon tests start a hermesd on."""
     r = make_root(tmp_path)
     write_config(r)
     return r

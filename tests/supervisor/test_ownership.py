@@ -101,6 +101,7 @@ def test_a_link_as_the_home_is_refused(base):
         ownership.chown_home(base / "home", NOBODY, NOBODY, apply=False)
 
 
+@pytest.mark.live
 def test_held_with_the_command_then_isolate_user_and_it_runs(base):
     if not os.path.exists("/usr/bin/python3"):
         pytest.skip("needs a system python the account can run")

@@ -26,11 +26,11 @@ HERMES = Path(os.environ.get("HERMESD_TEST_HERMES") or Path(sys.executable).pare
 
 
 @pytest.fixture
-def real_root(root: Path) -> Path:
+def real_root(fake_root: Path) -> Path:
     if not HERMES.exists():
         pytest.fail(f"hermes-agent is a test dependency but {HERMES} is missing: install '.[test]'")
-    write_config(root, command=[str(HERMES)], stop_timeout=60)
-    return root
+    write_config(fake_root, command=[str(HERMES)], stop_timeout=60)
+    return fake_root
 
 
 def test_real_gateways_end_to_end(real_root, hermesd_factory):
