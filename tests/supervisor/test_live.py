@@ -33,32 +33,6 @@ def test_clone_with_same_token_is_held_and_released_by_fixing_env(fake_root, her
     assert d.row("coder")["pid"] == coder_pid
 
 
-def test_running_holder_keeps_token_when_a_clone_appears(fake_root, hermesd_factory):
-    (fake_root / "profiles" / "coder" / ".env").write_text(f"TELEGRAM_BOT_TOKEN={TOKEN_A}\n")
-    d = hermesd_factory(fake_root)
-    coder_pid = d.wait_running("coder")["coder"]
-    clone = fake_root / "profiles" / "alpha"  # sorts before coder, but coder is already running
-    clone.mkdir()
-    (clone / ".env").write_text(f"TELEGRAM_BOT_TOKEN={TOKEN_A}\n")
-    row = d.wait_state("alpha", "held", timeout=5)
-    assert "'coder'" in row["reason"] and "running" in row["reason"]
-    assert d.row("coder")["pid"] == coder_pid
-    # deleting the clone's folder releases nothing wrongly and leaves coder alone
-    (clone / ".env").unlink()
-    clone.rmdir()
-    wait_for(lambda: "alpha" not in {r["name"] for r in d.status()["profiles"]}, 5)
-    assert d.row("coder")["pid"] == coder_pid
-
-
-def test_port_conflict(fake_root, hermesd_factory):
-    for name in ("coder", "writer"):
-        (fake_root / "profiles" / name / ".env").write_text("API_SERVER_ENABLED=true\nAPI_SERVER_KEY=k\n")
-    d = hermesd_factory(fake_root)
-    d.wait_running("coder")
-    row = d.wait_state("writer", "held")
-    assert row["hold"]["kind"] == "port_conflict" and "8642" in row["reason"]
-
-
 def test_new_folder_starts_within_two_seconds_and_removal_stops(fake_root, hermesd_factory):
     d = hermesd_factory(fake_root)
     d.wait_running("default", "coder", "writer")
@@ -107,16 +81,6 @@ def test_hermesd_yaml_change_restarts_only_affected(fake_root, hermesd_factory):
     wait_for(lambda: d.status()["supervisor"]["config_problem"], 5)
     assert "hermesd.yaml" in d.status()["supervisor"]["config_problem"]
     assert d.row("coder")["state"] == "stopped"
-
-
-def test_malformed_profile_yaml_holds_only_that_profile(fake_root, hermesd_factory):
-    (fake_root / "profiles" / "coder" / "config.yaml").write_text("platforms: [unclosed\n")
-    d = hermesd_factory(fake_root)
-    d.wait_running("default", "writer")
-    row = d.wait_state("coder", "held")
-    assert row["hold"]["kind"] == "config_error" and "config.yaml" in row["reason"]
-    (fake_root / "profiles" / "coder" / "config.yaml").write_text("platforms: {}\n")
-    d.wait_running("coder", timeout=5)
 
 
 def test_reload_rescans(fake_root, hermesd_factory):
