@@ -83,6 +83,10 @@ def home_changes(before: dict[str, int | None], after: dict[str, int | None]) ->
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    """Snapshot the real home; under pytest-xdist only the controller does, before any worker runs
+    and after every one has ended, so one check covers the whole run."""
+    if hasattr(session.config, "workerinput"):
+        return
     home = os.environ.get("HOME")
     session.config.stash[_REAL_HOME] = (Path(home), home_snapshot(Path(home))) if home else None
 

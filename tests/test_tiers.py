@@ -127,3 +127,33 @@ def test_the_fast_tier_leaves_out_what_is_marked_live(tmp_path):
     text = out.stdout + out.stderr
     assert out.returncode == 0 and "1 passed, 3 deselected" in text, text
     assert "PASSED test_probe.py::test_quiet" in text, text
+
+
+FAULT_PROBE = '''
+import pytest
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_scenario(faults, n):
+    faults.inject(n)
+    faults.survive(n - 1)
+    faults.lose(1, f"one lost of {n}")
+    assert n != 4
+'''
+
+
+def test_the_fault_table_counts_every_scenario_under_parallel_workers(tmp_path):
+    """The fault suite's table is printed by the process that reports: under pytest-xdist the
+    controller, from the ledgers the workers' reports carry."""
+    (tmp_path / "test_probe.py").write_text(FAULT_PROBE)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ["HOME"], "PYTHONPATH": str(REPO),
+           "HERMESD_FAULT_TABLE": str(tmp_path / "table.md")}
+    out = subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
+                          "-p", "tests.faults.conftest", "-n", "2", "--basetemp", str(tmp_path / "basetemp"),
+                          str(tmp_path / "test_probe.py")],
+                         capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=180)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1 and "1 failed, 3 passed" in text, text
+    assert "total: 10 faults injected, 6 survived, 4 lost in 4 scenarios" in text, text
+    table = (tmp_path / "table.md").read_text()
+    assert "| scenario[4] | 4               | 3        | 1    | failed |" in table, table
+    assert "- scenario[2]: one lost of 2" in table, table

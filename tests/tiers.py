@@ -223,6 +223,9 @@ def _started(pid: int) -> int:
 LIVE_FOLDERS = ("faults", "e2e", "engine")
 # The fixture that starts a daemon (a test using it, however indirectly, is live).
 LIVE_FIXTURES = frozenset({"hermesd_factory"})
+# Folders whose tests share one machine-wide thing (the engine tests: one dockerd, one swarm, one
+# image build): under pytest-xdist's ``--dist loadgroup`` each runs on a single worker.
+SERIAL_FOLDERS = ("engine",)
 _TESTS = Path(__file__).resolve().parent
 
 _WITNESS = Witness(())
@@ -230,15 +233,20 @@ _RECORD = os.environ.get("HERMESD_TIER_RECORD")
 _T0 = pytest.StashKey[float]()
 
 
+def _folder(item: pytest.Item) -> str | None:
+    """The item's folder under tests/ (None for a file at its top or outside it)."""
+    try:
+        parts = item.path.resolve().relative_to(_TESTS).parts
+    except ValueError:
+        return None
+    return parts[0] if len(parts) > 1 else None
+
+
 def is_live(item: pytest.Item) -> bool:
     """Marked ``live`` or ``real_gateway``, under a live folder, or using a live fixture."""
     if item.get_closest_marker("live") is not None or item.get_closest_marker("real_gateway") is not None:
         return True
-    try:
-        rel = item.path.resolve().relative_to(_TESTS)
-    except ValueError:
-        rel = None
-    if rel is not None and rel.parts and rel.parts[0] in LIVE_FOLDERS:
+    if _folder(item) in LIVE_FOLDERS:
         return True
     return bool(LIVE_FIXTURES.intersection(getattr(item, "fixturenames", ())))
 
@@ -251,6 +259,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        if _folder(item) in SERIAL_FOLDERS:
+            item.add_marker(pytest.mark.xdist_group(_folder(item)))
         if is_live(item):
             if item.get_closest_marker("live") is None:
                 item.add_marker(pytest.mark.live)
