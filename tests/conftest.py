@@ -21,6 +21,8 @@ import pytest
 
 from tests.harness import Hermesd, make_root, write_config
 
+pytest_plugins = ("tests.tiers",)
+
 # Variables that would send Hermes or hermesd into the account's own folders whatever HOME says.
 _ACCOUNT_VARIABLES = ("HERMES_HOME", "HERMES_KANBAN_HOME", "HERMES_SHARED_AUTH_DIR", "HERMES_GATEWAY_LOCK_DIR",
                       "HERMES_BIN", "HERMESD_WRAPPER_DIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME",
@@ -81,6 +83,10 @@ def home_changes(before: dict[str, int | None], after: dict[str, int | None]) ->
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    """Snapshot the real home; under pytest-xdist only the controller does, before any worker runs
+    and after every one has ended, so one check covers the whole run."""
+    if hasattr(session.config, "workerinput"):
+        return
     home = os.environ.get("HOME")
     session.config.stash[_REAL_HOME] = (Path(home), home_snapshot(Path(home))) if home else None
 
@@ -107,7 +113,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
+def fake_root(tmp_path: Path) -> Path:
+    """A root with profiles ``coder`` and ``writer`` (and default) whose hermesd.yaml runs the fake
+    gateway (``tests/fakegw``) with fast restarts: what the daemon tests start a hermesd on."""
     r = make_root(tmp_path)
     write_config(r)
     return r

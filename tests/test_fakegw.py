@@ -63,6 +63,8 @@ STATE_KEYS = {
 
 T = TypeVar("T")
 
+pytestmark = pytest.mark.live  # every test here runs the fake gateway (test_helpers aside)
+
 
 def wait_until(what: str, probe: Callable[[], T], timeout: float = 5.0, interval: float = 0.01) -> T:
     """Poll ``probe`` until it returns something truthy; fail with ``what`` at the deadline."""

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import home_changes, home_snapshot
 from tests.harness import REPO
 
@@ -32,7 +34,7 @@ def test_writer():
 '''
 
 
-def run(tmp_path: Path, leak: str | None) -> subprocess.CompletedProcess[str]:
+def run(tmp_path: Path, leak: str | None, *args: str) -> subprocess.CompletedProcess[str]:
     account = tmp_path / "account"
     account.mkdir(exist_ok=True)
     (tmp_path / "test_probe.py").write_text(PROBE)
@@ -40,7 +42,7 @@ def run(tmp_path: Path, leak: str | None) -> subprocess.CompletedProcess[str]:
            "PYTHONPATH": str(REPO), "HERMES_HOME": str(account / ".hermes"), "XDG_CACHE_HOME": str(account),
            **({"LEAK": leak} if leak else {})}
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
-                           "--basetemp", str(tmp_path / "basetemp"), str(tmp_path / "test_probe.py")],
+                           "--basetemp", str(tmp_path / "basetemp"), *args, str(tmp_path / "test_probe.py")],
                           capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=120)
 
 
@@ -50,9 +52,11 @@ def test_a_clean_run_passes_and_leaves_the_account_empty(tmp_path):
     assert os.listdir(tmp_path / "account") == []
 
 
-def test_a_run_that_writes_into_the_real_home_fails(tmp_path):
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_run_that_writes_into_the_real_home_fails(tmp_path, workers):
+    """Under pytest-xdist too: the controller compares the home before and after all its workers."""
     for leak in (".hermes-leak", ".bashrc"):
-        out = run(tmp_path, leak)
+        out = run(tmp_path, leak, *workers)
         assert out.returncode == 1 and "2 passed" in out.stdout, out.stdout + out.stderr
         assert "real home changed" in out.stdout and f"new: {leak}" in out.stdout, out.stdout
         (tmp_path / "account" / leak).unlink()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,8 @@ from tests.faults.helpers import Sleeper
 from tests.harness import make_root, write_config
 
 _LEDGER = pytest.StashKey[list["FaultLedger"]]()
+_LEDGER_PROPERTY = "hermesd_fault_ledger"
+_TABLE: list[list[FaultLedger]] = []  # the run's ledgers, filled from the test reports
 _OUTCOME = pytest.StashKey[str]()
 
 
@@ -62,6 +64,7 @@ class FaultLedger:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_LEDGER] = []
+    _TABLE[:] = [config.stash[_LEDGER]]
 
 
 @pytest.hookimpl(wrapper=True)
@@ -72,7 +75,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         ledger.outcome = "xfailed" if hasattr(report, "wasxfail") and report.outcome == "skipped" else report.outcome
         if report.outcome == "passed" and hasattr(report, "wasxfail"):
             ledger.outcome = "XPASS"
+    if ledger is not None and report.when == "teardown":
+        # The finished ledger travels with the report: under pytest-xdist the table is printed by
+        # the controller, which sees the workers' reports and nothing else of theirs.
+        report.user_properties.append((_LEDGER_PROPERTY, asdict(ledger)))
     return report
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for name, value in report.user_properties:
+        if name == _LEDGER_PROPERTY and _TABLE:
+            _TABLE[0].append(FaultLedger(**value))
 
 
 @pytest.fixture
@@ -80,7 +93,6 @@ def faults(request: pytest.FixtureRequest) -> FaultLedger:
     """The scenario's ledger; its name defaults to the test's name (parameters included)."""
     ledger = FaultLedger(request.node.name.removeprefix("test_"))
     request.node._fault_ledger = ledger
-    request.config.stash[_LEDGER].append(ledger)
     return ledger
 
 

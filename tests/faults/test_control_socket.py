@@ -56,10 +56,10 @@ def untouched(d, before: dict[str, int]) -> bool:
 
 
 @pytest.mark.slow
-def test_junk_floods_and_crowds(root, hermesd_factory, faults):
+def test_junk_floods_and_crowds(fake_root, hermesd_factory, faults):
     """40 random-byte clients, a 10 MB request, 80 half-open clients held open, then 100 at once:
     every one gets its error or answer, pings stay fast, no gateway is touched, no descriptor leaks."""
-    d = hermesd_factory(root)
+    d = hermesd_factory(fake_root)
     before = d.wait_running("default", "coder", "writer")
     path = str(d.layout.socket)
     fds0 = fd_count(d.proc.pid)

@@ -48,12 +48,12 @@ def settle_and_account(d, root, name, faults) -> dict:
 
 
 @pytest.mark.slow
-def test_exit_at_once_forever_backs_off_to_cap_cheaply(root, hermesd_factory, faults):
-    write_config(root, restart={"initial_delay": 0.1, "max_delay": CAP, "factor": 2.0, "jitter": 0.0,
+def test_exit_at_once_forever_backs_off_to_cap_cheaply(fake_root, hermesd_factory, faults):
+    write_config(fake_root, restart={"initial_delay": 0.1, "max_delay": CAP, "factor": 2.0, "jitter": 0.0,
                                 "healthy_after": 3.0})
-    coder = root / "profiles" / "coder"
+    coder = fake_root / "profiles" / "coder"
     write_behaviour(coder, exit_at_start=1, write_counter=True)
-    d = hermesd_factory(root)
+    d = hermesd_factory(fake_root)
     others = d.wait_running("default", "writer")
 
     # The announced delays double from initial_delay up to the cap, then stay there.
@@ -74,7 +74,7 @@ def test_exit_at_once_forever_backs_off_to_cap_cheaply(root, hermesd_factory, fa
 
     # hermesd's own cost while the child dies ~once per cap: well under 10 % of one core.
     n0, cpu0, t0 = len(read_starts(coder)), daemon_cpu_seconds(d.proc.pid), time.monotonic()
-    most, _samples = sample_max_leaders(root, "coder", 6.0)
+    most, _samples = sample_max_leaders(fake_root, "coder", 6.0)
     cpu = (daemon_cpu_seconds(d.proc.pid) - cpu0) / (time.monotonic() - t0)
     crashes_in_window = len(read_starts(coder)) - n0
     faults.note(f"daemon CPU {cpu:.1%} of one core over 6s with {crashes_in_window} crashes")
@@ -84,23 +84,23 @@ def test_exit_at_once_forever_backs_off_to_cap_cheaply(root, hermesd_factory, fa
     assert most <= 1
 
     assert {n: d.row(n)["pid"] for n in others} == others  # the rest were never touched
-    settle_and_account(d, root, "coder", faults)
+    settle_and_account(d, fake_root, "coder", faults)
 
 
 @pytest.mark.slow
-def test_crash_every_second_or_so(root, hermesd_factory, faults):
+def test_crash_every_second_or_so(fake_root, hermesd_factory, faults):
     """Runs of 0.8 s (shorter than healthy_after): each crash restarts, with growing delays."""
-    write_config(root, restart={"initial_delay": 0.2, "max_delay": 1.0, "factor": 2.0, "jitter": 0.0,
+    write_config(fake_root, restart={"initial_delay": 0.2, "max_delay": 1.0, "factor": 2.0, "jitter": 0.0,
                                 "healthy_after": 3.0})
-    coder = root / "profiles" / "coder"
+    coder = fake_root / "profiles" / "coder"
     write_behaviour(coder, exit_after=0.8, exit_code=3, write_counter=True)
-    d = hermesd_factory(root)
+    d = hermesd_factory(fake_root)
     others = d.wait_running("default", "writer")
 
     most, _ = 0, 0
     deadline = time.monotonic() + 40
     while len(read_starts(coder)) < 6 and time.monotonic() < deadline:
-        m, _ = sample_max_leaders(root, "coder", 0.5)
+        m, _ = sample_max_leaders(fake_root, "coder", 0.5)
         most = max(most, m)
     starts = read_starts(coder)
     assert len(starts) >= 6, starts
@@ -114,20 +114,20 @@ def test_crash_every_second_or_so(root, hermesd_factory, faults):
     row = d.row("coder")
     assert row["last_exit"]["code"] == 3 and row["last_exit"]["kind"] == "crash"
     assert {n: d.row(n)["pid"] for n in others} == others
-    settle_and_account(d, root, "coder", faults)
-    assert len(gateway_leaders(root)) == 2
+    settle_and_account(d, fake_root, "coder", faults)
+    assert len(gateway_leaders(fake_root)) == 2
 
 
 @pytest.mark.slow
-def test_exit_75_at_once_forever_backs_off(root, hermesd_factory, faults):
+def test_exit_75_at_once_forever_backs_off(fake_root, hermesd_factory, faults):
     """A gateway that asks to be restarted (75, "restart requested" in its state file) the moment it
     runs, forever: once at once, then the backoff, as for any quick exit (measured before on the
     multiplex-default line: 28 restarts in 28 s)."""
-    write_config(root, restart={"initial_delay": 0.1, "max_delay": CAP, "factor": 2.0, "jitter": 0.0,
+    write_config(fake_root, restart={"initial_delay": 0.1, "max_delay": CAP, "factor": 2.0, "jitter": 0.0,
                                 "healthy_after": 3.0})
-    coder = root / "profiles" / "coder"
+    coder = fake_root / "profiles" / "coder"
     write_behaviour(coder, exit_after=0.0, exit_code=75, exit_after_clean=True, write_counter=True)
-    d = hermesd_factory(root)
+    d = hermesd_factory(fake_root)
     others = d.wait_running("default", "writer")
     delays = wait_for(lambda: (x := retry_delays(d.log.read_text(), "coder")) and len(x) >= 6 and x, 30,
                       what="six backoff delays")
@@ -145,18 +145,18 @@ def test_exit_75_at_once_forever_backs_off(root, hermesd_factory, faults):
     faults.survive(starts if starts <= window / CAP + 2 else 0)
     assert starts <= window / CAP + 2, starts
     assert {n: d.row(n)["pid"] for n in others} == others
-    settle_and_account(d, root, "coder", faults)
+    settle_and_account(d, fake_root, "coder", faults)
 
 
 @pytest.mark.slow
-def test_exit_75_before_start_up_is_an_attach_loop_held_with_its_reason(root, hermesd_factory, faults):
+def test_exit_75_before_start_up_is_an_attach_loop_held_with_its_reason(fake_root, hermesd_factory, faults):
     """75 before the gateway ever wrote its state (upstream's "attach": another gateway serves the
     profile): the backoff, then a hold that says so, instead of asking again forever."""
-    write_config(root, restart={"initial_delay": 0.1, "max_delay": CAP, "factor": 2.0, "jitter": 0.0,
+    write_config(fake_root, restart={"initial_delay": 0.1, "max_delay": CAP, "factor": 2.0, "jitter": 0.0,
                                 "healthy_after": 3.0})
-    coder = root / "profiles" / "coder"
+    coder = fake_root / "profiles" / "coder"
     write_behaviour(coder, exit_at_start=75)
-    d = hermesd_factory(root)
+    d = hermesd_factory(fake_root)
     d.wait_running("default", "writer")
     row = d.wait_state("coder", "held", timeout=20)
     faults.inject(1)

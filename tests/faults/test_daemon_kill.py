@@ -30,13 +30,13 @@ def give_writer_a_restart(d) -> None:
              what="writer restarted once")
 
 
-def test_sigkill_during_spawn(root, hermesd_factory, faults):
+def test_sigkill_during_spawn(fake_root, hermesd_factory, faults):
     """hermesd dies while the gateway it just respawned is still starting (3 s before gateway.pid)."""
-    h = homes(root)
+    h = homes(fake_root)
     for home in h.values():
         write_behaviour(home, write_counter=True)
     write_behaviour(h["coder"], write_counter=True, startup_delay=3.0)
-    d = hermesd_factory(root)
+    d = hermesd_factory(fake_root)
     old = d.wait_running("coder", timeout=20)["coder"]
     os.kill(old, signal.SIGKILL)  # crash: respawned at once, and the new one takes 3 s to start
     row = wait_for(lambda: (r := d.row("coder"))["pid"] not in (None, old) and r, 10, what="coder respawned")
@@ -46,8 +46,8 @@ def test_sigkill_during_spawn(root, hermesd_factory, faults):
     d.kill9()
     assert pid_alive(mid_start)
 
-    d2 = hermesd_factory(root)
-    pids = converged(d2, root, {"default", "coder", "writer"}, faults)
+    d2 = hermesd_factory(fake_root)
+    pids = converged(d2, fake_root, {"default", "coder", "writer"}, faults)
     row = d2.row("coder")
     ok = pids["coder"] == mid_start and row["adopted"] and row["restarts"] == 1
     ok = ok and read_starts(h["coder"]) == [old, mid_start]
@@ -71,17 +71,17 @@ def start_with_stubborn_coder(root, hermesd_factory, stubborn, stop_timeout):
 
 @pytest.mark.parametrize("stubborn", [{"ignore_sigterm": True}, {"hang_on_exit": 2.5}],
                          ids=["ignores_sigterm", "slow_drain"])
-def test_sigkill_during_stop(root, hermesd_factory, faults, stubborn):
+def test_sigkill_during_stop(fake_root, hermesd_factory, faults, stubborn):
     """hermesd dies while an operator stop waits for a gateway that ignores SIGTERM or drains slowly."""
-    d, h, before = start_with_stubborn_coder(root, hermesd_factory, stubborn, stop_timeout=3)
+    d, h, before = start_with_stubborn_coder(fake_root, hermesd_factory, stubborn, stop_timeout=3)
     assert d.cli("stop", "coder", "--no-wait").returncode == 0
     d.wait_state("coder", "stopping")
     faults.inject()
     d.kill9()
 
-    d2 = hermesd_factory(root)
+    d2 = hermesd_factory(fake_root)
     row = d2.wait_state("coder", "stopped", timeout=20)
-    pids = converged(d2, root, {"default", "writer"}, faults)
+    pids = converged(d2, fake_root, {"default", "writer"}, faults)
     ok = (
         pids == {"default": before["default"], "writer": before["writer"]}
         and row["reason"] == "stopped by operator"
@@ -95,16 +95,16 @@ def test_sigkill_during_stop(root, hermesd_factory, faults, stubborn):
 
 @pytest.mark.parametrize("stubborn", [{"ignore_sigterm": True}, {"hang_on_exit": 5.0}],
                          ids=["ignores_sigterm", "slow_drain"])
-def test_sigkill_during_restart(root, hermesd_factory, faults, stubborn):
+def test_sigkill_during_restart(fake_root, hermesd_factory, faults, stubborn):
     """hermesd dies while an operator restart waits for the old gateway to go."""
-    d, _h, before = start_with_stubborn_coder(root, hermesd_factory, stubborn, stop_timeout=6)
+    d, _h, before = start_with_stubborn_coder(fake_root, hermesd_factory, stubborn, stop_timeout=6)
     assert d.cli("restart", "coder", "--no-wait").returncode == 0
     d.wait_state("coder", "stopping")
     faults.inject()
     d.kill9()
     assert pid_alive(before["coder"])  # the kill landed while the old gateway was still going
 
-    d2 = hermesd_factory(root)
+    d2 = hermesd_factory(fake_root)
     # The restart the operator asked for must still happen: a new coder, counted once.
     came_back = eventually(lambda: (r := d2.row("coder"))["pid"] not in (None, before["coder"])
                            and r["state"] == "running", 14)
@@ -114,34 +114,34 @@ def test_sigkill_during_restart(root, hermesd_factory, faults, stubborn):
                      f"(was {before['coder']}), reason {got['reason']!r}, restarts {got['restarts']}")
     # Whatever became of the restart: nothing duplicated, nothing stray.
     running = {"default", "writer"} | ({"coder"} if got["state"] == "running" else set())
-    pids = converged(d2, root, running, faults)
+    pids = converged(d2, fake_root, running, faults)
     assert pids["writer"] == before["writer"]
     assert ok
 
 
 @pytest.mark.slow
-def test_sigkill_at_random_moments_of_start_up(root, hermesd_factory, faults):
+def test_sigkill_at_random_moments_of_start_up(fake_root, hermesd_factory, faults):
     """Six daemons killed 0-0.3 s after exec, each with two new profiles to spawn besides the ones
     to adopt; then one daemon that lives. Every gateway must have been started exactly once."""
-    h = homes(root)
+    h = homes(fake_root)
     for home in h.values():
         write_behaviour(home, write_counter=True, startup_delay=0.3)
     rng = random.Random(1234)
     landed = {"before its spawns": 0, "between its spawns": 0, "after its spawns": 0}
     for i in range(6):
         for new in (f"r{i}a", f"r{i}b"):
-            h[new] = root / "profiles" / new
+            h[new] = fake_root / "profiles" / new
             write_behaviour(h[new], write_counter=True, startup_delay=0.3)
-        d = hermesd_factory(root, start=False)
+        d = hermesd_factory(fake_root, start=False)
         d.start(wait_ready=False)
         time.sleep(rng.uniform(0.0, 0.3))  # fault timing, not synchronisation: kill wherever start-up is
         faults.inject()
         d.kill9()
-        up = sum(1 for n in (f"r{i}a", f"r{i}b") if n in gateway_leaders(root))
+        up = sum(1 for n in (f"r{i}a", f"r{i}b") if n in gateway_leaders(fake_root))
         landed[("before its spawns", "between its spawns", "after its spawns")[up]] += 1
     faults.note(f"kills landed: {landed}")
-    d = hermesd_factory(root)
-    converged(d, root, set(h), faults)
+    d = hermesd_factory(fake_root)
+    converged(d, fake_root, set(h), faults)
     starts = {n: read_starts(home) for n, home in h.items()}
     dup = {n: s for n, s in starts.items() if len(s) != 1}
     faults.survive(faults.injected if not dup else 0)
@@ -150,10 +150,10 @@ def test_sigkill_at_random_moments_of_start_up(root, hermesd_factory, faults):
     assert all(d.row(n)["restarts"] == 0 for n in h)
 
 
-def test_orphans_of_a_gateway_that_died_while_hermesd_was_down(root, hermesd_factory, faults):
-    coder = homes(root)["coder"]
+def test_orphans_of_a_gateway_that_died_while_hermesd_was_down(fake_root, hermesd_factory, faults):
+    coder = homes(fake_root)["coder"]
     write_behaviour(coder, grandchildren=3, grandchildren_setsid=2, write_counter=True)
-    d = hermesd_factory(root)
+    d = hermesd_factory(fake_root)
     old = d.wait_running("coder")["coder"]
     kids = wait_for(lambda: len(x := read_spawned(coder)) >= 3 and x, what="grandchildren")
     d.kill9()
@@ -162,7 +162,7 @@ def test_orphans_of_a_gateway_that_died_while_hermesd_was_down(root, hermesd_fac
     assert all(alive_exact(k["pid"], k["start_time"]) for k in kids)
     faults.inject(len(kids))
 
-    d2 = hermesd_factory(root)
+    d2 = hermesd_factory(fake_root)
     new = d2.wait_running("coder")["coder"]
     assert new != old and read_starts(coder)[-1] == new
     gone = eventually(lambda: not any(alive_exact(k["pid"], k["start_time"]) for k in kids), 6)

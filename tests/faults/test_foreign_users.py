@@ -115,16 +115,16 @@ COMMANDS = [("start",), ("run",), ("status",), ("status", "--json"), ("ping",), 
 
 
 @pytest.mark.parametrize("kind", ["symlink_to_1777", "plain_file"])
-def test_hermesd_folder_that_is_not_ours_is_refused(root, hermesd_factory, faults, tmp_path, kind):
+def test_hermesd_folder_that_is_not_ours_is_refused(fake_root, hermesd_factory, faults, tmp_path, kind):
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o1777)
-    dot = root / ".hermesd"
+    dot = fake_root / ".hermesd"
     if kind == "symlink_to_1777":
         dot.symlink_to(shared)
     else:
         dot.write_text("not a folder\n")
-    d = hermesd_factory(root, start=False)
+    d = hermesd_factory(fake_root, start=False)
     outs = {}
     for cmd in COMMANDS:
         faults.inject()
@@ -140,7 +140,7 @@ def test_hermesd_folder_that_is_not_ours_is_refused(root, hermesd_factory, fault
     faults.check(untouched, f"{shared}: mode {stat.S_IMODE(os.stat(shared).st_mode):04o}, "
                             f"contents {os.listdir(shared)}; .hermesd is still a {kind}: {untouched}")
     assert untouched
-    assert tagged_pids(root) == []
+    assert tagged_pids(fake_root) == []
     bad = {c: (o.returncode, said(o)[-300:]) for c, o in outs.items()
            if "Traceback" in o.stderr or o.returncode == 0 or ".hermesd" not in said(o)}
     assert not bad, bad

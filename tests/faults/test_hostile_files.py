@@ -158,10 +158,10 @@ def assert_held_naming(d, name: str, path: Path, words: tuple[str, ...], faults,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_hostile_profile_file(root, hermesd_factory, faults, tmp_path, kind):
+def test_hostile_profile_file(fake_root, hermesd_factory, faults, tmp_path, kind):
     name, words = KINDS[kind]
-    h = homes(root)
-    write_config(root, restart={"initial_delay": 0.2, "max_delay": 2.0, "healthy_after": 0.3, "jitter": 0.0})
+    h = homes(fake_root)
+    write_config(fake_root, restart={"initial_delay": 0.2, "max_delay": 2.0, "healthy_after": 0.3, "jitter": 0.0})
     source = tmp_path / f"hostile-{kind}"
     delays: list[float] = []
     pings: list[float] = []
@@ -170,7 +170,7 @@ def test_hostile_profile_file(root, hermesd_factory, faults, tmp_path, kind):
     target = plant(kind, h["writer"], source)
     faults.inject()
     with lost_on_failure(faults, f"start-up with a hostile {name}"):
-        ready_s, d = timed(hermesd_factory, root)
+        ready_s, d = timed(hermesd_factory, fake_root)
         d.wait_running("default", "coder")
     assert_held_naming(d, "writer", target, words, faults)
     text = d.cli("status")
@@ -212,7 +212,7 @@ def test_hostile_profile_file(root, hermesd_factory, faults, tmp_path, kind):
     assert max(pings) < PING_LIMIT_S
 
     # 3. Nothing else moved, and a stop still stops everything.
-    converged(d, root, {"default", "coder"}, faults)
+    converged(d, fake_root, {"default", "coder"}, faults)
     out = d.cli("stop")
     assert out.returncode == 0 and "Traceback" not in out.stderr, out
     assert d.proc.wait(20) == 0
@@ -231,16 +231,16 @@ TOKENS = {  # profile -> (secret, the .env text that carries it)
 }
 
 
-def test_token_mistaken_for_a_key_never_leaks(root, hermesd_factory, faults):
+def test_token_mistaken_for_a_key_never_leaks(fake_root, hermesd_factory, faults):
     """A bot token pasted where a key should be (``123456789:AAH… (from BotFather)``): each profile is
     held naming the file and line, and no part of any token reaches status, doctor, profile show,
     hermesd's log or any file under ``.hermesd``."""
-    h = homes(root)
+    h = homes(fake_root)
     for name, (_secret, text) in TOKENS.items():
         (h[name] / ".env").write_text(text)
         os.chmod(h[name] / ".env", 0o600)
         faults.inject()
-    d = hermesd_factory(root)
+    d = hermesd_factory(fake_root)
     for name in TOKENS:
         with lost_on_failure(faults, f"{name} not held"):
             row = d.wait_state(name, "held")
@@ -250,15 +250,15 @@ def test_token_mistaken_for_a_key_never_leaks(root, hermesd_factory, faults):
         for args in (("status",), ("status", "--json"), ("doctor",), ("doctor", "--json"))
     }
     for name in TOKENS:
-        outputs[f"profile show {name}"] = d.cli("profile", "show", name, "--root", str(root))
-        outputs[f"profile show {name} --json"] = d.cli("profile", "show", name, "--json", "--root", str(root))
+        outputs[f"profile show {name}"] = d.cli("profile", "show", name, "--root", str(fake_root))
+        outputs[f"profile show {name} --json"] = d.cli("profile", "show", name, "--json", "--root", str(fake_root))
     assert d.cli("stop").returncode == 0 and d.proc.wait(20) == 0  # everything saved and logged
     places = {f"hermesd {k}": o.stdout + o.stderr for k, o in outputs.items()}
     places["hermesd's log"] = d.log.read_text(errors="replace")
-    for path in (root / ".hermesd").rglob("*"):
+    for path in (fake_root / ".hermesd").rglob("*"):
         if path.is_file():
             places[str(path)] = path.read_text(errors="replace")
-    assert any("held" in t for t in places.values()) and str(root / ".hermesd" / "state.json") in places
+    assert any("held" in t for t in places.values()) and str(fake_root / ".hermesd" / "state.json") in places
     leaks = sorted({(where, name) for where, text in places.items() for name, (secret, _t) in TOKENS.items()
                     if secret.split(":")[1][:12] in text or secret.split(":")[0] in text})
     faults.inject()

@@ -44,21 +44,21 @@ def gateway_files(home):
 
 
 @pytest.mark.parametrize("kind", list(JUNK))
-def test_junk_everywhere_before_start(root, hermesd_factory, faults, kind):
+def test_junk_everywhere_before_start(fake_root, hermesd_factory, faults, kind):
     """Every state, PID, lock, gateway-state and heartbeat file of the root is junk at start-up."""
     junk = JUNK[kind]
-    (root / ".hermesd").mkdir(mode=0o700)
-    targets = hermesd_files(root) + [f for home in homes(root).values() for f in gateway_files(home)]
+    (fake_root / ".hermesd").mkdir(mode=0o700)
+    targets = hermesd_files(fake_root) + [f for home in homes(fake_root).values() for f in gateway_files(home)]
     for path in targets:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(junk)
     faults.inject(len(targets))
-    offline = hermesd_factory(root, start=False).cli("status")
+    offline = hermesd_factory(fake_root, start=False).cli("status")
     if offline.returncode != 3 or "Traceback" in offline.stderr:
         faults.lose(1, f"offline status on junk: exit {offline.returncode}: {last_line(offline.stderr)}")
     assert offline.returncode == 3 and "Traceback" not in offline.stderr, offline.stderr
-    d = hermesd_factory(root)
-    pids = converged(d, root, set(homes(root)), faults)
+    d = hermesd_factory(fake_root)
+    pids = converged(d, fake_root, set(homes(fake_root)), faults)
     doc = d.status()
     ok = all(r["restarts"] == 0 and r["gateway_state"] == "running" for r in doc["profiles"])
     faults.survive(len(targets) if ok else 0)
@@ -66,8 +66,8 @@ def test_junk_everywhere_before_start(root, hermesd_factory, faults, kind):
     assert ok
     assert d.cli("status").returncode == 0
     # The daemon says which of its own files it ignored.
-    assert f"{root / '.hermesd' / 'state.json'}: unreadable or not hermesd state" in d.log_text()
-    assert set(pids) == set(homes(root))
+    assert f"{fake_root / '.hermesd' / 'state.json'}: unreadable or not hermesd state" in d.log_text()
+    assert set(pids) == set(homes(fake_root))
 
 
 def _status_both_ways(d, faults) -> list:
@@ -78,12 +78,12 @@ def _status_both_ways(d, faults) -> list:
     return outs
 
 
-def test_junk_written_under_running_gateways(root, hermesd_factory, faults):
+def test_junk_written_under_running_gateways(fake_root, hermesd_factory, faults):
     """Gateway files replaced with junk while the gateways run: status stays sane, nobody is touched."""
-    h = homes(root)
+    h = homes(fake_root)
     for home in h.values():
         write_behaviour(home, heartbeat_interval=60)
-    d = hermesd_factory(root)
+    d = hermesd_factory(fake_root)
     before = d.wait_running(*h)
     cases = {
         "default": {"gateway_state.json": json.dumps({"pid": before["default"], "gateway_state": "running",
@@ -116,10 +116,10 @@ def test_junk_written_under_running_gateways(root, hermesd_factory, faults):
     assert d.close() == []
 
 
-def test_wrongly_typed_gateway_state_keeps_status_readable(root, hermesd_factory, faults):
-    d = hermesd_factory(root)
+def test_wrongly_typed_gateway_state_keeps_status_readable(fake_root, hermesd_factory, faults):
+    d = hermesd_factory(fake_root)
     pid = d.wait_running("coder")["coder"]
-    (root / "profiles" / "coder" / "gateway_state.json").write_text(
+    (fake_root / "profiles" / "coder" / "gateway_state.json").write_text(
         json.dumps({"pid": pid, "gateway_state": ["running"], "platforms": {}}))
     faults.inject()
     outs = _status_both_ways(d, faults)
@@ -130,10 +130,10 @@ def test_wrongly_typed_gateway_state_keeps_status_readable(root, hermesd_factory
         assert "Traceback" not in out.stderr and out.returncode in (0, 1), out.stderr
 
 
-def test_state_file_with_wrongly_typed_fields(root, hermesd_factory, faults):
+def test_state_file_with_wrongly_typed_fields(fake_root, hermesd_factory, faults):
     """A valid state.json envelope whose fields are junk: history ignored field by field, status readable."""
-    (root / ".hermesd").mkdir(mode=0o700)
-    (root / ".hermesd" / "state.json").write_text(json.dumps({
+    (fake_root / ".hermesd").mkdir(mode=0o700)
+    (fake_root / ".hermesd" / "state.json").write_text(json.dumps({
         "version": 1, "boot_id": identity.boot_id(), "daemon_pid": "x", "saved_at": None,
         "profiles": {
             "coder": {"home": 12, "restarts": "many", "failures": -4, "down": 7, "pid": "p", "start_time": [],
@@ -143,15 +143,15 @@ def test_state_file_with_wrongly_typed_fields(root, hermesd_factory, faults):
         },
     }))
     faults.inject(3)
-    offline = hermesd_factory(root, start=False).cli("status")
+    offline = hermesd_factory(fake_root, start=False).cli("status")
     if "Traceback" in offline.stderr or offline.returncode != 3:
         faults.lose(1, f"offline status: exit {offline.returncode}: {last_line(offline.stderr)}")
-    d = hermesd_factory(root)
-    pids = converged(d, root, set(homes(root)), faults)
+    d = hermesd_factory(fake_root)
+    pids = converged(d, fake_root, set(homes(fake_root)), faults)
     rows = {r["name"]: r for r in d.status()["profiles"]}
-    assert set(rows) == set(homes(root))  # the ghost of a profile that does not exist is not served
+    assert set(rows) == set(homes(fake_root))  # the ghost of a profile that does not exist is not served
     assert rows["coder"]["restarts"] == 0 and rows["writer"]["restarts"] == 3
-    assert rows["coder"]["home"] == str(root / "profiles" / "coder")
+    assert rows["coder"]["home"] == str(fake_root / "profiles" / "coder")
     assert set(pids) == set(rows)
     outs = _status_both_ways(d, faults)
     if faults.lost == 0:
@@ -161,14 +161,14 @@ def test_state_file_with_wrongly_typed_fields(root, hermesd_factory, faults):
         assert "Traceback" not in out.stderr and out.returncode in (0, 1), out.stderr
 
 
-def test_broken_profile_files_hold_only_their_profile(root, hermesd_factory, faults):
+def test_broken_profile_files_hold_only_their_profile(fake_root, hermesd_factory, faults):
     """A malformed config.yaml in coder and a malformed .env in writer: each is held with an error
     naming its file and line; default runs untouched; fixing the files releases both."""
-    h = homes(root)
+    h = homes(fake_root)
     (h["coder"] / "config.yaml").write_text("model:\n  name: x\n\tbad: [1, 2\n")
     (h["writer"] / ".env").write_text("GOOD=1\nthis line is not an assignment\n")
     faults.inject(2)
-    d = hermesd_factory(root)
+    d = hermesd_factory(fake_root)
     default_pid = d.wait_running("default")["default"]
     coder = d.wait_state("coder", "held")
     writer = d.wait_state("writer", "held")
@@ -199,7 +199,7 @@ def test_broken_profile_files_hold_only_their_profile(root, hermesd_factory, fau
         and writer["pid"] == pids["writer"] and writer["state"] == "running"
         and d.row("coder")["pid"] == pids["coder"]
         and d.row("default")["pid"] == default_pid
-        and len(gateway_leaders(root).get("writer", [])) <= 1
+        and len(gateway_leaders(fake_root).get("writer", [])) <= 1
     )
     faults.check(ok, f"after breaking .env under a running gateway: {writer}")
     faults.note(f"a malformed .env under a running gateway: writer {writer['state']}, its gateway "

@@ -19,12 +19,12 @@ MAX_BYTES = 64 * 1024
 
 
 @pytest.fixture
-def small_logs_fs(root) -> Iterator[Path]:
+def small_logs_fs(fake_root) -> Iterator[Path]:
     """A 1 MiB tmpfs mounted over ``<root>/.hermesd/logs``; unmounted after every process is gone.
 
     Requested before ``hermesd_factory`` by the test, so it is torn down after the daemons.
     """
-    logs = root / ".hermesd" / "logs"
+    logs = fake_root / ".hermesd" / "logs"
     logs.parent.mkdir(mode=0o700, exist_ok=True)
     logs.mkdir(mode=0o700)
     out = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(logs)],
@@ -77,8 +77,8 @@ def start_and_fill(root, small_logs_fs, hermesd_factory):
 
 
 @pytest.mark.slow
-def test_full_log_file_system_keeps_children_and_supervision(root, small_logs_fs, hermesd_factory, faults):
-    d, _h, before = start_and_fill(root, small_logs_fs, hermesd_factory)
+def test_full_log_file_system_keeps_children_and_supervision(fake_root, small_logs_fs, hermesd_factory, faults):
+    d, _h, before = start_and_fill(fake_root, small_logs_fs, hermesd_factory)
     faults.inject()
 
     # The gateways keep running (heartbeats fresh, same PIDs) and hermesd keeps answering.
@@ -114,10 +114,10 @@ def test_full_log_file_system_keeps_children_and_supervision(root, small_logs_fs
 
 
 @pytest.mark.slow
-def test_full_log_file_system_recovers_by_rotation(root, small_logs_fs, hermesd_factory, faults):
+def test_full_log_file_system_recovers_by_rotation(fake_root, small_logs_fs, hermesd_factory, faults):
     """coder's log is 16 times logs.max_bytes: rotation must bring it back under the limit, which frees
     the space a restarted gateway needs."""
-    d, _h, before = start_and_fill(root, small_logs_fs, hermesd_factory)
+    d, _h, before = start_and_fill(fake_root, small_logs_fs, hermesd_factory)
     os.kill(before["default"], 9)
     faults.inject()
     back = eventually(lambda: (r := d.row("default"))["state"] == "running" and r["pid"] != before["default"], 11)
@@ -131,8 +131,8 @@ def test_full_log_file_system_recovers_by_rotation(root, small_logs_fs, hermesd_
     assert back
 
 
-def test_full_log_file_system_is_reported_in_status(root, small_logs_fs, hermesd_factory, faults):
-    d, _h, _before = start_and_fill(root, small_logs_fs, hermesd_factory)
+def test_full_log_file_system_is_reported_in_status(fake_root, small_logs_fs, hermesd_factory, faults):
+    d, _h, _before = start_and_fill(fake_root, small_logs_fs, hermesd_factory)
     faults.inject()
     # One housekeeping pass (every 5 s) tries to rotate coder's oversized log and fails.
     wait_for(lambda: "log rotation failed" in d.log_text(), 10, what="a failed rotation in hermesd's log")

@@ -46,8 +46,8 @@ def has_cap(bit: int) -> bool:
 CAP_SYS_RESOURCE, CAP_SYS_NICE = 24, 23
 
 
-def test_hermesd_restores_its_own_limits_and_scheduling(root: Path, hermesd_factory, faults) -> None:
-    d = hermesd_factory(root)
+def test_hermesd_restores_its_own_limits_and_scheduling(fake_root: Path, hermesd_factory, faults) -> None:
+    d = hermesd_factory(fake_root)
     d.wait_running("default", "coder", "writer")
     hp = d.proc.pid
     base_nofile = nofile(hp)
@@ -112,11 +112,11 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("how", ["stop", "restart", "hermesd-stop"])
-def test_untagged_orphan_ends_with_its_profile(root: Path, hermesd_factory, faults, how: str) -> None:
-    home = root / "profiles" / "coder"
-    out = root.parent / f"escapee-{how}"
+def test_untagged_orphan_ends_with_its_profile(fake_root: Path, hermesd_factory, faults, how: str) -> None:
+    home = fake_root / "profiles" / "coder"
+    out = fake_root.parent / f"escapee-{how}"
     write_behaviour(home, shell=ESCAPE.format(out=out))
-    d = hermesd_factory(root)
+    d = hermesd_factory(fake_root)
     d.wait_running("default", "coder", "writer")
     pid = _escapee(home, out)
     gateway = d.row("coder")["pid"]
@@ -214,7 +214,7 @@ def _exec(d, profile: str, *argv: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, env=d.env, cwd=str(REPO), timeout=120)
 
 
-def test_exec_runs_under_the_profiles_limits_in_a_cgroup_of_its_own(root: Path, hermesd_factory, faults) -> None:
+def test_exec_runs_under_the_profiles_limits_in_a_cgroup_of_its_own(fake_root: Path, hermesd_factory, faults) -> None:
     """``memory_max: 300M``: 400 MiB held through ``hermesd exec`` is killed (exit 137, the limit
     named), 100 MiB runs; the session is in a cgroup beside the gateway's, so the gateway is
     neither charged nor killed."""
@@ -222,8 +222,8 @@ def test_exec_runs_under_the_profiles_limits_in_a_cgroup_of_its_own(root: Path, 
 
     from tests.harness import write_config
 
-    write_config(root, profiles={"coder": {"limits": {"memory_max": "300M"}}})
-    d = hermesd_factory(root)
+    write_config(fake_root, profiles={"coder": {"limits": {"memory_max": "300M"}}})
+    d = hermesd_factory(fake_root)
     gateway = d.wait_running("coder")["coder"]
     faults.inject(2)  # the allocation over the limit; the gateway made to pay for it
     hold = HOLD.format(mb=400, secs=20)
@@ -290,19 +290,19 @@ def _worker_request(task: str, assignee: str = "coder", **env: str) -> dict:
             "env": {"HERMES_KANBAN_TASK": task, **env}}
 
 
-def test_worker_log_is_only_its_boards_and_opened_without_links(root: Path, hermesd_factory, faults) -> None:
+def test_worker_log_is_only_its_boards_and_opened_without_links(fake_root: Path, hermesd_factory, faults) -> None:
     """A dispatcher's request names the worker's log: another profile's .env, hermesd's event
     journal, a board slug that climbs out, or a link planted where the log should be. None of
     them may be written (finding: the dispatcher could corrupt .env files, append to another
     profile's MEMORY.md, or forge journal lines)."""
-    _kanban_root(root)
-    d = hermesd_factory(root)
+    _kanban_root(fake_root)
+    d = hermesd_factory(fake_root)
     d.wait_running("default", "coder", "writer")
-    victim = root / "profiles" / "writer" / ".env"
+    victim = fake_root / "profiles" / "writer" / ".env"
     victim.write_text("TELEGRAM_BOT_TOKEN=secret-of-writer\n")
     before = victim.read_bytes()
-    journal = root / ".hermesd" / "events"
-    logs = root / "kanban" / "logs"
+    journal = fake_root / ".hermesd" / "events"
+    logs = fake_root / "kanban" / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     journal_files = sorted(journal.glob("*.jsonl"))
     journal_before = {p: p.read_bytes() for p in journal_files}
@@ -311,7 +311,7 @@ def test_worker_log_is_only_its_boards_and_opened_without_links(root: Path, herm
         "the event journal": (_worker_request("t_00000002"), str(journal_files[-1]) if journal_files
                               else str(journal / "events-00000001.jsonl")),
         "a board slug that climbs out": (_worker_request("t_00000003", HERMES_KANBAN_BOARD="../../profiles/writer"),
-                                         str(root / "profiles" / "writer" / "logs" / "t_00000003.log")),
+                                         str(fake_root / "profiles" / "writer" / "logs" / "t_00000003.log")),
     }
     for what, (req, log) in refused.items():
         faults.inject()
@@ -327,7 +327,7 @@ def test_worker_log_is_only_its_boards_and_opened_without_links(root: Path, herm
     code = _ask(d, {"cmd": "kanban_wait", "pid": reply["pid"]}, wait=60)["code"]
     faults.check(code == 126 and victim.read_bytes() == before, f"planted link: code {code}")
     assert code == 126
-    said = (root / ".hermesd" / "logs" / "coder.log").read_text(errors="replace")
+    said = (fake_root / ".hermesd" / "logs" / "coder.log").read_text(errors="replace")
     assert "t_00000004.log" in said and "link" in said, said[-1000:]
     assert victim.read_bytes() == before
     assert {p: p.read_bytes()[: len(b)] for p, b in journal_before.items()} == journal_before
@@ -338,14 +338,14 @@ def test_worker_log_is_only_its_boards_and_opened_without_links(root: Path, herm
     assert "worker ran" in (logs / "t_00000005.log").read_text()
 
 
-def test_a_flood_of_workers_kills_workers_not_the_assignees_gateway(root: Path, hermesd_factory, faults) -> None:
+def test_a_flood_of_workers_kills_workers_not_the_assignees_gateway(fake_root: Path, hermesd_factory, faults) -> None:
     """Eight workers for coder (``memory_max: 200M``), each holding 250 MiB: at most four run
     (``kanban.workers_per_profile``), each in a cgroup of its own with coder's limits as its own;
     the workers over the limit are killed, coder's gateway is neither charged nor killed."""
-    _kanban_root(root, profiles={"coder": {"limits": {"memory_max": "200M"}}})
-    d = hermesd_factory(root)
+    _kanban_root(fake_root, profiles={"coder": {"limits": {"memory_max": "200M"}}})
+    d = hermesd_factory(fake_root)
     gateway = d.wait_running("coder")["coder"]
-    logs = root / "kanban" / "logs"
+    logs = fake_root / "kanban" / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     replies = []
     for i in range(8):
@@ -358,7 +358,7 @@ def test_a_flood_of_workers_kills_workers_not_the_assignees_gateway(root: Path, 
     assert len(accepted) == 4 and all("workers_per_profile" in r["error"] for r in refused), replies
     faults.survive(len(refused))
     codes = [_ask(d, {"cmd": "kanban_wait", "pid": pid}, wait=90)["code"] for pid in accepted]
-    said = (root / ".hermesd" / "logs" / "coder.log").read_text(errors="replace")
+    said = (fake_root / ".hermesd" / "logs" / "coder.log").read_text(errors="replace")
     for code in codes:
         faults.check(code == 137, f"a worker over coder's memory_max ended with {code}")
     assert codes == [137] * 4, (codes, said[-2000:])
@@ -372,13 +372,13 @@ def test_a_flood_of_workers_kills_workers_not_the_assignees_gateway(root: Path, 
     assert _ask(d, {"cmd": "kanban_wait", "pid": reply["pid"]}, wait=60)["code"] == 0
 
 
-def test_untagged_orphan_of_a_gateway_that_died_with_hermesd_down(root: Path, hermesd_factory, faults) -> None:
+def test_untagged_orphan_of_a_gateway_that_died_with_hermesd_down(fake_root: Path, hermesd_factory, faults) -> None:
     """hermesd is SIGKILLed, then coder's gateway dies while nobody watches: the next hermesd finds
     what the dead gateway left in coder's cgroup and kills it (no tag to find it by)."""
-    home = root / "profiles" / "coder"
-    out = root.parent / "escapee-crash"
+    home = fake_root / "profiles" / "coder"
+    out = fake_root.parent / "escapee-crash"
     write_behaviour(home, shell=ESCAPE.format(out=out))
-    d = hermesd_factory(root)
+    d = hermesd_factory(fake_root)
     d.wait_running("default", "coder", "writer")
     pid = _escapee(home, out)
     gateway = d.row("coder")["pid"]
@@ -389,7 +389,7 @@ def test_untagged_orphan_of_a_gateway_that_died_with_hermesd_down(root: Path, he
     faults.inject()
     try:
         write_behaviour(home)
-        d2 = hermesd_factory(root)
+        d2 = hermesd_factory(fake_root)
         d2.wait_running("default", "coder", "writer")
         gone = eventually(lambda: not _alive(pid), 10) is not None
         faults.check(gone, f"escaped PID {pid} of a gateway that died while hermesd was down survived")
@@ -399,7 +399,7 @@ def test_untagged_orphan_of_a_gateway_that_died_with_hermesd_down(root: Path, he
             os.kill(pid, signal.SIGKILL)
 
 
-def test_a_confined_profile_cannot_tune_hermesd_or_another_gateway(root: Path, hermesd_factory, faults) -> None:
+def test_a_confined_profile_cannot_tune_hermesd_or_another_gateway(fake_root: Path, hermesd_factory, faults) -> None:
     """From inside coder (``hermesd exec coder``, confined as its gateway is): ``prlimit``,
     ``renice``, ``taskset``, ``ionice``, ``chrt``, ``oom_score_adj`` and ``autogroup`` on hermesd and
     on writer's gateway. Every one fails, and nothing of either changed."""
@@ -409,7 +409,7 @@ def test_a_confined_profile_cannot_tune_hermesd_or_another_gateway(root: Path, h
     facts = probe()
     if facts.landlock_abi < 1:
         pytest.skip("this kernel has no Landlock: profiles are not confined here")
-    d = hermesd_factory(root)
+    d = hermesd_factory(fake_root)
     pids = d.wait_running("coder", "writer")
     targets = {"hermesd": d.proc.pid, "writer's gateway": pids["writer"]}
     before = {name: snapshot(pid) for name, pid in targets.items()}

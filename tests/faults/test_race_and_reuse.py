@@ -24,16 +24,16 @@ def homes(root):
 
 
 @pytest.mark.slow
-def test_two_daemons_started_at_once(root, hermesd_factory, faults):
+def test_two_daemons_started_at_once(fake_root, hermesd_factory, faults):
     """Rounds of two simultaneous ``hermesd run``; the winner is SIGKILLed (stale PID file, children
     left for adoption) or shut down cleanly before the next round."""
-    h = homes(root)
+    h = homes(fake_root)
     for home in h.values():
         write_behaviour(home, write_counter=True)
     expected_starts = 1
     for rnd in range(4):
-        a, b = hermesd_factory(root, start=False), hermesd_factory(root, start=False)
-        a.log, b.log = root.parent / f"race{rnd}-a.log", root.parent / f"race{rnd}-b.log"
+        a, b = hermesd_factory(fake_root, start=False), hermesd_factory(fake_root, start=False)
+        a.log, b.log = fake_root.parent / f"race{rnd}-a.log", fake_root.parent / f"race{rnd}-b.log"
         a.start(wait_ready=False)
         b.start(wait_ready=False)
         faults.inject()
@@ -42,10 +42,10 @@ def test_two_daemons_started_at_once(root, hermesd_factory, faults):
         winner = b if loser is a else a
         up = wait_for(lambda w=winner: w.ping().get("ready") and w.ping(), 20, what="the winner ready")
         said = loser.log.read_text(errors="replace")
-        pids = converged(winner, root, set(h), faults)
+        pids = converged(winner, fake_root, set(h), faults)
         ok = (
             loser.proc.returncode == 2
-            and f"hermesd is already running for {root.resolve()}" in said
+            and f"hermesd is already running for {fake_root.resolve()}" in said
             and winner.proc.poll() is None
             and up["pid"] == winner.proc.pid
             and all(len(read_starts(home)) == expected_starts for home in h.values())
@@ -101,11 +101,11 @@ def _flock_holder(lock: Path) -> int | None:
     return None
 
 
-def test_loser_names_the_winner_even_mid_start(root, hermesd_factory, faults):
+def test_loser_names_the_winner_even_mid_start(fake_root, hermesd_factory, faults):
     """Deterministic version of the race: the winner is held between taking the lock and writing
     its PID file (its temporary PID file is a FIFO nobody reads yet), and the PID file still names the
     previous, SIGKILLed daemon. The loser must name the winner, not the dead one."""
-    layout = Layout(root.resolve())
+    layout = Layout(fake_root.resolve())
     layout.ensure()
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -113,8 +113,8 @@ def test_loser_names_the_winner_even_mid_start(root, hermesd_factory, faults):
     os.close(os.open(layout.lock, os.O_RDWR | os.O_CREAT, 0o600))
     fifo = layout.pidfile.with_suffix(".tmp")
     os.mkfifo(fifo, 0o600)
-    a, b = hermesd_factory(root, start=False), hermesd_factory(root, start=False)
-    a.log, b.log = root.parent / "winner.log", root.parent / "loser.log"
+    a, b = hermesd_factory(fake_root, start=False), hermesd_factory(fake_root, start=False)
+    a.log, b.log = fake_root.parent / "winner.log", fake_root.parent / "loser.log"
     a.start(wait_ready=False)
     try:
         wait_for(lambda: _flock_holder(layout.lock) == a.proc.pid, 15, what="the winner holding the lock")
@@ -128,7 +128,7 @@ def test_loser_names_the_winner_even_mid_start(root, hermesd_factory, faults):
     named = f"PID {a.proc.pid}" in said
     faults.check(named, f"the loser said {said.strip()[-160:]!r}; the winner is PID {a.proc.pid}, "
                         f"PID {dead.pid} is long gone")
-    converged(a, root, set(homes(root)), faults)
+    converged(a, fake_root, set(homes(fake_root)), faults)
     assert named, said
 
 
@@ -136,16 +136,16 @@ def test_loser_names_the_winner_even_mid_start(root, hermesd_factory, faults):
     "start_time",
     ["wrong", "right"],
 )
-def test_files_naming_a_live_unrelated_process(root, hermesd_factory, faults, sleeper, start_time):
+def test_files_naming_a_live_unrelated_process(fake_root, hermesd_factory, faults, sleeper, start_time):
     """state.json, hermesd.pid, gateway.pid, gateway.lock and gateway_state.json all name a live
     ``sleep``-like process; with its true start time or a wrong one, it is never signalled and every
     profile still gets its own gateway."""
-    h = homes(root)
+    h = homes(fake_root)
     st = sleeper.start_time if start_time == "right" else sleeper.start_time + 4242
     rec = {"pid": sleeper.pid, "kind": "hermes-gateway", "argv": ["hermes", "gateway", "run"], "start_time": st}
-    (root / ".hermesd").mkdir(mode=0o700)
-    (root / ".hermesd" / "hermesd.pid").write_text(f"{sleeper.pid}\n")
-    (root / ".hermesd" / "state.json").write_text(json.dumps({
+    (fake_root / ".hermesd").mkdir(mode=0o700)
+    (fake_root / ".hermesd" / "hermesd.pid").write_text(f"{sleeper.pid}\n")
+    (fake_root / ".hermesd" / "state.json").write_text(json.dumps({
         "version": 1, "boot_id": identity.boot_id(), "daemon_pid": sleeper.pid, "saved_at": time.time(),
         "profiles": {n: {"home": str(home), "pid": sleeper.pid, "start_time": st, "restarts": 2, "failures": 1,
                          "last_exit": None, "down": None} for n, home in h.items()},
@@ -158,13 +158,13 @@ def test_files_naming_a_live_unrelated_process(root, hermesd_factory, faults, sl
     (h["writer"] / "gateway.pid").write_text(f"{sleeper.pid}\n")  # upstream's older bare-integer format
     faults.inject(6)
 
-    d = hermesd_factory(root)
+    d = hermesd_factory(fake_root)
     everyone = eventually(lambda: all(r["state"] == "running" for r in d.status()["profiles"]), 8)
     rows = {r["name"]: r for r in d.status()["profiles"]}
     held = {n: f"{r['state']} ({r['reason']})" for n, r in rows.items() if r["state"] != "running"}
     faults.lose(len(held), f"not running: {held}")
     assert everyone, rows
-    running = converged(d, root, set(h), faults)
+    running = converged(d, fake_root, set(h), faults)
     ok = sleeper.pid not in running.values() and sleeper.alive()
     # history kept; the recorded gateway is not alive as ours, so its end counts as one restart
     ok = ok and all(d.row(n)["restarts"] == 3 for n in h)

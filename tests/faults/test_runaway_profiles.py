@@ -53,8 +53,9 @@ def _kind(row: dict) -> str | None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["memory_hog", "fork_bomb", "hung_loop", "stopped_gateway"])
-def test_runaway_profile_is_contained(root, tmp_path, hermesd_factory, faults, scenario):
-    homes = {"default": root, "coder": root / "profiles" / "coder", "writer": root / "profiles" / "writer"}
+def test_runaway_profile_is_contained(fake_root, tmp_path, hermesd_factory, faults, scenario):
+    homes = {"default": fake_root, "coder": fake_root / "profiles" / "coder",
+             "writer": fake_root / "profiles" / "writer"}
     for home in homes.values():
         write_behaviour(home, heartbeat_interval=0.5)
     victim: dict = {"hung_after": 3, "startup_grace": 10}
@@ -66,8 +67,8 @@ def test_runaway_profile_is_contained(root, tmp_path, hermesd_factory, faults, s
         victim.update(limits={"tasks_max": 64}, environment=_hog(tmp_path, "coder", FORK_BOMB))
     elif scenario == "hung_loop":
         write_behaviour(homes["coder"], heartbeat_interval=1000.0)  # one beat at "running", then silence
-    write_config(root, profiles={"coder": victim})
-    d = hermesd_factory(root)
+    write_config(fake_root, profiles={"coder": victim})
+    d = hermesd_factory(fake_root)
     before = d.wait_running("default", "coder", "writer")
     if scenario == "stopped_gateway":
         os.kill(before["coder"], signal.SIGSTOP)
@@ -85,7 +86,7 @@ def test_runaway_profile_is_contained(root, tmp_path, hermesd_factory, faults, s
         assert d.row(name)["pid"] == before[name]
     if scenario in ("memory_hog", "fork_bomb"):
         assert d.row("coder")["limit_mechanisms"], row
-        leftovers = wait_for(lambda: len(tagged_by_profile(root).get("coder", [])) <= 2 or None, 10,
+        leftovers = wait_for(lambda: len(tagged_by_profile(fake_root).get("coder", [])) <= 2 or None, 10,
                              what="the old tree gone")
         assert leftovers
     faults.note(f"{scenario}: {row.get('last_exit', {}).get('reason') or row.get('last_exit')}")

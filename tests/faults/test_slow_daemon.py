@@ -69,14 +69,14 @@ def daemon_pid_of(d) -> int | None:
 
 
 @pytest.mark.slow
-def test_stop_right_after_start_wins(root, hermesd_factory, faults):
+def test_stop_right_after_start_wins(fake_root, hermesd_factory, faults):
     """20 profiles; ``hermesd start`` then, 0.15 s later, ``hermesd stop``; five times."""
     names = [f"p{i:02d}" for i in range(20)]
     for n in names:
-        (root / "profiles" / n).mkdir()
-    write_config(root, profiles={"default": {"enabled": False}, "coder": {"enabled": False},
+        (fake_root / "profiles" / n).mkdir()
+    write_config(fake_root, profiles={"default": {"enabled": False}, "coder": {"enabled": False},
                                  "writer": {"enabled": False}})
-    d = hermesd_factory(root, start=False)  # its close() kills anything tagged that is left
+    d = hermesd_factory(fake_root, start=False)  # its close() kills anything tagged that is left
     daemons: set[int] = set()
     try:
         for i in range(5):
@@ -90,7 +90,7 @@ def test_stop_right_after_start_wins(root, hermesd_factory, faults):
             if (pid := daemon_pid_of(d)) is not None:
                 daemons.add(pid)
             gone = eventually(lambda: not lock_holder_alive(d), 20) is not None
-            left = eventually(lambda: not tagged_pids(root), 10) is None and tagged_pids(root)
+            left = eventually(lambda: not tagged_pids(fake_root), 10) is None and tagged_pids(fake_root)
             ok = (code == 0 and "hermesd stopped" in out and not says_not_running(out, err) and gone and not left
                   and "Traceback" not in err + s_err)
             faults.check(ok, f"round {i + 1}: stop exit {code} {out.strip()!r} {err.strip()[-200:]!r}; start exit "
@@ -121,9 +121,9 @@ def frozen_daemon(root, hermesd_factory):
     pytest.param(("status", "--wait", "1"), id="status"),
     pytest.param(("status", "--json", "--wait", "1"), id="status_json"),
 ])
-def test_sigstopped_daemon_status(root, hermesd_factory, faults, args):
+def test_sigstopped_daemon_status(fake_root, hermesd_factory, faults, args):
     """``status`` (text and JSON) and ``ping`` of a frozen daemon: it is there but does not answer."""
-    with frozen_daemon(root, hermesd_factory) as (d, _before):
+    with frozen_daemon(fake_root, hermesd_factory) as (d, _before):
         os.kill(d.proc.pid, signal.SIGSTOP)
         outs = [d.cli(*args)]
         for o in outs:
@@ -139,9 +139,9 @@ def test_sigstopped_daemon_status(root, hermesd_factory, faults, args):
 
 
 @pytest.mark.slow
-def test_sigstopped_daemon_restart_and_stop_of_a_profile(root, hermesd_factory, faults):
+def test_sigstopped_daemon_restart_and_stop_of_a_profile(fake_root, hermesd_factory, faults):
     """``restart coder`` and ``stop writer`` typed while the daemon is frozen: they wait, then happen."""
-    with frozen_daemon(root, hermesd_factory) as (d, before):
+    with frozen_daemon(fake_root, hermesd_factory) as (d, before):
         os.kill(d.proc.pid, signal.SIGSTOP)
         faults.inject(2)
         restart, stop_one = cli_popen(d, "restart", "coder"), cli_popen(d, "stop", "writer")
@@ -161,9 +161,9 @@ def test_sigstopped_daemon_restart_and_stop_of_a_profile(root, hermesd_factory, 
 
 
 @pytest.mark.slow
-def test_sigstopped_daemon_stop(root, hermesd_factory, faults):
+def test_sigstopped_daemon_stop(fake_root, hermesd_factory, faults):
     """``stop`` (the daemon and every gateway) typed while it is frozen: it waits, then stops all."""
-    with frozen_daemon(root, hermesd_factory) as (d, _before):
+    with frozen_daemon(fake_root, hermesd_factory) as (d, _before):
         os.kill(d.proc.pid, signal.SIGSTOP)
         faults.inject()
         stop_all = cli_popen(d, "stop")
@@ -172,7 +172,7 @@ def test_sigstopped_daemon_stop(root, hermesd_factory, faults):
         code, out, err = finish(stop_all, 60)
         with lost_on_failure(faults, "daemon still running after the stop"):
             assert d.proc.wait(20) == 0
-        left = eventually(lambda: not gateway_leaders(root), 10) is None and gateway_leaders(root)
+        left = eventually(lambda: not gateway_leaders(fake_root), 10) is None and gateway_leaders(fake_root)
         ok = not early and code == 0 and "hermesd stopped" in out and not says_not_running(out, err) \
             and "Traceback" not in err and not left
         faults.check(ok, f"stop typed while SIGSTOPped: exit {code}, {(out + err).strip()[-300:]!r}, left {left}"
@@ -180,9 +180,9 @@ def test_sigstopped_daemon_stop(root, hermesd_factory, faults):
         assert ok, (code, out, err, left)
 
 
-def test_stop_typed_during_start_up_is_not_lost_with_a_busy_daemon(root, hermesd_factory, faults):
+def test_stop_typed_during_start_up_is_not_lost_with_a_busy_daemon(fake_root, hermesd_factory, faults):
     """The daemon is SIGSTOPped before it answers anything: ``stop`` waits for it and then wins."""
-    d = hermesd_factory(root, start=False)
+    d = hermesd_factory(fake_root, start=False)
     d.start(wait_ready=False)
     wait_for(lambda: lock_holder_alive(d), 15, what="the daemon holding the root's lock")
     os.kill(d.proc.pid, signal.SIGSTOP)
@@ -193,7 +193,7 @@ def test_stop_typed_during_start_up_is_not_lost_with_a_busy_daemon(root, hermesd
         os.kill(d.proc.pid, signal.SIGCONT)
         code, out, err = finish(stop, 60)
         exited = eventually(lambda: d.proc.poll() is not None, 20) is not None
-        left = eventually(lambda: not tagged_pids(root), 10) is None and tagged_pids(root)
+        left = eventually(lambda: not tagged_pids(fake_root), 10) is None and tagged_pids(fake_root)
         ok = not early and code == 0 and not says_not_running(out, err) and exited and not left
         faults.check(ok, f"stop during a frozen start-up: exit {code} {(out + err).strip()[-300:]!r}, "
                          f"daemon exited {exited}, left {left}")
@@ -204,10 +204,10 @@ def test_stop_typed_during_start_up_is_not_lost_with_a_busy_daemon(root, hermesd
 
 
 @pytest.mark.slow
-def test_sigstopped_daemon_restart_racing_a_stop(root, hermesd_factory, faults):
+def test_sigstopped_daemon_restart_racing_a_stop(fake_root, hermesd_factory, faults):
     """``restart coder`` and ``stop`` typed together while the daemon is frozen: whichever the daemon
     takes first, neither command prints a traceback, and once the stop has happened nothing runs."""
-    with frozen_daemon(root, hermesd_factory) as (d, _before):
+    with frozen_daemon(fake_root, hermesd_factory) as (d, _before):
         os.kill(d.proc.pid, signal.SIGSTOP)
         faults.inject(2)
         restart, stop_all = cli_popen(d, "restart", "coder"), cli_popen(d, "stop")
@@ -220,6 +220,6 @@ def test_sigstopped_daemon_restart_racing_a_stop(root, hermesd_factory, faults):
                              f"{(out + err).strip()[-300:]!r}")
         with lost_on_failure(faults, "daemon still running after the stop"):
             assert d.proc.wait(30) == 0
-        left = eventually(lambda: not tagged_pids(root), 10) is None and tagged_pids(root)
+        left = eventually(lambda: not tagged_pids(fake_root), 10) is None and tagged_pids(fake_root)
         assert not left, left
         assert faults.lost == 0, results

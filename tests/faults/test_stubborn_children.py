@@ -30,19 +30,19 @@ def snapshot(root) -> dict[int, int]:
 
 
 @pytest.mark.slow
-def test_full_stop_leaves_no_process_of_any_profile(root, hermesd_factory, faults):
+def test_full_stop_leaves_no_process_of_any_profile(fake_root, hermesd_factory, faults):
     """SIGTERM ignored, setsid and non-setsid grandchildren, a detached shell spawned at SIGTERM."""
-    write_config(root, stop_timeout=1.5)
-    h = homes(root)
+    write_config(fake_root, stop_timeout=1.5)
+    h = homes(fake_root)
     write_behaviour(h["coder"], ignore_sigterm=True, grandchildren=4, grandchildren_setsid=2)
     write_behaviour(h["writer"], diagnostic_shell=True, diagnostic_seconds=30, grandchildren=3,
                     grandchildren_setsid=1)
     write_behaviour(h["default"], grandchildren=2, grandchildren_setsid=True)
-    d = hermesd_factory(root)
+    d = hermesd_factory(fake_root)
     d.wait_running("default", "coder", "writer")
     for name, n in (("coder", 4), ("writer", 3), ("default", 2)):
         wait_for(lambda name=name, n=n: len(read_spawned(h[name])) >= n, what=f"{name} grandchildren")
-    before = snapshot(root)
+    before = snapshot(fake_root)
     assert len(before) == 3 + 4 + 3 + 2
 
     out = d.cli("stop")
@@ -53,7 +53,7 @@ def test_full_stop_leaves_no_process_of_any_profile(root, hermesd_factory, fault
     spawned = [(g["pid"], g["start_time"]) for name in h for g in read_spawned(h[name])]
     assert any(g["kind"] == "diagnostic" for g in read_spawned(h["writer"]))
     victims = {**before, **dict(spawned)}
-    left_tagged = tagged_pids(root)
+    left_tagged = tagged_pids(fake_root)
     survivors = sorted({p for p, st in victims.items() if alive_exact(p, st)} | set(left_tagged))
     faults.inject(len(victims))
     faults.survive(len(victims) - len([p for p in survivors if p in victims]))
@@ -62,12 +62,12 @@ def test_full_stop_leaves_no_process_of_any_profile(root, hermesd_factory, fault
     assert d.close() == []
 
 
-def test_sigstopped_child_is_left_alone_then_stopped_by_sigkill(root, hermesd_factory, faults):
-    write_config(root, stop_timeout=1.5)
-    h = homes(root)
+def test_sigstopped_child_is_left_alone_then_stopped_by_sigkill(fake_root, hermesd_factory, faults):
+    write_config(fake_root, stop_timeout=1.5)
+    h = homes(fake_root)
     for home in h.values():
         write_behaviour(home, write_counter=True, heartbeat_interval=0.3)
-    d = hermesd_factory(root)
+    d = hermesd_factory(fake_root)
     pids = d.wait_running("default", "coder", "writer")
 
     # Frozen for a while, then thawed: not a death, so no restart and no new process.
@@ -101,16 +101,16 @@ def test_sigstopped_child_is_left_alone_then_stopped_by_sigkill(root, hermesd_fa
     faults.inject()
     out = d.cli("stop")
     assert out.returncode == 0, out.stderr
-    ok = d.proc.wait(20) == 0 and not pid_alive(pids["writer"]) and tagged_pids(root) == []
+    ok = d.proc.wait(20) == 0 and not pid_alive(pids["writer"]) and tagged_pids(fake_root) == []
     faults.check(ok, "daemon shutdown with a SIGSTOPped child left something")
     assert ok
     assert len(read_starts(h["writer"])) == 1 and len(read_starts(h["default"])) == 1
 
 
-def test_crashed_gateway_takes_its_grandchildren_along(root, hermesd_factory, faults):
-    coder = homes(root)["coder"]
+def test_crashed_gateway_takes_its_grandchildren_along(fake_root, hermesd_factory, faults):
+    coder = homes(fake_root)["coder"]
     write_behaviour(coder, grandchildren=4, grandchildren_setsid=2)
-    d = hermesd_factory(root)
+    d = hermesd_factory(fake_root)
     pid = d.wait_running("coder")["coder"]
     first = wait_for(lambda: len(x := read_spawned(coder)) >= 4 and x, what="grandchildren")
     for _round in range(3):
@@ -123,9 +123,10 @@ def test_crashed_gateway_takes_its_grandchildren_along(root, hermesd_factory, fa
         fresh = wait_for(lambda pid=pid: len(x := [g for g in read_spawned(coder) if g["parent"] == pid]) >= 4
                          and x, what="new grandchildren")
         mine = sorted([pid] + [g["pid"] for g in fresh])
-        ok = old_left == [] and tagged_by_profile(root)["coder"] == mine and gateway_leaders(root)["coder"] == [pid]
+        ok = old_left == [] and tagged_by_profile(fake_root)["coder"] == mine \
+            and gateway_leaders(fake_root)["coder"] == [pid]
         faults.check(ok, f"after a crash: old grandchildren {old_left}, coder processes "
-                         f"{tagged_by_profile(root)['coder']} (expected {mine})")
+                         f"{tagged_by_profile(fake_root)['coder']} (expected {mine})")
         assert ok
         first = fresh
     assert d.row("coder")["restarts"] == 3

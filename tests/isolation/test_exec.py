@@ -77,6 +77,7 @@ def running(confinable: None) -> Iterator[tuple[Root, dict[str, int]]]:
         r.close()
 
 
+@pytest.mark.live
 def test_profile_a_cannot_reach_b_the_root_or_hermesd(running: tuple[Root, dict[str, int]]) -> None:
     r, pids = running
     b = r.home("b")
@@ -104,6 +105,7 @@ kill -TERM {daemon_pid} 2>/dev/null; echo signal_hermesd={'$'}?
     assert r.hermesd.row("b")["pid"] == pids["b"]
 
 
+@pytest.mark.live
 def test_cloning_a_profile_never_copies_what_its_links_point_at(running: tuple[Root, dict[str, int]]) -> None:
     """A confined profile links its .env to another's; ``profile create --clone`` (root) must not follow it."""
     r, _ = running
@@ -125,6 +127,7 @@ def test_cloning_a_profile_never_copies_what_its_links_point_at(running: tuple[R
     assert b_env.read_text() == "SOME_KEY=secret-of-b\n"
 
 
+@pytest.mark.live
 def test_own_home_tmp_elsewhere_and_grandchildren(running: tuple[Root, dict[str, int]]) -> None:
     r, _ = running
     a, b = r.home("a"), r.home("b")
@@ -159,6 +162,7 @@ echo grandchild_started={'$'}?
     assert "secret-of-b" not in (a / "gc.out").read_text()
 
 
+@pytest.mark.live
 def test_default_profile_cannot_read_named_profiles_env(running: tuple[Root, dict[str, int]]) -> None:
     r, _ = running
     res = r.exec("default", f"cat {r.root}/profiles/a/.env; echo a={'$'}?; cat {r.root}/profiles/b/.env; "
@@ -168,6 +172,7 @@ def test_default_profile_cannot_read_named_profiles_env(running: tuple[Root, dic
     assert "secret-of-a" not in res.stdout and "secret-of-b" not in res.stdout
 
 
+@pytest.mark.live
 def test_exit_status_environment_and_unknown_profile(running: tuple[Root, dict[str, int]]) -> None:
     r, _ = running
     assert r.exec("a", "exit 7").returncode == 7
@@ -184,6 +189,7 @@ def test_exit_status_environment_and_unknown_profile(running: tuple[Root, dict[s
     assert res.returncode == 0
 
 
+@pytest.mark.live
 def test_isolation_off_is_unconfined(confinable: None) -> None:
     r = Root(isolation="off")
     try:

@@ -23,7 +23,8 @@ def events_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def root(events_dir: Path) -> Path:
+def events_root(events_dir: Path) -> Path:
+    """The root above ``events_dir`` (its journal in ``.hermesd/events``)."""
     return events_dir.parent.parent
 
 

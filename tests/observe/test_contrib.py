@@ -68,8 +68,8 @@ def test_rules_pass_promtool_check():
     assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
 
 
-def test_rules_only_use_metrics_hermesd_exports(root):
-    names = exported_names(root) | {"up"}
+def test_rules_only_use_metrics_hermesd_exports(events_root):
+    names = exported_names(events_root) | {"up"}
     for rule in yaml.safe_load(RULES.read_text())["groups"][0]["rules"]:
         used = set(re.findall(r"\b((?:hermesd|process)_[a-z_]+|up)\b(?=\s*[{\[\s=<>!)]|$)", rule["expr"]))
         assert used and used <= names, (rule["alert"], used - names)
@@ -197,8 +197,8 @@ def test_dashboard_structure():
     assert used_vars <= {"datasource", "job", "instance", "profile", "__rate_interval", "__all"}
 
 
-def test_dashboard_queries_only_use_metrics_hermesd_exports(root):
-    names = exported_names(root) | {"up"}
+def test_dashboard_queries_only_use_metrics_hermesd_exports(events_root):
+    names = exported_names(events_root) | {"up"}
     dash = json.loads(DASHBOARD.read_text())
     queries = [q for _t, q in dashboard_queries()]
     queries += [v["query"]["query"] for v in dash["templating"]["list"] if isinstance(v.get("query"), dict)]
@@ -208,7 +208,7 @@ def test_dashboard_queries_only_use_metrics_hermesd_exports(root):
 
 
 @needs_promtool
-def test_dashboard_queries_parse_and_return_data_from_hermesd_metrics(root, tmp_path):
+def test_dashboard_queries_parse_and_return_data_from_hermesd_metrics(events_root, tmp_path):
     """Every panel query is valid PromQL (promtool parses it as a recording rule) and returns series when
     evaluated over hermesd's real /metrics output (promtool's rule unit tests, no server needed)."""
     queries = dashboard_queries()
@@ -219,7 +219,7 @@ def test_dashboard_queries_parse_and_return_data_from_hermesd_metrics(root, tmp_
     done = promtool("check", "rules", str(rule_file))
     assert done.returncode == 0, done.stdout + done.stderr
     series = [{"series": f'up{{{H}}}', "values": "1x30"}]
-    for fam in text_string_to_metric_families(sample_metrics(root)):
+    for fam in text_string_to_metric_families(sample_metrics(events_root)):
         for s in fam.samples:
             labels = ",".join([H] + [f'{k}="{v}"' for k, v in sorted(s.labels.items())])
             series.append({"series": f"{s.name}{{{labels}}}", "values": f"{s.value!r}+0x30"})

@@ -69,15 +69,15 @@ def test_no_history_says_so():
     assert "0 exits, 0 starts, 0 holds" in text and "no exits recorded" in text
 
 
-def test_render_detail_reads_the_journal_with_the_daemon_down(root):
-    obs = Observer(root)
+def test_render_detail_reads_the_journal_with_the_daemon_down(events_root):
+    obs = Observer(events_root)
     obs.open()
     for type_, profile, fields in scenarios.daemon_run(["coder", "writer"]):
         obs.emit(type_, profile, **fields)
     obs.journal.close()
     import time
 
-    text = render_detail(root, "writer", now=time.time())
+    text = render_detail(events_root, "writer", now=time.time())
     assert text.startswith("writer: the last 24 h")
     assert "4 exits (4 failed: 4 crash)" in text
     assert "exit 1" in text and "failure 4" in text

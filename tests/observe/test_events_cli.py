@@ -30,11 +30,11 @@ def kinds(events):
     return [(e["type"], e.get("kind") or e.get("by")) for e in events]
 
 
-def test_each_scenario_reads_back_in_order_through_events_json(root):
-    (root / "profiles" / "coder").mkdir()
-    emit_all(root, scenarios.daemon_run(["coder", "writer"]))
-    (root / "profiles" / "writer").mkdir()
-    done = run_cli("events", "coder", "--json", "--root", str(root))
+def test_each_scenario_reads_back_in_order_through_events_json(events_root):
+    (events_root / "profiles" / "coder").mkdir()
+    emit_all(events_root, scenarios.daemon_run(["coder", "writer"]))
+    (events_root / "profiles" / "writer").mkdir()
+    done = run_cli("events", "coder", "--json", "--root", str(events_root))
     assert done.returncode == 0, done.stderr
     coder = json_lines(done.stdout)
     assert all(not validate(e) and e["profile"] == "coder" for e in coder)
@@ -45,17 +45,17 @@ def test_each_scenario_reads_back_in_order_through_events_json(root):
             ("started", None), ("ready", None)]
     stop = [("stopped", "operator"), ("exited", "planned")]
     assert got == [("started", None), ("ready", None), *kill, *hold, ("platform", None), *stop]
-    loop = kinds(json_lines(run_cli("events", "writer", "--json", "--root", str(root)).stdout))
+    loop = kinds(json_lines(run_cli("events", "writer", "--json", "--root", str(events_root)).stdout))
     assert loop[2:14] == [("exited", "crash"), ("backoff", None), ("started", None)] * 4
     assert loop[14:16] == [("ready", None), ("recovered", None)]
-    everything = json_lines(run_cli("events", "--json", "--root", str(root)).stdout)
+    everything = json_lines(run_cli("events", "--json", "--root", str(events_root)).stdout)
     assert everything[0]["type"] == "daemon_started" and everything[-1]["type"] == "daemon_stopping"
     assert [e["seq"] for e in everything] == list(range(1, len(everything) + 1))
 
 
-def test_readable_lines_say_what_happened(root):
-    emit_all(root, scenarios.daemon_run(["coder", "writer"]))
-    done = run_cli("events", "--root", str(root))
+def test_readable_lines_say_what_happened(events_root):
+    emit_all(events_root, scenarios.daemon_run(["coder", "writer"]))
+    done = run_cli("events", "--root", str(events_root))
     assert done.returncode == 0 and done.stderr == ""
     text = done.stdout
     for expected in ("hermesd started", "coder     PID 1000 killed by SIGKILL after 2m00s (crash)",
@@ -64,69 +64,69 @@ def test_readable_lines_say_what_happened(root):
                      "hung, heartbeat 3m20s old: killed PID 9", "memory_max limit: killed PID 10",
                      "configuration rejected, previous one kept", "platform telegram: connected", "hermesd stopping"):
         assert expected in text, expected
-    assert len(text.splitlines()) == len(json_lines(run_cli("events", "--json", "--root", str(root)).stdout))
+    assert len(text.splitlines()) == len(json_lines(run_cli("events", "--json", "--root", str(events_root)).stdout))
 
 
-def test_since_and_lines(root):
-    obs = Observer(root, wall=lambda: 1_700_000_000.0)
+def test_since_and_lines(events_root):
+    obs = Observer(events_root, wall=lambda: 1_700_000_000.0)
     obs.open()
     obs.emit("daemon_started")
     obs.wall = time.time
     obs.emit("started", "coder", pid=1, argv0="hermes")
     obs.emit("ready", "coder", pid=1)
     obs.journal.close()
-    (root / "profiles" / "coder").mkdir()
-    recent = json_lines(run_cli("events", "--json", "--since", "10m", "--root", str(root)).stdout)
+    (events_root / "profiles" / "coder").mkdir()
+    recent = json_lines(run_cli("events", "--json", "--since", "10m", "--root", str(events_root)).stdout)
     assert [e["type"] for e in recent] == ["started", "ready"]
-    assert [e["type"] for e in json_lines(run_cli("events", "--json", "-n", "1", "--root", str(root)).stdout)] == \
-        ["ready"]
-    old = run_cli("events", "--json", "--since", "2023-11-14T22:00:00Z", "--root", str(root))
+    last = json_lines(run_cli("events", "--json", "-n", "1", "--root", str(events_root)).stdout)
+    assert [e["type"] for e in last] == ["ready"]
+    old = run_cli("events", "--json", "--since", "2023-11-14T22:00:00Z", "--root", str(events_root))
     assert len(json_lines(old.stdout)) == 3
 
 
-def test_usage_errors_exit_2_with_one_line(root):
-    (root / "profiles" / "coder").mkdir()
-    emit_all(root, [("started", "gone", {"pid": 1, "argv0": "hermes"})])
+def test_usage_errors_exit_2_with_one_line(events_root):
+    (events_root / "profiles" / "coder").mkdir()
+    emit_all(events_root, [("started", "gone", {"pid": 1, "argv0": "hermes"})])
     for args, wording in [
         (["events", "nosuch"], "no such profile: 'nosuch'"),
         (["events", "codr"], "did you mean 'coder'"),
         (["events", "--since", "yesterdayish"], "--since: cannot read time"),
         (["events", "-n", "-3"], "--lines"),
     ]:
-        done = run_cli(*args, "--root", str(root))
+        done = run_cli(*args, "--root", str(events_root))
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         assert done.stderr.startswith("hermesd: error: ") and wording in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
     # a profile that is gone from disk but still in the history is known
-    assert run_cli("events", "gone", "--root", str(root)).returncode == 0
-    assert run_cli("events", "coder", "--root", str(root)).returncode == 0
+    assert run_cli("events", "gone", "--root", str(events_root)).returncode == 0
+    assert run_cli("events", "coder", "--root", str(events_root)).returncode == 0
 
 
-def test_no_journal_yet_is_not_an_error(root):
-    done = run_cli("events", "--root", str(root))
+def test_no_journal_yet_is_not_an_error(events_root):
+    done = run_cli("events", "--root", str(events_root))
     assert done.returncode == 0 and done.stdout == "" and "no events recorded yet" in done.stderr
 
 
-def test_a_journal_cut_mid_line_by_sigkill_is_still_readable(root):
+def test_a_journal_cut_mid_line_by_sigkill_is_still_readable(events_root):
     """A daemon SIGKILLed while writing: the torn line is skipped and named; the next daemon's events follow."""
-    folder = root / ".hermesd" / "events"
-    emit_all(root, scenarios.kill("coder", 1, 2))
+    folder = events_root / ".hermesd" / "events"
+    emit_all(events_root, scenarios.kill("coder", 1, 2))
     last = folder / segment_name(1)
     with open(last, "ab") as fh:
         fh.write(encode({"ts": 1.0, "seq": 4, "daemon": 1, "type": "exited", "profile": "coder"})[:33])
-    done = run_cli("events", "--json", "--root", str(root))
+    done = run_cli("events", "--json", "--root", str(events_root))
     assert done.returncode == 0
     assert [e["type"] for e in json_lines(done.stdout)] == ["exited", "started", "ready"]
     assert "skipped 1 damaged line" in done.stderr
-    emit_all(root, [("daemon_started", None, {}), ("adopted", "coder", {"pid": 2})])
-    done = run_cli("events", "--json", "--root", str(root))
+    emit_all(events_root, [("daemon_started", None, {}), ("adopted", "coder", {"pid": 2})])
+    done = run_cli("events", "--json", "--root", str(events_root))
     assert [e["type"] for e in json_lines(done.stdout)] == ["exited", "started", "ready", "daemon_started", "adopted"]
     assert "skipped 1 damaged line" in done.stderr
 
 
-def test_follow_prints_new_events_across_rotation_until_interrupted(root):
-    folder = root / ".hermesd" / "events"
-    (root / "profiles" / "coder").mkdir()
+def test_follow_prints_new_events_across_rotation_until_interrupted(events_root):
+    folder = events_root / ".hermesd" / "events"
+    (events_root / "profiles" / "coder").mkdir()
     settings = JournalSettings(max_bytes=4096, backups=50)
     j = Journal(folder, settings)
     j.open()
@@ -134,7 +134,7 @@ def test_follow_prints_new_events_across_rotation_until_interrupted(root):
         j.append({"ts": 1_700_000_000.0 + i, "seq": i, "daemon": 1, "type": "started", "profile": "coder",
                   "pid": i, "argv0": "hermes"})
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
-    proc = subprocess.Popen([sys.executable, *CLI, "events", "-f", "--json", "coder", "--root", str(root)],
+    proc = subprocess.Popen([sys.executable, *CLI, "events", "-f", "--json", "coder", "--root", str(events_root)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     try:
         lines = LineReader(proc)

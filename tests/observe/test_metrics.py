@@ -109,13 +109,13 @@ def test_promtool_lints_the_text_clean():
     assert done.returncode == 0 and done.stdout.strip() == "" and done.stderr.strip() == "", done.stdout + done.stderr
 
 
-def test_counters_match_the_events_read_back_from_the_journal(root):
+def test_counters_match_the_events_read_back_from_the_journal(events_root):
     """The live counters, a replay of the journal, and the /metrics numbers agree with `events --json`."""
     for name in ("coder", "writer"):
-        (root / "profiles" / name).mkdir()
-    obs = Observer(root, daemon_pid=777)
+        (events_root / "profiles" / name).mkdir()
+    obs = Observer(events_root, daemon_pid=777)
     obs.open()
-    old = Observer(root, daemon_pid=666)  # an earlier daemon run in the same journal: not counted
+    old = Observer(events_root, daemon_pid=666)  # an earlier daemon run in the same journal: not counted
     old.open()
     for type_, profile, fields in scenarios.crash_loop("coder", 1, 2):
         old.emit(type_, profile, **fields)
@@ -123,11 +123,12 @@ def test_counters_match_the_events_read_back_from_the_journal(root):
         obs.emit(type_, profile, **fields)
     obs.journal.close()
     old.journal.close()
-    folder = root / ".hermesd" / "events"
+    folder = events_root / ".hermesd" / "events"
     replayed = Counters.replay(last_run(folder))
     assert replayed.event_counts() == obs.counters.event_counts()
     assert Counters.replay(last_run(folder, daemon=666)).event_counts() != obs.counters.event_counts()
-    events = [e for e in json_lines(run_cli("events", "--json", "--root", str(root)).stdout) if e["daemon"] == 777]
+    events = [e for e in json_lines(run_cli("events", "--json", "--root", str(events_root)).stdout)
+              if e["daemon"] == 777]
     doc = {"supervisor": {"running": True}, "profiles": [row("coder"), row("writer")]}
     fams = families(obs.metrics_text(doc))
     for p in ("coder", "writer"):
@@ -146,9 +147,9 @@ def test_counters_match_the_events_read_back_from_the_journal(root):
     assert len(list(iter_events(folder))) == len(events) + 2 * 3 + 2  # the old run is still in the journal
 
 
-def test_metrics_command_without_a_daemon_reads_the_files(root):
-    (root / "profiles" / "coder").mkdir()
-    done = run_cli("metrics", "--root", str(root))
+def test_metrics_command_without_a_daemon_reads_the_files(events_root):
+    (events_root / "profiles" / "coder").mkdir()
+    done = run_cli("metrics", "--root", str(events_root))
     assert done.returncode == 0, done.stderr
     fams = families(done.stdout)
     assert value(fams, "hermesd_supervisor_running") == 0

@@ -207,9 +207,9 @@ def test_unix_socket_listener_is_private_and_replaces_only_its_own_stale_socket(
     assert path.read_text() == "not a socket"
 
 
-def test_observer_serves_the_daemon_status_and_restarts_the_listener_on_reconfigure(root):
+def test_observer_serves_the_daemon_status_and_restarts_the_listener_on_reconfigure(events_root):
     async def main():
-        obs = Observer(root, ObserveSettings(metrics=ANY_PORT))
+        obs = Observer(events_root, ObserveSettings(metrics=ANY_PORT))
         obs.open()
         obs.emit("started", "coder", pid=1, argv0="hermes")
         await obs.start(status=doc)
@@ -229,14 +229,14 @@ def test_observer_serves_the_daemon_status_and_restarts_the_listener_on_reconfig
     assert fams["process_resident_memory_bytes"].samples[0].value > 0
 
 
-def test_a_port_in_use_is_logged_not_fatal(root, caplog):
+def test_a_port_in_use_is_logged_not_fatal(events_root, caplog):
     async def main():
         blocker = socket.socket()
         blocker.bind(("127.0.0.1", 0))
         blocker.listen()
         port = blocker.getsockname()[1]
         try:
-            obs = Observer(root, ObserveSettings(metrics=parse_metrics({"listen": f"127.0.0.1:{port}"})))
+            obs = Observer(events_root, ObserveSettings(metrics=parse_metrics({"listen": f"127.0.0.1:{port}"})))
             await obs.start(status=doc)
             assert obs.metrics_server is None
             await obs.aclose()

@@ -14,11 +14,11 @@ from supervisor.observe.observer import Observer
 from supervisor.observe.reader import iter_events
 
 
-def test_emit_stamps_and_fans_out(root, tmp_path):
+def test_emit_stamps_and_fans_out(events_root, tmp_path):
     marker = tmp_path / "hook-ran"
 
     async def main():
-        obs = Observer(root, ObserveSettings(hooks=(Hook("h", frozenset({"held"}), ("/bin/sh", "-c",
+        obs = Observer(events_root, ObserveSettings(hooks=(Hook("h", frozenset({"held"}), ("/bin/sh", "-c",
                                                                                    f"cat > {marker}")),)),
                        daemon_pid=99, wall=lambda: 1_700_000_000.5)
         obs.open()
@@ -34,22 +34,23 @@ def test_emit_stamps_and_fans_out(root, tmp_path):
     obs, a, b = asyncio.run(main())
     assert a == {"ts": 1_700_000_000.5, "seq": 1, "daemon": 99, "type": "daemon_started", "profile": None}
     assert b["seq"] == 2 and len(b["message"]) == 1000  # capped
-    assert [e["seq"] for e in iter_events(root / ".hermesd" / "events")] == [1, 2]
+    assert [e["seq"] for e in iter_events(events_root / ".hermesd" / "events")] == [1, 2]
     assert obs.counters.events == {"daemon_started": 1, "held": 1}
     assert marker.read_text().startswith('{"ts":1700000000.5,"seq":2')
 
 
-def test_record_takes_the_planners_events_stamped_or_not(root):
-    obs = Observer(root, daemon_pid=5, wall=lambda: 10.0)
+def test_record_takes_the_planners_events_stamped_or_not(events_root):
+    obs = Observer(events_root, daemon_pid=5, wall=lambda: 10.0)
     obs.open()
     unstamped = obs.record({"type": "started", "profile": "coder", "pid": 1, "argv0": "hermes"})
     stamped = obs.record({"ts": 11.0, "seq": 7, "daemon": 5, "type": "ready", "profile": "coder", "pid": 1})
     assert unstamped["seq"] == 1 and unstamped["ts"] == 10.0 and stamped["seq"] == 7
-    assert [(e["type"], e["seq"]) for e in iter_events(root / ".hermesd" / "events")] == [("started", 1), ("ready", 7)]
+    assert [(e["type"], e["seq"]) for e in iter_events(events_root / ".hermesd" / "events")] \
+        == [("started", 1), ("ready", 7)]
 
 
-def test_schema_slips_are_logged_once_and_still_recorded(root, caplog):
-    obs = Observer(root)
+def test_schema_slips_are_logged_once_and_still_recorded(events_root, caplog):
+    obs = Observer(events_root)
     obs.open()
     with caplog.at_level(logging.WARNING, logger="hermesd"):
         obs.emit("exited", "coder", pid=1)
@@ -58,12 +59,12 @@ def test_schema_slips_are_logged_once_and_still_recorded(root, caplog):
     warnings = [r.getMessage() for r in caplog.records]
     assert warnings.count("event schema: exited: missing field 'code'") == 1
     assert "event schema: type: unknown event type 'no_such_type'" in warnings
-    assert len(list(iter_events(root / ".hermesd" / "events"))) == 3
+    assert len(list(iter_events(events_root / ".hermesd" / "events"))) == 3
 
 
-def test_an_unusable_journal_is_counted_not_fatal(root, caplog):
-    (root / ".hermesd" / "events").write_text("a file where the folder should be")
-    obs = Observer(root)
+def test_an_unusable_journal_is_counted_not_fatal(events_root, caplog):
+    (events_root / ".hermesd" / "events").write_text("a file where the folder should be")
+    obs = Observer(events_root)
     with caplog.at_level(logging.ERROR, logger="hermesd"):
         obs.open()
     obs.emit("daemon_started")

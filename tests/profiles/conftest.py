@@ -15,7 +15,7 @@ from supervisor.cli.profile import declare
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
+def empty_root(tmp_path: Path) -> Path:
     """An empty Hermes root with its ``profiles`` folder."""
     r = tmp_path / "root"
     (r / "profiles").mkdir(parents=True)

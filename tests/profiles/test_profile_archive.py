@@ -53,9 +53,9 @@ def special_member(name: str, kind: bytes, target: str = "") -> tuple[tarfile.Ta
 # --------------------------------------------------------------------------- export
 
 
-def test_export_named_profile_excludes_secrets_databases_and_runtime(root: Path, tmp_path: Path) -> None:
+def test_export_named_profile_excludes_secrets_databases_and_runtime(empty_root: Path, tmp_path: Path) -> None:
     home = make_profile(
-        root,
+        empty_root,
         "coder",
         {
             "config.yaml": "a: 1\n", "SOUL.md": "soul", "memories/MEMORY.md": "m", "sessions/s.json": "{}",
@@ -68,7 +68,7 @@ def test_export_named_profile_excludes_secrets_databases_and_runtime(root: Path,
     )
     (home / "link").symlink_to(home / "SOUL.md")
     os.mkfifo(home / "pipe")
-    result = export_profile("coder", tmp_path / "out" / "coder-backup", root)
+    result = export_profile("coder", tmp_path / "out" / "coder-backup", empty_root)
     assert result.path == tmp_path / "out" / "coder-backup.tar.gz"
     assert names_in(result.path) == {
         "coder", "coder/config.yaml", "coder/SOUL.md", "coder/memories", "coder/memories/MEMORY.md",
@@ -80,13 +80,13 @@ def test_export_named_profile_excludes_secrets_databases_and_runtime(root: Path,
     assert [p.name for p in result.path.parent.iterdir()] == ["coder-backup.tar.gz"]
 
 
-def test_export_default_uses_the_allow_list(root: Path, tmp_path: Path) -> None:
+def test_export_default_uses_the_allow_list(empty_root: Path, tmp_path: Path) -> None:
     for rel in ("config.yaml", "SOUL.md", "skills/a/SKILL.md", ".env", "auth.json", "state.db", "notes.txt",
                 "hermes-agent/x.py", "x11-dev/file", "active_profile"):
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text("x")
-    make_profile(root, "coder", {"SOUL.md": "other profile"})
-    result = export_profile("default", tmp_path / "d.tgz", root)
+        (empty_root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (empty_root / rel).write_text("x")
+    make_profile(empty_root, "coder", {"SOUL.md": "other profile"})
+    result = export_profile("default", tmp_path / "d.tgz", empty_root)
     assert result.path == tmp_path / "d.tar.gz"  # upstream: ".tgz" stripped, ".tar.gz" added
     assert names_in(result.path) == {
         "default", "default/config.yaml", "default/SOUL.md", "default/skills", "default/skills/a",
@@ -94,37 +94,38 @@ def test_export_default_uses_the_allow_list(root: Path, tmp_path: Path) -> None:
     }
 
 
-def test_export_missing_profile(root: Path, tmp_path: Path) -> None:
+def test_export_missing_profile(empty_root: Path, tmp_path: Path) -> None:
     with pytest.raises(ProfileNotFoundError):
-        export_profile("ghost", tmp_path / "g.tar.gz", root)
+        export_profile("ghost", tmp_path / "g.tar.gz", empty_root)
     assert not (tmp_path / "g.tar.gz").exists()
 
 
-def test_export_then_import_round_trip(root: Path, tmp_path: Path) -> None:
-    make_profile(root, "coder", {"config.yaml": "a: 1\n", "skills/x/SKILL.md": "skill", "bin/run.sh": "#!/bin/sh\n"})
-    os.chmod(root / "profiles" / "coder" / "bin" / "run.sh", 0o755)
-    archive = export_profile("coder", tmp_path / "c.tar.gz", root).path
-    result = import_profile(archive, "copy", root)
-    home = root / "profiles" / "copy"
+def test_export_then_import_round_trip(empty_root: Path, tmp_path: Path) -> None:
+    make_profile(empty_root, "coder",
+                 {"config.yaml": "a: 1\n", "skills/x/SKILL.md": "skill", "bin/run.sh": "#!/bin/sh\n"})
+    os.chmod(empty_root / "profiles" / "coder" / "bin" / "run.sh", 0o755)
+    archive = export_profile("coder", tmp_path / "c.tar.gz", empty_root).path
+    result = import_profile(archive, "copy", empty_root)
+    home = empty_root / "profiles" / "copy"
     assert result.path == home and result.name == "copy"
     assert (home / "config.yaml").read_text() == "a: 1\n"
     assert (home / "skills" / "x" / "SKILL.md").read_text() == "skill"
     assert stat.S_IMODE((home / "bin" / "run.sh").stat().st_mode) == 0o755
     with pytest.raises(ProfileExistsError):
-        import_profile(archive, "copy", root)
+        import_profile(archive, "copy", empty_root)
     with pytest.raises(ProfileExistsError):
-        import_profile(archive, None, root)  # inferred name "coder" exists
-    assert scratch_left(root) == []
+        import_profile(archive, None, empty_root)  # inferred name "coder" exists
+    assert scratch_left(empty_root) == []
 
 
-def test_export_reads_what_it_listed_not_a_link_swapped_in_after(root: Path, tmp_path: Path,
+def test_export_reads_what_it_listed_not_a_link_swapped_in_after(empty_root: Path, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Between the listing and the read, the profile swaps ``SOUL.md`` for a link to a root-only file
     and ``MEMORY.md`` for a FIFO: the archive holds the files that were listed, the export never
     blocks, and nothing of the link's target is read."""
     from profiles import archive, safetree
 
-    home = make_profile(root, "coder", {"SOUL.md": "soul", "memories/MEMORY.md": "memory"})
+    home = make_profile(empty_root, "coder", {"SOUL.md": "soul", "memories/MEMORY.md": "memory"})
     secret = tmp_path / "shadow"
     secret.write_text("root-only secret")
     real_walk = safetree.walk
@@ -140,7 +141,7 @@ def test_export_reads_what_it_listed_not_a_link_swapped_in_after(root: Path, tmp
             yield entry
 
     monkeypatch.setattr(archive.safetree, "walk", racing_walk)
-    result = export_profile("coder", tmp_path / "c.tar.gz", root)
+    result = export_profile("coder", tmp_path / "c.tar.gz", empty_root)
     with tarfile.open(result.path) as tar:
         soul = tar.extractfile("coder/SOUL.md")
         memory = tar.extractfile("coder/memories/MEMORY.md")
@@ -148,64 +149,64 @@ def test_export_reads_what_it_listed_not_a_link_swapped_in_after(root: Path, tmp
         assert soul.read() == b"soul" and memory.read() == b"memory"
 
 
-def test_export_of_hard_linked_files_imports_again(root: Path, tmp_path: Path) -> None:
+def test_export_of_hard_linked_files_imports_again(empty_root: Path, tmp_path: Path) -> None:
     """Two names of one file are archived as two files (import refuses hard-link members)."""
-    home = make_profile(root, "coder", {"skills/a/SKILL.md": "same"})
+    home = make_profile(empty_root, "coder", {"skills/a/SKILL.md": "same"})
     (home / "skills" / "b").mkdir()
     os.link(home / "skills" / "a" / "SKILL.md", home / "skills" / "b" / "SKILL.md")
-    archive_file = export_profile("coder", tmp_path / "c.tar.gz", root).path
-    import_profile(archive_file, "copy", root)
-    assert (root / "profiles" / "copy" / "skills" / "b" / "SKILL.md").read_text() == "same"
+    archive_file = export_profile("coder", tmp_path / "c.tar.gz", empty_root).path
+    import_profile(archive_file, "copy", empty_root)
+    assert (empty_root / "profiles" / "copy" / "skills" / "b" / "SKILL.md").read_text() == "same"
 
 
-def test_export_and_import_refuse_a_linked_profiles_folder(root: Path, tmp_path: Path) -> None:
+def test_export_and_import_refuse_a_linked_profiles_folder(empty_root: Path, tmp_path: Path) -> None:
     other = tmp_path / "other"
     make_profile(other, "coder", {"config.yaml": "a: 1\n"})
     archive_file = export_profile("coder", tmp_path / "c.tar.gz", other).path
-    os.rmdir(root / "profiles")
-    (root / "profiles").symlink_to(other / "profiles", target_is_directory=True)
+    os.rmdir(empty_root / "profiles")
+    (empty_root / "profiles").symlink_to(other / "profiles", target_is_directory=True)
     with pytest.raises(OSError, match="symbolic link"):
-        export_profile("coder", tmp_path / "d.tar.gz", root)
+        export_profile("coder", tmp_path / "d.tar.gz", empty_root)
     with pytest.raises(OSError, match="symbolic link"):
-        import_profile(archive_file, "copy", root)
+        import_profile(archive_file, "copy", empty_root)
     assert sorted(p.name for p in (other / "profiles").iterdir()) == ["coder"]
 
 
-def test_import_of_default_export_needs_a_name(root: Path, tmp_path: Path) -> None:
-    (root / "config.yaml").write_text("a: 1\n")
-    archive = export_profile("default", tmp_path / "d.tar.gz", root).path
+def test_import_of_default_export_needs_a_name(empty_root: Path, tmp_path: Path) -> None:
+    (empty_root / "config.yaml").write_text("a: 1\n")
+    archive = export_profile("default", tmp_path / "d.tar.gz", empty_root).path
     with pytest.raises(InvalidNameError, match="--name"):
-        import_profile(archive, None, root)
+        import_profile(archive, None, empty_root)
     with pytest.raises(InvalidNameError):
-        import_profile(archive, "default", root)
-    assert import_profile(archive, "restored", root).path.joinpath("config.yaml").read_text() == "a: 1\n"
+        import_profile(archive, "default", empty_root)
+    assert import_profile(archive, "restored", empty_root).path.joinpath("config.yaml").read_text() == "a: 1\n"
 
 
-def test_import_modes_are_sanitised(root: Path, tmp_path: Path) -> None:
+def test_import_modes_are_sanitised(empty_root: Path, tmp_path: Path) -> None:
     archive = build_tar(
         tmp_path / "m.tar.gz",
         [dir_member("p"), file_member("p/setuid", mode=0o4755), file_member("p/noperm", mode=0o000),
          file_member("p/.env", b"A=1\n", mode=0o644)],
     )
-    home = import_profile(archive, None, root).path
+    home = import_profile(archive, None, empty_root).path
     assert stat.S_IMODE((home / "setuid").stat().st_mode) == 0o755
     assert stat.S_IMODE((home / "noperm").stat().st_mode) == 0o600
     assert stat.S_IMODE((home / ".env").stat().st_mode) == 0o600
 
 
-def test_import_accepts_windows_separators(root: Path, tmp_path: Path) -> None:
+def test_import_accepts_windows_separators(empty_root: Path, tmp_path: Path) -> None:
     archive = build_tar(tmp_path / "w.tar.gz", [file_member("p\\memories\\MEMORY.md", b"m")])
-    home = import_profile(archive, None, root).path
+    home = import_profile(archive, None, empty_root).path
     assert (home / "memories" / "MEMORY.md").read_bytes() == b"m"
 
 
-def test_import_missing_or_corrupt_archive(root: Path, tmp_path: Path) -> None:
+def test_import_missing_or_corrupt_archive(empty_root: Path, tmp_path: Path) -> None:
     with pytest.raises(ProfileNotFoundError):
-        import_profile(tmp_path / "nope.tar.gz", None, root)
+        import_profile(tmp_path / "nope.tar.gz", None, empty_root)
     (tmp_path / "junk.tar.gz").write_bytes(b"\x1f\x8b not really gzip")
     with pytest.raises(UnsafeArchiveError, match="cannot read"):
-        import_profile(tmp_path / "junk.tar.gz", None, root)
-    assert list((root / "profiles").iterdir()) == []
+        import_profile(tmp_path / "junk.tar.gz", None, empty_root)
+    assert list((empty_root / "profiles").iterdir()) == []
 
 
 # --------------------------------------------------------------------------- hostile archives
@@ -256,36 +257,36 @@ def hostile_archive(draw: st.DrawFn) -> tuple[list[tuple[tarfile.TarInfo, bytes 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(hostile_archive())
-def test_hostile_archives_are_refused_and_leave_nothing(root: Path, tmp_path: Path, case: tuple) -> None:
+def test_hostile_archives_are_refused_and_leave_nothing(empty_root: Path, tmp_path: Path, case: tuple) -> None:
     members, bad_name = case
     archive = build_tar(tmp_path / "hostile.tar.gz", members)
-    before = sorted(os.listdir(root / "profiles"))
+    before = sorted(os.listdir(empty_root / "profiles"))
     with pytest.raises(UnsafeArchiveError) as exc:
-        import_profile(archive, "victim", root)
+        import_profile(archive, "victim", empty_root)
     assert repr(bad_name) in str(exc.value) or "config.yaml" in str(exc.value)
-    assert sorted(os.listdir(root / "profiles")) == before
-    assert not (tmp_path / "escape").exists() and not (root / "escape").exists()
+    assert sorted(os.listdir(empty_root / "profiles")) == before
+    assert not (tmp_path / "escape").exists() and not (empty_root / "escape").exists()
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.integers(min_value=1, max_value=40), st.integers(min_value=1, max_value=200))
-def test_size_and_count_limits(root: Path, tmp_path: Path, files: int, size: int) -> None:
+def test_size_and_count_limits(empty_root: Path, tmp_path: Path, files: int, size: int) -> None:
     members = [dir_member("p"), *(file_member(f"p/f{i}", b"x" * size) for i in range(files))]
     archive = build_tar(tmp_path / "big.tar.gz", members)
     total = files * size
     with pytest.raises(UnsafeArchiveError, match="byte limit"):
-        import_profile(archive, "big", root, max_bytes=total - 1)
+        import_profile(archive, "big", empty_root, max_bytes=total - 1)
     with pytest.raises(UnsafeArchiveError, match="more than"):
-        import_profile(archive, "big", root, max_members=files)
-    assert scratch_left(root) == [] and not (root / "profiles" / "big").exists()
-    result = import_profile(archive, "big", root, max_bytes=total, max_members=files + 1)
+        import_profile(archive, "big", empty_root, max_members=files)
+    assert scratch_left(empty_root) == [] and not (empty_root / "profiles" / "big").exists()
+    result = import_profile(archive, "big", empty_root, max_bytes=total, max_members=files + 1)
     assert result.members == files + 1
     import shutil
 
     shutil.rmtree(result.path)
 
 
-def test_declared_sizes_bound_a_compression_bomb(root: Path, tmp_path: Path) -> None:
+def test_declared_sizes_bound_a_compression_bomb(empty_root: Path, tmp_path: Path) -> None:
     """A tiny .tar.gz declaring gigabytes is refused from its headers, before any byte is written."""
     path = tmp_path / "bomb.tar.gz"
     with tarfile.open(path, "w:gz") as tar:
@@ -294,16 +295,16 @@ def test_declared_sizes_bound_a_compression_bomb(root: Path, tmp_path: Path) -> 
         tar.addfile(info, io.BytesIO(bytes(info.size)))
     assert path.stat().st_size < 1024 * 1024
     with pytest.raises(UnsafeArchiveError, match="'p/zeros'"):
-        import_profile(path, "bomb", root, max_bytes=1024 * 1024)
-    assert scratch_left(root) == []
+        import_profile(path, "bomb", empty_root, max_bytes=1024 * 1024)
+    assert scratch_left(empty_root) == []
 
 
-def test_failure_during_extraction_leaves_nothing(root: Path, tmp_path: Path) -> None:
+def test_failure_during_extraction_leaves_nothing(empty_root: Path, tmp_path: Path) -> None:
     """A member whose data is truncated fails mid-extraction; the scratch folder is removed."""
     good = build_tar(tmp_path / "t.tar", [dir_member("p"), file_member("p/a", b"a" * 10_000)], mode="w")
     data = good.read_bytes()
     truncated = tmp_path / "trunc.tar"
     truncated.write_bytes(data[: 512 + 512 + 2000])
     with pytest.raises(UnsafeArchiveError):
-        import_profile(truncated, "t", root)
-    assert sorted(os.listdir(root / "profiles")) == []
+        import_profile(truncated, "t", empty_root)
+    assert sorted(os.listdir(empty_root / "profiles")) == []

@@ -62,13 +62,14 @@ def upstream_create(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict
 
 
 @pytest.mark.parametrize("case", sorted(CONFIGS))
-def test_clone_migrates_like_upstream(root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+def test_clone_migrates_like_upstream(empty_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      case: str) -> None:
     files = {"config.yaml": CONFIGS[case], ".env": "KEY=val\nexport OTHER=x\n", "SOUL.md": "soul"}
-    make_profile(root, "src", files)
+    make_profile(empty_root, "src", files)
     monkeypatch.setenv("HOME", str(tmp_path / "hermesd-home"))
-    result = create_profile("dst", root, clone_from="src", python=PYTHON)
+    result = create_profile("dst", empty_root, clone_from="src", python=PYTHON)
     theirs = upstream_create(tmp_path, monkeypatch, files, clone_from="src", clone_config=True)
-    mine = root / "profiles" / "dst"
+    mine = empty_root / "profiles" / "dst"
     assert tree(mine) == tree(theirs)
     assert stat.S_IMODE((mine / ".env").stat().st_mode) == 0o600
     if case in ("no-version", "old-write-mode", "empty"):
@@ -82,16 +83,16 @@ def test_clone_migrates_like_upstream(root: Path, tmp_path: Path, monkeypatch: p
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"no_skills": True}, {"clone_from": "src", "clone_all": True}])
-def test_blank_and_full_copies_are_upstreams(root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_blank_and_full_copies_are_upstreams(empty_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              kwargs: dict[str, object]) -> None:
     files = {"config.yaml": "model: test\n", "skills/a/SKILL.md": "a", "workspace/w.txt": "w", "logs/x.log": "l"}
-    make_profile(root, "src", files)
-    create_profile("dst", root, python=PYTHON, **kwargs)  # type: ignore[arg-type]
+    make_profile(empty_root, "src", files)
+    create_profile("dst", empty_root, python=PYTHON, **kwargs)  # type: ignore[arg-type]
     theirs = upstream_create(tmp_path, monkeypatch, files, **kwargs)
-    assert tree(root / "profiles" / "dst") == tree(theirs)
+    assert tree(empty_root / "profiles" / "dst") == tree(theirs)
 
 
-def test_a_release_that_lacks_a_flag_refuses_rather_than_drops_it(root: Path, tmp_path: Path) -> None:
+def test_a_release_that_lacks_a_flag_refuses_rather_than_drops_it(empty_root: Path, tmp_path: Path) -> None:
     with pytest.raises(calls.UpstreamCallError, match=r"create_profile\(\) of hermes-agent 0.19.0 takes no surprise"):
         calls.call(PYTHON(), "create_profile", {"name": "dst", "surprise": True}, work_root=tmp_path / "r",
                    work_home=tmp_path)
@@ -122,9 +123,9 @@ def alive(pid: int) -> bool:
     return state not in "ZX"
 
 
-def test_cli_create_runs_upstream_in_the_injected_interpreter(root: Path, tmp_path: Path,
+def test_cli_create_runs_upstream_in_the_injected_interpreter(empty_root: Path, tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    make_profile(root, "src", {"config.yaml": "model: test\n"})
+    make_profile(empty_root, "src", {"config.yaml": "model: test\n"})
     asked: list[Path] = []
 
     def python(r: Path) -> list[str]:
@@ -133,24 +134,25 @@ def test_cli_create_runs_upstream_in_the_injected_interpreter(root: Path, tmp_pa
 
     parser = argparse.ArgumentParser(prog="hermesd")
     declare(Commands(parser.add_subparsers()), Context(upstream_python=python))
-    args = parser.parse_args(["profile", "create", "dst", "--clone-from", "src", "--no-alias", "--root", str(root)])
+    args = parser.parse_args(["profile", "create", "dst", "--clone-from", "src", "--no-alias",
+                              "--root", str(empty_root)])
     assert args.func(args) == 0
-    assert asked == [root.resolve()]
+    assert asked == [empty_root.resolve()]
     assert f"to v{LATEST}" in capsys.readouterr().out
 
     parser = argparse.ArgumentParser(prog="hermesd")
     declare(Commands(parser.add_subparsers()), Context())
-    args = parser.parse_args(["profile", "create", "other", "--no-alias", "--root", str(root)])
+    args = parser.parse_args(["profile", "create", "other", "--no-alias", "--root", str(empty_root)])
     assert args.func(args) == 2
     assert "no way to run hermes-agent" in capsys.readouterr().err
-    assert not (root / "profiles" / "other").exists()
+    assert not (empty_root / "profiles" / "other").exists()
 
 
-def test_names_and_the_source_are_checked_before_the_interpreter_is_asked(root: Path) -> None:
+def test_names_and_the_source_are_checked_before_the_interpreter_is_asked(empty_root: Path) -> None:
     def never() -> list[str]:
         raise AssertionError("the interpreter was asked before the checks")
 
-    make_profile(root, "taken")
+    make_profile(empty_root, "taken")
     for name, kwargs in (("../evil", {}), ("taken", {}), ("dst", {"clone_from": "ghost"})):
         with pytest.raises(ProfileError):
-            create_profile(name, root, python=never, **kwargs)  # type: ignore[arg-type]
+            create_profile(name, empty_root, python=never, **kwargs)  # type: ignore[arg-type]

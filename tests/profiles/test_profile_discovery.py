@@ -23,16 +23,16 @@ from profiles.discovery import (
 from profiles.errors import InvalidNameError, ProfileConfigError, ProfileNotFoundError, UnsafePathError
 
 
-def test_multiplex_serves_default_first_then_sorted_valid(root: Path) -> None:
+def test_multiplex_serves_default_first_then_sorted_valid(empty_root: Path) -> None:
     for name in ("writer", "coder", "a1", "z_z-9"):
-        (root / "profiles" / name).mkdir()
-    served = profiles_to_serve(True, root=root)
+        (empty_root / "profiles" / name).mkdir()
+    served = profiles_to_serve(True, root=empty_root)
     assert served == [
-        ("default", root),
-        ("a1", root / "profiles" / "a1"),
-        ("coder", root / "profiles" / "coder"),
-        ("writer", root / "profiles" / "writer"),
-        ("z_z-9", root / "profiles" / "z_z-9"),
+        ("default", empty_root),
+        ("a1", empty_root / "profiles" / "a1"),
+        ("coder", empty_root / "profiles" / "coder"),
+        ("writer", empty_root / "profiles" / "writer"),
+        ("z_z-9", empty_root / "profiles" / "z_z-9"),
     ]
 
 
@@ -40,21 +40,22 @@ def test_no_profiles_folder_serves_default_only(tmp_path: Path) -> None:
     assert profiles_to_serve(True, root=tmp_path) == [("default", tmp_path)]
 
 
-def test_skipped_entries_are_reported_with_reasons(root: Path, tmp_path: Path) -> None:
+def test_skipped_entries_are_reported_with_reasons(empty_root: Path, tmp_path: Path) -> None:
     outside = tmp_path / "elsewhere"
     outside.mkdir()
-    (root / "profiles" / "coder").mkdir()
-    (root / "profiles" / "Upper").mkdir()
-    (root / "profiles" / "test").mkdir()
-    (root / "profiles" / "default").mkdir()
-    (root / "profiles" / "notes.txt").write_text("x")
-    (root / "profiles" / "linked").symlink_to(outside, target_is_directory=True)
-    (root / "profiles" / "dangling").symlink_to(tmp_path / "missing")
-    (root / "profiles" / ".importing-x-123").mkdir()
-    (root / "profiles" / ".hidden-file").write_text("x")
+    (empty_root / "profiles" / "coder").mkdir()
+    (empty_root / "profiles" / "Upper").mkdir()
+    (empty_root / "profiles" / "test").mkdir()
+    (empty_root / "profiles" / "default").mkdir()
+    (empty_root / "profiles" / "notes.txt").write_text("x")
+    (empty_root / "profiles" / "linked").symlink_to(outside, target_is_directory=True)
+    (empty_root / "profiles" / "dangling").symlink_to(tmp_path / "missing")
+    (empty_root / "profiles" / ".importing-x-123").mkdir()
+    (empty_root / "profiles" / ".hidden-file").write_text("x")
 
-    assert profiles_to_serve(True, root=root) == [("default", root), ("coder", root / "profiles" / "coder")]
-    reasons = {name: reason for name, _path, reason in unserved_profile_dirs(root)}
+    assert profiles_to_serve(True, root=empty_root) \
+        == [("default", empty_root), ("coder", empty_root / "profiles" / "coder")]
+    reasons = {name: reason for name, _path, reason in unserved_profile_dirs(empty_root)}
     assert reasons == {
         "Upper": "invalid name",
         "dangling": "symlink",
@@ -63,8 +64,8 @@ def test_skipped_entries_are_reported_with_reasons(root: Path, tmp_path: Path) -
         "notes.txt": "not a directory",
         "test": "reserved name",
     }
-    paths = {name: path for name, path, _reason in unserved_profile_dirs(root)}
-    assert paths["linked"] == root / "profiles" / "linked"
+    paths = {name: path for name, path, _reason in unserved_profile_dirs(empty_root)}
+    assert paths["linked"] == empty_root / "profiles" / "linked"
 
 
 @settings(max_examples=30, deadline=None)
@@ -81,79 +82,79 @@ def test_served_plus_unserved_covers_every_entry(tmp_path_factory: pytest.TempPa
     assert all(n not in {"hermes", "test", "tmp", "root", "sudo", "default"} for n in served)
 
 
-def test_single_mode_serves_the_active_profile(root: Path) -> None:
-    (root / "profiles" / "coder").mkdir()
-    env = env_for(root)
-    assert profiles_to_serve(False, root=root, env=env) == [("default", root)]
-    set_active_profile("coder", root)
-    assert profiles_to_serve(False, root=root, env=env) == [("coder", root / "profiles" / "coder")]
+def test_single_mode_serves_the_active_profile(empty_root: Path) -> None:
+    (empty_root / "profiles" / "coder").mkdir()
+    env = env_for(empty_root)
+    assert profiles_to_serve(False, root=empty_root, env=env) == [("default", empty_root)]
+    set_active_profile("coder", empty_root)
+    assert profiles_to_serve(False, root=empty_root, env=env) == [("coder", empty_root / "profiles" / "coder")]
 
 
-def test_hermes_home_pointing_at_a_profile_wins_over_sticky(root: Path) -> None:
+def test_hermes_home_pointing_at_a_profile_wins_over_sticky(empty_root: Path) -> None:
     for name in ("coder", "writer"):
-        (root / "profiles" / name).mkdir()
-    set_active_profile("writer", root)
-    env = env_for(root, HERMES_HOME=str(root / "profiles" / "coder"))
-    assert active_profile(root, env) == "coder"
+        (empty_root / "profiles" / name).mkdir()
+    set_active_profile("writer", empty_root)
+    env = env_for(empty_root, HERMES_HOME=str(empty_root / "profiles" / "coder"))
+    assert active_profile(empty_root, env) == "coder"
     assert active_profile(env=env) == "coder"
 
 
-def test_supervised_child_ignores_sticky_profile(root: Path) -> None:
-    (root / "profiles" / "coder").mkdir()
-    set_active_profile("coder", root)
-    assert active_profile(root, env_for(root)) == "coder"
-    assert active_profile(root, env_for(root, HERMES_S6_SUPERVISED_CHILD="1")) == "default"
+def test_supervised_child_ignores_sticky_profile(empty_root: Path) -> None:
+    (empty_root / "profiles" / "coder").mkdir()
+    set_active_profile("coder", empty_root)
+    assert active_profile(empty_root, env_for(empty_root)) == "coder"
+    assert active_profile(empty_root, env_for(empty_root, HERMES_S6_SUPERVISED_CHILD="1")) == "default"
 
 
-def test_single_mode_with_missing_active_profile_is_an_error(root: Path) -> None:
-    (root / "active_profile").write_text("ghost\n")
+def test_single_mode_with_missing_active_profile_is_an_error(empty_root: Path) -> None:
+    (empty_root / "active_profile").write_text("ghost\n")
     with pytest.raises(ProfileNotFoundError, match="ghost"):
-        profiles_to_serve(False, root=root, env=env_for(root))
+        profiles_to_serve(False, root=empty_root, env=env_for(empty_root))
 
 
-def test_sticky_profile_read_set_clear(root: Path) -> None:
-    (root / "profiles" / "coder").mkdir()
-    assert read_active_profile(root) == "default"
-    assert set_active_profile(" Coder ", root) == "coder"
-    assert (root / "active_profile").read_text() == "coder\n"
-    assert read_active_profile(root) == "coder"
-    assert set_active_profile("default", root) == "default"
-    assert not (root / "active_profile").exists()
-    set_active_profile("coder", root)
-    clear_active_profile(root)
-    clear_active_profile(root)
-    assert read_active_profile(root) == "default"
-    assert not [p for p in root.iterdir() if p.name.endswith(".tmp")]
+def test_sticky_profile_read_set_clear(empty_root: Path) -> None:
+    (empty_root / "profiles" / "coder").mkdir()
+    assert read_active_profile(empty_root) == "default"
+    assert set_active_profile(" Coder ", empty_root) == "coder"
+    assert (empty_root / "active_profile").read_text() == "coder\n"
+    assert read_active_profile(empty_root) == "coder"
+    assert set_active_profile("default", empty_root) == "default"
+    assert not (empty_root / "active_profile").exists()
+    set_active_profile("coder", empty_root)
+    clear_active_profile(empty_root)
+    clear_active_profile(empty_root)
+    assert read_active_profile(empty_root) == "default"
+    assert not [p for p in empty_root.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_sticky_profile_must_exist_and_be_valid(root: Path) -> None:
+def test_sticky_profile_must_exist_and_be_valid(empty_root: Path) -> None:
     with pytest.raises(ProfileNotFoundError, match="'ghost'"):
-        set_active_profile("ghost", root)
+        set_active_profile("ghost", empty_root)
     with pytest.raises(InvalidNameError):
-        set_active_profile("../x", root)
-    (root / "active_profile").write_text("Not Valid!\n")
+        set_active_profile("../x", empty_root)
+    (empty_root / "active_profile").write_text("Not Valid!\n")
     with pytest.raises(ProfileConfigError) as exc:
-        read_active_profile(root)
-    assert exc.value.path == root / "active_profile"
-    (root / "active_profile").write_text("  \n")
-    assert read_active_profile(root) == "default"
+        read_active_profile(empty_root)
+    assert exc.value.path == empty_root / "active_profile"
+    (empty_root / "active_profile").write_text("  \n")
+    assert read_active_profile(empty_root) == "default"
 
 
-def test_existing_profile_home_refuses_symlinks(root: Path, tmp_path: Path) -> None:
+def test_existing_profile_home_refuses_symlinks(empty_root: Path, tmp_path: Path) -> None:
     target = tmp_path / "outside"
     target.mkdir()
-    (root / "profiles" / "linked").symlink_to(target, target_is_directory=True)
+    (empty_root / "profiles" / "linked").symlink_to(target, target_is_directory=True)
     with pytest.raises(UnsafePathError, match="symlink"):
-        existing_profile_home("linked", root)
-    assert not profile_exists("linked", root)
-    assert profile_exists("default", root)
-    (root / "profiles" / "afile").write_text("")
+        existing_profile_home("linked", empty_root)
+    assert not profile_exists("linked", empty_root)
+    assert profile_exists("default", empty_root)
+    (empty_root / "profiles" / "afile").write_text("")
     with pytest.raises(ProfileNotFoundError, match="not a directory"):
-        existing_profile_home("afile", root)
+        existing_profile_home("afile", empty_root)
     with pytest.raises(ProfileNotFoundError):
-        existing_profile_home("nobody", root)
-    assert existing_profile_home("default", root) == root
-    assert os.path.samefile(existing_profile_home("default", root), root)
+        existing_profile_home("nobody", empty_root)
+    assert existing_profile_home("default", empty_root) == empty_root
+    assert os.path.samefile(existing_profile_home("default", empty_root), empty_root)
 
 
 def test_identity_rule_of_the_multiplex_default_line(tmp_path: Path) -> None:

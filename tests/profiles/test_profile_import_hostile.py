@@ -42,7 +42,7 @@ def mode_of(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode)
 
 
-def test_modes_are_masked(root: Path, tmp_path: Path) -> None:
+def test_modes_are_masked(empty_root: Path, tmp_path: Path) -> None:
     archive = build(tmp_path / "a.tar.gz", [
         (entry("p", 0o777, tarfile.DIRTYPE), None),
         (entry("p/open", 0o777, tarfile.DIRTYPE), None),
@@ -56,7 +56,7 @@ def test_modes_are_masked(root: Path, tmp_path: Path) -> None:
         (entry("p/implied/deep/file", 0o644), b"x"),  # folders the archive never lists
         (entry("p/skills/.env", 0o666), b"not the profile's .env"),
     ])
-    result = import_profile(archive, root=root)
+    result = import_profile(archive, root=empty_root)
     home = result.path
     assert mode_of(home) == 0o755
     assert mode_of(home / "open") == 0o755
@@ -99,43 +99,43 @@ def refused(root: Path, archive: Path) -> str:
     return message
 
 
-def test_gnu_long_name_is_refused_unread(root: Path, tmp_path: Path) -> None:
+def test_gnu_long_name_is_refused_unread(empty_root: Path, tmp_path: Path) -> None:
     huge = "p/" + "a" * (8 * 1024 * 1024)
     archive = build(tmp_path / "long.tar.gz", [(entry("p", 0o755, tarfile.DIRTYPE), None), (entry(huge, 0o644), b"x")])
-    message = refused(root, archive)
+    message = refused(empty_root, archive)
     assert "refused unread" in message and "aaaaaaaa" not in message
 
 
-def test_gnu_long_link_is_refused_unread(root: Path, tmp_path: Path) -> None:
+def test_gnu_long_link_is_refused_unread(empty_root: Path, tmp_path: Path) -> None:
     link = entry("p/link", 0o777, tarfile.SYMTYPE)
     link.linkname = "x" * (2 * 1024 * 1024)
     archive = build(tmp_path / "link.tar.gz", [(entry("p", 0o755, tarfile.DIRTYPE), None), (link, None)])
-    assert "link target" in refused(root, archive)
+    assert "link target" in refused(empty_root, archive)
 
 
-def test_huge_pax_header_is_refused_unread(root: Path, tmp_path: Path) -> None:
+def test_huge_pax_header_is_refused_unread(empty_root: Path, tmp_path: Path) -> None:
     info = entry("p/file", 0o644)
     info.pax_headers = {"comment": "c" * (4 * 1024 * 1024)}
     archive = build(tmp_path / "pax.tar.gz", [(entry("p", 0o755, tarfile.DIRTYPE), None), (info, b"x")],
                     fmt=tarfile.PAX_FORMAT)
-    assert "PAX header" in refused(root, archive)
+    assert "PAX header" in refused(empty_root, archive)
 
 
-def test_pax_path_longer_than_a_path_is_refused_with_a_short_message(root: Path, tmp_path: Path) -> None:
+def test_pax_path_longer_than_a_path_is_refused_with_a_short_message(empty_root: Path, tmp_path: Path) -> None:
     name = "p/" + "b" * (MAX_NAME_BYTES + 10)
     members = [(entry("p", 0o755, tarfile.DIRTYPE), None), (entry(name, 0o644), b"x")]
     archive = build(tmp_path / "paxpath.tar.gz", members, fmt=tarfile.PAX_FORMAT)
-    message = refused(root, archive)
+    message = refused(empty_root, archive)
     assert "longer than 4096 bytes" in message and "characters)" in message
 
 
-def test_long_unsafe_name_is_quoted_short(root: Path, tmp_path: Path) -> None:
+def test_long_unsafe_name_is_quoted_short(empty_root: Path, tmp_path: Path) -> None:
     name = "p/" + "../" * 1000 + "etc"
     archive = build(tmp_path / "dots.tar.gz", [(entry("p", 0o755, tarfile.DIRTYPE), None), (entry(name, 0o644), b"x")])
-    assert "'..' component" in refused(root, archive)
+    assert "'..' component" in refused(empty_root, archive)
 
 
-def test_sparse_member_is_refused_before_its_map_is_read(root: Path, tmp_path: Path) -> None:
+def test_sparse_member_is_refused_before_its_map_is_read(empty_root: Path, tmp_path: Path) -> None:
     archive = build(tmp_path / "sparse.tar.gz", [(entry("p", 0o755, tarfile.DIRTYPE), None),
                                                  (entry("p/s", 0o644, tarfile.GNUTYPE_SPARSE), None)])
-    assert "sparse" in refused(root, archive)
+    assert "sparse" in refused(empty_root, archive)

@@ -59,6 +59,7 @@ def _cmdline(pid: int) -> list[str]:
     return identity.proc_cmdline(pid)
 
 
+@pytest.mark.live
 def test_release_without_the_flag_runs_without_it_and_is_never_judged_hung(daemon_for) -> None:
     d = daemon_for("0.18.2", hung_after=1)
     write_behaviour(d.root / "profiles" / "coder", heartbeat_interval=3600)
@@ -78,6 +79,7 @@ def test_release_without_the_flag_runs_without_it_and_is_never_judged_hung(daemo
     assert (row["pid"], row["adopted"]) == (pid, True), row
 
 
+@pytest.mark.live
 def test_release_with_a_heartbeat_is_still_judged_hung(daemon_for) -> None:
     d = daemon_for("0.19.0", hung_after=1)
     write_behaviour(d.root / "profiles" / "coder", heartbeat_interval=3600)
@@ -87,6 +89,7 @@ def test_release_with_a_heartbeat_is_still_judged_hung(daemon_for) -> None:
     wait_for(lambda: d.row("coder")["restarts"] >= 1, 15, what="the hung gateway killed and restarted")
 
 
+@pytest.mark.live
 def test_unsupported_release_holds_every_profile_and_spawns_nothing(daemon_for) -> None:
     d = daemon_for("0.16.0", names=("coder", "writer"))
     d.start()
@@ -101,6 +104,7 @@ def test_unsupported_release_holds_every_profile_and_spawns_nothing(daemon_for) 
     assert out.returncode == 1 and "older than 0.18.1" in out.stdout, out.stdout
 
 
+@pytest.mark.live
 def test_missing_library_and_platform_reason_show_in_status(daemon_for) -> None:
     d = daemon_for("0.19.0")
     home = d.root / "profiles" / "coder"
@@ -127,6 +131,7 @@ def test_missing_library_and_platform_reason_show_in_status(daemon_for) -> None:
     assert d.cli("probe", "coder", "--live").returncode == 0
 
 
+@pytest.mark.live
 def test_probe_ready_fails_on_a_fatal_platform(daemon_for) -> None:
     d = daemon_for("0.19.0")
     write_behaviour(d.root / "profiles" / "coder",
@@ -264,6 +269,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 '''
 
 
+@pytest.mark.live
 def test_a_new_gateway_command_is_asked_again(daemon_for, tmp_path: Path) -> None:
     """hermesd.yaml's command changes to an interpreter with an unsupported release: the running
     gateway keeps running on its last good command (as for any change that cannot start), a restart
@@ -305,6 +311,7 @@ def test_status_without_a_daemon_asks_the_interpreter_itself(tmp_path: Path) -> 
     assert teams["platform"] == "teams" and "microsoft-teams-apps==" in teams["install"]
 
 
+@pytest.mark.live
 def test_probe_status_and_doctor_ask_the_same_interpreter_in_a_venv_install(tmp_path: Path) -> None:
     """The README's venv install: the gateway runs ``<venv>/bin/python3 <venv>/bin/hermes``, and
     ``/proc/PID/exe`` resolves to the base interpreter, which lacks the venv's libraries. The probe

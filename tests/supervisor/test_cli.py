@@ -10,12 +10,15 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from supervisor import logs
 from tests.harness import REPO, Hermesd, kill_tagged, pid_alive, tagged_pids, wait_for
 
 
-def test_background_start_status_logs_stop(root):
-    d = Hermesd(root)
+@pytest.mark.live
+def test_background_start_status_logs_stop(fake_root):
+    d = Hermesd(fake_root)
     try:
         out = d.cli("start")
         assert out.returncode == 0, out.stderr
@@ -30,28 +33,28 @@ def test_background_start_status_logs_stop(root):
         assert d.cli("logs").returncode == 0  # the daemon's own log
         assert d.cli("stop").returncode == 0
         wait_for(lambda: not pid_alive(up["pid"]), 10)
-        assert tagged_pids(root) == []
+        assert tagged_pids(fake_root) == []
     finally:
         d.cli("stop")
-        kill_tagged(root)
+        kill_tagged(fake_root)
 
 
-def test_keep_children_then_adopt(root, hermesd_factory):
-    d = hermesd_factory(root)
+def test_keep_children_then_adopt(fake_root, hermesd_factory):
+    d = hermesd_factory(fake_root)
     before = d.wait_running("default", "coder", "writer")
     out = d.cli("stop", "--keep-children")
     assert out.returncode == 0 and "left running" in out.stdout
     assert d.proc.wait(10) == 0
     assert all(pid_alive(p) for p in before.values())
-    d2 = hermesd_factory(root)
+    d2 = hermesd_factory(fake_root)
     assert d2.wait_running("default", "coder", "writer") == before
 
 
-def test_status_watch_plain_when_piped(root, hermesd_factory):
-    d = hermesd_factory(root)
+def test_status_watch_plain_when_piped(fake_root, hermesd_factory):
+    d = hermesd_factory(fake_root)
     d.wait_running("coder")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "supervisor", "status", "--watch", "--interval", "0.1", "--root", str(root)],
+        [sys.executable, "-m", "supervisor", "status", "--watch", "--interval", "0.1", "--root", str(fake_root)],
         stdout=subprocess.PIPE, env=d.env, cwd=str(REPO),
     )
     chunks: list[bytes] = []
@@ -104,10 +107,10 @@ def _pty_output(args: list[str], env: dict[str, str], until: bytes, times: int =
     return out
 
 
-def test_status_watch_redraws_on_a_terminal_and_honours_no_color(root, hermesd_factory):
-    d = hermesd_factory(root)
+def test_status_watch_redraws_on_a_terminal_and_honours_no_color(fake_root, hermesd_factory):
+    d = hermesd_factory(fake_root)
     d.wait_running("default", "coder", "writer")
-    args = ["status", "--watch", "--interval", "0.1", "--root", str(root)]
+    args = ["status", "--watch", "--interval", "0.1", "--root", str(fake_root)]
     colored = _pty_output(args, {**d.env, "TERM": "xterm"}, b"PROFILE")
     assert b"\x1b[H\x1b[2J" in colored and b"\x1b[32m" in colored
     plain = _pty_output(args, {**d.env, "TERM": "xterm", "NO_COLOR": "1"}, b"PROFILE")
@@ -186,19 +189,19 @@ def test_socket_folder_owned_by_someone_else_is_refused(tmp_path):
     check_private(folder)
 
 
-def test_stop_shows_progress_on_a_terminal_only(root, hermesd_factory):
+def test_stop_shows_progress_on_a_terminal_only(fake_root, hermesd_factory):
     from tests.fakegw import write_behaviour
 
-    for home in (root, root / "profiles" / "coder", root / "profiles" / "writer"):
+    for home in (fake_root, fake_root / "profiles" / "coder", fake_root / "profiles" / "writer"):
         write_behaviour(home, hang_on_exit=0.6)  # a drain that takes a moment
-    d = hermesd_factory(root)
+    d = hermesd_factory(fake_root)
     d.wait_running("default", "coder", "writer")
-    out = _pty_output(["stop", "--root", str(root)], {**d.env, "TERM": "xterm"}, b"hermesd stopped", times=1)
+    out = _pty_output(["stop", "--root", str(fake_root)], {**d.env, "TERM": "xterm"}, b"hermesd stopped", times=1)
     assert b"stopping gateways: " in out and b"/3 stopped" in out and b"hermesd stopped" in out
     assert d.proc.wait(10) == 0
 
 
-def test_profile_export_progress_only_on_a_terminal(root, tmp_path):
+def test_profile_export_progress_only_on_a_terminal(fake_root, tmp_path):
     from profiles.progress import Progress
 
     class Tty(io.StringIO):

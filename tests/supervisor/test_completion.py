@@ -33,7 +33,8 @@ def scripts() -> dict[str, str]:
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
+def names_root(tmp_path: Path) -> Path:
+    """Profile folders with served, reserved and invalid names, a plain file and a link: only the served complete."""
     r = tmp_path / "hroot"
     for name in ("coder", "writer", "test", "Bad", "_x"):  # test: reserved; Bad, _x: invalid names
         (r / "profiles" / name).mkdir(parents=True)
@@ -117,7 +118,7 @@ def test_bash_syntax(scripts, tmp_path):
     assert subprocess.run([bash, "-n", str(path)], capture_output=True).returncode == 0
 
 
-def test_bash_completes_commands_options_and_profiles(scripts, tmp_path, root):
+def test_bash_completes_commands_options_and_profiles(scripts, tmp_path, names_root):
     s = scripts["bash"]
     assert bash_complete(s, ["hermesd", "res"], tmp_path) == ["restart"]
     assert sorted(bash_complete(s, ["hermesd", "pro"], tmp_path)) == ["probe", "profile"]
@@ -126,24 +127,25 @@ def test_bash_completes_commands_options_and_profiles(scripts, tmp_path, root):
     assert "--graceful" in bash_complete(s, ["hermesd", "restart", "--g"], tmp_path)
     assert bash_complete(s, ["hermesd", "completion", "z"], tmp_path) == ["zsh"]
     # profile names: from --root on the line ...
-    assert bash_complete(s, ["hermesd", "restart", "--root", str(root), ""], tmp_path) == ["default", "coder", "writer"]
+    assert bash_complete(s, ["hermesd", "restart", "--root", str(names_root), ""], tmp_path) \
+        == ["default", "coder", "writer"]
     # ... after other profiles too (restart takes several)
-    assert bash_complete(s, ["hermesd", "restart", "--root", str(root), "coder", "w"], tmp_path) == ["writer"]
+    assert bash_complete(s, ["hermesd", "restart", "--root", str(names_root), "coder", "w"], tmp_path) == ["writer"]
     # ... or from HERMES_HOME, a named profile's home pointing at its root
     assert bash_complete(s, ["hermesd", "restart", ""], tmp_path,
-                         HERMES_HOME=str(root / "profiles" / "coder")) == ["default", "coder", "writer"]
-    assert bash_complete(s, ["hermesd", "probe", "c"], tmp_path, HERMES_HOME=str(root)) == ["coder"]
+                         HERMES_HOME=str(names_root / "profiles" / "coder")) == ["default", "coder", "writer"]
+    assert bash_complete(s, ["hermesd", "probe", "c"], tmp_path, HERMES_HOME=str(names_root)) == ["coder"]
     # ... or ~/.hermes
     home_root = tmp_path / "home" / ".hermes"
     (home_root / "profiles" / "mine").mkdir(parents=True)
     assert bash_complete(s, ["hermesd", "stop", ""], tmp_path) == ["default", "mine"]
     # the profile verbs complete existing profiles too
-    assert bash_complete(s, ["hermesd", "profile", "show", "--root", str(root), "w"], tmp_path) == ["writer"]
+    assert bash_complete(s, ["hermesd", "profile", "show", "--root", str(names_root), "w"], tmp_path) == ["writer"]
 
 
-def test_bash_completes_directories_for_root(scripts, tmp_path, root):
-    got = bash_complete(scripts["bash"], ["hermesd", "run", "--root", str(root / "prof")], tmp_path)
-    assert got == [str(root / "profiles") + "/"]
+def test_bash_completes_directories_for_root(scripts, tmp_path, names_root):
+    got = bash_complete(scripts["bash"], ["hermesd", "run", "--root", str(names_root / "prof")], tmp_path)
+    assert got == [str(names_root / "profiles") + "/"]
 
 
 # --------------------------------------------------------------------------- zsh
@@ -175,13 +177,14 @@ def test_zsh_syntax(scripts, tmp_path):
     assert done.returncode == 0, done.stderr
 
 
-def test_zsh_walks_the_command_line(scripts, tmp_path, root):
+def test_zsh_walks_the_command_line(scripts, tmp_path, names_root):
     """_describe is stubbed to print what it was offered."""
     s = scripts["zsh"]
     assert zsh_complete(s, ["hermesd", "res"], tmp_path) == ["restart"]
-    assert zsh_complete(s, ["hermesd", "restart", "--root", str(root), ""], tmp_path) == ["default", "coder", "writer"]
+    assert zsh_complete(s, ["hermesd", "restart", "--root", str(names_root), ""], tmp_path) \
+        == ["default", "coder", "writer"]
     assert zsh_complete(s, ["hermesd", "restart", ""], tmp_path,
-                        HERMES_HOME=str(root / "profiles" / "writer")) == ["default", "coder", "writer"]
+                        HERMES_HOME=str(names_root / "profiles" / "writer")) == ["default", "coder", "writer"]
     assert "list" in zsh_complete(s, ["hermesd", "profile", ""], tmp_path)
     assert "--graceful" in zsh_complete(s, ["hermesd", "restart", "-"], tmp_path)
     assert zsh_complete(s, ["hermesd", "completion", ""], tmp_path) == ["bash", "zsh", "fish"]
@@ -213,14 +216,14 @@ def test_fish_syntax(scripts, tmp_path):
     assert done.returncode == 0, done.stderr
 
 
-def test_fish_completes_commands_and_profiles(scripts, tmp_path, root):
+def test_fish_completes_commands_and_profiles(scripts, tmp_path, names_root):
     s = scripts["fish"]
     assert fish_complete(s, "hermesd res", tmp_path) == ["restart"]
-    assert fish_complete(s, f"hermesd restart --root {root} ", tmp_path) == ["coder", "default", "writer"]
-    assert fish_complete(s, "hermesd restart coder w", tmp_path, HERMES_HOME=str(root)) == ["writer"]
+    assert fish_complete(s, f"hermesd restart --root {names_root} ", tmp_path) == ["coder", "default", "writer"]
+    assert fish_complete(s, "hermesd restart coder w", tmp_path, HERMES_HOME=str(names_root)) == ["writer"]
     assert "--graceful" in fish_complete(s, "hermesd restart --", tmp_path)
     assert fish_complete(s, "hermesd completion f", tmp_path) == ["fish"]
-    assert fish_complete(s, f"hermesd run --root {root}/prof", tmp_path) == [f"{root}/profiles/"]
+    assert fish_complete(s, f"hermesd run --root {names_root}/prof", tmp_path) == [f"{names_root}/profiles/"]
 
 
 # --------------------------------------------------------------------------- the command

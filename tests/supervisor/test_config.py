@@ -52,6 +52,26 @@ def test_errors_name_file_line_and_key(tmp_path, text, line, key):
     assert msg.startswith(f"{path}:{line}: {key}:"), msg
 
 
+@pytest.mark.parametrize(("text", "line", "key"), [
+    ("restart:\n  initial_delay: .nan\n", 2, "restart.initial_delay"),
+    ("restart:\n  max_delay: .inf\n", 2, "restart.max_delay"),
+    ("restart:\n  factor: .inf\n", 2, "restart.factor"),
+    ("restart:\n  healthy_after: -.inf\n", 2, "restart.healthy_after"),
+    ("restart:\n  jitter: .nan\n", 2, "restart.jitter"),
+    ("stop_timeout: .nan\n", 1, "stop_timeout"),
+    ("profiles:\n  coder:\n    stop_timeout: .nan\n", 3, "profiles.coder.stop_timeout"),
+    ("logs:\n  max_bytes: .inf\n", 2, "logs.max_bytes"),
+])
+def test_non_finite_numbers_are_refused(tmp_path, text, line, key):
+    """NaN passes every ``<`` and ``>`` check and infinity overflows a backoff: both are refused,
+    by the same error a daemon shows in status and ``doctor`` prints (file, line, key)."""
+    path = tmp_path / "hermesd.yaml"
+    with pytest.raises(ConfigError) as err:
+        parse(text, path)
+    msg = str(err.value)
+    assert msg.startswith(f"{path}:{line}: {key}: expected a "), msg
+
+
 def test_invalid_yaml_names_line(tmp_path):
     path = tmp_path / "hermesd.yaml"
     path.write_text("restart:\n  initial_delay: [1,\n")

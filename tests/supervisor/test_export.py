@@ -36,7 +36,7 @@ SECRETS = {
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
+def secrets_root(tmp_path: Path) -> Path:
     """default + coder + writer, each with a secret in .env; writer drains for 100 s and serves an API port."""
     r = tmp_path / "hroot"
     (r / "profiles" / "coder").mkdir(parents=True)
@@ -61,18 +61,18 @@ def home_of(root: Path, name: str) -> Path:
 
 
 @pytest.mark.parametrize("fmt", export.FORMATS)
-def test_no_secret_reaches_the_output(root, fmt):
-    text = "".join(files_for(fmt, root).values())
+def test_no_secret_reaches_the_output(secrets_root, fmt):
+    text = "".join(files_for(fmt, secrets_root).values())
     for secret in SECRETS.values():
         assert secret not in text
-    assert not (root / ".hermesd").exists()  # an export never writes into the tree it reads
+    assert not (secrets_root / ".hermesd").exists()  # an export never writes into the tree it reads
 
 
 # --------------------------------------------------------------------------- systemd
 
 
-def test_systemd_units_carry_the_child_contract(root):
-    files = files_for("systemd", root)
+def test_systemd_units_carry_the_child_contract(secrets_root):
+    files = files_for("systemd", secrets_root)
     assert sorted(files) == ["hermes-gw-coder.service", "hermes-gw-default.service", "hermes-gw-writer.service"]
     for name in ("default", "coder", "writer"):
         text = files[f"hermes-gw-{name}.service"]
@@ -81,10 +81,10 @@ def test_systemd_units_carry_the_child_contract(root):
         assert shlex.split(unit["ExecStart"]) == childspec.child_argv([sys.executable, "-m", "hermes_cli.main"], name)
         env = dict(shlex.split(ln.split("=", 1)[1])[0].split("=", 1) for ln in lines if ln.startswith("Environment="))
         # one machine, one root, one dispatcher lock: the kanban dispatcher choice (default) goes with them
-        assert env == {"HERMES_HOME": str(home_of(root, name)), **contract.FIXED_ENV,
+        assert env == {"HERMES_HOME": str(home_of(secrets_root, name)), **contract.FIXED_ENV,
                        "HERMES_KANBAN_DISPATCH_IN_GATEWAY": "true" if name == "default" else "false"}
         assert tags.TAG_ROOT not in text  # a later hermesd must not adopt (and kill) these
-        assert unit["ExecStop"] == f"-{sys.executable} -m supervisor _planned-stop {home_of(root, name)}"
+        assert unit["ExecStop"] == f"-{sys.executable} -m supervisor _planned-stop {home_of(secrets_root, name)}"
         assert unit["KillMode"] == "mixed" and unit["KillSignal"] == "SIGTERM"
         assert unit["Restart"] == "on-failure"
         assert unit["RestartForceExitStatus"] == "75" and unit["RestartPreventExitStatus"] == "78"
@@ -92,18 +92,18 @@ def test_systemd_units_carry_the_child_contract(root):
         assert unit["TimeoutStopSec"] == str(int(contract.stop_timeout(drain)))
 
 
-def test_systemd_units_verify(root, tmp_path):
+def test_systemd_units_verify(secrets_root, tmp_path):
     out = tmp_path / "units"
-    export.write_files(out, files_for("systemd", root))
+    export.write_files(out, files_for("systemd", secrets_root))
     systemd_verify(sorted(out.iterdir()))
 
 
-def test_hermesd_yaml_settings_are_honoured(root):
-    (root / "hermesd.yaml").write_text(
+def test_hermesd_yaml_settings_are_honoured(secrets_root):
+    (secrets_root / "hermesd.yaml").write_text(
         "stop_timeout: 45\nenvironment: {OPENAI_BASE_URL: 'http://127.0.0.1:8000/v1'}\n"
         "profiles:\n  coder: {enabled: false}\n  writer: {stop_timeout: 500}\n"
     )
-    files = files_for("systemd", root)
+    files = files_for("systemd", secrets_root)
     assert "hermes-gw-coder.service" not in files  # disabled: hermesd would not run it either
     assert "TimeoutStopSec=45" in files["hermes-gw-default.service"]
     assert "TimeoutStopSec=500" in files["hermes-gw-writer.service"]
@@ -121,8 +121,8 @@ def compose_tool() -> list[str] | None:
     return [legacy] if legacy else None
 
 
-def test_compose_services(root, tmp_path):
-    text = files_for("compose", root, image="registry.example/hermes:1")["compose.yaml"]
+def test_compose_services(secrets_root, tmp_path):
+    text = files_for("compose", secrets_root, image="registry.example/hermes:1")["compose.yaml"]
     doc = yaml.safe_load(text)
     assert doc["version"] == "3.8"  # docker 20.10's stack deploy refuses a file without one
     services = doc["services"]
@@ -135,9 +135,9 @@ def test_compose_services(root, tmp_path):
         # only the default profile's container mounts the root's kanban board, so only it dispatches
         assert svc["environment"] == {"HERMES_HOME": home, **contract.FIXED_ENV, "HOME": "/tmp",
                                       DISPATCH_ENV: "true" if name == "default" else "false"}
-        folder = home_of(root, name).stat()
+        folder = home_of(secrets_root, name).stat()
         assert svc["user"] == f"{folder.st_uid}:{folder.st_gid}"
-        assert svc["volumes"][0] == {"type": "bind", "source": str(home_of(root, name)), "target": home}
+        assert svc["volumes"][0] == {"type": "bind", "source": str(home_of(secrets_root, name)), "target": home}
         assert svc["restart"] == "unless-stopped" and svc["init"] is True
         assert svc["stop_signal"] == "SIGINT"  # upstream's planned stop without a marker
         assert svc["stop_grace_period"] == f"{int(contract.stop_timeout(100 if name == 'writer' else 0))}s"
@@ -148,38 +148,38 @@ def test_compose_services(root, tmp_path):
     assert all(len(services[f"hermes-gw-{n}"]["volumes"]) == 1 for n in ("coder", "writer"))
 
 
-def test_compose_hides_hermesd_state_and_follows_each_owner(root):
-    (root / ".hermesd").mkdir()
+def test_compose_hides_hermesd_state_and_follows_each_owner(secrets_root):
+    (secrets_root / ".hermesd").mkdir()
     if os.geteuid() == 0:
-        os.chown(root / "profiles" / "coder", 12345, 23456)
-    text = files_for("compose", root)["compose.yaml"]
+        os.chown(secrets_root / "profiles" / "coder", 12345, 23456)
+    text = files_for("compose", secrets_root)["compose.yaml"]
     services = yaml.safe_load(text)["services"]
     assert services["hermes-gw-default"]["volumes"][1:] == [{"type": "tmpfs", "target": "/opt/hermes/profiles"},
                                                            {"type": "tmpfs", "target": "/opt/hermes/.hermesd"}]
-    coder = (root / "profiles" / "coder").stat()
+    coder = (secrets_root / "profiles" / "coder").stat()
     assert services["hermes-gw-coder"]["user"] == f"{coder.st_uid}:{coder.st_gid}"
     if os.geteuid() == 0:
         assert services["hermes-gw-coder"]["user"] == "12345:23456"
         assert services["hermes-gw-default"]["user"] == "0:0"
 
 
-def test_containers_dispatch_only_where_the_board_is(root, capsys):
-    (root / "hermesd.yaml").write_text("kanban: {dispatcher: coder}\n")
-    systemd = files_for("systemd", root)
+def test_containers_dispatch_only_where_the_board_is(secrets_root, capsys):
+    (secrets_root / "hermesd.yaml").write_text("kanban: {dispatcher: coder}\n")
+    systemd = files_for("systemd", secrets_root)
     assert f"{DISPATCH_ENV}=true" in systemd["hermes-gw-coder.service"]  # one machine: coder dispatches
     capsys.readouterr()
-    services = yaml.safe_load(files_for("compose", root)["compose.yaml"])["services"]
+    services = yaml.safe_load(files_for("compose", secrets_root)["compose.yaml"])["services"]
     assert {n: s["environment"][DISPATCH_ENV] for n, s in services.items()} == {
         "hermes-gw-default": "false", "hermes-gw-coder": "false", "hermes-gw-writer": "false"}
     assert "kanban.dispatcher is 'coder'" in capsys.readouterr().err
 
 
-def test_compose_file_validates_with_compose(root, tmp_path):
+def test_compose_file_validates_with_compose(secrets_root, tmp_path):
     tool = compose_tool()
     if tool is None:
         pytest.skip("neither 'docker compose' nor docker-compose is installed (Debian package: docker-compose)")
     out = tmp_path / "deploy"
-    export.write_files(out, files_for("compose", root))
+    export.write_files(out, files_for("compose", secrets_root))
     done = subprocess.run([*tool, "-f", str(out / "compose.yaml"), "config"], capture_output=True, text=True,
                           cwd=out, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -189,13 +189,13 @@ def test_compose_file_validates_with_compose(root, tmp_path):
 # --------------------------------------------------------------------------- kubernetes
 
 
-def test_kubernetes_manifests(root):
-    files = files_for("kubernetes", root, image="registry.example/hermes:1", storage="5Gi")
+def test_kubernetes_manifests(secrets_root):
+    files = files_for("kubernetes", secrets_root, image="registry.example/hermes:1", storage="5Gi")
     assert sorted(files) == ["hermes-gw-coder.yaml", "hermes-gw-default.yaml", "hermes-gw-writer.yaml"]
     for name in ("default", "coder", "writer"):
         text = files[f"hermes-gw-{name}.yaml"]
-        assert f"kubectl create secret generic hermes-gw-{name}-env --from-env-file={home_of(root, name) / '.env'}" \
-            in text
+        env_file = home_of(secrets_root, name) / ".env"
+        assert f"kubectl create secret generic hermes-gw-{name}-env --from-env-file={env_file}" in text
         pvc, dep = yaml.safe_load_all(text)
         assert pvc["kind"] == "PersistentVolumeClaim" and pvc["spec"]["resources"]["requests"]["storage"] == "5Gi"
         assert dep["kind"] == "Deployment"
@@ -217,14 +217,14 @@ def test_kubernetes_manifests(root):
         assert c["startupProbe"]["exec"]["command"][3] == "--live"
 
 
-def test_kubernetes_manifests_validate_against_the_schemas(root):
+def test_kubernetes_manifests_validate_against_the_schemas(secrets_root):
     """Kubernetes' published OpenAPI schemas, as kubernetes-validate bundles them: the oldest and the
     newest release it ships, strict (an unknown field fails). No cluster runs here."""
     kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is not installed (pip)")
     from kubernetes_validate.utils import all_versions
 
     versions = sorted({all_versions()[0], kv.latest_version()}, key=lambda v: tuple(map(int, v.split("."))))
-    docs = [json.loads(json.dumps(doc)) for text in files_for("kubernetes", root).values()
+    docs = [json.loads(json.dumps(doc)) for text in files_for("kubernetes", secrets_root).values()
             for doc in yaml.safe_load_all(text)]
     assert sorted(d["kind"] for d in docs) == ["Deployment"] * 3 + ["PersistentVolumeClaim"] * 3
     for version in versions:
@@ -254,29 +254,29 @@ def test_kubernetes_names_are_dns_labels_and_unique():
 # --------------------------------------------------------------------------- refusals
 
 
-def test_refuses_duplicate_tokens_naming_them(root):
-    (root / "profiles" / "coder" / ".env").write_text(f"TELEGRAM_BOT_TOKEN={SECRETS['default']}\n")
+def test_refuses_duplicate_tokens_naming_them(secrets_root):
+    (secrets_root / "profiles" / "coder" / ".env").write_text(f"TELEGRAM_BOT_TOKEN={SECRETS['default']}\n")
     with pytest.raises(export.ExportError) as info:
-        export.export_files("compose", root)
+        export.export_files("compose", secrets_root)
     msg = str(info.value)
     assert "profile 'coder': credential_conflict: telegram telegram-bot-token (fingerprint " in msg
     assert "also configured in profile 'default'" in msg
     assert SECRETS["default"] not in msg
 
 
-def test_refuses_duplicate_ports_naming_them(root):
-    (root / "profiles" / "coder" / "config.yaml").write_text(
+def test_refuses_duplicate_ports_naming_them(secrets_root):
+    (secrets_root / "profiles" / "coder" / "config.yaml").write_text(
         "platforms:\n  api_server:\n    enabled: true\n    extra: {key: k-0123456789abcdef}\n")
     refusal = r"profile 'writer': port_conflict: api_server port 8642 .* profile 'coder'"
     with pytest.raises(export.ExportError, match=refusal):
-        export.export_files("kubernetes", root)
+        export.export_files("kubernetes", secrets_root)
 
 
-def test_refuses_a_malformed_profile_and_a_contract_override(root):
-    (root / "profiles" / "coder" / "config.yaml").write_text("platforms: [\n")
-    (root / "profiles" / "writer" / ".env").write_text("GATEWAY_MULTIPLEX_PROFILES=true\n")
+def test_refuses_a_malformed_profile_and_a_contract_override(secrets_root):
+    (secrets_root / "profiles" / "coder" / "config.yaml").write_text("platforms: [\n")
+    (secrets_root / "profiles" / "writer" / ".env").write_text("GATEWAY_MULTIPLEX_PROFILES=true\n")
     with pytest.raises(export.ExportError) as info:
-        export.export_files("compose", root)
+        export.export_files("compose", secrets_root)
     msg = str(info.value)
     assert "profile 'coder'" in msg and "config.yaml" in msg
     assert "profile 'writer'" in msg and "GATEWAY_MULTIPLEX_PROFILES" in msg
@@ -290,22 +290,22 @@ def cli(*argv: str) -> int:
     return args.func(args)
 
 
-def test_command_writes_files_or_stdout(root, tmp_path, capsys):
+def test_command_writes_files_or_stdout(secrets_root, tmp_path, capsys):
     out = tmp_path / "k8s"
-    assert cli("export", "kubernetes", "--root", str(root), "--out", str(out)) == 0
+    assert cli("export", "kubernetes", "--root", str(secrets_root), "--out", str(out)) == 0
     assert sorted(p.name for p in out.iterdir()) == ["hermes-gw-coder.yaml", "hermes-gw-default.yaml",
                                                      "hermes-gw-writer.yaml"]
     capsys.readouterr()
-    assert cli("export", "kubernetes", "--root", str(root)) == 0
+    assert cli("export", "kubernetes", "--root", str(secrets_root)) == 0
     docs = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
     assert [d["kind"] for d in docs] == ["PersistentVolumeClaim", "Deployment"] * 3
-    assert cli("export", "compose", "--root", str(root)) == 0
+    assert cli("export", "compose", "--root", str(secrets_root)) == 0
     assert "hermes-gw-writer" in yaml.safe_load(capsys.readouterr().out)["services"]
     with pytest.raises(UserError, match="--out DIR"):
-        cli("export", "systemd", "--root", str(root))
-    (root / "profiles" / "writer" / ".env").write_text(f"DISCORD_BOT_TOKEN={SECRETS['coder']}\n")
+        cli("export", "systemd", "--root", str(secrets_root))
+    (secrets_root / "profiles" / "writer" / ".env").write_text(f"DISCORD_BOT_TOKEN={SECRETS['coder']}\n")
     with pytest.raises(UserError, match="credential_conflict: discord"):
-        cli("export", "compose", "--root", str(root))
+        cli("export", "compose", "--root", str(secrets_root))
 
 
 def test_planned_stop_helper_marks_the_live_gateway(tmp_path, capsys):

@@ -20,12 +20,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.real_gateway]
 HERMES = Path(sys.executable).parent / "hermes"
 
 
-def test_outside_restart_is_watched_then_taken_back(root: Path, hermesd_factory):
-    write_config(root, command=[str(HERMES)], stop_timeout=60,
+def test_outside_restart_is_watched_then_taken_back(fake_root: Path, hermesd_factory):
+    write_config(fake_root, command=[str(HERMES)], stop_timeout=60,
                  profiles={"default": {"enabled": False}, "writer": {"enabled": False}})
-    d = hermesd_factory(root)
+    d = hermesd_factory(fake_root)
     first = d.wait_running("coder", timeout=120)["coder"]
-    env = {**d.env, "HERMES_HOME": str(root)}
+    env = {**d.env, "HERMES_HOME": str(fake_root)}
     outside = subprocess.Popen([str(HERMES), "-p", "coder", "gateway", "restart"], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:

@@ -111,6 +111,7 @@ def test_a_linked_profiles_folder_is_refused(base):
     assert os.stat(base / "other" / "profiles" / "coder").st_uid == os.getuid()
 
 
+@pytest.mark.live
 def test_held_with_the_command_then_isolate_user_and_it_runs(base):
     if not os.path.exists("/usr/bin/python3"):
         pytest.skip("needs a system python the account can run")

@@ -28,22 +28,22 @@ def _served(d) -> set[str]:
     return {r["name"] for r in d.status()["profiles"]}
 
 
-def test_delete_and_rename_20_times_without_resurrection(root: Path, hermesd_factory):
+def test_delete_and_rename_20_times_without_resurrection(fake_root: Path, hermesd_factory):
     for extra in ("coder", "writer"):
-        (root / "profiles" / extra).rmdir()
-    write_config(root, command=[str(HERMES)], stop_timeout=60, profiles={"default": {"enabled": False}})
-    profiles = root / "profiles"
-    d = hermesd_factory(root)
+        (fake_root / "profiles" / extra).rmdir()
+    write_config(fake_root, command=[str(HERMES)], stop_timeout=60, profiles={"default": {"enabled": False}})
+    profiles = fake_root / "profiles"
+    d = hermesd_factory(fake_root)
     for rnd in range(ROUNDS):
         old = [f"r{rnd}p{i}" for i in range(WIDTH)]
         new = [f"r{rnd}q{i}" for i in range(WIDTH)]
         for name in old:
-            done = d.cli("profile", "create", name, "--root", str(root), "--no-alias")
+            done = d.cli("profile", "create", name, "--root", str(fake_root), "--no-alias")
             assert done.returncode == 0, done.stderr
         first = d.wait_running(*old, timeout=120)
 
         for a, b in zip(old, new, strict=True):
-            done = d.cli("profile", "rename", a, b, "--stop", "--root", str(root), timeout=240)
+            done = d.cli("profile", "rename", a, b, "--stop", "--root", str(fake_root), timeout=240)
             assert done.returncode == 0, (a, done.stdout, done.stderr)
             assert not (profiles / a).exists(), f"round {rnd}: {a} still there right after the rename"
         second = d.wait_running(*new, timeout=120)
@@ -54,8 +54,8 @@ def test_delete_and_rename_20_times_without_resurrection(root: Path, hermesd_fac
         wait_for(lambda old=old: not _served(d) & set(old), 10, what="old names gone from status")
 
         for b in new:
-            done = d.cli("profile", "delete", b, "-y", "--stop", "--root", str(root), timeout=240)
+            done = d.cli("profile", "delete", b, "-y", "--stop", "--root", str(fake_root), timeout=240)
             assert done.returncode == 0, (b, done.stdout, done.stderr)
         wait_for(lambda new=new: not _served(d) & set(new), 10, what="deleted profiles gone from status")
-        wait_for(lambda: not tagged_pids(root), 20, what="no gateway left after the deletes")
+        wait_for(lambda: not tagged_pids(fake_root), 20, what="no gateway left after the deletes")
         assert not [p.name for p in profiles.iterdir()], f"round {rnd}: resurrected {list(profiles.iterdir())}"

@@ -27,18 +27,18 @@ HERMES = Path(os.environ.get("HERMESD_TEST_HERMES") or Path(sys.executable).pare
 
 
 @pytest.fixture
-def real_root(root: Path) -> Path:
+def real_root(fake_root: Path) -> Path:
     """A root as its owner has it for this release: on the multiplex-default line each named profile's
     config.yaml says ``gateway.standalone: true`` (what ``hermesd adopt`` writes; without it hermesd
     holds them, see tests/releases/test_fleet.py)."""
     if not HERMES.exists():
         pytest.fail(f"hermes-agent is a test dependency but {HERMES} is missing: install '.[test]'")
-    write_config(root, command=[str(HERMES)], stop_timeout=60)
+    write_config(fake_root, command=[str(HERMES)], stop_timeout=60)
     contract = release_contract(interpreter_facts([str(HERMES)]))
     if getattr(contract, "standalone_key", False):
         for name in ("coder", "writer"):
-            (root / "profiles" / name / "config.yaml").write_text("gateway:\n  standalone: true\n")
-    return root
+            (fake_root / "profiles" / name / "config.yaml").write_text("gateway:\n  standalone: true\n")
+    return fake_root
 
 
 def test_real_gateways_end_to_end(real_root, hermesd_factory):

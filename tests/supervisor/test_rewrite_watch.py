@@ -9,32 +9,32 @@ import json
 from tests.harness import wait_for
 
 
-def test_a_rewrite_of_config_yaml_is_seen_when_it_happens(root, hermesd_factory):
-    (root / "config.yaml").write_text("gateway:\n  multiplex_profiles: false\n")
-    d = hermesd_factory(root)
+def test_a_rewrite_of_config_yaml_is_seen_when_it_happens(fake_root, hermesd_factory):
+    (fake_root / "config.yaml").write_text("gateway:\n  multiplex_profiles: false\n")
+    d = hermesd_factory(fake_root)
     d.wait_running("default", "coder", "writer")
     assert d.status()["supervisor"]["rewrite_note"] is None
-    (root / ".multiplex_opt_out_rewritten").write_text("gateway.multiplex_profiles: false is retired and was "
+    (fake_root / ".multiplex_opt_out_rewritten").write_text("gateway.multiplex_profiles: false is retired and was "
                                                        "rewritten to true\n")
     note = wait_for(lambda: d.status()["supervisor"]["rewrite_note"], 10, what="the rewrite in status")
-    assert str(root / "config.yaml") in note and ".multiplex_opt_out_rewritten" in note
+    assert str(fake_root / "config.yaml") in note and ".multiplex_opt_out_rewritten" in note
     assert "! a gateway rewrote" in d.cli("status").stdout
     events = [json.loads(line) for line in d.cli("events", "--json").stdout.splitlines() if line]
     rewrites = [e for e in events if e["type"] == "config_rewritten"]
-    assert len(rewrites) == 1 and rewrites[0]["file"] == str(root / "config.yaml")
+    assert len(rewrites) == 1 and rewrites[0]["file"] == str(fake_root / "config.yaml")
     # the same marker again (rewritten in place, same time) is one incident, not a second event
     d.request({"cmd": "reload"})
     events = [json.loads(line) for line in d.cli("events", "--json").stdout.splitlines() if line]
     assert len([e for e in events if e["type"] == "config_rewritten"]) == 1
 
 
-def test_the_key_turning_true_without_a_marker_is_a_rewrite_too(root, hermesd_factory):
+def test_the_key_turning_true_without_a_marker_is_a_rewrite_too(fake_root, hermesd_factory):
     """Upstream's default gateway writes multiplex_profiles: true when it folds profiles in and the key was
     unset; it leaves a marker only when it overwrote an explicit false."""
-    (root / "config.yaml").write_text("model: {}\n")
-    d = hermesd_factory(root)
+    (fake_root / "config.yaml").write_text("model: {}\n")
+    d = hermesd_factory(fake_root)
     d.wait_running("default")
-    (root / "config.yaml").write_text("model: {}\ngateway:\n  multiplex_profiles: true\n")
+    (fake_root / "config.yaml").write_text("model: {}\ngateway:\n  multiplex_profiles: true\n")
     note = wait_for(lambda: d.status()["supervisor"]["rewrite_note"], 10, what="the rewrite in status")
     assert "now says gateway.multiplex_profiles: true" in note
     events = [json.loads(line) for line in d.cli("events", "--json").stdout.splitlines() if line]

@@ -28,7 +28,8 @@ def home(tmp_path: Path, monkeypatch) -> Path:
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
+def slow_drain_root(tmp_path: Path) -> Path:
+    """Profiles ``coder`` and ``slow``, the latter draining for 200 s (the unit's stop timeout follows it)."""
     r = tmp_path / "hroot"
     (r / "profiles" / "coder").mkdir(parents=True)
     (r / "profiles" / "slow").mkdir()
@@ -45,8 +46,8 @@ def directives(text: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
 
 
-def test_dry_run_prints_the_user_unit_and_changes_nothing(home, root, capsys):
-    assert run("--dry-run", "--root", str(root)) == 0
+def test_dry_run_prints_the_user_unit_and_changes_nothing(home, slow_drain_root, capsys):
+    assert run("--dry-run", "--root", str(slow_drain_root)) == 0
     out, err = capsys.readouterr()
     target = home / ".config/systemd/user/hermesd.service"
     assert out.startswith(f"# would write {target}\n")
@@ -54,7 +55,7 @@ def test_dry_run_prints_the_user_unit_and_changes_nothing(home, root, capsys):
     assert "# would run: systemctl --user enable --now hermesd.service" in out
     assert not target.exists()
     unit = directives(out)
-    assert unit["ExecStart"].endswith(f"run --root {root}")
+    assert unit["ExecStart"].endswith(f"run --root {slow_drain_root}")
     assert Path(unit["ExecStart"].split()[0]).is_absolute() or unit["ExecStart"].startswith(sys.executable)
     assert unit["KillMode"] == "process" and unit["Type"] == "notify"
     # the slowest profile drains 200 s: its stop timeout is 230 s, plus hermesd's margin
@@ -64,49 +65,49 @@ def test_dry_run_prints_the_user_unit_and_changes_nothing(home, root, capsys):
     assert "loginctl enable-linger" in err
 
 
-def test_written_unit_is_marked_and_verifies(tmp_path, home, root, capsys):
+def test_written_unit_is_marked_and_verifies(tmp_path, home, slow_drain_root, capsys):
     dest = tmp_path / "units"
-    assert run("--dest", str(dest), "--root", str(root)) == 0
+    assert run("--dest", str(dest), "--root", str(slow_drain_root)) == 0
     path = dest / "hermesd.service"
     text = path.read_text()
     assert text.startswith(f"# {service.MARK}")
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert "to start it: systemctl --user daemon-reload" in capsys.readouterr().out  # --dest: never enabled
     systemd_verify([path])
-    assert run("--dest", str(dest), "--root", str(root)) == 0  # our own file: rewritten
+    assert run("--dest", str(dest), "--root", str(slow_drain_root)) == 0  # our own file: rewritten
 
 
-def test_refuses_to_overwrite_a_unit_it_did_not_write(tmp_path, home, root):
+def test_refuses_to_overwrite_a_unit_it_did_not_write(tmp_path, home, slow_drain_root):
     dest = tmp_path / "units"
     dest.mkdir()
     (dest / "hermesd.service").write_text("[Service]\nExecStart=/usr/bin/mine\n")
     with pytest.raises(UserError, match="refusing to overwrite"):
-        run("--dest", str(dest), "--root", str(root))
+        run("--dest", str(dest), "--root", str(slow_drain_root))
     with pytest.raises(UserError, match="refusing to overwrite"):
-        run("--dest", str(dest), "--root", str(root), "--dry-run")
+        run("--dest", str(dest), "--root", str(slow_drain_root), "--dry-run")
     assert (dest / "hermesd.service").read_text() == "[Service]\nExecStart=/usr/bin/mine\n"
 
 
-def test_system_unit_runs_as_the_given_account(tmp_path, home, root, capsys):
+def test_system_unit_runs_as_the_given_account(tmp_path, home, slow_drain_root, capsys):
     dest = tmp_path / "system"
-    assert run("--system", "--run-as", "alice", "--dest", str(dest), "--root", str(root)) == 0
+    assert run("--system", "--run-as", "alice", "--dest", str(dest), "--root", str(slow_drain_root)) == 0
     text = (dest / "hermesd.service").read_text()
     unit = directives(text)
     assert unit["User"] == "alice" and unit["WantedBy"] == "multi-user.target"
     assert "loginctl" not in capsys.readouterr().err
     capsys.readouterr()
-    assert run("--system", "--dry-run", "--root", str(root)) == 0
+    assert run("--system", "--dry-run", "--root", str(slow_drain_root)) == 0
     out = capsys.readouterr().out
     assert out.startswith("# would write /etc/systemd/system/hermesd.service")
     assert "# would run: systemctl daemon-reload" in out
 
 
-def test_run_as_needs_system(home, root):
+def test_run_as_needs_system(home, slow_drain_root):
     with pytest.raises(UserError, match="--run-as"):
-        run("--run-as", "alice", "--dry-run", "--root", str(root))
+        run("--run-as", "alice", "--dry-run", "--root", str(slow_drain_root))
 
 
-def test_enables_the_unit_with_systemctl_when_present(tmp_path, home, root, monkeypatch, capsys):
+def test_enables_the_unit_with_systemctl_when_present(tmp_path, home, slow_drain_root, monkeypatch, capsys):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "calls"
@@ -114,38 +115,40 @@ def test_enables_the_unit_with_systemctl_when_present(tmp_path, home, root, monk
     fake.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    assert run("--root", str(root)) == 0
+    assert run("--root", str(slow_drain_root)) == 0
     assert (home / ".config/systemd/user/hermesd.service").is_file()
     assert calls.read_text().splitlines() == ["--user daemon-reload", "--user enable --now hermesd.service"]
     assert "enabled and started" in capsys.readouterr().out
 
 
-def test_launchd_agent(tmp_path, home, root):
+def test_launchd_agent(tmp_path, home, slow_drain_root):
     dest = tmp_path / "agents"
-    assert run("--manager", "launchd", "--dest", str(dest), "--root", str(root)) == 0
+    assert run("--manager", "launchd", "--dest", str(dest), "--root", str(slow_drain_root)) == 0
     raw = (dest / "ai.hermesd.plist").read_bytes()
     assert service.MARK.encode() in raw
     doc = plistlib.loads(raw)
-    assert doc["ProgramArguments"][-3:] == ["run", "--root", str(root)]
+    assert doc["ProgramArguments"][-3:] == ["run", "--root", str(slow_drain_root)]
     assert doc["ExitTimeOut"] == 200 + 30 + service.STOP_MARGIN
     assert doc["StandardErrorPath"] == str(home / "Library/Logs/hermesd.log")
     assert doc["KeepAlive"] == {"SuccessfulExit": False} and doc["AbandonProcessGroup"] is True
     with pytest.raises(UserError, match="--system is for systemd"):
-        run("--manager", "launchd", "--system", "--dry-run", "--root", str(root))
+        run("--manager", "launchd", "--system", "--dry-run", "--root", str(slow_drain_root))
 
 
-def test_warns_about_upstream_units_for_the_same_profiles(tmp_path, home, root, capsys):
+def test_warns_about_upstream_units_for_the_same_profiles(tmp_path, home, slow_drain_root, capsys):
     units = home / ".config/systemd/user"
     units.mkdir(parents=True)
     (units / "hermes-gateway-coder.service").write_text(
-        f'[Service]\nEnvironment="HERMES_HOME={root / "profiles" / "coder"}"\nExecStart=/usr/bin/hermes gateway run\n')
+        f'[Service]\nEnvironment="HERMES_HOME={slow_drain_root / "profiles" / "coder"}"\n'
+        'ExecStart=/usr/bin/hermes gateway run\n')
     (units / "hermes-gateway-elsewhere.service").write_text(
         '[Service]\nEnvironment="HERMES_HOME=/srv/other/profiles/elsewhere"\n')
     agents = home / "Library/LaunchAgents"
     agents.mkdir(parents=True)
-    plist = {"Label": "ai.hermes.gateway-slow", "EnvironmentVariables": {"HERMES_HOME": str(root / "profiles/slow")}}
+    plist = {"Label": "ai.hermes.gateway-slow",
+             "EnvironmentVariables": {"HERMES_HOME": str(slow_drain_root / "profiles/slow")}}
     (agents / "ai.hermes.gateway-slow.plist").write_bytes(plistlib.dumps(plist))
-    assert run("--dry-run", "--root", str(root)) == 0
+    assert run("--dry-run", "--root", str(slow_drain_root)) == 0
     err = capsys.readouterr().err
     assert "hermes-gateway-coder.service" in err and "'coder'" in err
     assert "ai.hermes.gateway-slow.plist" in err and "'slow'" in err

@@ -1,7 +1,10 @@
-"""``hermesd status`` exit codes, from the document alone (a pure function)."""
+"""``hermesd status``: its exit code and text from the document alone (pure functions), and the row a
+gateway's files make."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 from supervisor.status import exit_code, make_row
@@ -60,3 +63,23 @@ def test_the_text_status_shows_confinement_limits_and_kanban():
     assert "  kanban     default: dispatcher (PID 41, hermesd's child)" in lines
     assert "  kanban     writer: worker for task t_1\\x1b[2J (PID 77, in hermesd's tree)" in lines
     assert "\x1b" not in text  # a task id is the board's: never a terminal escape
+
+
+def test_a_platform_blocked_by_another_gateway_s_lock_is_a_lock_conflict(tmp_path):
+    """What the gateway writes in ``gateway_state.json`` when a token's lock is taken elsewhere
+    (upstream's ``*_lock`` error codes) becomes the row's lock conflict and a note in the text; the
+    file only counts when it is this gateway's (its PID)."""
+    from supervisor.status import render
+
+    plats = {"telegram": {"state": "retrying", "error_code": "telegram-bot-token_lock",
+                          "error_message": "token already in use by PID 4242"},
+             "discord": {"state": "connected"}}
+    (tmp_path / "gateway_state.json").write_text(json.dumps(
+        {"pid": os.getpid(), "gateway_state": "running", "platforms": plats}))
+    mine = make_row("coder", tmp_path, state="running", should_run=True, pid=os.getpid())
+    assert mine["lock_conflicts"] == [{"platform": "telegram", "error_code": "telegram-bot-token_lock",
+                                       "message": "token already in use by PID 4242"}]
+    assert "  coder: telegram blocked by another gateway: token already in use by PID 4242" \
+        in render(doc(mine), now=0).splitlines()
+    stale = make_row("coder", tmp_path, state="running", should_run=True, pid=os.getpid() + 1)
+    assert stale["lock_conflicts"] == [] and stale["gateway_state"] is None

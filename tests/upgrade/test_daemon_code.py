@@ -39,8 +39,8 @@ def test_the_recorded_code_survives_a_hermesd_crash_and_shows_offline(fleet, her
         assert (r["adopted"], r["code"]["how"], r["code"]["running"]) == (True, "recorded", installed)
 
 
-def test_only_fleet_steps_may_be_recorded_and_they_are_well_formed(root, hermesd_factory):
-    d = hermesd_factory(root)
+def test_only_fleet_steps_may_be_recorded_and_they_are_well_formed(fake_root, hermesd_factory):
+    d = hermesd_factory(fake_root)
     d.wait_running("coder")
     d.request({"cmd": "record", "event": "upgrade_started", "fields": {"id": "x1", "operation": "upgrade",
                                                                         "target": "0.19.0"}})
@@ -52,7 +52,7 @@ def test_only_fleet_steps_may_be_recorded_and_they_are_well_formed(root, hermesd
                      ({"event": "upgrade_gate", "profile": "nobody"}, "nobody")):
         with pytest.raises(ControlError, match=why):
             d.request({"cmd": "record", **bad})
-    mine = [e for e in iter_events(default_folder(root)) if e["type"] in CLIENT_EVENTS]
+    mine = [e for e in iter_events(default_folder(fake_root)) if e["type"] in CLIENT_EVENTS]
     assert [e["type"] for e in mine] == ["upgrade_started", "upgrade_gate"]
     assert all(validate(e) == [] for e in mine)
     assert summary(mine[1]) == "upgrade x1: health gate passed after 1.5s: running"

@@ -75,7 +75,8 @@ def fakes(tmp_path: Path) -> Fakes:
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
+def quoted_root(tmp_path: Path) -> Path:
+    """A root whose path has spaces, quotes and ``$HOME`` in it: the wrappers must quote it."""
     r = tmp_path / "my root 'quoted' $HOME"
     (r / "profiles" / "coder").mkdir(parents=True)
     return r
@@ -101,57 +102,58 @@ def make(alias: str, profile: str, root: Path, wdir: Path, fakes: Fakes, **kw: o
 # --------------------------------------------------------------------------- running the script
 
 
-def test_daemon_down_everything_goes_to_hermes(root: Path, wdir: Path, fakes: Fakes) -> None:
-    script = make("coder", "coder", root, wdir, fakes)
+def test_daemon_down_everything_goes_to_hermes(quoted_root: Path, wdir: Path, fakes: Fakes) -> None:
+    script = make("coder", "coder", quoted_root, wdir, fakes)
     assert os.access(script, os.X_OK)
     fakes.daemon(False)
     proc = run(script, "gateway", "start")
     assert proc.returncode == 7  # hermes' exit status comes back through exec
     calls = fakes.calls()
-    home = str(root / "profiles" / "coder")
-    assert calls[0] == {"prog": "hermesd", "argv": ["ping", "--root", str(root)], "home": home}
+    home = str(quoted_root / "profiles" / "coder")
+    assert calls[0] == {"prog": "hermesd", "argv": ["ping", "--root", str(quoted_root)], "home": home}
     # Confined as the profile's gateway: through hermesd exec, which runs hermes -p coder.
     assert calls[1] == {"prog": "hermesd", "home": home, "argv": [
-        "exec", "--root", str(root), "coder", "--", fakes.hermes, "-p", "coder", "gateway", "start"]}
+        "exec", "--root", str(quoted_root), "coder", "--", fakes.hermes, "-p", "coder", "gateway", "start"]}
     assert calls[2] == {"prog": "hermes", "argv": ["-p", "coder", "gateway", "start"], "home": home}
     assert len(calls) == 3
 
 
-def test_without_hermesd_the_alias_still_runs_hermes(root: Path, wdir: Path, fakes: Fakes) -> None:
+def test_without_hermesd_the_alias_still_runs_hermes(quoted_root: Path, wdir: Path, fakes: Fakes) -> None:
     """hermesd uninstalled after the alias was written: the alias falls back to plain hermes."""
-    script = make("coder", "coder", root, wdir, fakes)
+    script = make("coder", "coder", quoted_root, wdir, fakes)
     os.unlink(fakes.hermesd)
     proc = run(script, "chat")
     assert proc.returncode == 7
-    home = str(root / "profiles" / "coder")
+    home = str(quoted_root / "profiles" / "coder")
     assert fakes.calls() == [{"prog": "hermes", "argv": ["-p", "coder", "chat"], "home": home}]
 
 
 @pytest.mark.parametrize("verb", ["start", "stop", "restart", "status"])
-def test_daemon_up_gateway_verbs_go_to_hermesd(root: Path, wdir: Path, fakes: Fakes, verb: str) -> None:
-    script = make("cdr", "coder", root, wdir, fakes)
+def test_daemon_up_gateway_verbs_go_to_hermesd(quoted_root: Path, wdir: Path, fakes: Fakes, verb: str) -> None:
+    script = make("cdr", "coder", quoted_root, wdir, fakes)
     fakes.daemon(True)
     proc = run(script, "gateway", verb)
     assert proc.returncode == 0
     calls = fakes.calls()
     assert [c["prog"] for c in calls] == ["hermesd", "hermesd"]
-    assert calls[1]["argv"] == [verb, "--root", str(root), "coder"]
+    assert calls[1]["argv"] == [verb, "--root", str(quoted_root), "coder"]
 
 
-def test_daemon_up_other_commands_still_go_to_hermes(root: Path, wdir: Path, fakes: Fakes) -> None:
-    script = make("coder", "coder", root, wdir, fakes)
+def test_daemon_up_other_commands_still_go_to_hermes(quoted_root: Path, wdir: Path, fakes: Fakes) -> None:
+    script = make("coder", "coder", quoted_root, wdir, fakes)
     fakes.daemon(True)
     for args in (["gateway", "run"], ["gateway"], ["chat", "-q", "hi"], [], ["status", "gateway"]):
         run(script, *args)
         calls = fakes.calls()
-        assert calls[-1] == {"prog": "hermes", "argv": ["-p", "coder", *args], "home": str(root / "profiles" / "coder")}
+        assert calls[-1] == {"prog": "hermes", "argv": ["-p", "coder", *args],
+                             "home": str(quoted_root / "profiles" / "coder")}
 
 
-def test_extra_arguments_are_passed_to_hermesd(root: Path, wdir: Path, fakes: Fakes) -> None:
-    script = make("coder", "coder", root, wdir, fakes)
+def test_extra_arguments_are_passed_to_hermesd(quoted_root: Path, wdir: Path, fakes: Fakes) -> None:
+    script = make("coder", "coder", quoted_root, wdir, fakes)
     fakes.daemon(True)
     run(script, "gateway", "stop", "--all", "two words")
-    assert fakes.calls()[-1]["argv"] == ["stop", "--root", str(root), "coder", "--all", "two words"]
+    assert fakes.calls()[-1]["argv"] == ["stop", "--root", str(quoted_root), "coder", "--all", "two words"]
 
 
 tricky = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
@@ -159,29 +161,29 @@ tricky = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_si
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(tricky, max_size=4))
-def test_arguments_survive_quoting(root: Path, wdir: Path, fakes: Fakes, args: list[str]) -> None:
+def test_arguments_survive_quoting(quoted_root: Path, wdir: Path, fakes: Fakes, args: list[str]) -> None:
     script = wdir / "coder"
     if not script.exists():
-        make("coder", "coder", root, wdir, fakes)
+        make("coder", "coder", quoted_root, wdir, fakes)
     fakes.daemon(False)
     run(script, "chat", *args)
     assert fakes.calls()[-1]["argv"] == ["-p", "coder", "chat", *args]
 
 
-def test_default_profile_wrapper(root: Path, wdir: Path, fakes: Fakes) -> None:
-    script = make("home-bot", "Default", root, wdir, fakes)
+def test_default_profile_wrapper(quoted_root: Path, wdir: Path, fakes: Fakes) -> None:
+    script = make("home-bot", "Default", quoted_root, wdir, fakes)
     run(script, "chat")
-    assert fakes.calls()[-1] == {"prog": "hermes", "argv": ["-p", "default", "chat"], "home": str(root)}
+    assert fakes.calls()[-1] == {"prog": "hermes", "argv": ["-p", "default", "chat"], "home": str(quoted_root)}
     fakes.daemon(True)
     run(script, "gateway", "restart")
-    assert fakes.calls()[-1]["argv"] == ["restart", "--root", str(root), "default"]
+    assert fakes.calls()[-1]["argv"] == ["restart", "--root", str(quoted_root), "default"]
 
 
-def test_script_runs_under_plain_sh(root: Path, wdir: Path, fakes: Fakes) -> None:
-    script = make("coder", "coder", root, wdir, fakes)
+def test_script_runs_under_plain_sh(quoted_root: Path, wdir: Path, fakes: Fakes) -> None:
+    script = make("coder", "coder", quoted_root, wdir, fakes)
     fakes.daemon(True)
     subprocess.run(["sh", str(script), "gateway", "status"], env={"PATH": "/usr/bin:/bin"}, check=True, timeout=30)
-    assert fakes.calls()[-1]["argv"] == ["status", "--root", str(root), "coder"]
+    assert fakes.calls()[-1]["argv"] == ["status", "--root", str(quoted_root), "coder"]
 
 
 # --------------------------------------------------------------------------- generated text
@@ -213,13 +215,13 @@ def test_bat_text(tmp_path: Path) -> None:
         render_bat_wrapper("coder", Path("C:/x"), 'C:/b"ad/hermes.exe', "hermesd")
 
 
-def test_bat_wrapper_is_listed_and_removed(root: Path, wdir: Path, fakes: Fakes) -> None:
-    path = create_wrapper("coder", "coder", root, wdir, hermes="h.exe", hermesd="hd.exe", windows=True,
+def test_bat_wrapper_is_listed_and_removed(quoted_root: Path, wdir: Path, fakes: Fakes) -> None:
+    path = create_wrapper("coder", "coder", quoted_root, wdir, hermes="h.exe", hermesd="hd.exe", windows=True,
                           env={"PATH": ""})
     assert path == wdir / "coder.bat"
     info = read_wrapper(path)
-    assert info is not None and (info.alias, info.profile, info.root) == ("coder", "coder", root.absolute())
-    assert remove_wrapper("coder", wdir, root) == path and not path.exists()
+    assert info is not None and (info.alias, info.profile, info.root) == ("coder", "coder", quoted_root.absolute())
+    assert remove_wrapper("coder", wdir, quoted_root) == path and not path.exists()
 
 
 def test_root_with_line_break_is_refused(tmp_path: Path, wdir: Path, fakes: Fakes) -> None:
@@ -231,61 +233,61 @@ def test_root_with_line_break_is_refused(tmp_path: Path, wdir: Path, fakes: Fake
 
 
 @pytest.mark.parametrize("alias", ["gateway", "chat", "hermes", "sudo", "test", "../x", "Bad Name"])
-def test_reserved_subcommand_and_invalid_aliases(root: Path, wdir: Path, fakes: Fakes, alias: str) -> None:
+def test_reserved_subcommand_and_invalid_aliases(quoted_root: Path, wdir: Path, fakes: Fakes, alias: str) -> None:
     with pytest.raises(Exception) as exc:
-        make(alias, "coder", root, wdir, fakes)
+        make(alias, "coder", quoted_root, wdir, fakes)
     assert repr(alias.strip().lower()) in str(exc.value) or repr(alias) in str(exc.value)
     assert list(wdir.iterdir()) == []
 
 
-def test_existing_command_on_path_is_refused(root: Path, wdir: Path, tmp_path: Path, fakes: Fakes) -> None:
+def test_existing_command_on_path_is_refused(quoted_root: Path, wdir: Path, tmp_path: Path, fakes: Fakes) -> None:
     other = tmp_path / "usrbin"
     other.mkdir()
     (other / "coder").write_text("#!/bin/sh\n")
     (other / "coder").chmod(0o755)
     env = {"PATH": f"{wdir}{os.pathsep}{other}"}
-    assert "existing command" in (alias_collision("coder", "coder", root, wdir, env=env, windows=False) or "")
+    assert "existing command" in (alias_collision("coder", "coder", quoted_root, wdir, env=env, windows=False) or "")
     with pytest.raises(WrapperError, match=str(other / "coder")):
-        create_wrapper("coder", "coder", root, wdir, env=env, hermes="h", hermesd="hd", windows=False)
+        create_wrapper("coder", "coder", quoted_root, wdir, env=env, hermes="h", hermesd="hd", windows=False)
 
 
-def test_own_wrapper_on_path_is_not_a_collision(root: Path, wdir: Path, fakes: Fakes) -> None:
+def test_own_wrapper_on_path_is_not_a_collision(quoted_root: Path, wdir: Path, fakes: Fakes) -> None:
     env = {"PATH": str(wdir)}
-    first = create_wrapper("coder", "coder", root, wdir, env=env, hermes="h1", hermesd="hd", windows=False)
-    again = create_wrapper("coder", "coder", root, wdir, env=env, hermes="h2", hermesd="hd", windows=False)
+    first = create_wrapper("coder", "coder", quoted_root, wdir, env=env, hermes="h1", hermesd="hd", windows=False)
+    again = create_wrapper("coder", "coder", quoted_root, wdir, env=env, hermes="h2", hermesd="hd", windows=False)
     assert first == again and "exec h2 -p coder" in again.read_text()
 
 
-def test_foreign_file_at_target_is_never_overwritten(root: Path, wdir: Path, fakes: Fakes) -> None:
+def test_foreign_file_at_target_is_never_overwritten(quoted_root: Path, wdir: Path, fakes: Fakes) -> None:
     (wdir / "coder").write_text("#!/bin/sh\necho mine\n")
     with pytest.raises(WrapperError, match="not written by hermesd"):
-        make("coder", "coder", root, wdir, fakes)
+        make("coder", "coder", quoted_root, wdir, fakes)
     assert (wdir / "coder").read_text() == "#!/bin/sh\necho mine\n"
     assert remove_wrapper("coder", wdir) is None and (wdir / "coder").exists()
 
 
-def test_alias_of_another_profile_needs_replace_own(root: Path, wdir: Path, fakes: Fakes) -> None:
-    (root / "profiles" / "writer").mkdir()
-    make("wr9", "writer", root, wdir, fakes)
+def test_alias_of_another_profile_needs_replace_own(quoted_root: Path, wdir: Path, fakes: Fakes) -> None:
+    (quoted_root / "profiles" / "writer").mkdir()
+    make("wr9", "writer", quoted_root, wdir, fakes)
     with pytest.raises(WrapperError, match="'writer'"):
-        make("wr9", "coder", root, wdir, fakes)
-    make("wr9", "coder", root, wdir, fakes, replace_own=True)
+        make("wr9", "coder", quoted_root, wdir, fakes)
+    make("wr9", "coder", quoted_root, wdir, fakes, replace_own=True)
     assert read_wrapper(wdir / "wr9").profile == "coder"  # type: ignore[union-attr]
 
 
-def test_list_and_remove_touch_only_our_wrappers(root: Path, wdir: Path, tmp_path: Path, fakes: Fakes) -> None:
+def test_list_and_remove_touch_only_our_wrappers(quoted_root: Path, wdir: Path, tmp_path: Path, fakes: Fakes) -> None:
     other_root = tmp_path / "other-root"
-    make("coder", "coder", root, wdir, fakes)
-    make("c2", "coder", root, wdir, fakes)
+    make("coder", "coder", quoted_root, wdir, fakes)
+    make("c2", "coder", quoted_root, wdir, fakes)
     make("elsewhere", "coder", other_root, wdir, fakes)
     (wdir / "binary").write_bytes(b"\x7fELF\x00\x00 hermesd-wrapper profile=x root=/")
     (wdir / "script").write_text("#!/bin/sh\n# hermes -p coder\n")
     (wdir / "dir").mkdir()
-    assert [(w.alias, w.profile) for w in list_wrappers(wdir, root)] == [("c2", "coder"), ("coder", "coder")]
+    assert [(w.alias, w.profile) for w in list_wrappers(wdir, quoted_root)] == [("c2", "coder"), ("coder", "coder")]
     assert {w.alias for w in list_wrappers(wdir)} == {"c2", "coder", "elsewhere"}
     assert [w.alias for w in aliases_for_profile("coder", other_root, wdir)] == ["elsewhere"]
-    assert remove_wrapper("elsewhere", wdir, root) is None
-    assert remove_wrapper("c2", wdir, root) == wdir / "c2"
+    assert remove_wrapper("elsewhere", wdir, quoted_root) is None
+    assert remove_wrapper("c2", wdir, quoted_root) == wdir / "c2"
     assert remove_wrapper("script", wdir) is None and remove_wrapper("../etc", wdir) is None
     assert sorted(p.name for p in wdir.iterdir()) == ["binary", "coder", "dir", "elsewhere", "script"]
     assert stat.S_IMODE((wdir / "coder").stat().st_mode) == 0o755
