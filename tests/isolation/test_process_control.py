@@ -199,6 +199,7 @@ def running() -> Iterator[tuple[Root, dict[str, int]]]:
         r.close()
 
 
+@pytest.mark.live
 def test_hermesd_exec_cannot_starve_hermesd_or_tune_another_gateway(running: tuple[Root, dict[str, int]]) -> None:
     r, pids = running
     assert r.hermesd.proc is not None

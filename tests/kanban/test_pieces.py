@@ -6,6 +6,8 @@ import fcntl
 import os
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -377,7 +379,15 @@ def test_a_fifo_at_the_keepers_log_is_refused_at_once(tmp_path: Path) -> None:
     assert (root / ".hermesd" / "logs" / "p3.log").is_file()
 
 
-def test_the_handoff_folder_is_written_without_following_a_link(tmp_path: Path) -> None:
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temporary folder with a short path: the hand-off socket below it must fit a unix socket's
+    107 bytes, which pytest's own folders (longer under parallel workers) can exceed."""
+    with tempfile.TemporaryDirectory(prefix="hermesd-ho-") as d:
+        yield Path(d)
+
+
+def test_the_handoff_folder_is_written_without_following_a_link(short_tmp: Path) -> None:
     """A launcher planted as a link (``.hermesd`` is writable by the default profile under Landlock
     alone) is replaced, not written through; a linked hand-off folder is not served at all."""
     import asyncio
@@ -385,6 +395,7 @@ def test_the_handoff_folder_is_written_without_following_a_link(tmp_path: Path) 
 
     from supervisor.kanban.handoff import Handoff
 
+    tmp_path = short_tmp
     hermesd = tmp_path / "root" / ".hermesd"
     (hermesd / "handoff" / "p1").mkdir(parents=True)
     victim = tmp_path / "victim"

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from supervisor.control.protocol import MAX_REQUEST, REQUESTS, RequestError, decode_request
+from supervisor.control.protocol import MAX_REQUEST, REQUESTS, Peer, RequestError, decode_request
 from supervisor.control.server import ControlServer
 from supervisor.daemon.pidlock import AlreadyRunning, PidLock, holder, owner_pid
 from supervisor.layout import Layout
@@ -128,8 +128,8 @@ def test_a_restricted_socket_serves_only_its_verbs_to_the_peers_it_accepts(tmp_p
     table = {"kanban_wait": handlers(seen)["kanban_wait"]}
     peers: list[tuple[int, int]] = []
 
-    def peer_check(pid: int, uid: int) -> str | None:
-        peers.append((pid, uid))
+    def peer_check(peer: Peer) -> str | None:
+        peers.append((peer.pid, peer.uid))
         return None if len(peers) == 1 else "not a dispatcher of this root"
 
     async def check(server: ControlServer) -> None:
