@@ -9,10 +9,11 @@ settings each release needs are declared once, with the releases
 them. ``hermesd upgrade`` asks :func:`missing_for` before it installs or restarts anything, and
 again after the last restart (a migration must not have undone them).
 
-Nothing here edits a file. :func:`settle` is the one place where a missing setting may be put in
-place, with the user's consent; hermesd's consent command for editing a profile's config.yaml (diff,
-backup, undo) is wired there. Until it is, :func:`settle` changes nothing and the upgrade refuses,
-naming each file, key and value to set.
+:func:`settle` is the one place where a missing setting is put in place, and only with the user's
+consent (``hermesd upgrade --yes``): it writes through ``hermesd adopt``'s code
+(:mod:`profiles.adopt`), so each change is printed as a diff, every original byte is kept under
+``<root>/.hermesd/adopt/`` and ``hermesd adopt --undo`` puts them back. Without consent the upgrade
+refuses, naming each file, key and value, and ``hermesd adopt``.
 """
 
 from __future__ import annotations
@@ -84,15 +85,20 @@ def missing_for(target: str, profiles: Sequence[tuple[str, Path]]) -> list[Need]
     return out
 
 
-# The integration point for putting settings in place with consent (see the module docstring): called
-# with the missing needs, the root and whether the user already said yes (--yes); returns what is
-# still missing afterwards. None: nothing can apply them yet.
-Apply = Callable[[Sequence[Need], Path, bool], list[Need]]
-APPLY: Apply | None = None
+def settle(needs: Sequence[Need], root: Path, say: Callable[[str], None]) -> None:
+    """Write the missing settings of ``needs`` (the user consented) as ``hermesd adopt`` would.
 
+    Each change is said as a diff, then written with its original kept in a new adoption record; a
+    file that cannot be changed is said with why. The caller reads the files again for what is left.
+    """
+    from profiles import adopt  # the upgrade's rare path; status and the daemon never need it
+    from supervisor.layout import Layout
 
-def settle(needs: Sequence[Need], root: Path, *, assume_yes: bool) -> list[Need]:
-    """Put the missing settings in place with the user's consent, through :data:`APPLY`; what is left."""
-    if not needs or APPLY is None:
-        return list(needs)
-    return APPLY(needs, root, assume_yes)
+    changes, refusals = adopt.plan(root, sorted({n.profile for n in needs}))
+    for c in changes:
+        say(f"# {c.profile}: {c.why}\n{c.diff().rstrip()}")
+    for refused in refusals:
+        say(f"# {refused.profile}: cannot change {refused.path}: {refused.reason}")
+    if changes:
+        record = adopt.apply(changes, Layout(root).ensure_adopt_dir())
+        say(f"wrote {len(changes)} file(s); originals kept in {record} (undo: hermesd adopt --undo --root {root})")

@@ -78,17 +78,24 @@ def _served(doc: Mapping[str, Any]) -> list[tuple[str, Path]]:
     return [(str(r["name"]), Path(r["home"])) for r in doc["profiles"]]
 
 
-def _preflight(target: str, doc: Mapping[str, Any], layout: Layout, opts: Options, when: str) -> None:
-    """Refuse a release hermesd will not run, or one that needs settings this root lacks."""
+def _preflight(target: str, doc: Mapping[str, Any], layout: Layout, opts: Options, when: str,
+               reporter: Reporter) -> None:
+    """Refuse a release hermesd will not run, or one that needs settings this root lacks (written
+    first when the user consented with ``--yes``)."""
     contract = contract_for(target)
     if isinstance(contract, Unsupported):
         raise OperationFailed(f"refused {when}: {contract.message}")
-    missing = needs.settle(needs.missing_for(target, _served(doc)), layout.root, assume_yes=opts.assume_yes)
+    served = _served(doc)
+    missing = needs.missing_for(target, served)
+    if missing and opts.assume_yes:
+        needs.settle(missing, layout.root, reporter.line)
+        missing = needs.missing_for(target, served)
     if missing:
         lines = "\n".join(f"  {shown(n.describe(), 600)}" for n in missing)
         raise OperationFailed(f"refused {when}: hermes-agent {target} needs settings this root lacks, or the "
-                              f"fleet folds into one gateway:\n{lines}\nset them (with your consent; hermesd "
-                              "does not edit a profile's config.yaml here) and run the upgrade again")
+                              f"fleet folds into one gateway:\n{lines}\nset them with 'hermesd adopt' (a diff "
+                              "of each change, a backup, --undo) or consent with 'hermesd upgrade --yes', "
+                              "and run the upgrade again")
 
 
 def _rules(opts: Options, release: str | None, code: CodeId | None) -> tuple[GateRules, GateRules]:
@@ -142,7 +149,7 @@ def upgrade(layout: Layout, opts: Options, reporter: Reporter) -> dict[str, Any]
             raise OperationFailed(f"{requirement!r} installs {', '.join(d.name for d in plan_dists)}, not "
                                   f"{interp.dist_name} (the distribution the gateways run)")
         target = mine.version if mine is not None else target
-    _preflight(target, doc, layout, opts, "before anything was changed")
+    _preflight(target, doc, layout, opts, "before anything was changed", reporter)
     skip = plan.any_running if plan_dists else plan.stale_or_unknown
     try:
         order = plan.choose(rows, skip=skip, canary=opts.canary, only=opts.only)
@@ -214,7 +221,7 @@ def _upgrade(fleet: Fleet, rec: records.Record, layout: Layout, opts: Options, r
         if not ok:
             raise OperationFailed(f"upgrade {rec.id} stopped at its first failure; undo it with: "
                                   f"hermesd upgrade --rollback {rec.id} --root {layout.root}")
-        _preflight(after.code.version, fleet.status(), layout, opts, "after the restarts")
+        _preflight(after.code.version, fleet.status(), layout, opts, "after the restarts", reporter)
     except OperationFailed as exc:
         _finish(fleet, rec, "failed", str(exc))
         raise

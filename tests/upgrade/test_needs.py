@@ -48,17 +48,23 @@ def test_an_unreadable_config_counts_as_missing(served):
     assert coder[0].to_json()["key"] == "gateway.standalone"
 
 
-def test_settle_is_the_integration_point(served, monkeypatch, tmp_path):
+def test_consent_writes_them_as_adopt_would_with_a_record_to_undo(served):
+    """``--yes`` is the consent: every missing setting is written (diff said, original kept), nothing
+    is left missing, and ``hermesd adopt --undo``'s code puts the files back byte for byte."""
+    from profiles import adopt
+    from supervisor.layout import Layout
+
+    root, coder, writer = (h for _, h in served)
+    (coder / "config.yaml").write_text("# mine\nmodel: x\n")
+    (writer / "SOUL.md").write_text("soul")
     missing = needs.missing_for("0.22.2", served)
     assert len(missing) == 3
-    assert needs.settle(missing, tmp_path, assume_yes=True) == missing  # nothing applies them yet
-    calls = []
-
-    def apply(found, root, yes):
-        calls.append((len(found), root, yes))
-        return found[:1]
-
-    monkeypatch.setattr(needs, "APPLY", apply)
-    assert needs.settle(missing, tmp_path, assume_yes=False) == missing[:1]
-    assert calls == [(3, tmp_path, False)]
-    assert needs.settle([], tmp_path, assume_yes=False) == []
+    said: list[str] = []
+    needs.settle(missing, root, said.append)
+    assert needs.missing_for("0.22.2", served) == []
+    assert "# mine\nmodel: x\n" in (coder / "config.yaml").read_text()
+    assert any("+  standalone: true" in s for s in said) and "hermesd adopt --undo" in said[-1]
+    record = adopt.latest(Layout(root).adopt_dir)
+    assert record is not None and all(r.restored for r in adopt.undo(record))
+    assert (coder / "config.yaml").read_text() == "# mine\nmodel: x\n"
+    assert not (writer / "config.yaml").exists()
