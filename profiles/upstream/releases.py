@@ -57,7 +57,7 @@ from dataclasses import dataclass, replace
 from typing import TypedDict
 
 from profiles.upstream.bools import is_truthy_value
-from profiles.upstream.multiplex import FORCE_FLAG, IDENTITY_MARKERS
+from profiles.upstream.multiplex import AUTO_MIGRATION_KEY, FORCE_FLAG, IDENTITY_MARKERS, STANDALONE_KEY
 
 GATEWAY_RUN = ("gateway", "run")
 EXTERNAL_SUPERVISOR_FLAG = "--external-supervisor"
@@ -413,12 +413,12 @@ class NeededSetting:
 
 NEEDED_SETTINGS: tuple[NeededSetting, ...] = (
     NeededSetting(
-        "0.22", "named", "gateway.standalone", True,
+        "0.22", "named", ".".join(STANDALONE_KEY), True,
         "from 0.22 a named profile's own gateway exits 78 ('does not get a gateway of its own') and the "
         "default profile's gateway serves it instead, unless its own config.yaml says gateway.standalone: true",
     ),
     NeededSetting(
-        "0.22", "default", "gateway.auto_multiplex_migration", False,
+        "0.22", "default", ".".join(AUTO_MIGRATION_KEY), False,
         "from 0.22 'hermes update' folds a per-profile fleet into one multiplexed gateway unless the default "
         "profile's config.yaml says gateway.auto_multiplex_migration: false",
     ),
