@@ -94,10 +94,21 @@ class Gateway:
     # owner (uid, gid) of the profile folder: a Compose service runs as it, so what the gateway
     # writes through the bind mount stays the owner's and the gateway is not root unless the folder is
     owner: tuple[int, int] | None = None
+    # hermesd.yaml's hung_after for the profile (None: hung detection off): the heartbeat age at which
+    # the engine's liveness probe fails, as hermesd would kill the gateway for it
+    hung_after: float | None = None
 
     @property
     def stop_seconds(self) -> int:
         return math.ceil(self.stop_timeout)
+
+    def probe(self, mode: str) -> list[str]:
+        """``hermesd probe`` as the engine runs it in this gateway's container: ``--live`` judges the
+        heartbeat with the same limit hermesd's own hung detection uses for the profile."""
+        argv = ["hermesd", "probe", self.name, f"--{mode}", "--root", CONTAINER_ROOT]
+        if mode == "live" and self.hung_after is not None:
+            argv += ["--max-age", f"{math.ceil(self.hung_after)}"]
+        return argv
 
 
 # --------------------------------------------------------------------------- shared with the daemon
@@ -128,7 +139,8 @@ def collect(root: Path, rules: ReleaseRules | None = None) -> list[Gateway]:
     if problems:
         raise ExportError("cannot export; hermesd itself would hold these profiles:\n  " + "\n  ".join(problems))
     return [Gateway(f.name, f.home, cfg.stop_timeout_for(f.name, f.drain_s), cfg.child_environment(f.name),
-                    (f.home / ".env").is_file(), _container_environment(cfg, f.name), _owner(f.home))
+                    (f.home / ".env").is_file(), _container_environment(cfg, f.name), _owner(f.home),
+                    cfg.hung_for(f.name).hung_after)
             for f in facts]
 
 
@@ -265,7 +277,7 @@ def render_compose(gateways: Sequence[Gateway], *, root: Path, image: str) -> st
             "stop_signal": "SIGINT",
             "stop_grace_period": f"{gw.stop_seconds}s",
             "healthcheck": {
-                "test": ["CMD", "hermesd", "probe", gw.name, "--live", "--root", CONTAINER_ROOT],
+                "test": ["CMD", *gw.probe("live")],
                 "interval": "10s",
                 "timeout": "10s",
                 "retries": 3,
@@ -323,8 +335,8 @@ def render_kubernetes(gateways: Sequence[Gateway], *, image: str, storage: str) 
                   "app.kubernetes.io/part-of": "hermes"}
         meta = {"name": name, "labels": labels, "annotations": {"hermesd/profile": gw.name}}
 
-        def probe(mode: str, profile: str = gw.name) -> dict[str, Any]:
-            return {"exec": {"command": ["hermesd", "probe", profile, f"--{mode}", "--root", CONTAINER_ROOT]}}
+        def probe(mode: str, gw: Gateway = gw) -> dict[str, Any]:
+            return {"exec": {"command": gw.probe(mode)}}
 
         pvc = {
             "apiVersion": "v1",

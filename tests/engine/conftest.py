@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from supervisor import export
-from tests.engine.engine import PROFILES, Deployment
+from tests.engine.engine import HUNG_AFTER, PROFILES, Deployment
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "contrib" / "docker" / "build-image.sh"
@@ -66,6 +66,9 @@ def deployment(image: str, tmp_path_factory: pytest.TempPathFactory) -> Deployme
         for profile, (uid, gid) in OWNERS.items():
             for path in [root / "profiles" / profile, *(root / "profiles" / profile).rglob("*")]:
                 os.chown(path, uid, gid)
+    # Hung detection at 45 s (one and a half heartbeat periods): the exported liveness probe follows
+    # it, so a stopped gateway turns unhealthy within about a minute instead of two.
+    (root / "hermesd.yaml").write_text(f"hung_after: {HUNG_AFTER:g}\n")
     out = root.parent / "deploy"
     export.write_files(out, export.export_files("compose", root, image=image))
     return Deployment(root, out / "compose.yaml", image, marks)

@@ -29,6 +29,7 @@ from tests.supervisor.test_export import compose_tool
 
 DOCKER_TIMEOUT = 120.0
 PROFILES = ("default", "coder", "writer")
+HUNG_AFTER = 45.0  # hermesd.yaml hung_after of the test root: the liveness probe's heartbeat limit
 
 
 @dataclass(frozen=True)

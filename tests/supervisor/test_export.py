@@ -141,11 +141,24 @@ def test_compose_services(secrets_root, tmp_path):
         assert svc["restart"] == "unless-stopped" and svc["init"] is True
         assert svc["stop_signal"] == "SIGINT"  # upstream's planned stop without a marker
         assert svc["stop_grace_period"] == f"{int(contract.stop_timeout(100 if name == 'writer' else 0))}s"
-        assert svc["healthcheck"]["test"] == ["CMD", "hermesd", "probe", name, "--live", "--root", "/opt/hermes"]
+        # the liveness probe judges the heartbeat with hermesd's own hung_after (default 120 s)
+        assert svc["healthcheck"]["test"] == ["CMD", "hermesd", "probe", name, "--live", "--root", "/opt/hermes",
+                                              "--max-age", "120"]
         assert "env_file" not in svc and "tmpfs" not in svc  # Swarm drops a tmpfs: key without a word
     # other profiles' .env stay hidden from the default profile's container, under Compose and Swarm alike
     assert services["hermes-gw-default"]["volumes"][1:] == [{"type": "tmpfs", "target": "/opt/hermes/profiles"}]
     assert all(len(services[f"hermes-gw-{n}"]["volumes"]) == 1 for n in ("coder", "writer"))
+
+
+def test_liveness_probes_follow_each_profiles_hung_after(secrets_root):
+    """The engine's liveness probe fails at the heartbeat age at which hermesd would call the gateway
+    hung: hermesd.yaml's hung_after, a profile's own over the top level's; off means the probe's default."""
+    (secrets_root / "hermesd.yaml").write_text(yaml.safe_dump(
+        {"hung_after": 45, "profiles": {"coder": {"hung_after": 200}, "writer": {"hung_after": None}}}))
+    compose = yaml.safe_load(files_for("compose", secrets_root)["compose.yaml"])["services"]
+    tests = {name: compose[f"hermes-gw-{name}"]["healthcheck"]["test"] for name in ("default", "coder", "writer")}
+    assert tests["default"][-2:] == ["--max-age", "45"] and tests["coder"][-2:] == ["--max-age", "200"]
+    assert "--max-age" not in tests["writer"]
 
 
 def test_compose_hides_hermesd_state_and_follows_each_owner(secrets_root):
@@ -213,7 +226,8 @@ def test_kubernetes_manifests(secrets_root):
         assert c["volumeMounts"] == [{"name": "home", "mountPath": home}]
         assert c["lifecycle"]["preStop"]["exec"]["command"] == ["hermesd", "_planned-stop", home]
         assert c["readinessProbe"]["exec"]["command"] == ["hermesd", "probe", name, "--ready", "--root", "/opt/hermes"]
-        assert c["livenessProbe"]["exec"]["command"] == ["hermesd", "probe", name, "--live", "--root", "/opt/hermes"]
+        assert c["livenessProbe"]["exec"]["command"] == ["hermesd", "probe", name, "--live", "--root", "/opt/hermes",
+                                                         "--max-age", "120"]
         assert c["startupProbe"]["exec"]["command"][3] == "--live"
 
 
