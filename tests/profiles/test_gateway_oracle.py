@@ -66,6 +66,7 @@ def _release(python: str) -> str:
 RELEASE = _release(oracle_python()) if _has_gateway(oracle_python()) else None
 pytestmark = [
     pytest.mark.live,  # runs upstream's gateway start-up for 216 profiles: the full tier
+    pytest.mark.xdist_group("oracle"),  # one worker runs the module's fixture once, not one per worker
     pytest.mark.skipif(RELEASE is None, reason="no hermes-agent in the oracle interpreter"),
     # hermesd runs no gateway of an unsupported release (every profile is held), so no claim matters.
     pytest.mark.skipif(RELEASE is not None and isinstance(contract_for(RELEASE), Unsupported),
