@@ -43,7 +43,7 @@ from profiles.snapshot import ProfileFacts
 from profiles.upstream import files as gf
 from supervisor import __version__, child, identity, logs
 from supervisor import config as config_mod
-from supervisor.control.server import ControlServer
+from supervisor.control.server import ControlServer, quiet_loop_errors
 from supervisor.daemon import adoption, effective, exit_report, interpreter, requests
 from supervisor.daemon.board import Board
 from supervisor.daemon.domains import Domains
@@ -135,6 +135,7 @@ class Daemon:
         self.own.start()
         self.boot = identity.boot_id()
         self.salt = self.layout.salt()
+        loop.set_exception_handler(quiet_loop_errors)
         loop.add_signal_handler(signal.SIGCHLD, self.handle_sigchld)
         loop.add_signal_handler(signal.SIGTERM, self.handle_shutdown_signal, "SIGTERM")
         loop.add_signal_handler(signal.SIGINT, self.handle_shutdown_signal, "SIGINT")
@@ -456,7 +457,10 @@ class Daemon:
 
     def handle_housekeeping(self) -> None:
         """Every few seconds: hermesd's own limits, log rotation, full log file systems, gateway
-        states, a failed save."""
+        states, a failed save. The next round is scheduled first: a step that fails (out of
+        descriptors, say) must not end housekeeping for good."""
+        if not self.planner.shutting_down:
+            self._running().call_later(HOUSEKEEPING_S, self.handle_housekeeping)
         self.own.check()  # first: a starved descriptor budget fails every step below
         cfg = self.in_force.config
         problems = logs.housekeep(self.layout, list(self.planner.profiles), cfg.log_max_bytes, cfg.log_backups,
@@ -476,8 +480,6 @@ class Daemon:
         self.observer.housekeeping()
         if self.ready and self.notifier.enabled:
             self.notifier.status(summary(self.planner))
-        if not self.planner.shutting_down:
-            self._running().call_later(HOUSEKEEPING_S, self.handle_housekeeping)
 
     # ------------------------------------------------------------------------- operator requests
 

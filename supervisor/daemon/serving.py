@@ -147,7 +147,10 @@ class Serving:
         p = self.profiles.get(name)
         if p is None or p.child is None:
             return
-        rec = gf.live_gateway(p.home)
+        try:
+            rec = gf.live_gateway(p.home)
+        except OSError:  # /proc unreadable now (out of descriptors): asked again at the next check
+            return
         if rec is None or rec.pid == p.child.ident.pid or self.holds(rec.pid):
             return
         argv = " ".join(identity.proc_cmdline(rec.pid))

@@ -142,7 +142,7 @@ def test_health_check_is_hermesd_probe(stack: Stack) -> None:
     for profile, cid in stack.ids.items():
         info = inspect(cid)
         assert info["Config"]["Healthcheck"]["Test"] == [
-            "CMD", "hermesd", "probe", profile, "--live", "--root", "/opt/hermes"]
+            "CMD", "hermesd", "probe", profile, "--live", "--root", "/opt/hermes", "--max-age", f"{HUNG_AFTER:g}"]
         log = info["State"]["Health"]["Log"]
         assert any(e["ExitCode"] == 0 and e["Output"].startswith(f"{profile}: running (PID ") for e in log), log
 

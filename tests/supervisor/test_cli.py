@@ -127,10 +127,14 @@ def test_logs_follow_across_rotation(tmp_path):
     )
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=str(REPO))
     try:
-        wait_for(lambda: out_file.exists(), 20)
-        with path.open("a") as fh:
-            fh.write("before-rotation\n")
-        wait_for(lambda: "before-rotation" in out_file.read_text(), 20)
+        # follow() starts at the end of the file, at a moment this process cannot see: a line
+        # appended before that is (rightly) never shown, so append one until one is.
+        def appended_and_shown() -> bool:
+            with path.open("a") as fh:
+                fh.write("before-rotation\n")
+            return out_file.exists() and "before-rotation" in out_file.read_text()
+
+        wait_for(appended_and_shown, 30, interval=0.2, what="follow() to show an appended line")
         with path.open("a") as fh:
             fh.write("x" * 5000 + "\nlast-before\n")
         assert logs.rotate_if_needed(path, 4096, 2)
