@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("processes", ("supervisor.childspec", "supervisor.identity", "supervisor.child", "supervisor.kanban")),
     ("configuration and views", (
         "supervisor.config", "supervisor.hermes_release", "supervisor.requirements", "supervisor.status",
+        "supervisor.status_rows",
         "supervisor.stopper",
     )),
     ("the daemon", ("supervisor.daemon",)),

@@ -1,6 +1,6 @@
 """The daemon's status document (``hermesd status``, the metrics, the service manager's status line).
 
-One row per profile as :mod:`supervisor.status` shapes it, from the planner's view (state, reason,
+One row per profile as :mod:`supervisor.status_rows` shapes it, from the planner's view (state, reason,
 holds, exits), the domains' (memory, tasks, limits, isolation), what each child serves, and what
 is missing (log problems, libraries), plus the daemon's own state. It reads all of
 these and changes none of them.
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from profiles.upstream.releases import newer_than_known_note
-from supervisor import codeid, identity, status
+from supervisor import codeid, identity, status_rows
 from supervisor.codeid import Installed
 from supervisor.daemon.domains import Domains
 from supervisor.daemon.effective import InForce
@@ -47,7 +47,7 @@ class Report:
 
     def document(self, *, ready: bool, in_force: InForce, config_problem: str | None,
                  state_problem: str | None) -> dict[str, Any]:
-        """The whole status document, as the daemon sees it (see :mod:`supervisor.status`)."""
+        """The whole status document, as the daemon sees it (see :mod:`supervisor.status_rows`)."""
         planner = self.planner
         installed = codeid.installed_now(in_force.release.dist_info)
         now = self.wall()
@@ -57,7 +57,7 @@ class Report:
             c = p.child
             discarded = ("this run's output is discarded: the log file system was full when it started"
                          if c is not None and c.output_discarded else None)
-            rows.append(status.make_row(
+            rows.append(status_rows.make_row(
                 p.name, p.home, self._cpu_percent(c.ident) if c is not None else None,
                 **self.domains.fields(p.name, in_force.of(p.name).limits),
                 requirements_missing=self.requirements.of(p.name),

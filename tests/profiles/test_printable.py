@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from profiles.printable import printable, printable_lines, printable_tree
-from supervisor import status
+from supervisor import status, status_rows
 from supervisor.observe.events import render_line
 
 FORGED = "bad token\r\x1b[2K\nbravo     running   4242    3m      0         -"
@@ -17,7 +17,7 @@ def test_control_characters_are_shown_escaped():
 
 
 def _row(name: str, **fields):
-    row = {"name": name, "home": f"/r/profiles/{name}", **status._DEFAULTS, "state": "running", "pid": 100,
+    row = {"name": name, "home": f"/r/profiles/{name}", **status_rows._DEFAULTS, "state": "running", "pid": 100,
            "platforms": {}, "gateway_state": "running", "heartbeat_age_s": 1.0, "cpu_percent": 0.0,
            "rss_bytes": 1 << 20}
     row.update(fields)

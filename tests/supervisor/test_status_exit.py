@@ -7,7 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from supervisor.status import exit_code, make_row
+from supervisor.status import exit_code
+from supervisor.status_rows import make_row
 
 
 def doc(*rows: dict, running: bool = True, answering: bool | None = None) -> dict:
