@@ -435,6 +435,9 @@ class Planner(OtherGateways):
                 self._stop(p, then_restart=True, why=f"restarting: {why}")
             return
         self._set_pending(p, None)
+        if self.shutting_down:  # nothing starts any more, and a stop cures no hold: it stands as it was
+            p.queued = False
+            return
         hold = (p.runtime_hold or judged) if want else None
         self._set_hold(p, hold)
         if not want or hold is not None:

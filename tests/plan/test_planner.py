@@ -299,6 +299,15 @@ def test_shutdown_stops_everyone_then_finishes():
     assert w.finished and not w.alive
 
 
+def test_a_shutdown_cures_no_hold():
+    """Stopping hermesd releases nothing: a held profile is not announced as released (\"cured\")."""
+    w = World.make(("alpha", "beta"), claims={"alpha": (TOKEN,), "beta": (TOKEN,)})
+    assert w.state("beta") == "held"
+    w.run(w.planner.shutdown(keep_children=False))
+    w.obey_stops()
+    assert w.finished and [e["type"] for e in w.events if e["profile"] == "beta"] == ["held"]
+
+
 def test_shutdown_keeping_children_finishes_at_once():
     w = World.make(("default", "a"))
     w.run(w.planner.shutdown(keep_children=True))
