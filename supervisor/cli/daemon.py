@@ -107,6 +107,8 @@ def cmd_start(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout
     client = client_of(args)
     while time.monotonic() < deadline:
+        if proc.poll() == 0:  # it stopped cleanly before it was ready: a stop came first
+            raise Failure(f"hermesd was stopped before it was ready (a stop came first); log: {layout.daemon_log}")
         if proc.poll() is not None:
             tail = b"".join(logs.tail_lines(layout.beneath(layout.daemon_log), 5)).decode("utf-8", "replace").rstrip()
             raise Failure(f"hermesd exited with {proc.returncode} during start-up; last log lines:\n{tail}")
