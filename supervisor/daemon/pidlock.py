@@ -2,7 +2,7 @@
 
 The kernel lock is the truth: it is released on any death, SIGKILL included, and ``/proc/locks``
 names its holder even in the instant between a daemon taking it and writing its PID anywhere.
-Clients ask :func:`holder` before concluding that no daemon runs, so a daemon that is slow to
+Clients ask :func:`supervisor.lockholder.holder` before concluding that no daemon runs, so a daemon that is slow to
 answer (starting up, stopped by a debugger, swapped out) is never mistaken for an absent one.
 
 ``hermesd start`` takes the lock itself before it launches the daemon and hands the locked
@@ -16,10 +16,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from pathlib import Path
 
 from profiles import safeio
 from supervisor.layout import Layout
+from supervisor.lockholder import owner_pid, read_pid
 
 
 class AlreadyRunning(RuntimeError):
@@ -70,44 +70,3 @@ class PidLock:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
-
-
-def holder(layout: Layout) -> int | None:
-    """The PID holding the root's lock, from ``/proc/locks`` (the kernel's own answer), or ``None``.
-
-    Reading the table never takes the lock, so it cannot make a daemon that starts at that
-    instant fail to acquire it.
-    """
-    try:
-        st = safeio.lstat(layout.beneath(layout.lock))
-        if st is None:
-            return None
-        table = Path("/proc/locks").read_text()
-    except OSError:
-        return None
-    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    for line in table.splitlines():
-        parts = line.split()
-        if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == want and parts[4].isdigit():
-            return int(parts[4])
-    return None
-
-
-def owner_pid(layout: Layout) -> int | None:
-    """The daemon's PID for messages: the lock holder, or the PID file when the lock was handed down.
-
-    ``/proc/locks`` names the process that took the lock; after ``hermesd start`` hands its locked
-    descriptor to the daemon and exits, that is a dead PID while the PID file names the daemon.
-    """
-    from profiles.upstream.files import proc_start_time
-
-    for pid in (holder(layout), read_pid(layout.pidfile)):
-        if pid is not None and proc_start_time(pid) is not None:
-            return pid
-    return None
-
-
-def read_pid(path: Path) -> int | None:
-    raw = safeio.read_regular_or_none(path, 64)
-    text = raw.decode("ascii", "replace").strip() if raw else ""
-    return int(text) if text.isdigit() else None

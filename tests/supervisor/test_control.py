@@ -22,8 +22,9 @@ import pytest
 
 from supervisor.control.protocol import MAX_REQUEST, REQUESTS, Peer, RequestError, decode_request
 from supervisor.control.server import ControlServer
-from supervisor.daemon.pidlock import AlreadyRunning, PidLock, holder, owner_pid
+from supervisor.daemon.pidlock import AlreadyRunning, PidLock
 from supervisor.layout import Layout
+from supervisor.lockholder import holder, owner_pid
 
 
 @pytest.mark.parametrize(("line", "error"), [

@@ -15,8 +15,8 @@ import pytest
 
 from profiles.upstream import files as gf
 from supervisor import state
-from supervisor.daemon.pidlock import owner_pid, read_pid
 from supervisor.layout import Layout
+from supervisor.lockholder import owner_pid, read_pid
 
 VALID_PID = {"pid": 4242, "kind": "hermes-gateway", "argv": ["hermes", "gateway", "run"], "start_time": 99}
 JUNK = {
