@@ -161,7 +161,12 @@ def _head(path: str) -> bytes:
 
 
 def version_from_flag(command: Sequence[str], env: dict[str, str], timeout: float) -> str:
-    code, text = run_capped(_absolute([*command, "--version"]), env, timeout)
+    # ``hermes --version`` checks for updates and opens its logs: it writes ``.update_check`` and
+    # ``logs/`` into its HERMES_HOME (or ``~/.hermes``). Asked in a scratch home, it touches no
+    # profile's files and no real home.
+    with tempfile.TemporaryDirectory(prefix="hermesd-version-") as scratch:
+        code, text = run_capped(_absolute([*command, "--version"]),
+                                {**env, "HERMES_HOME": scratch, "HOME": scratch}, timeout)
     m = _VERSION_LINE.search(text)
     if m is None:
         last = text.strip().splitlines()[-1:] or ["no output"]

@@ -7,12 +7,15 @@ and without the variables that would point Hermes or hermesd elsewhere in the ac
 the tests start inherit that. The session then checks that the real home gained nothing in the
 folders programs write to (``~/.hermes``, ``~/.cache``, ``~/.local``, ``~/.config``, its top level)
 and that nothing in ``~/.hermes`` changed: a test that writes there fails the run, by name of
-the path.
+the path. A process started without ``HOME`` falls back to the account's home in the password
+database, so when that is another folder (a run with ``HOME`` pointed elsewhere) its ``.hermes`` is
+watched too.
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +32,7 @@ _ACCOUNT_VARIABLES = ("HERMES_HOME", "HERMES_KANBAN_HOME", "HERMES_SHARED_AUTH_D
                       "XDG_STATE_HOME", "XDG_RUNTIME_DIR")
 _WATCHED = (".hermes", ".cache", ".local", ".config")
 _SNAPSHOT_LIMIT = 500_000  # entries; a home with more is compared on the first ones walked
-_REAL_HOME = pytest.StashKey[tuple[Path, dict[str, int | None]] | None]()
+_REAL_HOMES = pytest.StashKey[list[tuple[Path, tuple[str, ...], dict[str, int | None]]]]()
 
 
 @pytest.fixture(autouse=True)
@@ -42,17 +45,18 @@ def _own_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monk
     return home
 
 
-def home_snapshot(home: Path) -> dict[str, int | None]:
-    """Every path under the watched folders of ``home`` (files with their mtime, folders with None)
-    and the names at its top level: what a test could have left in an account."""
+def home_snapshot(home: Path, watched: tuple[str, ...] = _WATCHED) -> dict[str, int | None]:
+    """Every path under the ``watched`` folders of ``home`` (files with their mtime, folders with
+    None) and the names at its top level: what a test could have left in an account."""
     out: dict[str, int | None] = {}
     try:
         top = os.listdir(home)
     except OSError:
         return out
     for name in top:
-        out[name] = None
-    for folder in _WATCHED:
+        if name in watched or watched == _WATCHED:
+            out[name] = None
+    for folder in watched:
         base = home / folder
         for dirpath, dirnames, filenames in os.walk(base):
             rel = os.path.relpath(dirpath, home)
@@ -82,33 +86,44 @@ def home_changes(before: dict[str, int | None], after: dict[str, int | None]) ->
     return changes
 
 
+def watched_homes(home: str | None, account: str | None) -> list[tuple[Path, tuple[str, ...]]]:
+    """The real homes to watch and which folders in each: ``HOME`` in full; the password
+    database's home too, for its ``.hermes`` only (other programs of the account may write the
+    rest meanwhile), when it is another folder: a process started without ``HOME`` writes there."""
+    homes: list[tuple[Path, tuple[str, ...]]] = [(Path(home), _WATCHED)] if home else []
+    if account and all(Path(account) != h for h, _ in homes):
+        homes.append((Path(account), (".hermes",)))
+    return homes
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Snapshot the real home; under pytest-xdist only the controller does, before any worker runs
     and after every one has ended, so one check covers the whole run."""
     if hasattr(session.config, "workerinput"):
         return
-    home = os.environ.get("HOME")
-    session.config.stash[_REAL_HOME] = (Path(home), home_snapshot(Path(home))) if home else None
+    try:
+        account = pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        account = None
+    homes = watched_homes(os.environ.get("HOME"), account)
+    session.config.stash[_REAL_HOMES] = [(h, w, home_snapshot(h, w)) for h, w in homes]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run when the real home gained anything (see the module docstring)."""
-    seen = session.config.stash.get(_REAL_HOME, None)
-    if seen is None:
-        return
-    home, before = seen
-    changes = home_changes(before, home_snapshot(home))
-    if not changes:
-        return
-    shown = "\n  ".join(changes[:50]) + (f"\n  … and {len(changes) - 50} more" if len(changes) > 50 else "")
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    text = f"the tests wrote into the real home {home} (every test has its own HOME):\n  {shown}"
-    if reporter is not None:
-        reporter.write_sep("=", "real home changed", red=True)
-        reporter.write_line(text)
-    else:
-        print(text)
-    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    for home, watched, before in session.config.stash.get(_REAL_HOMES, []):
+        changes = home_changes(before, home_snapshot(home, watched))
+        if not changes:
+            continue
+        shown = "\n  ".join(changes[:50]) + (f"\n  … and {len(changes) - 50} more" if len(changes) > 50 else "")
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        text = f"the tests wrote into the real home {home} (every test has its own HOME):\n  {shown}"
+        if reporter is not None:
+            reporter.write_sep("=", "real home changed", red=True)
+            reporter.write_line(text)
+        else:
+            print(text)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 

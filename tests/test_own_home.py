@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import home_changes, home_snapshot
+from tests.conftest import home_changes, home_snapshot, watched_homes
 from tests.harness import REPO
 
 PROBE = '''
@@ -77,3 +77,18 @@ def test_what_counts_as_a_change(tmp_path):
     assert home_changes(before, home_snapshot(tmp_path)) == [
         "new: .hermes/logs/agent.log", "new: .local", "new: .local/state", "new: .local/state/hermes",
         "changed: .hermes/.update_check"]
+
+
+def test_a_process_without_home_is_watched_where_it_writes(tmp_path):
+    """Python (and Hermes) fall back to the password database's home when ``HOME`` is unset; in a run
+    with ``HOME`` pointed elsewhere that is another folder, and its ``.hermes`` is watched too."""
+    account, home = tmp_path / "account", tmp_path / "home"
+    assert watched_homes(str(account), str(account)) == [(account, (".hermes", ".cache", ".local", ".config"))]
+    assert watched_homes(str(home), str(account))[1] == (account, (".hermes",))
+    assert watched_homes(None, str(account)) == [(account, (".hermes",))]
+    (account / ".cache").mkdir(parents=True)
+    before = home_snapshot(account, (".hermes",))
+    (account / ".cache" / "pip").mkdir()  # another program of the account: not watched here
+    assert home_changes(before, home_snapshot(account, (".hermes",))) == []
+    (account / ".hermes" / "logs").mkdir(parents=True)
+    assert home_changes(before, home_snapshot(account, (".hermes",))) == ["new: .hermes", "new: .hermes/logs"]

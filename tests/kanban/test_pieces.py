@@ -183,7 +183,8 @@ def test_handoff_launcher_and_ancestry(tmp_path: Path) -> None:
     launcher.chmod(0o755)
     # no daemon, no task: the messenger runs upstream's hermes itself (here: --version of the real one)
     r = subprocess.run([str(launcher), "--version"], capture_output=True, text=True, timeout=60,
-                       env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin"}, cwd="/")
+                       env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "HOME": str(tmp_path)},
+                       cwd="/")
     assert r.returncode == 0 and "ermes" in r.stdout + r.stderr
 
 

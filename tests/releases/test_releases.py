@@ -207,8 +207,14 @@ def test_binary_launcher_falls_back_to_version_flag():
 
 
 def test_shell_wrapper_falls_back_to_version_flag(tmp_path):
+    """``hermes --version`` checks for updates and opens its logs in its home: asked in a scratch
+    one, it leaves nothing in the profile's home or the account's."""
     wrapper = _script(tmp_path / "hermes", f'#!/bin/sh\nexport X=1\nexec "{TEST_HERMES}" "$@"\n')
-    assert detect_version([str(wrapper)]) == importlib.metadata.version("hermes-agent")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "HERMES_HOME": str(home / ".hermes")}
+    assert detect_version([str(wrapper)], env=env) == importlib.metadata.version("hermes-agent")
+    assert os.listdir(home) == []
 
 
 def _script(path: Path, text: str) -> Path:
