@@ -62,9 +62,6 @@ class OtherGateways:
         p.foreign_pid = None
         if p.runtime_hold is not None and p.runtime_hold.kind is HoldKind.FOREIGN_GATEWAY:
             p.runtime_hold = None
-            # Taken back at once, which uses the one at-once start: a quick exit right after backs off
-            # (the planner machine found two immediate restarts in a row without it).
-            p.failures = max(p.failures, 1)
             log.info("profile %s: the foreign gateway exited; hermesd takes the profile back", name)
         if p.down == OUTSIDE:
             p.down = None

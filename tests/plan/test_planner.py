@@ -299,19 +299,6 @@ def test_shutdown_stops_everyone_then_finishes():
     assert w.finished and not w.alive
 
 
-def test_a_profile_taken_back_from_a_rival_backs_off_if_it_exits_at_once():
-    """A second gateway made hermesd stand down; when it goes, hermesd takes the profile back at once.
-    That start uses the one at-once restart: a quick exit right after backs off (found by the planner
-    machine: two immediate restarts at one instant)."""
-    w = World.make(("default", "a"))
-    w.run(w.planner.rival("a", 9001, "its gateway.pid"))
-    w.run(w.planner.foreign_gone("a"))
-    w.obey_stops()
-    assert "a" in w.alive
-    w.exit("a", 0)
-    assert w.state("a") == "backoff"
-
-
 def test_a_shutdown_cures_no_hold():
     """Stopping hermesd releases nothing: a held profile is not announced as released (\"cured\")."""
     w = World.make(("alpha", "beta"), claims={"alpha": (TOKEN,), "beta": (TOKEN,)})
