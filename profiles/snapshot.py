@@ -19,9 +19,9 @@ from profiles.credentials import (
     CONFIG_FILE,
     ENV_FILE,
     OP_ENV_FILE,
-    load_config,
     profile_credentials,
     profile_ports,
+    shared_config,
     view_of,
 )
 from profiles.envfile import read_env_file
@@ -107,7 +107,7 @@ def read_profile(name: str, home: Path, salt: bytes) -> ProfileFacts:
     except (ProfileConfigError, OSError, ValueError) as exc:
         problems.append(_problem(exc, home / OP_ENV_FILE))
     try:
-        config = load_config(home)
+        config = shared_config(home)  # read-only: ProfileFacts never changes it
     except (ProfileConfigError, OSError, ValueError) as exc:
         problems.append(_problem(exc, home / CONFIG_FILE))
     parked = os.path.lexists(home / PARKED_MARKER)

@@ -192,6 +192,11 @@ class View:
         self.cfg = cfg
         self.env, self._source = gateway_env(env, op_env, cfg)
         self._platforms: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {}
+        self._cfg_enabled: dict[str, bool] = {}
+        gateway = cfg.get("gateway")
+        # Where platform blocks are read from, in upstream's merge order: gateway.platforms, platforms.
+        self._sources = [src for src in (gateway.get("platforms") if isinstance(gateway, dict) else None,
+                                         cfg.get("platforms")) if isinstance(src, dict)]
         self.memo: dict[str, object] = {}  # what a rule read from the home once, for the rules after it
         plugins = cfg.get("plugins")
         disabled = plugins.get("disabled") if isinstance(plugins, dict) else None
@@ -230,13 +235,8 @@ class View:
         merged: dict[str, Any] = {}
         extra: dict[str, Any] = {}
         explicit = False
-        gateway = self.cfg.get("gateway")
-        sources = [
-            gateway.get("platforms") if isinstance(gateway, dict) else None,
-            self.cfg.get("platforms"),
-        ]
-        for src in sources:
-            block = src.get(name) if isinstance(src, dict) else None
+        for src in self._sources:
+            block = src.get(name)
             if not isinstance(block, dict):
                 continue
             merged.update(block)
@@ -277,9 +277,11 @@ class View:
 
     def cfg_enabled(self, name: str) -> bool:
         """config.yaml says ``enabled: true`` (for a plugin-only platform, only while its plugin loads)."""
-        if name in PLUGIN_ONLY and self.plugin_off(name):
-            return False
-        return coerce_bool(self.block(name).get("enabled"), False)
+        hit = self._cfg_enabled.get(name)
+        if hit is None:
+            off = name in PLUGIN_ONLY and self.plugin_off(name)
+            hit = self._cfg_enabled[name] = not off and coerce_bool(self.block(name).get("enabled"), False)
+        return hit
 
     def explicitly_off(self, name: str) -> bool:
         return self.explicit(name) and not coerce_bool(self.block(name).get("enabled"), False)
@@ -786,6 +788,22 @@ def _raft_port(v: View) -> PortBinding | None:
     return _listen("raft", _int(extra.get("port", 0)), str(extra.get("host", "127.0.0.1")))
 
 
+def _once(rule: Callable[[View], bool]) -> Callable[[View], bool]:
+    """An enable rule answered once per view: the credential and port rules ask it again, and a
+    1,000-profile scan spent a third of its time re-deciding the same platforms."""
+    key = rule.__name__
+
+    def answer(v: View) -> bool:
+        hit = v.memo.get(key)
+        if hit is None:
+            hit = v.memo[key] = rule(v)
+        return bool(hit)
+
+    answer.__name__ = answer.__qualname__ = key
+    answer.__doc__ = rule.__doc__
+    return answer
+
+
 # --------------------------------------------------------------------------- enabled platforms
 #
 # One rule per platform: whether upstream's ``load_gateway_config`` (hermes-agent 0.19.0) ends with
@@ -818,125 +836,153 @@ def _seeded(extra: Mapping[str, Any], seed: Mapping[str, Any] | None) -> dict[st
     return merged
 
 
+@_once
 def _on_telegram(v: View) -> bool:  # 1720 + telegram _is_connected (env token) + placeholder check
     return _bot_token(v, "telegram", "TELEGRAM_BOT_TOKEN") is not None
 
 
+@_once
 def _on_discord(v: View) -> bool:  # 1750
     return _bot_token(v, "discord", "DISCORD_BOT_TOKEN") is not None
 
 
+@_once
 def _on_slack(v: View) -> bool:  # 1849: same as _enable_from_env, written out
     return _bot_token(v, "slack", "SLACK_BOT_TOKEN") is not None
 
 
+@_once
 def _on_mattermost(v: View) -> bool:  # 1901; the plugin pass needs the token too, so adds nothing
     return _bot_token(v, "mattermost", "MATTERMOST_TOKEN") is not None
 
 
+@_once
 def _on_matrix(v: View) -> bool:  # 1919; the plugin pass needs MATRIX_ACCESS_TOKEN/PASSWORD too
     by_env = bool(v.e("MATRIX_ACCESS_TOKEN") or v.e("MATRIX_PASSWORD"))
     return _from_env(v, "matrix", by_env) and _token_usable(v, "matrix", "MATRIX_ACCESS_TOKEN")
 
 
+@_once
 def _on_signal(v: View) -> bool:  # 1882
     return _from_env(v, "signal", bool(v.e("SIGNAL_HTTP_URL") and v.e("SIGNAL_ACCOUNT")))
 
 
+@_once
 def _on_homeassistant(v: View) -> bool:  # 1955 (!)
     return _forced(v, "homeassistant", bool(v.e("HASS_TOKEN")))
 
 
+@_once
 def _on_email(v: View) -> bool:  # 1966 (!); the plugin pass needs all four too (stripped), so adds nothing
     names = ("EMAIL_ADDRESS", "EMAIL_PASSWORD", "EMAIL_IMAP_HOST", "EMAIL_SMTP_HOST")
     return _forced(v, "email", all(v.e(n) for n in names))
 
 
+@_once
 def _on_sms(v: View) -> bool:  # 1989 (!)
     return _forced(v, "sms", bool(v.e("TWILIO_ACCOUNT_SID")))
 
 
+@_once
 def _on_api_server(v: View) -> bool:  # 2005 (!)
     return _forced(v, "api_server", v.e_true("API_SERVER_ENABLED") or bool(v.e("API_SERVER_KEY")))
 
 
+@_once
 def _on_webhook(v: View) -> bool:  # 2032 (!)
     return _forced(v, "webhook", v.e_true("WEBHOOK_ENABLED"))
 
 
+@_once
 def _on_msgraph_webhook(v: View) -> bool:  # 2048: other MSGRAPH_WEBHOOK_* only create the entry
     return _forced(v, "msgraph_webhook", v.e_true("MSGRAPH_WEBHOOK_ENABLED"))
 
 
+@_once
 def _on_dingtalk(v: View) -> bool:  # 2100 (!); the plugin pass's check_fn needs both env vars too
     return _forced(v, "dingtalk", bool(v.e("DINGTALK_CLIENT_ID") and v.e("DINGTALK_CLIENT_SECRET")))
 
 
+@_once
 def _on_feishu(v: View) -> bool:  # 2120 (!), then the plugin pass: is_connected = extra app_id
     by_env = bool(v.e("FEISHU_APP_ID") and v.e("FEISHU_APP_SECRET"))
     return by_env or v.plugin_enabled("feishu", bool(v.extra("feishu").get("app_id")))
 
 
+@_once
 def _on_wecom(v: View) -> bool:  # 2148 (!), then the plugin pass: is_connected = extra bot_id
     by_env = bool(v.e("WECOM_BOT_ID") and v.e("WECOM_SECRET"))
     return by_env or v.plugin_enabled("wecom", bool(v.extra("wecom").get("bot_id")))
 
 
+@_once
 def _on_wecom_callback(v: View) -> bool:  # 2171 (!), then the plugin pass: extra corp_id or apps
     by_env = bool(v.e("WECOM_CALLBACK_CORP_ID") and v.e("WECOM_CALLBACK_CORP_SECRET"))
     extra = v.extra("wecom_callback")
     return by_env or v.plugin_enabled("wecom_callback", bool(extra.get("corp_id") or extra.get("apps")))
 
 
+@_once
 def _on_weixin(v: View) -> bool:  # 2188 (!), placeholder check on its token
     by_env = bool(v.e("WEIXIN_TOKEN") or v.e("WEIXIN_ACCOUNT_ID"))
     return _forced(v, "weixin", by_env) and _token_usable(v, "weixin", "WEIXIN_TOKEN")
 
 
+@_once
 def _on_bluebubbles(v: View) -> bool:  # 2230 (!)
     return _forced(v, "bluebubbles", bool(v.e("BLUEBUBBLES_SERVER_URL") and v.e("BLUEBUBBLES_PASSWORD")))
 
 
+@_once
 def _on_qqbot(v: View) -> bool:  # 2270 (!)
     return _forced(v, "qqbot", bool(v.e("QQ_APP_ID") or v.e("QQ_CLIENT_SECRET")))
 
 
+@_once
 def _on_yuanbao(v: View) -> bool:  # 2312 (!)
     by_env = bool((v.e("YUANBAO_APP_ID") or v.e("YUANBAO_APP_KEY")) and v.e("YUANBAO_APP_SECRET"))
     return _forced(v, "yuanbao", by_env)
 
 
+@_once
 def _on_whatsapp_cloud(v: View) -> bool:  # 1794 (!)
     by_env = bool(v.e("WHATSAPP_CLOUD_PHONE_NUMBER_ID") and v.e("WHATSAPP_CLOUD_ACCESS_TOKEN"))
     return _forced(v, "whatsapp_cloud", by_env)
 
 
+@_once
 def _on_whatsapp(v: View) -> bool:  # 1772 + the plugin pass (see _whatsapp_enabled)
     return _whatsapp_enabled(v)[0]
 
 
+@_once
 def _on_irc(v: View) -> bool:  # plugin pass: check_fn wants IRC_SERVER and IRC_CHANNEL in the environment
     return v.plugin_enabled("irc", bool(v.e("IRC_SERVER") and v.e("IRC_CHANNEL")))
 
 
+@_once
 def _on_line(v: View) -> bool:  # plugin pass: check_fn wants both variables (and aiohttp)
     return v.plugin_enabled("line", bool(v.e("LINE_CHANNEL_ACCESS_TOKEN") and v.e("LINE_CHANNEL_SECRET")))
 
 
+@_once
 def _on_ntfy(v: View) -> bool:  # plugin pass: check_fn wants NTFY_TOPIC (stripped)
     return v.plugin_enabled("ntfy", bool(v.e("NTFY_TOPIC").strip()))
 
 
+@_once
 def _on_simplex(v: View) -> bool:  # plugin pass: check_fn wants SIMPLEX_WS_URL
     return v.plugin_enabled("simplex", bool(v.e("SIMPLEX_WS_URL")))
 
 
+@_once
 def _on_teams(v: View) -> bool:  # plugin pass: validate_config, each value from the env or extra
     extra = v.extra("teams")
     configured = all(v.e(f"TEAMS_{k.upper()}") or extra.get(k) for k in ("client_id", "client_secret", "tenant_id"))
     return v.plugin_enabled("teams", configured)
 
 
+@_once
 def _on_google_chat(v: View) -> bool:  # plugin pass: env seed, _validate_config, _check_for_registry's env part
     project = v.e("GOOGLE_CHAT_PROJECT_ID") or v.e("GOOGLE_CLOUD_PROJECT")
     subscription = v.e("GOOGLE_CHAT_SUBSCRIPTION_NAME") or v.e("GOOGLE_CHAT_SUBSCRIPTION")
@@ -995,6 +1041,7 @@ def _photon_read(v: View) -> tuple[object, object]:
     return env_id, env_sec
 
 
+@_once
 def _on_photon(v: View) -> bool:  # plugin pass: env seed from stored credentials, then validate_config
     try:
         pid, psec = _photon_stored(v)
@@ -1015,11 +1062,13 @@ def _on_photon(v: View) -> bool:  # plugin pass: env seed from stored credential
     return v.plugin_enabled("photon", configured)
 
 
+@_once
 def _on_raft(v: View) -> bool:  # plugin pass: RAFT_PROFILE seeds extra.enabled (setdefault)
     probe = _seeded(v.extra("raft"), {"enabled": True} if v.e("RAFT_PROFILE") else None)
     return v.plugin_enabled("raft", bool(probe.get("enabled") or probe.get("bridge_token")))
 
 
+@_once
 def _on_relay(v: View) -> bool:  # 2524: GATEWAY_RELAY_URL or extra relay_url, through _enable_from_env
     by_env = bool(v.e("GATEWAY_RELAY_URL").strip() or _text(v.extra("relay").get("relay_url") or ""))
     return _from_env(v, "relay", by_env)
