@@ -162,6 +162,24 @@ def test_rotation_keeps_n_backups(tmp_path):
     assert logs.tail_lines(tmp_path / "c.log.1", 1) == [b"y" * 5000]
 
 
+def test_housekeeping_rotates_only_the_oversized_logs(tmp_path):
+    """One read of the logs folder decides which logs are due; a link named like a log is never
+    followed (the rotation refuses it)."""
+    from supervisor.layout import Layout
+
+    layout = Layout(tmp_path)
+    layout.logs.mkdir(parents=True)
+    (layout.logs / "big.log").write_text("x" * 5000)
+    (layout.logs / "small.log").write_text("y" * 10)
+    (tmp_path / "elsewhere").write_text("z" * 5000)
+    (layout.logs / "linked.log").symlink_to(tmp_path / "elsewhere")
+    problems = logs.housekeep(layout, ["big", "small", "linked", "absent"], 4096, 2, 0)
+    assert problems == {"big": None, "small": None, "linked": None, "absent": None}
+    assert (layout.logs / "big.log").stat().st_size == 0 and (layout.logs / "big.log.1").stat().st_size == 5000
+    assert (layout.logs / "small.log").read_text() == "y" * 10 and not (layout.logs / "small.log.1").exists()
+    assert (tmp_path / "elsewhere").stat().st_size == 5000 and not (layout.logs / "linked.log.1").exists()
+
+
 def test_errors_are_one_line(tmp_path):
     d = Hermesd(tmp_path)
     for args, code in ((["restart", "coder"], 3), (["logs", "nope"], 2)):
