@@ -61,7 +61,7 @@ if [ "$mode" = upgrade ]; then
   out="$cache/results/upgrade-${versions[0]}-${versions[1]}"
   mkdir -p "$out"
   t0=$(date +%s)
-  HERMESD_TEST_UPGRADE="${versions[*]}" "$py" -m pytest -q -p no:cacheprovider --junitxml="$out/junit.xml" \
+  HERMESD_TEST_UPGRADE="${versions[*]}" HERMESD_TEST_OUTPUT="$out" "$py" -m pytest -q -p no:cacheprovider --junitxml="$out/junit.xml" \
     tests/releases/test_upgrade.py >"$out/pytest.log" 2>&1
   rc=$?
   tail -n 3 "$out/pytest.log"
@@ -161,13 +161,14 @@ print("unsupported" if not isinstance(c, Contract) else "flag" if c.external_sup
   # The contract tests always see the real hermes; only hermesd's end-to-end tests get the wrapper.
   t0=$(date +%s)
   echo "== $ver: pytest ${targets[0]}" >&2
-  HERMESD_TEST_HERMES="$real" HERMESD_CONTRACT_REPORT="$out/contract.json" \
+  HERMESD_TEST_HERMES="$real" HERMESD_CONTRACT_REPORT="$out/contract.json" HERMESD_TEST_OUTPUT="$out" \
     "$py" -m pytest -q -p no:cacheprovider --junitxml="$out/junit-contract.xml" "${targets[0]}" \
     >"$out/pytest.log" 2>&1
   rc=$?
   if [ ${#targets[@]} -gt 1 ]; then
     echo "== $ver: pytest ${targets[*]:1} with HERMESD_TEST_HERMES=$hermes" >&2
-    HERMESD_TEST_HERMES="$hermes" "$py" -m pytest -q -p no:cacheprovider --junitxml="$out/junit-e2e.xml" \
+    HERMESD_TEST_HERMES="$hermes" HERMESD_TEST_OUTPUT="$out" "$py" -m pytest -q -p no:cacheprovider \
+      --junitxml="$out/junit-e2e.xml" \
       "${targets[@]:1}" >>"$out/pytest.log" 2>&1 || rc=1
   fi
   took=$(( $(date +%s) - t0 ))

@@ -92,3 +92,23 @@ def test_a_process_without_home_is_watched_where_it_writes(tmp_path):
     assert home_changes(before, home_snapshot(account, (".hermes",))) == []
     (account / ".hermes" / "logs").mkdir(parents=True)
     assert home_changes(before, home_snapshot(account, (".hermes",))) == ["new: .hermes", "new: .hermes/logs"]
+
+
+def test_the_folder_a_run_was_asked_to_write_into_is_not_a_trace(tmp_path):
+    """scripts/test-releases.sh keeps each release's results in its cache under the home, and says so
+    with HERMESD_TEST_OUTPUT: what appears there passes; anything else in the home still fails."""
+    account = tmp_path / "account"
+    asked = account / ".cache" / "hermesd" / "results" / "r"
+    asked.mkdir(parents=True)
+    env_leak = ".cache/hermesd/results/r/junit.xml"
+    (tmp_path / "test_probe.py").write_text(PROBE)
+    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(account), "ACCOUNT": str(account),
+            "PYTHONPATH": str(REPO), "LEAK": env_leak}
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
+            "--basetemp", str(tmp_path / "basetemp"), str(tmp_path / "test_probe.py")]
+    ok = subprocess.run(argv, capture_output=True, text=True, env={**base, "HERMESD_TEST_OUTPUT": str(asked)},
+                        cwd=str(tmp_path), timeout=120)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    (asked / "junit.xml").unlink()
+    flagged = subprocess.run(argv, capture_output=True, text=True, env=base, cwd=str(tmp_path), timeout=120)
+    assert flagged.returncode == 1 and f"new: {env_leak}" in flagged.stdout, flagged.stdout

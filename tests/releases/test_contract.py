@@ -267,7 +267,9 @@ def test_profile_already_served_by_a_multiplexer(sb, expected, facts):
     their guard and run the named gateway beside the multiplexer (so hermesd's own default child must
     never multiplex, which that variable ensures on those releases)."""
     got = facts["attach"] = m.attach(sb, flag=expected.external_supervisor_flag)
-    assert got["host_running"] and "coder" in (got["host_serves"] or []), got
+    assert got["host_running"], got
+    # 0.18.x multiplexes without naming what it serves in gateway_state.json; where it is named, coder is.
+    assert got["host_serves"] is None or "coder" in got["host_serves"], got
     if expected.attach_exit is not None:
         assert got["exit"] == expected.attach_exit and not got["state_names_it"], got
     else:
