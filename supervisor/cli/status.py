@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from profiles.discovery import profiles_to_serve
@@ -46,19 +47,21 @@ def register(commands: Commands) -> None:
 # --------------------------------------------------------------------------- status
 
 
-def _status_document(args: argparse.Namespace) -> dict[str, Any]:
+def _offline(root: Path, why: str | None = None) -> dict[str, Any]:
+    """The document from the files on disk, when the daemon is down."""
+    from supervisor.status_rows import offline_document  # daemon down only: 40 ms a daemon's answer does not need
 
+    return offline_document(root) if why is None else offline_document(root, why)
+
+
+def _status_document(args: argparse.Namespace) -> dict[str, Any]:
     root = root_of(args)
     try:
         doc = client_of(args).call("status", wait=args.wait)["status"]
     except DaemonNotRunning:
-        from supervisor.status_rows import offline_document  # daemon down only: 40 ms a daemon's answer does not need
-
-        doc = offline_document(root)
+        doc = _offline(root)
     except DaemonNotAnswering as exc:
-        from supervisor.status_rows import offline_document  # daemon down only: 40 ms a daemon's answer does not need
-
-        doc = offline_document(root, why="hermesd does not answer")
+        doc = _offline(root, why="hermesd does not answer")
         doc["supervisor"].update(running=True, answering=False, problem=str(exc))
     except ControlError as exc:
         raise Failure(str(exc)) from None
