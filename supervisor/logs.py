@@ -87,10 +87,6 @@ class RepeatFilter(logging.Filter):
         return False
 
 
-def rotated(path: Path, n: int) -> Path:
-    return path.with_name(f"{path.name}.{n}")
-
-
 def rotate_if_needed(where: Beneath | Path, max_bytes: int, backups: int) -> bool:
     """Rotate the log when it exceeds ``max_bytes``: .1 is the newest copy, .N the oldest."""
     spot = safeio.beneath(where)

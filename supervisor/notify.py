@@ -122,14 +122,6 @@ class Notifier:
             lines.append(f"STATUS={_one_line(status)}")
         return self.send("\n".join(lines))
 
-    def extend_timeout(self, seconds: float) -> bool:
-        """Ask for ``seconds`` more before the current start/stop timeout (``EXTEND_TIMEOUT_USEC``).
-
-        For a shutdown whose children drain longer than the unit's ``TimeoutStopSec``: send it
-        again before it runs out, or systemd applies its timeout as usual.
-        """
-        return self.send(f"EXTEND_TIMEOUT_USEC={max(0, int(seconds * 1_000_000))}")
-
     def watchdog_interval(self) -> float | None:
         """Seconds between watchdog pings (half of ``WATCHDOG_USEC``, as systemd recommends), or ``None``."""
         if not self.enabled or self._watchdog_usec is None:

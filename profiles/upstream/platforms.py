@@ -95,13 +95,6 @@ def _text(value: object) -> str:
     return "" if value is None else str(value).strip()
 
 
-def _int_or(value: object, default: int) -> int:
-    try:
-        return int(str(value).strip(), 10)
-    except (TypeError, ValueError):
-        return default
-
-
 _PLACEHOLDERS = frozenset(
     {"*", "**", "***", "changeme", "your_api_key", "your_api_key_here", "your-api-key",
      "placeholder", "example", "dummy", "null", "none"}
@@ -212,9 +205,6 @@ class View:
     def get(self, name: str, default: str) -> str:
         """``os.getenv(name, default)``: ``default`` only when unset (an empty value stays empty)."""
         return self.env.get(name, default)
-
-    def has(self, name: str) -> bool:
-        return name in self.env
 
     def src(self, name: str) -> str:
         """The file that set environment variable ``name`` (``.env``, ``.op.env`` or config.yaml)."""

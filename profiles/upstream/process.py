@@ -111,18 +111,6 @@ class GatewayState(enum.StrEnum):
     STARTUP_FAILED = "startup_failed"
 
 
-class PlatformState(enum.StrEnum):
-    """``platforms.<name>.state`` in ``gateway_state.json``."""
-
-    CONNECTING = "connecting"
-    CONNECTED = "connected"
-    RETRYING = "retrying"
-    FATAL = "fatal"
-    PAUSED = "paused"
-    DISABLED = "disabled"
-    DISCONNECTED = "disconnected"
-
-
 # The gateway rewrites state/gateway.heartbeat this often once it runs.
 HEARTBEAT_INTERVAL_S = 30.0
 

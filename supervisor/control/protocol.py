@@ -79,10 +79,6 @@ def boot_ticks() -> int:
     return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
 
 
-def peer_uid(sock: socket.socket) -> int | None:
-    return peer_pid_uid(sock)[1]
-
-
 def peer_pid_uid(sock: socket.socket) -> tuple[int | None, int | None]:
     """The connecting process's PID (in our PID namespace) and uid, from ``SO_PEERCRED``."""
     try:

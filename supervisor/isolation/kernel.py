@@ -110,10 +110,6 @@ def fs_rights_for_abi(abi: int) -> int:
     return rights
 
 
-def scopes_for_abi(abi: int) -> int:
-    return SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0
-
-
 class _RulesetAttr(ctypes.Structure):
     _fields_ = [
         ("handled_access_fs", ctypes.c_uint64),

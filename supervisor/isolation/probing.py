@@ -78,10 +78,6 @@ class Probe:
         """A private mount namespace is available to hermesd as it runs now."""
         return self.mount_namespace if self.is_root else self.user_namespace
 
-    @property
-    def signal_scoping(self) -> bool:
-        return self.landlock_abi >= 6
-
     def sysctl(self, name: str) -> str:
         return dict(self.sysctls).get(name, "")
 

@@ -145,10 +145,6 @@ class Journal:
     _failing: bool = False
 
     @property
-    def is_open(self) -> bool:
-        return self._fd is not None
-
-    @property
     def current_path(self) -> Path:
         return self.folder / segment_name(self._number)
 

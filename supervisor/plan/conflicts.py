@@ -26,10 +26,6 @@ class Conflict:
     holder_state: str  # "running", "restarting" or "first in serving order"
 
     @property
-    def holder_running(self) -> bool:
-        return self.holder_state != "first in serving order"
-
-    @property
     def reason(self) -> str:
         return "credential_conflict" if self.claim.kind == "credential" else "port_conflict"
 

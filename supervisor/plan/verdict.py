@@ -62,11 +62,6 @@ class HoldKind(enum.Enum):
     def fix(self) -> str:
         return _DOCTOR[self][2]
 
-    @property
-    def cured_by_files(self) -> bool:
-        """Whether a change to the profile's files or hermesd.yaml may cure it (re-judged then)."""
-        return self is not HoldKind.FOREIGN_GATEWAY
-
 
 _DOCTOR: dict[HoldKind, tuple[str, str, str]] = {
     HoldKind.CONFIG_ERROR: (

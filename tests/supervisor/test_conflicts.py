@@ -23,7 +23,7 @@ def test_first_in_order_wins_among_stopped():
 def test_running_holder_keeps_it_even_if_later_in_order():
     held = find_conflicts(["a", "b"], {"a": [TOKEN], "b": [TOKEN]}, running={"b"})
     assert set(held) == {"a"}
-    assert held["a"].holder_running
+    assert held["a"].holder_state == "running"
 
 
 def test_two_running_are_not_stopped():
