@@ -1,4 +1,4 @@
-"""Upstream's kanban board under hermesd (issue 16): who dispatches, and where the workers run.
+"""Upstream's kanban board under hermesd: who dispatches, and where the workers run.
 
 Upstream (hermes-agent 0.19.0, contract section 7): every gateway tries to run the kanban
 dispatcher; a machine-wide ``flock`` on ``<kanban home>/kanban/.dispatcher.lock`` lets the first

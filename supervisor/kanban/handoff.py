@@ -1,7 +1,7 @@
 """The dispatcher's hand-off: a restricted socket and a ``HERMES_BIN`` only the chosen dispatcher sees.
 
 Why not the control socket: it can stop and restart every profile, so it is hidden from every
-confined profile on purpose (issue 13). The dispatching gateway needs exactly two verbs of it,
+confined profile on purpose (docs/isolation.md). The dispatching gateway needs exactly two verbs of it,
 ``kanban_worker`` and ``kanban_wait`` (:mod:`supervisor.kanban.worker`), so the daemon serves
 those two, and nothing else, on a second socket:
 
