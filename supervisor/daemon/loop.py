@@ -184,9 +184,11 @@ class Daemon:
         assert self._loop is not None, "the daemon's loop is not running"
         return self._loop
 
-    async def load_config(self, *, initial: bool = False) -> bool:
+    async def load_config(self, *, initial: bool = False, changed: bool = False) -> bool:
         """(Re)read hermesd.yaml and build the settings in force from it; on error keep the last good
-        ones and say why."""
+        ones and say why. ``changed``: the file changed on disk; a rewrite that changes no setting
+        (hermesd's own empty file, created when the first confined gateway starts; an editor saving
+        twice) is then not a reconfiguration: nothing is re-applied or counted, one line says so."""
         try:
             in_force = await effective.load(self.layout, self.env, self.pool, self.domains.probe)
         except config_mod.ConfigError as exc:
@@ -197,6 +199,11 @@ class Daemon:
                 self._apply(effective.build(self.in_force.config, root_hold=Hold(
                     HoldKind.NO_CONFIG, f"no valid hermesd.yaml yet: {exc}")))
             return False
+        if changed:
+            if self.config_problem is None and in_force == self.in_force:
+                log.info("hermesd.yaml rewritten: no setting changed")
+                return True
+            log.info("hermesd.yaml changed")
         self.config_problem = None
         if in_force.command is not None:
             self.domains.set_command(list(in_force.command))
@@ -415,8 +422,7 @@ class Daemon:
     def handle_fs_events(self, ev: FsEvents) -> None:
         """Profiles added, removed or edited, hermesd.yaml changed, a gateway wrote its state."""
         if ev.config:
-            log.info("hermesd.yaml changed")
-            self.spawn_task(self.load_config())
+            self.spawn_task(self.load_config(changed=True))
         if ev.rescan:
             self.list_profiles()
         if ev.profiles:

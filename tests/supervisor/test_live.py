@@ -95,14 +95,27 @@ def test_edit_env_restarts_that_profile_only_and_noise_restarts_nothing(fake_roo
     assert d.row("writer")["pid"] == before["writer"] and d.row("default")["pid"] == before["default"]
 
 
+def config_applied(d) -> list[dict]:
+    out = d.cli("events", "--json")
+    assert out.returncode == 0, out
+    return [e for e in map(json.loads, out.stdout.splitlines()) if e["type"] == "config_applied"]
+
+
 def test_hermesd_yaml_change_restarts_only_affected(fake_root, hermesd_factory):
     d = hermesd_factory(fake_root)
     before = d.wait_running("default", "coder", "writer")
+    # a rewrite that changes no setting (a comment) is no reconfiguration: nothing applied or counted
+    applied = config_applied(d)
+    cfg = fake_root / "hermesd.yaml"
+    cfg.write_text(cfg.read_text() + "# only a comment\n")
+    wait_for(lambda: "hermesd.yaml rewritten: no setting changed" in d.log_text(), 5)
+    assert config_applied(d) == applied and "hermesd.yaml changed" not in d.log_text()
     write_config(fake_root, profiles={"writer": {"environment": {"FOO": "1"}}, "coder": {"enabled": False}})
     d.wait_state("coder", "stopped")
     assert d.row("coder")["reason"] == "disabled in hermesd.yaml"
     wait_for(lambda: d.row("writer")["pid"] not in (None, before["writer"]), 5)
     assert d.row("default")["pid"] == before["default"]
+    assert len(config_applied(d)) == len(applied) + 1 and "hermesd.yaml changed" in d.log_text()
     # a broken hermesd.yaml keeps the last good config and says so
     (fake_root / "hermesd.yaml").write_text("restart: [\n")
     wait_for(lambda: d.status()["supervisor"]["config_problem"], 5)
