@@ -115,6 +115,23 @@ def _refusal(node: yaml.Node, path: Path, problem: str) -> ProfileConfigError:
     return ProfileConfigError(path, f"refused YAML: {problem}", line=mark.line + 1 if mark is not None else None)
 
 
+def _syntax_error(exc: yaml.MarkedYAMLError, text: str) -> tuple[str, int | None]:
+    """What to tell the person fixing the file, and the line to fix.
+
+    PyYAML marks an unclosed bracket or quote where the file ends, often a line past the last one
+    (``model: [oops`` is reported at line 2 of a one-line file); the line to fix is the one where the
+    construct opened, which the error carries as its context."""
+    problem = exc.problem or exc.context or "invalid YAML"
+    end = len(text.rstrip())
+    if exc.problem_mark is not None and exc.problem_mark.index >= end:
+        opened = exc.context_mark
+        if opened is not None and exc.context and opened.index < end:
+            return f"{exc.context} that the file never closes ({problem})", opened.line + 1
+        return f"the file ends too early ({problem})", max(1, len(text[:end].splitlines()))
+    mark = exc.problem_mark or exc.context_mark
+    return problem, mark.line + 1 if mark is not None else None
+
+
 def compose_yaml(text: str, path: Path, loader: type[YamlLoader] = _Loader) -> tuple[YamlLoader, yaml.Node | None]:
     """The bounded node tree of ``text`` and a loader positioned to construct it; errors name file and line."""
     ldr = loader(text)
@@ -122,9 +139,7 @@ def compose_yaml(text: str, path: Path, loader: type[YamlLoader] = _Loader) -> t
         node = ldr.get_single_node()
     except yaml.MarkedYAMLError as exc:
         ldr.dispose()
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        problem = exc.problem or exc.context or "invalid YAML"
+        problem, line = _syntax_error(exc, text)
         raise ProfileConfigError(path, f"invalid YAML: {problem}", line=line) from None
     except yaml.YAMLError as exc:
         ldr.dispose()
@@ -149,9 +164,8 @@ def parse_yaml(text: str, path: Path) -> object:
             return None
         return ldr.construct_document(node)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        raise ProfileConfigError(path, f"invalid YAML: {exc.problem or exc.context}", line=line) from None
+        problem, line = _syntax_error(exc, text)
+        raise ProfileConfigError(path, f"invalid YAML: {problem}", line=line) from None
     except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
         # An impossible date or a tag PyYAML refuses is still the user's file: a config error.
         raise ProfileConfigError(path, f"invalid YAML value: {exc}") from None

@@ -72,11 +72,20 @@ def test_non_finite_numbers_are_refused(tmp_path, text, line, key):
     assert msg.startswith(f"{path}:{line}: {key}: expected a "), msg
 
 
-def test_invalid_yaml_names_line(tmp_path):
+@pytest.mark.parametrize(("text", "line", "says"), [
+    ("restart:\n  initial_delay: [1,\n", 2, "the file ends too early"),
+    ("command: [unclosed\n", 1, "while parsing a flow sequence that the file never closes"),
+    ("restart: {factor: 2\n\n\n", 1, "while parsing a flow mapping that the file never closes"),
+    ('command: "open\n', 1, "while scanning a quoted scalar that the file never closes"),
+    ("restart:\n  factor: 2\n stop_timeout: 3\n", 3, ""),  # not at the end: the problem's own line
+])
+def test_invalid_yaml_names_the_line_to_fix(tmp_path, text, line, says):
+    """An unclosed bracket is reported where it opened, not where the file ends (a line past the last)."""
     path = tmp_path / "hermesd.yaml"
-    path.write_text("restart:\n  initial_delay: [1,\n")
-    with pytest.raises(ConfigError, match=rf"{path}:\d+: invalid YAML"):
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
         load(path)
+    assert str(err.value).startswith(f"{path}:{line}: invalid YAML: {says}"), str(err.value)
 
 
 def test_credential_value_not_echoed(tmp_path):
