@@ -32,7 +32,7 @@ def check_isolation(scan: Scan) -> None:
     for level, text in doctor_lines(p):
         severity = _LEVEL.get(level, INFO) if wanted else INFO
         scan.add(severity, f"isolation_{level}" if level != "ok" else "isolation_available", None, text,
-                 "see the README's isolation section for what each mechanism hides"
+                 "see docs/isolation.md for what each mechanism hides"
                  if level != "ok" else "nothing to do")
     if best == "none":
         for name in sorted(n for n, m in modes.items() if m == "required"):

@@ -85,7 +85,7 @@ def _ensure(plan: dict[str, Any]) -> None:
         except OSError:
             continue
         try:
-            os.write(fd, b"# hermesd settings (see hermesd's README). Created empty by hermesd so that a\n"
+            os.write(fd, b"# hermesd settings (see hermesd's docs/guide.md). Created empty by hermesd so that a\n"
                          b"# confined default profile, which owns this folder, cannot plant one.\n")
         finally:
             os.close(fd)

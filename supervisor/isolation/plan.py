@@ -183,6 +183,7 @@ class Plan:
             "exposed": [{"path": a.path, "access": a.access} for a in self.expose],
             "read_only": list(self.read_only),
             "gaps": [g.lstrip("!") for g in self.gaps],
+            "gaps_severe": [g.lstrip("!") for g in self.gaps_severe()],  # the summary's "(N severe)"
         }
 
     # --- serialisation -----------------------------------------------------------------

@@ -667,7 +667,7 @@ def doctor_findings(det: Detection, *, limits_configured: bool) -> list[Finding]
     """What doctor says about cgroups. Warnings only matter when some profile has limits; otherwise
     the same facts are reported as info (they still decide how stops find escaped processes)."""
     warn: Literal["warning", "info"] = "warning" if limits_configured else "info"
-    watch = "limits are enforced by watching /proc (reaction time about 1 s, see the README)"
+    watch = "limits are enforced by watching /proc (reaction time about 1 s, see docs/isolation.md)"
     if not det.usable:
         code = {"legacy": "cgroup_v1_only", "none": "cgroup_none"}.get(det.kind, "cgroup_not_delegated")
         first = det.problems[0] if det.problems else "cgroup v2 is not usable"

@@ -1,1 +1,1 @@
-"""Pure decisions: nothing here reads a clock, a file or a process (see the README's Architecture)."""
+"""Pure decisions: nothing here reads a clock, a file or a process (see docs/architecture.md)."""

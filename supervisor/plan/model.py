@@ -144,7 +144,7 @@ class Save:
 
 @dataclass(frozen=True, slots=True)
 class Emit:
-    """An event for the journal, hooks and metrics (see the README's event history)."""
+    """An event for the journal, hooks and metrics (see docs/operations.md, event history)."""
 
     event: dict[str, Any]
 
