@@ -29,7 +29,7 @@ from typing import Protocol
 
 from profiles import safeio, safetree
 from profiles.upstream.files import RUNTIME_TOP_FILES
-from supervisor.watch.events import PROFILE_FILES
+from supervisor.watch.classify import PROFILE_FILES
 
 MAX_ENTRIES = 1_000_000  # a home with more is reported as not done, never walked forever
 MAX_DEPTH = 256
@@ -73,7 +73,7 @@ def fix_command(profile: str, account: Account, root: Path) -> str:
 
 
 # What the gateway must read or write at the top of its home: its own runtime files, the profile's
-# files, the folders it writes in (upstream's facts: profiles.upstream.files, supervisor.watch.events).
+# files, the folders it writes in (upstream's facts: profiles.upstream.files, supervisor.watch.classify).
 _NEEDED = frozenset({*RUNTIME_TOP_FILES, *PROFILE_FILES, "state", "logs"})
 
 

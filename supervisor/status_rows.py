@@ -19,7 +19,7 @@ from profiles.discovery import profiles_to_serve
 from profiles.upstream import files as gf
 from supervisor import codeid, identity
 from supervisor import state as state_mod
-from supervisor.kanban.observe import kanban_fields
+from supervisor.kanban.running import kanban_fields
 from supervisor.layout import Layout
 
 # Every row has every key, whether it comes from the daemon or from the files on disk.
@@ -46,7 +46,7 @@ _DEFAULTS: dict[str, Any] = {
     "mechanism": None,
     "limit_mechanisms": None,
     "isolation": None,
-    "kanban": None,  # {dispatcher, dispatcher_pid, dispatcher_supervised, workers}: supervisor.kanban.observe
+    "kanban": None,  # {dispatcher, dispatcher_pid, dispatcher_supervised, workers}: supervisor.kanban.running
     "requirements_missing": [],
     "code": None,  # supervisor.codeid.CodeView: the code the gateway runs against the code installed
     # What the child serves (the multiplex-default line reports it): names, where from, its identify answer.

@@ -86,7 +86,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("supervisor/upgrade/environment.py", "_hash"): _OPERATOR + " (an installed file, hashed against RECORD)",
     ("supervisor/upgrade/environment.py", "_install_folder"): _OPERATOR + " (a folder of the install that pip's "
         "uninstall removed; the files go back through safeio)",
-    ("supervisor/kanban/observe.py", "scan_workers"): _KERNEL + " (/proc/PID/cmdline)",
+    ("supervisor/kanban/running.py", "scan_workers"): _KERNEL + " (/proc/PID/cmdline)",
     ("supervisor/limits/cgroup_io.py", "_read_text"): _KERNEL,
     ("supervisor/limits/cgroup_io.py", "_write"): _KERNEL,
     ("supervisor/limits/cgroup_io.py", "apply"): _KERNEL + " (mkdir of a cgroup)",

@@ -23,7 +23,7 @@ MAX_CLASS_LINES = 500
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Hermes' files and facts", ("profiles", "wrappers")),
     ("hermesd's own files and words", (
-        "supervisor", "supervisor.exits", "supervisor.layout", "supervisor.printable", "supervisor.notify",
+        "supervisor", "supervisor.exits", "supervisor.layout", "supervisor.notify",
         "supervisor.tags", "supervisor.prctl", "supervisor.codeid", "supervisor.lockholder", "supervisor.logs",
         "supervisor.gatewaysock", "supervisor.state", "supervisor.control",
     )),
@@ -215,17 +215,6 @@ def test_no_import_reaches_a_higher_layer():
     assert not upward, "imports from a lower layer into a higher one:\n" + "\n".join(upward)
 
 
-# Names still used twice, each renamed when the code that imports it (in a package another change is
-# rewriting) moves: listed module by module, so that no new duplicate can be added unnoticed.
-PENDING_NAMES: dict[str, frozenset[str]] = {
-    "kanban": frozenset({"supervisor.isolation.kanban", "supervisor.kanban"}),  # daemon/domains.py imports it
-    "plan": frozenset({"supervisor.isolation.plan", "supervisor.plan", "supervisor.upgrade.plan"}),  # daemon, upgrade
-    "observe": frozenset({"supervisor.kanban.observe", "supervisor.observe"}),  # kanban/
-    "events": frozenset({"supervisor.observe.events", "supervisor.watch.events"}),  # daemon/loop.py, ownership.py
-    "printable": frozenset({"supervisor.printable", "profiles.printable"}),  # daemon/serving.py, served_elsewhere.py
-}
-
-
 def test_module_names_are_unique():
     """Two modules with one name make every import, traceback and search ambiguous. The command
     modules are the exception by design: ``supervisor/cli/doctor.py`` is the ``doctor`` command
@@ -235,11 +224,8 @@ def test_module_names_are_unique():
         if module.startswith("supervisor.cli.") or module == "supervisor.__main__":
             continue
         seen.setdefault(module.rsplit(".", 1)[-1], set()).add(module)
-    twice = {name: sorted(mods) for name, mods in seen.items()
-             if len(mods) > 1 and mods != PENDING_NAMES.get(name)}
+    twice = {name: sorted(mods) for name, mods in seen.items() if len(mods) > 1}
     assert not twice, f"module names used twice: {twice}"
-    assert all(seen.get(name) == mods for name, mods in PENDING_NAMES.items()), "a pending name was resolved: " \
-        "remove it from PENDING_NAMES"
 
 
 # Packages another change is rewriting; their imports inside functions get their reasons (or move to

@@ -49,7 +49,7 @@ from supervisor.tags import TAG_PROFILE, TAG_ROOT
 if TYPE_CHECKING:
     from types import FrameType
 
-    from supervisor.isolation.plan import Plan
+    from supervisor.isolation.planning import Plan
     from supervisor.limits.limits_config import Limits
     from supervisor.limits.session import Session
 
@@ -165,9 +165,9 @@ def prepare(root: Path, raw_name: str, base_env: Mapping[str, str], *, kind: str
         child_env,
         resolve_gateway_command,
     )
-    from supervisor.isolation import install, kanban  # run-time only (see cli/__init__)
+    from supervisor.isolation import install, shared_board  # run-time only (see cli/__init__)
     from supervisor.isolation.enter import EXIT_CANNOT_CONFINE  # run-time only (see cli/__init__)
-    from supervisor.isolation.plan import PlanInputs, make_plan  # run-time only (see cli/__init__)
+    from supervisor.isolation.planning import PlanInputs, make_plan  # run-time only (see cli/__init__)
     from supervisor.isolation.probing import probe  # run-time only (see cli/__init__)
     from supervisor.limits.tree import nice_for_weight  # run-time only (see cli/__init__)
 
@@ -207,7 +207,7 @@ def prepare(root: Path, raw_name: str, base_env: Mapping[str, str], *, kind: str
         other_homes=tuple(h for n, h in homes.items() if n != name),
         install_paths=install_paths, lock_dir=install.credential_lock_dir(env),
         user_home=Path(env["HOME"]) if env.get("HOME") else None, user_ids=user,
-        kanban_layout=kanban.layout(root), linked=install.linked_channels(root),
+        kanban_layout=shared_board.layout(root), linked=install.linked_channels(root),
     ))
     if not plan.runnable:
         raise Failure(f"profile {name}: isolation: {plan.reason}", EXIT_CANNOT_CONFINE)

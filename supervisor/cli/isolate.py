@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from supervisor.config import Config
-    from supervisor.isolation.plan import UserIds
+    from supervisor.isolation.planning import UserIds
 
 
 def register(commands: Commands) -> None:

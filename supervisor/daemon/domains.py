@@ -22,10 +22,22 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from supervisor import limits as lim
 from supervisor import ownership
+from supervisor.isolation import install, shared_board
+from supervisor.isolation.isolation_config import IsolationSettings
+from supervisor.isolation.planning import Plan, PlanInputs, make_plan
+from supervisor.isolation.probing import Probe, probe
+from supervisor.isolation.shim_argv import wrap_argv
 from supervisor.layout import Layout
+from supervisor.limits import cgroup, cgroup_io, procfs
+from supervisor.limits import hung as hung_mod
+from supervisor.limits import tree as tree_mod
+from supervisor.limits.cgroup import Events
+from supervisor.limits.hung import HungCheck
+from supervisor.limits.limits_config import HungSettings, Limits
+from supervisor.limits.tree import Breach, TreeSample
 from supervisor.plan.model import Ident
 from supervisor.plan.policy import ExitKind, limit_exit
 
@@ -37,9 +49,9 @@ class _Tree:
     """What the domain layer remembers of one running child."""
 
     ident: Ident
-    root: Any  # limits.ProcRoot | limits.CgroupRoot
+    root: lim.ProcRoot | lim.CgroupRoot
     cgroup: str | None
-    events: Any = None  # cgroup events at spawn (baseline for an OOM verdict)
+    events: Events | None = None  # at spawn: the baseline for an OOM verdict
     start_mono: float = 0.0
     start_wall: float | None = None
 
@@ -47,54 +59,54 @@ class _Tree:
 @dataclass(slots=True)
 class Prepared:
     argv: list[str]
-    plan: Any  # isolation.Plan
+    plan: Plan
 
 
 @dataclass(slots=True)
 class Domains:
     root: Path
     layout: Layout
-    probe: Any = None  # isolation.Probe
-    cgroups: Any = None  # limits.Detection
-    watcher: Any = None  # limits.TreeWatcher
+    probe: Probe | None = None  # these three: set by start()
+    cgroups: lim.Detection | None = None
+    watcher: lim.TreeWatcher | None = None
     install_paths: tuple[Path, ...] = ()
-    plans: dict[str, Any] = field(default_factory=dict)
+    plans: dict[str, Plan] = field(default_factory=dict)
     trees: dict[str, _Tree] = field(default_factory=dict)
-    _samples: dict[str, Any] = field(default_factory=dict)
+    _samples: dict[str, TreeSample] = field(default_factory=dict)
     _hot_until: float = 0.0
 
     def start(self, salt: bytes) -> None:
         """Once per daemon: what the kernel offers (confinement, cgroup v2), and the tree watcher
         (``salt``: the per-root salt that proves a tag was set by hermesd)."""
-        from supervisor import isolation, limits
 
-        self.probe = isolation.probe()
-        self.cgroups = limits.setup(str(self.root))
-        self.watcher = limits.TreeWatcher(str(self.root), salt=salt, exclude=(os.getpid(),))
+        self.probe = probe()
+        self.cgroups = lim.setup(str(self.root))
+        self.watcher = lim.TreeWatcher(str(self.root), salt=salt, exclude=(os.getpid(),))
         for problem in self.cgroups.problems:
             log.warning("cgroups: %s", problem)
-        from supervisor.isolation import kanban
 
         try:
-            kanban.migrate(self.root)
-        except kanban.KanbanBusyError as exc:
+            shared_board.migrate(self.root)
+        except shared_board.KanbanBusyError as exc:
             log.warning("kanban board not moved to its shared folder yet: %s", exc)
 
+    def _host(self) -> tuple[Probe, lim.Detection, lim.TreeWatcher]:
+        """What :meth:`start` found; every spawn and adoption comes after it (a status request may not)."""
+        if self.probe is None or self.cgroups is None or self.watcher is None:
+            raise RuntimeError("Domains.start() has not run")
+        return self.probe, self.cgroups, self.watcher
+
     def set_command(self, command: list[str] | None) -> None:
-        from supervisor.isolation import install
 
         self.install_paths = tuple(install.discover_install_paths(command)) if command else ()
 
     # ------------------------------------------------------------------------- spawn
 
     def prepare(self, name: str, home: Path, argv: list[str], env: Mapping[str, str], *,
-                isolation: Any, limits: Any, other_homes: tuple[Path, ...],
+                isolation: IsolationSettings, limits: Limits, other_homes: tuple[Path, ...],
                 grants: tuple[tuple[Path, str], ...] = (), placeholders: tuple[Path, ...] = ()) -> Prepared | str:
         """The command to spawn for ``name`` under its confinement, or why it cannot be started."""
-        from supervisor import isolation as iso
-        from supervisor.isolation import install, kanban
-        from supervisor.limits import cgroup, cgroup_io
-
+        facts, det, _ = self._host()
         user = None
         if isolation.user:
             try:
@@ -107,29 +119,27 @@ class Domains:
                     fix = (f"; run '{ownership.fix_command(name, user, self.root)}' (it shows what it changes and "
                            "asks first)" if any(t.startswith(str(home)) for t in trouble) else "")
                     return f"isolation user {user.name}: {'; '.join(trouble)}{fix}"
-        plan = iso.make_plan(iso.PlanInputs(
-            root=self.root, profile=name, home=home, probe=self.probe, settings=isolation,
+        plan = make_plan(PlanInputs(
+            root=self.root, profile=name, home=home, probe=facts, settings=isolation,
             hermesd_dir=self.layout.dir, control_socket=self.layout.socket, other_homes=other_homes,
             install_paths=self.install_paths, lock_dir=install.credential_lock_dir(env),
             user_home=Path(env["HOME"]) if env.get("HOME") else None, user_ids=user,
-            kanban_layout=kanban.layout(self.root), grants=grants, placeholders=placeholders,
+            kanban_layout=shared_board.layout(self.root), grants=grants, placeholders=placeholders,
             linked=install.linked_channels(self.root),
         ))
         self.plans[name] = plan
         if not plan.runnable:
             return f"isolation: {plan.reason}"
         try:
-            cgroup_io.apply(cgroup.profile_plan(self.cgroups, name, limits))
+            cgroup_io.apply(cgroup.profile_plan(det, name, limits))
         except cgroup_io.CgroupError as exc:
             log.warning("profile %s: cgroup not prepared (%s); its limits are watched", name, exc)
-        return Prepared(iso.wrap_argv(plan, argv), plan)
+        return Prepared(wrap_argv(plan, argv), plan)
 
-    def attach(self, name: str, ident: Ident, limits: Any) -> None:
+    def attach(self, name: str, ident: Ident, limits: Limits) -> None:
         """Right after the spawn, before the loop yields: the child joins its cgroup."""
-        from supervisor import limits as lim
-        from supervisor.limits import cgroup, cgroup_io
-
-        d = cgroup.profile_dir(self.cgroups, name)
+        _, det, _ = self._host()
+        d = cgroup.profile_dir(det, name)
         events = None
         if d is not None:
             try:
@@ -139,14 +149,13 @@ class Domains:
                 log.warning("profile %s: PID %d not moved into its cgroup (%s)", name, ident.pid, exc)
                 d = None
         root = lim.CgroupRoot(d) if d is not None else lim.ProcRoot(ident.pid, ident.start_time)
-        if limits.cpu_weight and "cpu" not in self.cgroups.controllers:
+        if limits.cpu_weight and "cpu" not in det.controllers:
             lim.apply_nice([ident.pid], limits.cpu_weight)
         self.trees[name] = _Tree(ident, root, d, events, *_start_clock(ident.pid))
 
     def member_of(self, name: str, pid: int) -> bool | None:
         """Whether ``pid`` is in the cgroup of ``name``'s running gateway (``None``: the gateway has
         no cgroup, membership is not the kernel's to say)."""
-        from supervisor.limits import cgroup_io
 
         tree = self.trees.get(name)
         det = self.cgroups
@@ -159,15 +168,13 @@ class Domains:
 
     def adopt(self, name: str, ident: Ident) -> None:
         """A gateway found running at start-up: into its cgroup with its whole tree, if it has one."""
-        from supervisor import limits as lim
-        from supervisor.limits import cgroup, cgroup_io
-
-        d = cgroup.profile_dir(self.cgroups, name)
+        _, det, watcher = self._host()
+        d = cgroup.profile_dir(det, name)
         if d is not None:
             try:
                 if cgroup_io.current_cgroup(ident.pid) != d:
-                    members = self.watcher.rescan_members(name, lim.ProcRoot(ident.pid, ident.start_time))
-                    cgroup_io.apply(cgroup.profile_plan(self.cgroups, name, lim.Limits()))
+                    members = watcher.rescan_members(name, lim.ProcRoot(ident.pid, ident.start_time))
+                    cgroup_io.apply(cgroup.profile_plan(det, name, lim.Limits()))
                     cgroup_io.attach_all(d, [p for p, _ in members] or [ident.pid])
             except cgroup_io.CgroupError as exc:
                 log.warning("profile %s: adopted PID %d not moved into its cgroup (%s)", name, ident.pid, exc)
@@ -192,7 +199,6 @@ class Domains:
         Called synchronously at the exit: one read of ``cgroup.events`` when nothing is left, one
         write of ``cgroup.kill`` otherwise, so the restart path stays free of any ``/proc`` scan.
         Returns the PIDs that were listed (empty: no cgroup, or nothing left)."""
-        from supervisor.limits import cgroup, cgroup_io
 
         d = cgroup.profile_dir(self.cgroups, name) if self.cgroups is not None else None
         if d is None or cgroup_io.populated(d) is False or not os.path.isdir(d):
@@ -210,7 +216,6 @@ class Domains:
     def sweep_all(self) -> list[int]:
         """At hermesd's own exit (without ``--keep-children``): every profile's cgroup and every
         kanban worker's, killed (the exact counterpart of the tag sweep)."""
-        from supervisor.limits import cgroup, cgroup_io
 
         det = self.cgroups
         if det is None or not det.usable or det.base is None:
@@ -236,7 +241,6 @@ class Domains:
     def end_session(self, kind: str, name: str, keeper: int) -> None:
         """A session's keeper has ended (a kanban worker's, maybe killed before it could clean up):
         kill what is left in the session's cgroup and remove it."""
-        from supervisor.limits import cgroup, cgroup_io
 
         d = cgroup.session_dir(self.cgroups, kind, name, keeper) if self.cgroups is not None else None
         if d is None or not os.path.isdir(d):
@@ -250,8 +254,6 @@ class Domains:
 
     def exit_cause(self, name: str, ident: Ident) -> ExitKind | None:
         """At an exit: did the kernel kill the tree for a limit (cgroup events since the spawn)?"""
-        from supervisor.limits import cgroup, cgroup_io
-
         tree = self.trees.get(name)
         if tree is None or tree.ident != ident or tree.cgroup is None or tree.events is None:
             return None
@@ -268,10 +270,8 @@ class Domains:
 
     # ------------------------------------------------------------------------- watching
 
-    def check_hung(self, name: str, home: Path, hung: Any) -> Any:
-        """One hung evaluation (``limits.hung.HungCheck``), or ``None`` when the child is not ours any more."""
-        from supervisor.limits import hung as hung_mod
-
+    def check_hung(self, name: str, home: Path, hung: HungSettings) -> HungCheck | None:
+        """One hung evaluation, or ``None`` when the child is not ours any more."""
         tree = self.trees.get(name)
         if tree is None:
             return None
@@ -280,11 +280,8 @@ class Domains:
                                    proc_state=state, beat=beat, settings=hung, now_mono=time.monotonic(),
                                    now_wall=time.time(), gateway_state=gstate)
 
-    def scan(self, limits: Mapping[str, Any]) -> tuple[dict[str, Any], float | None]:
+    def scan(self, limits: Mapping[str, Limits]) -> tuple[dict[str, Breach], float | None]:
         """One watch scan of the running profiles whose limits no cgroup enforces: breaches and the next delay."""
-        from supervisor import limits as lim
-        from supervisor.limits import tree as tree_mod
-
         wl = {n: lim.watch_limits(limits[n], self.cgroups) for n in limits if n in self.trees}
         wl = {n: v for n, v in wl.items() if v.memory_max is not None or v.tasks_max is not None}
         if not wl or self.watcher is None:
@@ -300,10 +297,8 @@ class Domains:
 
     # ------------------------------------------------------------------------- status
 
-    def fields(self, name: str, limits: Any) -> dict[str, Any]:
+    def fields(self, name: str, limits: Limits) -> dict[str, object]:
         """``memory_bytes``, ``tasks``, ``limits``, ``mechanism`` and ``isolation`` of one profile."""
-        from supervisor import limits as lim
-
         tree = self.trees.get(name)
         usage = lim.usage(name, tree.root, self.watcher) if tree is not None and self.watcher is not None else None
         out = lim.status_fields(usage, limits, self.cgroups)
@@ -312,15 +307,11 @@ class Domains:
         return out
 
     def teardown(self) -> None:
-        from supervisor import limits as lim
-
         if self.cgroups is not None:
             lim.teardown(self.cgroups)
 
 
 def _start_clock(pid: int) -> tuple[float, float | None]:
     """When ``pid`` started, on the monotonic clock (now, if it is already gone) and the wall clock."""
-    from supervisor.limits import procfs
-
     clock = procfs.start_clock(pid)
     return (clock[0], clock[1]) if clock is not None else (time.monotonic(), None)

@@ -32,7 +32,7 @@ from supervisor import config as config_mod
 from supervisor.config import Config
 from supervisor.daemon import interpreter
 from supervisor.daemon.interpreter import Release
-from supervisor.isolation.plan import hides_other_profiles
+from supervisor.isolation.planning import hides_other_profiles
 from supervisor.kanban.dispatch import OFF
 from supervisor.plan.planner import Settings
 from supervisor.plan.verdict import Hold, HoldKind, ReleaseRules

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
+from profiles.printable import printable
 from profiles.safeio import Beneath
 from profiles.upstream import files as gf
 from profiles.upstream.multiplex import HOST_RECORD
@@ -30,7 +31,6 @@ from supervisor.isolation.enter import EXIT_CANNOT_CONFINE
 from supervisor.layout import Layout
 from supervisor.plan.model import Ident
 from supervisor.plan.policy import ExitKind, describe_exit
-from supervisor.printable import printable
 
 _CLUES = (b"already owns this host", b"already serves profile", b"has not published its served set")
 # The kernel's own verdict on a tree it killed in the profile's cgroup.

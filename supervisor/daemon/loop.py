@@ -64,7 +64,7 @@ from supervisor.plan.planner import Planner
 from supervisor.plan.policy import ExitKind
 from supervisor.plan.verdict import Hold, HoldKind
 from supervisor.watch.choose import make_watcher
-from supervisor.watch.events import FsEvents, Watcher
+from supervisor.watch.classify import FsEvents, Watcher
 
 log = logging.getLogger("hermesd")
 

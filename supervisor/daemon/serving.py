@@ -23,18 +23,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from profiles.discovery import REASON_NO_IDENTITY, profiles_to_serve, unserved_profile_dirs
 from profiles.names import DEFAULT_PROFILE
+from profiles.printable import printable
 from profiles.upstream import files as gf
 from profiles.upstream.bools import coerce_bool
 from profiles.upstream.multiplex import REWRITTEN_MARKER, SERVED_KEY, multiplex_flag, others_served
 from profiles.upstream.process import GatewayState
 from supervisor import identity
 from supervisor.plan.model import Profile
-from supervisor.printable import printable
 
 if TYPE_CHECKING:
     from profiles.snapshot import ProfileFacts
     from profiles.upstream.releases import Contract
-    from supervisor.watch.events import FsEvents
+    from supervisor.watch.classify import FsEvents
 
 log = logging.getLogger("hermesd")
 

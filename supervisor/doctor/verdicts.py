@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from supervisor.doctor.scan import Scan
 from supervisor.identity import gateway_of
-from supervisor.isolation.plan import hides_other_profiles
+from supervisor.isolation.planning import hides_other_profiles
 from supervisor.isolation.probing import probe
 from supervisor.plan.conflicts import all_conflicts
 from supervisor.plan.verdict import WARNING, Candidate, HoldKind, ReleaseRules, judge

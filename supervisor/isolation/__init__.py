@@ -1,6 +1,6 @@
 """Trust domains: each profile's gateway confined so it cannot read, change or signal another.
 
-Self-contained; each piece is imported from its module (``probing.probe``, ``plan.make_plan``,
+Self-contained; each piece is imported from its module (``probing.probe``, ``planning.make_plan``,
 ``shim_argv.wrap_argv``, ``enter.exec_in_place``, ``isolation_config.parse_isolation``…). What
 the daemon (the loop) and the CLI call, and when:
 
@@ -23,7 +23,7 @@ the daemon (the loop) and the CLI call, and when:
                                    lock_dir=install.credential_lock_dir(child_env),
                                    user_home=Path(child_env["HOME"]),
                                    user_ids=resolved account or None,
-                                   kanban_layout=kanban.layout(root)))
+                                   kanban_layout=shared_board.layout(root)))
 
    ``plan.runnable`` False: hold the profile, reason ``plan.reason``. Else spawn
    ``wrap_argv(plan, argv)`` with the same environment (``off`` returns ``argv`` itself).
@@ -35,31 +35,11 @@ the daemon (the loop) and the CLI call, and when:
 6. ``status``: ``plan.summary()`` (one line), ``plan.status_json()`` under key ``isolation``.
 7. ``hermesd exec PROFILE -- CMD``: same plan, then ``exec_in_place(plan, argv, env)`` (applies
    the plan in the CLI process itself and execs; never returns).
-8. Kanban: at daemon start, before spawning, ``kanban.migrate(root)`` moves a legacy
+8. Kanban: at daemon start, before spawning, ``shared_board.migrate(root)`` moves a legacy
    ``<root>/kanban.db`` into ``kanban/default-board/`` (raises ``KanbanBusyError`` while a process
    has it open: report it in doctor and retry on the next start).
 
-Modules: ``probing`` (facts), ``isolation_config`` (hermesd.yaml), ``plan`` (pure), ``confine`` + ``kernel``
+Modules: ``probing`` (facts), ``isolation_config`` (hermesd.yaml), ``planning`` (pure), ``confine`` + ``kernel``
 (applying, stdlib only), ``syscalls`` (the process-control filter), ``enter`` (the shim), ``shim_argv``
-(the shim's command line), ``kanban`` (board layout), ``install`` (inputs).
+(the shim's command line), ``shared_board`` (the kanban board's layout), ``install`` (inputs).
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import Any
-
-# TEMPORARY, until supervisor/daemon/domains.py imports these names from their modules (the daemon
-# change): the package itself must stay empty, because ``python -m supervisor.isolation.enter``
-# (the shim, run for every confined spawn) imports it first and must not pay for the planner.
-_WHERE = {"PlanInputs": "plan", "make_plan": "plan", "probe": "probing", "wrap_argv": "shim_argv"}
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value

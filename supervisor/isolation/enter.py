@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
-    from supervisor.isolation.plan import Plan
+    from supervisor.isolation.planning import Plan
 
 if __package__:
     from supervisor.isolation import confine, kernel

@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from profiles import safeio
-from supervisor.isolation import kanban
-from supervisor.isolation.plan import ROOT_AUTH, SHARED_DIR, UserIds
+from supervisor.isolation import shared_board
+from supervisor.isolation.planning import ROOT_AUTH, SHARED_DIR, UserIds
 
 __all__ = ["credential_lock_dir", "discover_install_paths", "resolve_user"]
 
@@ -132,6 +132,6 @@ def linked_channels(root: Path) -> tuple[Path, ...]:
     to another profile's home or to ``.hermesd``; the plan then closes that channel (and says so in
     status), and the shim refuses the link on its own as well.
     """
-    names = (kanban.KANBAN_DIR, SHARED_DIR, ROOT_AUTH)  # each directly in the root: its own lstat says
+    names = (shared_board.KANBAN_DIR, SHARED_DIR, ROOT_AUTH)  # each directly in the root: its own lstat says
     return tuple(root / n for n in names
                  if (st := safeio.lstat(safeio.at(root, n))) is not None and stat.S_ISLNK(st.st_mode))

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
-    from supervisor.isolation.plan import Plan
+    from supervisor.isolation.planning import Plan
 
 ENTER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "enter.py")
 _PY_FLAGS = ("-E", "-s", "-S")

@@ -159,7 +159,7 @@ class ReleaseRules:
     @classmethod
     def of(cls, contract: Contract | None, version: str | None, *, default_hidden: bool) -> ReleaseRules | None:
         """The rules of the release ``contract`` describes; ``default_hidden``: the default profile's
-        confinement shows it no other profile (see ``supervisor.isolation.plan.hides_other_profiles``)."""
+        confinement shows it no other profile (see ``supervisor.isolation.planning.hides_other_profiles``)."""
         if contract is None:
             return None
         return cls(release=version or contract.release, standalone_required=contract.standalone_key,

@@ -35,10 +35,10 @@ from supervisor import codeid
 from supervisor.codeid import CodeId, Installed
 from supervisor.layout import Layout
 from supervisor.requirements import interpreter_facts
-from supervisor.upgrade import backup, environment, needs, plan
+from supervisor.upgrade import backup, decisions, environment, needs
 from supervisor.upgrade import record as records
+from supervisor.upgrade.decisions import Baseline, GateRules, Order
 from supervisor.upgrade.environment import Dist, EnvironmentProblem, Interpreter, canonical
-from supervisor.upgrade.plan import Baseline, GateRules, Order
 from supervisor.upgrade.run import Fleet, OperationFailed, Reporter, Rollout, gate, roll, shown, step, wait_rows
 
 
@@ -150,10 +150,10 @@ def upgrade(layout: Layout, opts: Options, reporter: Reporter) -> dict[str, Any]
                                   f"{interp.dist_name} (the distribution the gateways run)")
         target = mine.version if mine is not None else target
     _preflight(target, doc, layout, opts, "before anything was changed", reporter)
-    skip = plan.any_running if plan_dists else plan.stale_or_unknown
+    skip = decisions.any_running if plan_dists else decisions.stale_or_unknown
     try:
-        order = plan.choose(rows, skip=skip, canary=opts.canary, only=opts.only)
-    except plan.PlanError as exc:
+        order = decisions.choose(rows, skip=skip, canary=opts.canary, only=opts.only)
+    except decisions.PlanError as exc:
         raise OperationFailed(str(exc)) from None
     installs = ", ".join(f"{d.name} {d.version}" for d in plan_dists) or "nothing (already installed)"
     reporter.line(f"hermes-agent {before.code} is installed in {interp.prefix}"
@@ -217,7 +217,7 @@ def _upgrade(fleet: Fleet, rec: records.Record, layout: Layout, opts: Options, r
         rules, canary_rules = _rules(opts, doc["supervisor"].get("hermes_release"), after.code)
         rollout = Rollout(fleet, rec, reporter, "upgrade", rules, canary_rules, graceful=opts.graceful)
         baselines = {r["name"]: Baseline.of(r) for r in rows}
-        ok = roll(rollout, order, baselines, plan.held(rows))
+        ok = roll(rollout, order, baselines, decisions.held(rows))
         if not ok:
             raise OperationFailed(f"upgrade {rec.id} stopped at its first failure; undo it with: "
                                   f"hermesd upgrade --rollback {rec.id} --root {layout.root}")
@@ -375,7 +375,7 @@ def _rollback(fleet: Fleet | None, doc: dict[str, Any] | None, rec: records.Reco
             continue
         label = f"[{i}/{len(names)}] {name}"
         try:
-            _rollback_profile(rollout, layout, rec, name, row, entries, homes, baselines, label, plan.held(rows),
+            _rollback_profile(rollout, layout, rec, name, row, entries, homes, baselines, label, decisions.held(rows),
                               start_it=_needs_restart(row, name in touched) or _active(row))
         except (OperationFailed, OSError) as exc:
             failures.append(name)
@@ -461,8 +461,8 @@ def rolling_restart(layout: Layout, names: Sequence[str] | None, opts: Options, 
     doc = fleet.status()
     rows = doc["profiles"]
     try:
-        order = plan.choose(rows, skip=plan.any_running, canary=opts.canary, only=names)
-    except plan.PlanError as exc:
+        order = decisions.choose(rows, skip=decisions.any_running, canary=opts.canary, only=names)
+    except decisions.PlanError as exc:
         raise OperationFailed(str(exc)) from None
     for name, why in order.skipped.items():
         reporter.line(f"  {name}: left alone: {shown(why)}")
@@ -479,7 +479,7 @@ def rolling_restart(layout: Layout, names: Sequence[str] | None, opts: Options, 
         rules, canary_rules = _rules(opts, doc["supervisor"].get("hermes_release"), None)
         rollout = Rollout(fleet, rec, reporter, "rolling_restart", rules, canary_rules, graceful=opts.graceful)
         try:
-            ok = roll(rollout, order, {r["name"]: Baseline.of(r) for r in rows}, plan.held(rows))
+            ok = roll(rollout, order, {r["name"]: Baseline.of(r) for r in rows}, decisions.held(rows))
         except OperationFailed as exc:
             _finish(fleet, rec, "failed", str(exc))
             raise

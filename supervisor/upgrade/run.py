@@ -3,7 +3,7 @@
 Restarts, stops and starts go through the daemon's own requests (``restart`` re-reads the profile's
 files and refuses one whose files would not start, exactly as ``hermesd restart``); the gate reads
 the daemon's ``status`` document every :data:`POLL_S` and leaves every decision to
-:class:`supervisor.upgrade.plan.Gate`. Every step is journaled by the daemon (the ``record``
+:class:`supervisor.upgrade.decisions.Gate`. Every step is journaled by the daemon (the ``record``
 request, event types ``upgrade_*``) and written to the operation's record.
 
 Strings that come from a profile (a gateway's reasons and platform errors) are shown with control
@@ -22,7 +22,7 @@ from typing import Any
 from profiles.progress import Progress
 from supervisor.control.client import Client, ControlError, DaemonNotAnswering, DaemonNotRunning
 from supervisor.layout import Layout
-from supervisor.upgrade.plan import Baseline, Gate, GateRules, Order, Verdict
+from supervisor.upgrade.decisions import Baseline, Gate, GateRules, Order, Verdict
 from supervisor.upgrade.record import Record
 
 POLL_S = 0.25

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from supervisor.watch import inotify
-from supervisor.watch.events import FsEvents, Watcher
+from supervisor.watch.classify import FsEvents, Watcher
 
 
 def make_watcher(root: Path, on_events: Callable[[FsEvents], None]) -> Watcher:

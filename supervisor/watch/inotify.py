@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from supervisor.watch.events import (
+from supervisor.watch.classify import (
     DEBOUNCE_S,
     GATEWAY_FILES,
     PROFILE_FILES,

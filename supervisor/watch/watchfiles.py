@@ -14,7 +14,7 @@ from pathlib import Path
 
 from watchfiles import awatch
 
-from supervisor.watch.events import DEBOUNCE_S, RETRY_S, FsEvents, classify, watched_dirs
+from supervisor.watch.classify import DEBOUNCE_S, RETRY_S, FsEvents, classify, watched_dirs
 
 log = logging.getLogger("hermesd")
 STEP_MS = 100

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.isolation import kanban as kb
+from supervisor.isolation import shared_board as kb
 from supervisor.isolation.install import credential_lock_dir, discover_install_paths
 from supervisor.isolation.isolation_config import IsolationSettings
-from supervisor.isolation.plan import Plan, PlanInputs, make_plan
+from supervisor.isolation.planning import Plan, PlanInputs, make_plan
 from supervisor.isolation.probing import Probe, probe
 from supervisor.isolation.shim_argv import wrap_argv
 

@@ -379,7 +379,7 @@ def test_failure_exits_125_with_one_line(tree: Tree, facts) -> None:
 
 def test_unavailable_plan_is_never_wrapped(tree: Tree, facts) -> None:
     from supervisor.isolation.isolation_config import IsolationSettings
-    from supervisor.isolation.plan import PlanInputs, make_plan
+    from supervisor.isolation.planning import PlanInputs, make_plan
     from supervisor.isolation.shim_argv import wrap_argv
 
     plan = make_plan(PlanInputs(root=tree.root, profile="a", home=tree.home("a"),
@@ -428,7 +428,7 @@ def test_dedicated_account(tree: Tree, facts) -> None:
         pytest.skip("needs root")
     from supervisor.isolation.install import resolve_user
     from supervisor.isolation.isolation_config import IsolationSettings
-    from supervisor.isolation.plan import PlanInputs, make_plan
+    from supervisor.isolation.planning import PlanInputs, make_plan
 
     nobody = resolve_user("nobody")
     a = tree.home("a")
@@ -457,7 +457,7 @@ def test_unprivileged_hermesd_uses_a_user_namespace(facts) -> None:
         pytest.skip("needs Landlock and unprivileged user namespaces")
     if not facts.is_root or not os.path.exists("/usr/bin/python3"):
         pytest.skip("needs root to become nobody, and a system python nobody can run")
-    from supervisor.isolation.plan import PlanInputs, make_plan
+    from supervisor.isolation.planning import PlanInputs, make_plan
     from tests.isolation.conftest import make_tree
 
     tree = make_tree()
@@ -507,7 +507,7 @@ def test_kill_from_outside_still_works(tree: Tree, facts) -> None:
 
 def test_plan_json_round_trips_through_the_shim(tree: Tree, facts) -> None:
     need(facts, "namespace+landlock")
-    from supervisor.isolation.plan import Plan
+    from supervisor.isolation.planning import Plan
 
     plan = tree.plan(facts, "a")
     again = Plan.from_json(json.loads(json.dumps(plan.to_json())))
@@ -518,7 +518,7 @@ def test_granted_handoff_socket_is_the_only_way_in(tree: Tree, facts) -> None:
     """A per-profile folder under .hermesd/ granted by the daemon (issue 16's worker handoff)
     is reachable; the control socket and the other profile's folder are not."""
     need(facts, "namespace+landlock")
-    from supervisor.isolation.plan import PlanInputs, make_plan
+    from supervisor.isolation.planning import PlanInputs, make_plan
 
     stop = threading.Event()
     paths = {}
@@ -554,7 +554,7 @@ def test_granted_handoff_socket_is_the_only_way_in(tree: Tree, facts) -> None:
 
 def test_placeholders_let_the_dispatcher_see_names_only(tree: Tree, facts) -> None:
     need(facts, "namespace+landlock")
-    from supervisor.isolation.plan import PlanInputs, make_plan
+    from supervisor.isolation.planning import PlanInputs, make_plan
 
     plan = make_plan(PlanInputs(root=tree.root, profile="default", home=tree.root, probe=facts,
                                 placeholders=(tree.home("a"), tree.home("b")), kanban_layout="absent"))

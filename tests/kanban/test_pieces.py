@@ -307,7 +307,7 @@ def test_request_and_worker_fields_reach_no_terminal_raw(tmp_path: Path) -> None
     """What a dispatcher (or any process posing as a worker) puts in a field is escaped before
     status or an error shows it: no escape sequence, no CR/LF that would forge a line."""
     from profiles.printable import printable
-    from supervisor.kanban.observe import scan_workers
+    from supervisor.kanban.running import scan_workers
 
     assert printable("t_1\x1b[2J\r\nhermesd: forged\u202e", 200) == "t_1\\x1b[2J\\r\\nhermesd: forged\\u202e"
     assert printable("x" * 300, 200).endswith("…") and len(printable("x" * 300, 200)) == 201

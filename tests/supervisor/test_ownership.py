@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from supervisor import ownership
-from supervisor.isolation.plan import UserIds
+from supervisor.isolation.planning import UserIds
 from tests.fakegw import FAKEGW
 from tests.harness import REPO, Hermesd, make_root, wait_for, write_config
 

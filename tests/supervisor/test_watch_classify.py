@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from supervisor.watch.events import classify, watched_dirs
+from supervisor.watch.classify import classify, watched_dirs
 
 ROOT = Path("/r")
 

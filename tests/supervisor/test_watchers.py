@@ -11,7 +11,7 @@ import pytest
 
 from supervisor.watch import inotify as watch_inotify
 from supervisor.watch.choose import make_watcher
-from supervisor.watch.events import FsEvents
+from supervisor.watch.classify import FsEvents
 from supervisor.watch.inotify import InotifyWatcher, parse_events
 from supervisor.watch.watchfiles import WatchfilesWatcher
 
@@ -133,7 +133,7 @@ def test_gateway_files_come_first_and_bursts_are_throttled(tree):
 
 def test_gateway_file_budget_per_folder(tree):
     """The budget itself, on an explicit clock: a burst, then one batch per STATE_THROTTLE_S, per folder."""
-    from supervisor.watch.events import STATE_BURST, STATE_THROTTLE_S
+    from supervisor.watch.classify import STATE_BURST, STATE_THROTTLE_S
 
     root, _homes = tree
     w = InotifyWatcher(root, lambda ev: None)

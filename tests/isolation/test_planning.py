@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.isolation import kanban
+from supervisor.isolation import shared_board
 from supervisor.isolation.isolation_config import (
     IsolationConfigError,
     IsolationSettings,
     merge_isolation,
     parse_isolation,
 )
-from supervisor.isolation.plan import Plan, PlanInputs, UserIds, make_plan
+from supervisor.isolation.planning import Plan, PlanInputs, UserIds, make_plan
 from supervisor.isolation.probing import Probe, best_mechanism, doctor_lines, landlock_features, probe
 
 R = Path("/home/alice/.hermes")  # never touched: the planner does no I/O
@@ -57,7 +57,7 @@ def test_root_gets_namespace_plus_landlock() -> None:
     assert p.read_only == ("/home/alice/.local/share/hermesd", "/sys/fs/cgroup")
     assert p.scopes == ("signal", "abstract_unix_socket") and p.landlock_fs == "everything"
     assert p.private_dev and p.keep_caps and "sys_admin" not in p.keep_caps
-    assert dict(p.links) == {f"{R}/{n}": f"kanban/default-board/{n}" for n in kanban.LINKS}
+    assert dict(p.links) == {f"{R}/{n}": f"kanban/default-board/{n}" for n in shared_board.LINKS}
 
 
 def test_process_control_is_scoped_where_the_kernel_allows() -> None:

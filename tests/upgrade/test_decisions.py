@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from supervisor.codeid import CodeId
-from supervisor.upgrade import plan
-from supervisor.upgrade.plan import Baseline, Gate, GateRules
+from supervisor.upgrade import decisions
+from supervisor.upgrade.decisions import Baseline, Gate, GateRules
 
 NEW = CodeId("0.19.0", "9b409c55aa74")
 OLD = CodeId("0.18.2", "795c5131de2f")
@@ -41,7 +41,7 @@ def connected(*names: str, **other: str) -> dict[str, dict[str, Any]]:
 
 def test_canary_is_the_running_profile_with_fewest_connected_platforms_named_before_default():
     rows = [row("default"), row("coder", platforms=connected("telegram")), row("writer"), row("zed")]
-    order = plan.choose(rows, skip=plan.stale_or_unknown)
+    order = decisions.choose(rows, skip=decisions.stale_or_unknown)
     assert order.canary == "writer"
     assert order.names == ("writer", "default", "coder", "zed")
 
@@ -50,34 +50,34 @@ def test_not_running_and_already_current_profiles_are_left_alone_with_the_reason
     current = {"running": NEW.to_json(), "installed": NEW.to_json(), "stale": False, "how": "recorded"}
     rows = [row("default", code=current), row("coder"), row("held1", state="held", reason="credential_conflict: x"),
             row("off", state="stopped", reason="stopped by operator")]
-    order = plan.choose(rows, skip=plan.stale_or_unknown)
+    order = decisions.choose(rows, skip=decisions.stale_or_unknown)
     assert order.names == ("coder",)
     assert order.skipped["default"] == "already runs the installed code"
     assert "held: credential_conflict: x" in order.skipped["held1"]
     assert order.skipped["off"].startswith("not running (stopped")
     # a rolling restart takes every running gateway, current or not
-    assert plan.choose(rows, skip=plan.any_running).names == ("coder", "default")
+    assert decisions.choose(rows, skip=decisions.any_running).names == ("coder", "default")
 
 
 def test_a_gateway_whose_code_is_unknown_is_upgraded():
     rows = [row("coder", code={"running": None, "installed": NEW.to_json(), "stale": None, "how": "unknown"})]
-    assert plan.choose(rows, skip=plan.stale_or_unknown).names == ("coder",)
+    assert decisions.choose(rows, skip=decisions.stale_or_unknown).names == ("coder",)
 
 
 def test_chosen_canary_and_only():
     rows = [row("default"), row("coder"), row("writer", state="backoff")]
-    assert plan.choose(rows, skip=plan.any_running, canary="default").names == ("default", "coder")
-    assert plan.choose(rows, skip=plan.any_running, only=["coder"]).names == ("coder",)
-    with pytest.raises(plan.PlanError, match=r"writer.*not running"):
-        plan.choose(rows, skip=plan.any_running, canary="writer")
-    with pytest.raises(plan.PlanError, match="not among the profiles chosen"):
-        plan.choose(rows, skip=plan.any_running, canary="default", only=["coder"])
-    with pytest.raises(plan.PlanError, match="not a profile of this root"):
-        plan.choose(rows, skip=plan.any_running, canary="nobody")
+    assert decisions.choose(rows, skip=decisions.any_running, canary="default").names == ("default", "coder")
+    assert decisions.choose(rows, skip=decisions.any_running, only=["coder"]).names == ("coder",)
+    with pytest.raises(decisions.PlanError, match=r"writer.*not running"):
+        decisions.choose(rows, skip=decisions.any_running, canary="writer")
+    with pytest.raises(decisions.PlanError, match="not among the profiles chosen"):
+        decisions.choose(rows, skip=decisions.any_running, canary="default", only=["coder"])
+    with pytest.raises(decisions.PlanError, match="not a profile of this root"):
+        decisions.choose(rows, skip=decisions.any_running, canary="nobody")
 
 
 def test_nothing_to_do():
-    order = plan.choose([row("a", state="held")], skip=plan.any_running)
+    order = decisions.choose([row("a", state="held")], skip=decisions.any_running)
     assert order.names == () and order.canary is None and "a" in order.skipped
 
 

@@ -3,7 +3,7 @@ restarted profile is healthy (the gate).
 
 Inputs are ``status`` rows (dicts, as the daemon's ``status`` request returns them) and times given
 by the caller; nothing here reads a clock, a file or a socket, so every rule is tested in-process
-(``tests/upgrade/test_plan.py``).
+(``tests/upgrade/test_decisions.py``).
 
 The gate ("healthy as before"), checked on every poll after the restart was asked for:
 

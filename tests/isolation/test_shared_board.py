@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.isolation import kanban
+from supervisor.isolation import shared_board
 from supervisor.isolation.shim_argv import wrap_argv
 from tests.isolation.conftest import MECHANISMS, PY, Tree, need, wait_for
 
@@ -81,12 +81,12 @@ def test_one_board_for_every_domain(tree: Tree, facts, mechanism: str) -> None:
         assert result(last.stdout) == {"tasks": str(3 * n + 1), "integrity": "ok"}, last.stderr
     # every sidecar lives beside the real database, none in the root
     root = tree.root
-    assert kanban.layout(root) == "linked"
-    for name in kanban.LINKS:
+    assert shared_board.layout(root) == "linked"
+    for name in shared_board.LINKS:
         assert (root / name).is_symlink()
     assert not any((root / f"kanban.db{s}").exists() and not (root / f"kanban.db{s}").is_symlink()
                    for s in ("-wal", "-shm", "-journal"))
-    assert (root / kanban.BOARD_DIR / "kanban.db").is_file()
+    assert (root / shared_board.BOARD_DIR / "kanban.db").is_file()
 
 
 def test_legacy_board_migrates_only_when_idle(tree: Tree) -> None:
@@ -97,7 +97,7 @@ def test_legacy_board_migrates_only_when_idle(tree: Tree) -> None:
     conn.execute("create table t(x)")
     conn.execute("insert into t values (42)")
     conn.commit()
-    assert kanban.layout(root) == "legacy"
+    assert shared_board.layout(root) == "legacy"
     holder = subprocess.Popen([PY, "-c", f"import sqlite3, sys; c = sqlite3.connect({str(db)!r}); "
                                           "c.execute('select * from t').fetchall(); sys.stdin.read()"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -107,26 +107,26 @@ def test_legacy_board_migrates_only_when_idle(tree: Tree) -> None:
         import time
 
         deadline = time.monotonic() + 10
-        while not kanban.open_by([db]) and time.monotonic() < deadline:
+        while not shared_board.open_by([db]) and time.monotonic() < deadline:
             time.sleep(0.02)
-        with pytest.raises(kanban.KanbanBusyError, match=f"PID {holder.pid}"):
-            kanban.migrate(root)
-        assert kanban.layout(root) == "legacy"
+        with pytest.raises(shared_board.KanbanBusyError, match=f"PID {holder.pid}"):
+            shared_board.migrate(root)
+        assert shared_board.layout(root) == "legacy"
     finally:
         holder.stdin.close()
         holder.wait(timeout=10)
-    assert kanban.migrate(root) == "linked"
-    assert kanban.migrate(root) == "linked"  # idempotent
+    assert shared_board.migrate(root) == "linked"
+    assert shared_board.migrate(root) == "linked"  # idempotent
     assert sqlite3.connect(root / "kanban.db").execute("select x from t").fetchall() == [(42,)]
-    assert (root / kanban.BOARD_DIR / "kanban.db").is_file() and not (root / "kanban.db-wal").exists()
+    assert (root / shared_board.BOARD_DIR / "kanban.db").is_file() and not (root / "kanban.db-wal").exists()
 
 
 def test_fresh_root_gets_links(tmp_path: Path) -> None:
-    assert kanban.layout(tmp_path) == "absent"
-    assert kanban.migrate(tmp_path) == "linked"
+    assert shared_board.layout(tmp_path) == "absent"
+    assert shared_board.migrate(tmp_path) == "linked"
     (tmp_path / "kanban.db").unlink()
     (tmp_path / "kanban.db").mkdir()
-    assert kanban.layout(tmp_path) == "foreign" and kanban.migrate(tmp_path) == "foreign"
+    assert shared_board.layout(tmp_path) == "foreign" and shared_board.migrate(tmp_path) == "foreign"
 
 
 def test_legacy_board_is_not_forked_by_a_confined_profile(tree: Tree, facts) -> None:
@@ -141,4 +141,4 @@ def test_legacy_board_is_not_forked_by_a_confined_profile(tree: Tree, facts) -> 
     r = subprocess.run(wrap_argv(plan, [PY, str(script), "a", "1"]), env=env_for(tree, "a"),
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
-    assert not (tree.root / "kanban").exists() and kanban.layout(tree.root) == "legacy"
+    assert not (tree.root / "kanban").exists() and shared_board.layout(tree.root) == "legacy"

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from supervisor.isolation import kanban
+from supervisor.isolation import shared_board
 from supervisor.isolation.isolation_config import IsolationSettings
 from supervisor.isolation.probing import Probe, best_mechanism
 
@@ -83,7 +83,7 @@ class PlanInputs:
     lock_dir: Path | None = None  # upstream's credential-lock folder (stays read-write)
     user_home: Path | None = None  # the child's HOME, to expand ~ in settings
     user_ids: UserIds | None = None  # settings.user, resolved
-    kanban_layout: str = "linked"  # kanban.layout(root): linked | absent | legacy | foreign
+    kanban_layout: str = "linked"  # shared_board.layout(root): linked | absent | legacy | foreign
     # Paths the daemon itself wants put back ("rw" | "ro"), e.g. a per-profile folder under
     # .hermesd/ holding the socket through which kanban workers are handed to the daemon.
     grants: tuple[tuple[Path, str], ...] = ()
@@ -351,12 +351,12 @@ def make_plan(inp: PlanInputs) -> Plan:
     if s.kanban:
         if board_usable:
             channels["kanban"] = "open"
-            ensure_dirs.append(f"{root}/{kanban.BOARD_DIR}")
-            ensure_links.extend((f"{root}/{n}", kanban.link_target(n)) for n in kanban.LINKS)
+            ensure_dirs.append(f"{root}/{shared_board.BOARD_DIR}")
+            ensure_links.extend((f"{root}/{n}", shared_board.link_target(n)) for n in shared_board.LINKS)
         else:
             channels["kanban"] = f"blocked: {root}/kanban.db is {inp.kanban_layout}"
             gaps.append(f"kanban board unusable for named profiles until {root}/kanban.db is migrated into"
-                        f" {kanban.BOARD_DIR}/ (layout: {inp.kanban_layout}; stop the gateways, then migrate)")
+                        f" {shared_board.BOARD_DIR}/ (layout: {inp.kanban_layout}; stop the gateways, then migrate)")
         gaps.append("kanban board shared: this profile can read and change every task, comment, workspace and"
                     " worker log on it, and a task it assigns to another profile is a prompt that profile's"
                     " agent runs with its own credentials")
@@ -389,9 +389,9 @@ def make_plan(inp: PlanInputs) -> Plan:
         hide.append(root)
         hide.extend(o for o in others if not _under(o, root))
         expose.append(Access(home, "rw", why="the profile's own home"))
-        if s.kanban and board_usable and not refused(f"{root}/{kanban.KANBAN_DIR}", "kanban"):
-            expose.append(Access(f"{root}/{kanban.KANBAN_DIR}", "rw", why="kanban board"))
-            links.extend((f"{root}/{n}", kanban.link_target(n)) for n in kanban.LINKS)
+        if s.kanban and board_usable and not refused(f"{root}/{shared_board.KANBAN_DIR}", "kanban"):
+            expose.append(Access(f"{root}/{shared_board.KANBAN_DIR}", "rw", why="kanban board"))
+            links.extend((f"{root}/{n}", shared_board.link_target(n)) for n in shared_board.LINKS)
         if s.shared_auth and not refused(f"{root}/{SHARED_DIR}", "shared_auth"):
             ensure_dirs.append(f"{root}/{SHARED_DIR}")
             expose.append(Access(f"{root}/{SHARED_DIR}", "rw", why="shared Nous auth"))
@@ -409,7 +409,7 @@ def make_plan(inp: PlanInputs) -> Plan:
         hide.extend(others)
         ensure_dirs.append(f"{root}/{PROFILES_DIR}")
         if not s.kanban:
-            hide.append(f"{root}/{kanban.KANBAN_DIR}")
+            hide.append(f"{root}/{shared_board.KANBAN_DIR}")
         if not s.shared_auth:
             hide.append(f"{root}/{SHARED_DIR}")
         blank.append(f"{root}/{CONFIG_NAME}")
