@@ -14,7 +14,7 @@ hermesd=(.venv/bin/hermesd)
 rm -rf sandbox
 mkdir -p sandbox/home sandbox/root
 export HOME="$repo/sandbox/home" HERMESD_WRAPPER_DIR="$repo/sandbox/bin"
-export PATH="$repo/.venv/bin:$PATH"
+export PATH="$repo/.venv/bin:$repo/sandbox/bin:$PATH"  # the aliases profile create writes
 root="$repo/sandbox/root"
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 cleanup() { "${hermesd[@]}" stop --root "$root" >/dev/null 2>&1 || true; }

@@ -676,7 +676,7 @@ def doctor_findings(det: Detection, *, limits_configured: bool) -> list[Finding]
     where = {
         "delegate-subgroup": "delegated by systemd (DelegateSubgroup)",
         "delegated": "delegated by systemd",
-        "root": "created by hermesd as root",
+        "root": "hermesd creates it when it starts, as root",
     }.get(det.via or "", det.via or "")
     kill = {"cgroup.kill": "cgroup.kill", "freeze": "freeze, then SIGKILL", "signal": "SIGKILL per process"}[det.kill]
     enforced = ", ".join(c for c in WANTED if c in det.controllers) or "none"

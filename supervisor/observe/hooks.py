@@ -14,7 +14,7 @@ What a hook gets: the event as one JSON line on stdin, and in its environment
 ``HERMESD_EVENT_TYPE``, ``HERMESD_EVENT_PROFILE`` (empty for daemon-wide events),
 ``HERMESD_EVENT_SUMMARY`` (the line ``hermesd events`` prints), ``HERMESD_EVENT_TIME`` (ISO 8601),
 ``HERMESD_EVENT_JSON``, one ``HERMESD_EVENT_<FIELD>`` per field of the event (``_PID``, ``_KIND``,
-``_REASON``, ``_FAILURES``, ``_CLAIM_PLATFORM`` …), ``HERMESD_HOOK_NAME`` and ``HERMESD_HOOK_ROOT``.
+``_REASON``, ``_FAILURES``, ``_MESSAGE`` …), ``HERMESD_HOOK_NAME`` and ``HERMESD_HOOK_ROOT``.
 The rest of the environment is hermesd's own minus platform variables (``TELEGRAM_*`` …, so no bot
 token leaks into a hook), minus the service manager's (``NOTIFY_SOCKET`` …) and minus hermesd's
 process tags: a hook carrying ``HERMESD_ROOT``/``HERMESD_PROFILE`` would be taken for a stray of
