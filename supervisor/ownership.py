@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,8 +61,6 @@ def can_search(st: os.stat_result, account: Account) -> bool:
 
 
 def _owner(uid: int) -> str:
-    import pwd
-
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
@@ -114,7 +113,6 @@ def problems(home: Path, account: Account) -> list[str]:
 @dataclass
 class Report:
     """What :func:`chown_home` changed (or, in a dry run, would change)."""
-
     changed: int = 0
     unchanged: int = 0
     links: int = 0  # symbolic links: never followed, left as they are

@@ -228,14 +228,6 @@ def test_module_names_are_unique():
     assert not twice, f"module names used twice: {twice}"
 
 
-# Packages another change is rewriting; their imports inside functions get their reasons (or move to
-# the top) there.
-PENDING_LAZY = ("supervisor/daemon/", "supervisor/plan/", "supervisor/kanban/", "supervisor/upgrade/",
-                "supervisor/ownership.py", "profiles/lifecycle.py", "profiles/mirror.py", "profiles/adopt.py",
-                "profiles/archive.py", "profiles/snapshot.py", "profiles/credentials.py",
-                "profiles/upstream/platforms.py")
-
-
 def _unexplained_lazy_imports(path: Path, rel: str) -> list[str]:
     lines = path.read_text(encoding="utf-8").splitlines()
     tree = ast.parse("\n".join(lines))
@@ -259,9 +251,7 @@ def test_an_import_inside_a_function_says_why():
     bare interpreter, a command handler's run-time code) says why on its own line."""
     found = []
     for path in _modules().values():
-        rel = str(path.relative_to(REPO))
-        if not rel.startswith(PENDING_LAZY):
-            found += _unexplained_lazy_imports(path, rel)
+        found += _unexplained_lazy_imports(path, str(path.relative_to(REPO)))
     assert not found, "imports inside functions without a reason on their line:\n" + "\n".join(found)
 
 

@@ -167,7 +167,7 @@ class Serving:
             return
         # Imported at the first question: only gateways of the multiplex-default line answer on
         # gateway.sock, and its two modules would cost every other daemon about 50 KB of memory.
-        from supervisor import gatewaysock
+        from supervisor import gatewaysock  # at the first question (see above)
 
         loop = asyncio.get_running_loop()
         try:

@@ -24,6 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from profiles.envfile import read_env_file
+from profiles.errors import ProfileConfigError
+from profiles.fileio import load_yaml_mapping
+from supervisor.identity import proc_environ
+from supervisor.tags import TAG_PROFILE, TAG_ROOT
+
 __all__ = ["DISPATCH_ENV", "HANDOFF_ENV", "OFF", "Holder", "dispatcher_env", "handoff_dir", "holder",
            "kanban_findings", "lock_path", "lock_pids"]
 
@@ -113,9 +119,6 @@ class Holder:
 
 def holder(root: Path, env: Mapping[str, str] | None = None, locks_text: str | None = None) -> Holder | None:
     """Who holds ``root``'s dispatcher lock now, or ``None``."""
-    from supervisor.identity import proc_environ
-    from supervisor.tags import TAG_PROFILE, TAG_ROOT
-
     pids = lock_pids(lock_path(root, env), locks_text)
     if not pids:
         return None
@@ -144,40 +147,19 @@ _FALSY = {"0", "false", "no", "off"}
 
 
 def _env_value(path: Path, key: str) -> str | None:
-    """``key``'s value in a ``.env`` file (last one wins, as upstream's loader with override)."""
-    from profiles.fileio import MAX_PROFILE_FILE
-    from profiles.safeio import read_regular
-
+    """``key``'s value in a ``.env`` file as upstream's loader reads it (``None``: unset or unreadable)."""
     try:
-        text = read_regular(path, MAX_PROFILE_FILE).decode("utf-8", "replace")
-    except (OSError, ValueError):
+        return read_env_file(path).get(key)
+    except ProfileConfigError:
         return None
-    value = None
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("export "):
-            line = line[7:].lstrip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        k, v = line.split("=", 1)
-        if k.strip() == key:
-            v = v.split(" #", 1)[0].strip()
-            value = v[1:-1] if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"" else v
-    return value
 
 
 def _config_dispatch(path: Path) -> object:
     """``kanban.dispatch_in_gateway`` of a profile's ``config.yaml`` (``None``: not set or unreadable)."""
-    from profiles.fileio import MAX_PROFILE_FILE
-    from profiles.safeio import read_regular
-
     try:
-        import yaml
-
-        data = yaml.safe_load(read_regular(path, MAX_PROFILE_FILE))
-    except Exception:
+        kanban = load_yaml_mapping(path).get("kanban")
+    except ProfileConfigError:
         return None
-    kanban = data.get("kanban") if isinstance(data, dict) else None
     return kanban.get("dispatch_in_gateway") if isinstance(kanban, dict) else None
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import signal
 import sys
 import time
@@ -42,11 +43,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import supervisor
 from profiles import safeio
 from profiles.safeio import Beneath
 from supervisor.control.protocol import Peer
+from supervisor.control.server import ControlServer
 from supervisor.kanban.bounds import RateLimit
-from supervisor.kanban.dispatch import LAUNCHER_NAME, OFF, SOCKET_NAME, handoff_dir
+from supervisor.kanban.dispatch import HANDOFF_ENV, LAUNCHER_NAME, OFF, SOCKET_NAME, handoff_dir
 
 __all__ = ["MAX_REQUEST", "Handoff", "is_descendant", "launcher_text"]
 
@@ -105,10 +108,6 @@ def launcher_text(python: str | None = None) -> str:
     hermesd's code is imported from, so it works from a venv, a system install or a checkout,
     without any console script and without changing the worker's ``PYTHONPATH``.
     """
-    import shlex
-
-    import supervisor
-
     code_dir = str(Path(supervisor.__file__).resolve().parents[1])
     prog = (f"import sys; sys.path.insert(0, {code_dir!r}); "
             "from supervisor.kanban.worker import main; sys.exit(main())")
@@ -156,8 +155,6 @@ class Handoff:
         """What the daemon adds to ``profile``'s gateway environment (nothing unless it dispatches)."""
         if profile != self.profile or self._server is None:
             return {}
-        from supervisor.kanban.dispatch import HANDOFF_ENV
-
         return {"HERMES_BIN": str(self.launcher(profile)), HANDOFF_ENV: str(self.socket_path(profile))}
 
     def _check(self, peer: Peer) -> str | None:
@@ -207,8 +204,6 @@ class Handoff:
                 safeio.unlink(self._beneath(self.launcher(old)))
         if want is None:
             return
-        from supervisor.control.server import ControlServer
-
         folder = self._beneath(self.folder(want))
         try:
             safeio.makedirs(folder, 0o755)

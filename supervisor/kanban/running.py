@@ -21,6 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from profiles.printable import printable
+from supervisor.identity import proc_environ
+from supervisor.kanban import dispatch
+from supervisor.kanban.workers import WORKER_TAG
+from supervisor.tags import TAG_PROFILE, TAG_ROOT
 
 __all__ = ["CACHE_S", "Snapshot", "Worker", "root_of_home", "scan_workers", "snapshot"]
 
@@ -31,7 +35,6 @@ _cache: dict[str, tuple[float, Snapshot]] = {}
 @dataclass(frozen=True, slots=True)
 class Worker:
     """One running worker: its top process (children of a worker are not listed again)."""
-
     pid: int
     task: str
     assignee: str
@@ -67,10 +70,6 @@ def _ppid(pid: int) -> int | None:
 
 def scan_workers(root: Path, proc: str = "/proc") -> list[Worker]:
     """Every readable process of ``root``'s board carrying upstream's worker environment."""
-    from supervisor.identity import proc_environ
-    from supervisor.kanban.workers import WORKER_TAG
-    from supervisor.tags import TAG_PROFILE, TAG_ROOT
-
     board_base = str(root / "kanban")
     root_db = str(root / "kanban.db")
     found: dict[int, tuple[str, Worker]] = {}
@@ -113,8 +112,6 @@ def scan_workers(root: Path, proc: str = "/proc") -> list[Worker]:
 
 def snapshot(root: Path) -> Snapshot:
     """The dispatcher lock's holder and the running workers of ``root`` (cached briefly)."""
-    from supervisor.kanban import dispatch
-
     key = str(root)
     now = time.monotonic()
     hit = _cache.get(key)

@@ -32,6 +32,10 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
+from supervisor.kanban.dispatch import HANDOFF_ENV
+from supervisor.kanban.workers import task_env
+from supervisor.layout import Layout
+
 __all__ = ["main"]
 
 PID_HANDOVER_S = 10.0
@@ -97,16 +101,12 @@ def _hand_over_pid(task: str, keeper: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from supervisor.kanban.workers import task_env
-    from supervisor.layout import Layout
-
     args = list(sys.argv[1:] if argv is None else argv)
     root = os.environ.get("HERMESD_ROOT")
     assignee = args[1] if len(args) > 1 and args[0] == "-p" else None
     task = os.environ.get("HERMES_KANBAN_TASK", "")
     if not root or not assignee or not task:
         return _run_unsupervised(args)
-    from supervisor.kanban.dispatch import HANDOFF_ENV
 
     # The dispatcher's restricted hand-off socket (supervisor.kanban.handoff; the only one a confined
     # dispatcher can reach), else the control socket (an operator running this by hand).

@@ -27,6 +27,7 @@ from profiles.errors import ProfileError
 from profiles.fileio import load_yaml_mapping
 from profiles.upstream.process import DEFAULT_PROFILE
 from profiles.upstream.releases import NeededSetting, settings_needed
+from supervisor.layout import Layout
 
 CONFIG = "config.yaml"
 
@@ -34,7 +35,6 @@ CONFIG = "config.yaml"
 @dataclass(frozen=True, slots=True)
 class Need:
     """One setting the target release needs and this root lacks."""
-
     profile: str
     file: Path
     setting: NeededSetting
@@ -92,7 +92,6 @@ def settle(needs: Sequence[Need], root: Path, say: Callable[[str], None]) -> Non
     file that cannot be changed is said with why. The caller reads the files again for what is left.
     """
     from profiles import adopt  # the upgrade's rare path; status and the daemon never need it
-    from supervisor.layout import Layout
 
     changes, refusals = adopt.plan(root, sorted({n.profile for n in needs}))
     for c in changes:
