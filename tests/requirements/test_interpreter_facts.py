@@ -165,6 +165,34 @@ def test_facts_are_asked_once_and_again_after_an_install(tmp_path: Path) -> None
     assert again is not first and again.modules["aiohttp.web"] is True and first.modules["aiohttp.web"] is False
 
 
+def test_a_missing_submodule_never_imports_its_package_unless_it_builds_its_path(tmp_path: Path) -> None:
+    """Below a plain package the level-by-level walk is final: a missing marker module
+    (``gateway.host_attach`` on 0.19) must not import ``gateway`` (140 ms, and code the probe never
+    runs). A pkgutil-style package extends its ``__path__`` when imported, so there the probe still
+    asks the real import system."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    site = Path(site_of(python))
+    (site / "gateway").mkdir()
+    imported = tmp_path / "gateway-was-imported"
+    (site / "gateway" / "__init__.py").write_text(f"open({str(imported)!r}, 'w').close()\n")
+    (site / "gateway" / "run.py").write_text("")
+    extra = tmp_path / "extra"
+    (extra / "nsp").mkdir(parents=True)
+    (extra / "nsp" / "sub.py").write_text("")
+    (site / "nsp").mkdir()
+    (site / "nsp" / "__init__.py").write_text(
+        "from pkgutil import extend_path\n__path__ = extend_path(__path__, __name__)\n")
+    (site / "extra.pth").write_text(f"{extra}\n")
+    facts = requirements.interpreter_facts([python, "-m", "hermes_cli.main"],
+                                           modules=["gateway.host_attach", "gateway.run", "nsp.sub", "nsp.none"])
+    assert facts.ok, facts.error
+    assert {m: facts.modules[m] for m in ("gateway.host_attach", "gateway.run", "nsp.sub", "nsp.none")} == {
+        "gateway.host_attach": False, "gateway.run": True, "nsp.sub": True, "nsp.none": False}
+    assert not imported.exists()
+
+
 def test_check_names_the_pinned_specs_for_that_interpreter(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
