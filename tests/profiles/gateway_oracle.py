@@ -698,6 +698,10 @@ def warm_up(scratch: str) -> set[str]:
         sys.argv = argv
         os.environ.clear()
         os.environ.update(saved)
+        # Threads upstream starts at import (0.22's start-up watchdog, which writes its log and a
+        # lifecycle record when it fires after 300 s) resolve the home when they write: in this
+        # parent they must find the scratch, never the account's ~/.hermes. Children set their own.
+        os.environ.update(HOME=scratch, HERMES_HOME=os.path.join(scratch, "warm"))
     _drop_own_modules(own)
     logging.disable(logging.NOTSET)
     for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
