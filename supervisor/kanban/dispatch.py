@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profiles.envfile import read_env_file
-from profiles.errors import ProfileConfigError
 from profiles.fileio import load_yaml_mapping
 from supervisor.identity import proc_environ
 from supervisor.tags import TAG_PROFILE, TAG_ROOT
@@ -150,7 +149,7 @@ def _env_value(path: Path, key: str) -> str | None:
     """``key``'s value in a ``.env`` file as upstream's loader reads it (``None``: unset or unreadable)."""
     try:
         return read_env_file(path).get(key)
-    except ProfileConfigError:
+    except (OSError, ValueError):  # ProfileConfigError is a ValueError: refused, unreadable, malformed
         return None
 
 
@@ -158,7 +157,7 @@ def _config_dispatch(path: Path) -> object:
     """``kanban.dispatch_in_gateway`` of a profile's ``config.yaml`` (``None``: not set or unreadable)."""
     try:
         kanban = load_yaml_mapping(path).get("kanban")
-    except ProfileConfigError:
+    except (OSError, ValueError):  # as above: doctor reports what it can read, never stops on a file
         return None
     return kanban.get("dispatch_in_gateway") if isinstance(kanban, dict) else None
 
