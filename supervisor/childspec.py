@@ -14,7 +14,7 @@ import os
 import shutil
 import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -85,7 +85,7 @@ def forbidden_extra_env(name: str) -> str | None:
     return None
 
 
-def resolve_gateway_command(configured: list[str] | None, path_env: str | None = None) -> list[str]:
+def resolve_gateway_command(configured: Sequence[str] | None, path_env: str | None = None) -> list[str]:
     """The command prefix that runs ``hermes``, as upstream itself would find it.
 
     Configured command first, then ``hermes`` on PATH, then this interpreter's ``hermes_cli.main``

@@ -422,7 +422,7 @@ def export_files(fmt: str, root: Path, *, image: str = DEFAULT_IMAGE, storage: s
         if gateway_command is None:
             configured = config_mod.load(Layout(root).config).command
             try:
-                gateway_command = resolve_gateway_command(list(configured) if configured else None)
+                gateway_command = resolve_gateway_command(configured)
             except GatewayCommandError as exc:
                 raise ExportError(str(exc)) from None
         contract = _local_contract(gateway_command)

@@ -126,7 +126,7 @@ def gateway_python(root: Path, env: Mapping[str, str]) -> list[str]:
     :class:`HermesVersionError` (a command that is not a Python script), each one line.
     """
     cfg = config_mod.load(Layout(root).config)
-    command = childspec.resolve_gateway_command(list(cfg.command) if cfg.command else None, env.get("PATH"))
+    command = childspec.resolve_gateway_command(cfg.command, env.get("PATH"))
     interp = interpreter_argv(command, env.get("PATH"))
     if interp is None and Path(command[0]).name.startswith("python"):
         interp = [command[0]]  # [python, script]: the command is its own interpreter

@@ -619,7 +619,7 @@ def collect(root: Path, profiles: Sequence[str] | None, command: Sequence[str] |
     base = dict(os.environ if env is None else env)
     cfg = config_mod.load(Layout(root).config)
     if command is None:
-        command = childspec.resolve_gateway_command(list(cfg.command) if cfg.command else None, base.get("PATH"))
+        command = childspec.resolve_gateway_command(cfg.command, base.get("PATH"))
     served = [(n, Path(h)) for n, h in profiles_to_serve(True, root=root)]
     if profiles is not None:
         wanted = set(profiles)

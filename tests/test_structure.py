@@ -275,7 +275,7 @@ def test_no_class_over_500_lines():
 # holds the Daemon, and nothing assigns or mutates the daemon's state through it. The command that
 # starts the daemon is the one other module that may import the class, to build and run it.
 DAEMON_LOOP = "supervisor.daemon.loop"
-DAEMON_BUILDERS = {"supervisor.cli.daemon"}
+DAEMON_BUILDERS = {"supervisor.cli.run"}
 DAEMON_NAMES = {"d", "daemon", "_daemon", "_d"}
 MUTATORS = {"append", "add", "clear", "discard", "extend", "insert", "pop", "popitem", "remove", "setdefault",
             "update"}

@@ -1,4 +1,4 @@
-"""The commands that run the daemon or change what it runs: run, start, stop, restart.
+"""The commands that start, stop and restart the daemon or its profiles (``run`` is :mod:`supervisor.cli.run`).
 
 Per-profile verbs (``start|stop|restart PROFILE…``) check every name first, then wait until each
 profile reaches its state, as ``systemctl`` does (progress on a terminal; ``--no-wait`` and
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import os
 import subprocess
 import sys
@@ -31,44 +30,7 @@ from supervisor.daemon.pidlock import AlreadyRunning, PidLock
 from supervisor.exits import EXIT_NOT_ANSWERING, Failure, UserError
 from supervisor.lockholder import owner_pid
 
-# --------------------------------------------------------------------------- run / start / stop (daemon)
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    # The daemon never speaks TLS, yet asyncio imports ssl (libssl, libcrypto) the moment it is
-    # loaded, and the watcher below loads it: blocked first, it costs nothing (measured: 6 MiB of
-    # the daemon's resident memory). Only watchfiles (where inotify is missing) needs ssl itself.
-    blocked = "ssl" not in sys.modules
-    if blocked:
-        sys.modules["ssl"] = None  # type: ignore[assignment]
-    from supervisor.watch import inotify  # ctypes and the watcher: only the daemon watches files
-
-    if blocked and not inotify.available():
-        del sys.modules["ssl"]  # asyncio stays without TLS; watchfiles' own import finds the real one
-    # After the ssl block, and only here: the daemon's loop and asyncio are what 'run' is; the
-    # group's other commands must not load them.
-    import asyncio  # after the ssl block
-
-    from supervisor.daemon.loop import Daemon  # only 'run' loads the daemon
-    from supervisor.prctl import set_process_name  # run-time only (see cli/__init__): ctypes
-
-    set_process_name("hermesd")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s hermesd[%(process)d] %(levelname)s %(message)s"))
-    handler.addFilter(logs.PrintableFilter())
-    handler.addFilter(logs.RepeatFilter())
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
-    logging.getLogger("watchfiles").setLevel(logging.WARNING)
-    root = root_of(args)
-    daemon = Daemon(root, lock_fd=args.lock_fd)
-    try:
-        daemon.acquire()
-    except AlreadyRunning as exc:
-        raise UserError(str(exc)) from None
-    try:
-        return asyncio.run(daemon.run())
-    finally:
-        daemon.release()
+# --------------------------------------------------------------------------- start / stop (daemon)
 
 
 def _daemon_argv(root: str) -> list[str]:
@@ -261,11 +223,6 @@ def _wait_states(args: argparse.Namespace, verb: str, names: list[str],
 
 
 def register(commands: Commands) -> None:
-    p = commands.add("run", cmd_run, "supervise every profile of the root in the foreground",
-                     "hermesd run --root ~/.hermes")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    p.add_argument("--lock-fd", type=int, help=argparse.SUPPRESS)  # handed down by 'hermesd start'
-
     p = commands.add("start", cmd_start,
                      "start the daemon in the background, or start named profiles and wait until they run",
                      "hermesd start coder")

@@ -190,7 +190,7 @@ def prepare(root: Path, raw_name: str, base_env: Mapping[str, str], *, kind: str
     if base_env.get("HERMES_KANBAN_TASK"):
         env["HERMES_PROFILE"] = name  # a kanban worker: upstream attributes its comments by this variable
     try:
-        gateway = resolve_gateway_command(list(cfg.command) if cfg.command else None, base_env.get("PATH"))
+        gateway = resolve_gateway_command(cfg.command, base_env.get("PATH"))
         install_paths = tuple(install.discover_install_paths(gateway))
     except GatewayCommandError:
         install_paths = ()  # no hermes here: only the command the user named has to run

@@ -34,7 +34,8 @@ examples:
 # export's records); anything else (no command, ``--help``, a typo, ``completion``, which walks the
 # whole tree) builds every module's. tests/supervisor/test_cli_groups.py holds this table to the truth.
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("supervisor.cli.daemon", ("run", "start", "stop", "restart")),
+    ("supervisor.cli.run", ("run",)),
+    ("supervisor.cli.daemon", ("start", "stop", "restart")),
     ("supervisor.cli.status", ("status", "logs", "ping", "reload")),
     ("supervisor.cli.exec", ("exec",)),
     ("supervisor.cli.isolate", ("isolate-user",)),

@@ -128,8 +128,7 @@ async def load(layout: Layout, env: Mapping[str, str], pool: Executor, probe: Pr
     cfg = await loop.run_in_executor(pool, config_mod.load, layout.config)
     command, command_error, release = None, None, None
     try:
-        command = tuple(childspec.resolve_gateway_command(list(cfg.command) if cfg.command else None,
-                                                          env.get("PATH")))
+        command = tuple(childspec.resolve_gateway_command(cfg.command, env.get("PATH")))
     except childspec.GatewayCommandError as exc:
         command_error = str(exc)
         log.error("%s", exc)

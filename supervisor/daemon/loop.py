@@ -49,7 +49,6 @@ from supervisor.daemon.board import Board
 from supervisor.daemon.domains import Domains
 from supervisor.daemon.guard import Guard
 from supervisor.daemon.launch import LOG_SPACE_MIN, Launcher, NotStarted
-from supervisor.daemon.pidlock import PidLock
 from supervisor.daemon.pinned import Pinned
 from supervisor.daemon.reads import Reads
 from supervisor.daemon.report import Report, summary
@@ -74,14 +73,12 @@ HOUSEKEEPING_S = 5.0
 class Daemon:
     """One root's supervision: the loop's state and its ``handle_*`` methods."""
 
-    def __init__(self, root: Path, env: Mapping[str, str] | None = None, *, lock_fd: int | None = None,
+    def __init__(self, root: Path, pool: ThreadPoolExecutor, env: Mapping[str, str] | None = None, *,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
                  rng: random.Random | None = None) -> None:
         self.root = root.resolve()
         self.layout = Layout(self.root)
         self.env = dict(os.environ if env is None else env)
-        self.lock = PidLock(self.layout)
-        self.lock_fd = lock_fd
         self.wall = wall
         self.planner = Planner(clock=clock, wall=wall, rng=rng)
         self.in_force = effective.build(config_mod.Config())  # until hermesd.yaml is read
@@ -93,7 +90,7 @@ class Daemon:
         self.salt = b""
         self.notifier = Notifier.from_env(self.env)
         self.observer = Observer(self.root, env=self.env, version=__version__)
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="hermesd-read")
+        self.pool = pool  # the one reader thread (see supervisor.cli.run), perhaps already asking the interpreter
         self.pinned = Pinned()
         self.timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self.domains = Domains(self.root, self.layout)
@@ -116,14 +113,7 @@ class Daemon:
 
     # ------------------------------------------------------------------------- lifetime
 
-    def acquire(self) -> None:
-        if self.lock_fd is not None:
-            self.lock.adopt_fd(self.lock_fd)
-        else:
-            self.lock.acquire()
-
-    def release(self) -> None:
-        self.lock.release()
+    def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     async def run(self) -> int:

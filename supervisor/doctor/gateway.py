@@ -28,8 +28,7 @@ def check_gateway_interpreter(scan: Scan) -> None:
     if scan.config is None or not scan.config_ok:
         return
     try:
-        command = childspec.resolve_gateway_command(list(scan.config.command) if scan.config.command else None,
-                                                    scan.env.get("PATH"))
+        command = childspec.resolve_gateway_command(scan.config.command, scan.env.get("PATH"))
     except childspec.GatewayCommandError:
         return  # check_command has said so
     scan.command = command
@@ -76,8 +75,7 @@ def check_stale_code(scan: Scan) -> None:
     if scan.config is None or not scan.config_ok:
         return
     try:
-        command = childspec.resolve_gateway_command(list(scan.config.command) if scan.config.command else None,
-                                                    scan.env.get("PATH"))
+        command = childspec.resolve_gateway_command(scan.config.command, scan.env.get("PATH"))
     except childspec.GatewayCommandError:
         return
     installed = codeid.installed_now(interpreter_facts(command, env=dict(scan.env)).dist_info)

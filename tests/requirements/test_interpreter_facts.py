@@ -378,3 +378,17 @@ def test_probe_status_and_doctor_ask_the_same_interpreter_in_a_venv_install(tmp_
         assert probe.returncode == 1 and "telegram" in probe.stderr and f"{python} -m pip install" in probe.stderr
     finally:
         d.close()
+
+
+@pytest.mark.live
+def test_the_daemon_asks_the_interpreter_once_at_start_up(daemon_for, tmp_path: Path) -> None:
+    """``hermesd run`` asks the interpreter while the daemon's code is still loading; the daemon's own
+    question, queued behind it in the reader thread, is answered from that answer, never asked again."""
+    d = daemon_for("0.19.0")
+    asked = tmp_path / "asked"
+    init = tmp_path / "fake-0.19.0" / "hermes_cli" / "__init__.py"  # the probe imports it last, run as -c
+    init.write_text(init.read_text() + f"import sys\nif sys.argv[0] == '-c':\n    open({str(asked)!r}, 'a').write('probe\\n')\n")
+    d.start()
+    d.wait_running("coder", timeout=20)
+    assert d.status()["supervisor"]["hermes_release"] == "0.19.0"
+    assert asked.read_text().splitlines() == ["probe"]
