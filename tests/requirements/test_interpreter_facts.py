@@ -387,7 +387,8 @@ def test_the_daemon_asks_the_interpreter_once_at_start_up(daemon_for, tmp_path: 
     d = daemon_for("0.19.0")
     asked = tmp_path / "asked"
     init = tmp_path / "fake-0.19.0" / "hermes_cli" / "__init__.py"  # the probe imports it last, run as -c
-    init.write_text(init.read_text() + f"import sys\nif sys.argv[0] == '-c':\n    open({str(asked)!r}, 'a').write('probe\\n')\n")
+    count = f"import sys\nif sys.argv[0] == '-c':\n    open({str(asked)!r}, 'a').write('probe\\n')\n"
+    init.write_text(init.read_text() + count)
     d.start()
     d.wait_running("coder", timeout=20)
     assert d.status()["supervisor"]["hermes_release"] == "0.19.0"
