@@ -393,3 +393,18 @@ def test_the_daemon_asks_the_interpreter_once_at_start_up(daemon_for, tmp_path: 
     d.wait_running("coder", timeout=20)
     assert d.status()["supervisor"]["hermes_release"] == "0.19.0"
     assert asked.read_text().splitlines() == ["probe"]
+
+
+def test_pins_met_exactly_and_otherwise_are_judged_as_pip_would(tmp_path: Path) -> None:
+    """A pin met to the letter is judged without ``packaging``; any other goes through it, so
+    ``==1.2.0`` is met by 1.2 (PEP 440) and a wrong version or range is not."""
+    site = tmp_path / "site"
+    (site / "fakepin-1.2.dist-info").mkdir(parents=True)
+    (site / "fakepin-1.2.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: fakepin\nVersion: 1.2\n")
+    pins = ["fakepin==1.2", "fakepin==1.2.0", "fakepin==1.3", "fakepin>=1.0,<2", "fakepin<1", "absentpin==1.0"]
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    facts = requirements.interpreter_facts([sys.executable, "-m", "hermes_cli.main"], env=env, specs=pins)
+    assert {p: facts.satisfied[p] for p in pins} == {
+        "fakepin==1.2": True, "fakepin==1.2.0": True, "fakepin==1.3": False, "fakepin>=1.0,<2": True,
+        "fakepin<1": False, "absentpin==1.0": False,
+    }, facts.error
