@@ -71,7 +71,8 @@ HOUSEKEEPING_S = 5.0
 
 
 class Daemon:
-    """One root's supervision: the loop's state and its ``handle_*`` methods."""
+    """One root's supervision: the loop's state and its ``handle_*`` methods. Its caller holds the
+    root's lock and gives it its one reader thread, ``pool`` (:mod:`supervisor.cli.run`)."""
 
     def __init__(self, root: Path, pool: ThreadPoolExecutor, env: Mapping[str, str] | None = None, *,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
