@@ -166,9 +166,9 @@ def prepare(root: Path, raw_name: str, base_env: Mapping[str, str], *, kind: str
         resolve_gateway_command,
     )
     from supervisor.isolation import install, shared_board  # run-time only (see cli/__init__)
-    from supervisor.isolation.enter import EXIT_CANNOT_CONFINE  # run-time only (see cli/__init__)
     from supervisor.isolation.planning import PlanInputs, make_plan  # run-time only (see cli/__init__)
     from supervisor.isolation.probing import probe  # run-time only (see cli/__init__)
+    from supervisor.isolation.shim_argv import EXIT_CANNOT_CONFINE  # run-time only (see cli/__init__)
     from supervisor.limits.tree import nice_for_weight  # run-time only (see cli/__init__)
 
     try:
@@ -232,7 +232,8 @@ def run(prepared: Prepared, command: list[str], *, log: tuple[Path, str] | None 
     ``log``: a kanban worker's ``(base, relative path)``; the child opens it after its confinement
     (:func:`supervisor.kanban.worklog.open_log`) as its stdout and stderr.
     """
-    from supervisor.isolation.enter import EXIT_CANNOT_CONFINE, exec_in_place  # run-time only (see cli/__init__)
+    from supervisor.isolation.enter import exec_in_place  # run-time only (see cli/__init__)
+    from supervisor.isolation.shim_argv import EXIT_CANNOT_CONFINE  # run-time only (see cli/__init__)
 
     session = _open_session(prepared)
     if session is not None and session.note:

@@ -27,7 +27,7 @@ from profiles.upstream import files as gf
 from profiles.upstream.multiplex import HOST_RECORD
 from profiles.upstream.process import Exit, lock_dir
 from supervisor import logs
-from supervisor.isolation.enter import EXIT_CANNOT_CONFINE
+from supervisor.isolation.shim_argv import EXIT_CANNOT_CONFINE
 from supervisor.layout import Layout
 from supervisor.plan.model import Ident
 from supervisor.plan.policy import ExitKind, describe_exit

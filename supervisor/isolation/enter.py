@@ -37,17 +37,18 @@ if TYPE_CHECKING:
 
 if __package__:
     from supervisor.isolation import confine, kernel
-    from supervisor.isolation.shim_argv import decode_plan
+    from supervisor.isolation.shim_argv import EXIT_CANNOT_CONFINE, EXIT_CANNOT_EXEC, EXIT_NOT_FOUND, decode_plan
 else:  # pragma: no cover - script mode (-S): siblings are importable from sys.path[0]
     import confine  # type: ignore[no-redef,import-not-found]
     import kernel  # type: ignore[no-redef,import-not-found]
-    from shim_argv import decode_plan  # type: ignore[no-redef,import-not-found]
+    from shim_argv import (  # type: ignore[no-redef,import-not-found]
+        EXIT_CANNOT_CONFINE,
+        EXIT_CANNOT_EXEC,
+        EXIT_NOT_FOUND,
+        decode_plan,
+    )
 
 __all__ = ["EXIT_CANNOT_CONFINE", "EXIT_CANNOT_EXEC", "EXIT_NOT_FOUND", "exec_in_place", "main"]
-
-EXIT_CANNOT_CONFINE = 125
-EXIT_CANNOT_EXEC = 126
-EXIT_NOT_FOUND = 127
 
 
 def _initial_environ() -> dict[bytes, bytes]:

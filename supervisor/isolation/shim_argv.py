@@ -20,6 +20,12 @@ if TYPE_CHECKING:
 
     from supervisor.isolation.planning import Plan
 
+# The shim's exit codes when the command never ran (see :mod:`supervisor.isolation.enter`); here, so
+# the daemon reads a gateway's exit without loading the confinement code.
+EXIT_CANNOT_CONFINE = 125
+EXIT_CANNOT_EXEC = 126
+EXIT_NOT_FOUND = 127
+
 ENTER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "enter.py")
 _PY_FLAGS = ("-E", "-s", "-S")
 _MARSHAL_TAG = "m4:"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.isolation.enter import EXIT_CANNOT_CONFINE
+from supervisor.isolation.shim_argv import EXIT_CANNOT_CONFINE
 from tests.isolation.conftest import MECHANISMS, PY, Tree, alive, need, wait_for
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/ns/mnt"), reason="Linux only")
