@@ -74,11 +74,40 @@ def read_text(where: Beneath | Path, limit: int = MAX_PROFILE_FILE) -> str:
 
 
 def _check_size(node: yaml.Node, path: Path) -> None:
-    """Refuse a document whose alias-expanded tree exceeds the node budget, or that refers to itself.
+    """Refuse a document whose alias-expanded tree exceeds the node budget or the depth limit, or
+    that refers to itself.
 
-    Counts every node as often as aliases make it appear, in time linear in the distinct nodes
-    (sizes are memoised per node object), so the check itself cannot be the bomb.
+    Almost every file is a plain tree (no alias), which one cheap pass accepts; the expanded count
+    runs only for a document with a node reached twice, or one the pass cannot accept, and is what
+    words every refusal.
     """
+    if not _plain_tree_within_limits(node):
+        _check_expanded(node, path)
+
+
+def _plain_tree_within_limits(node: yaml.Node) -> bool:
+    """Whether no node is reached twice and the tree is within both limits. A plain tree's expanded
+    size is its node count, so :func:`_check_expanded` would accept it; False decides nothing."""
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, int]] = [(node, 1)]
+    while stack:
+        current, depth = stack.pop()
+        key = id(current)
+        if depth > MAX_YAML_DEPTH or key in seen or len(seen) >= MAX_YAML_NODES:
+            return False
+        seen.add(key)
+        if isinstance(current, yaml.MappingNode):
+            for pair in current.value:
+                stack.append((pair[0], depth + 1))
+                stack.append((pair[1], depth + 1))
+        elif isinstance(current, yaml.SequenceNode):
+            stack.extend([(c, depth + 1) for c in current.value])
+    return True
+
+
+def _check_expanded(node: yaml.Node, path: Path) -> None:
+    """Count every node as often as aliases make it appear, in time linear in the distinct nodes
+    (sizes are memoised per node object), so the check itself cannot be the bomb."""
     sizes: dict[int, int] = {}
     active: set[int] = set()
     stack: list[tuple[yaml.Node, int, bool]] = [(node, 1, False)]
