@@ -2,10 +2,11 @@
 # hermesd's main job on a sandbox: installs hermesd with the real hermes-agent into ./.venv,
 # creates a fresh root under ./sandbox with the default profile and two named ones, supervises
 # real `hermes gateway run` children there, shows a crash being repaired and one profile being
-# restarted alone, then stops everything. Nothing outside ./sandbox is touched.
+# restarted alone, then stops everything. Nothing outside ./.venv and ./sandbox is touched.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
+echo "installing hermesd and hermes-agent into ./.venv (a minute or two the first time)..."
 python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip >/dev/null
 .venv/bin/pip install -q '.[hermes]'

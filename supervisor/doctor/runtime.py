@@ -16,7 +16,7 @@ from profiles.upstream.process import hermes_command
 from supervisor.doctor.scan import DEFAULT, Scan
 from supervisor.identity import gateway_of
 from supervisor.isolation import install
-from supervisor.plan.verdict import ERROR, INFO, WARNING
+from supervisor.plan.verdict import ERROR, WARNING
 from supervisor.tags import TAG_ROOT
 from wrappers.scripts import non_routing_wrappers
 
@@ -84,18 +84,6 @@ def check_runtime_files(scan: Scan) -> None:
                     "hermesd will hold the profile (foreign_gateway) until it exits",
                     f"stop it ('{hermes_command(prof.name)} gateway stop', or disable the service that runs it) "
                     "and let hermesd run the profile",
-                )
-        lock = gf.read_json(prof.home / gf.LOCK_FILE)
-        if lock is not None and isinstance(lock.get("pid"), int) and not isinstance(lock.get("pid"), bool):
-            start = lock.get("start_time")
-            live_start = gf.proc_start_time(lock["pid"])
-            if live_start is None or (isinstance(start, int) and start != live_start):
-                state = "is no longer running" if live_start is None else "was recycled by another process"
-                scan.add(
-                    INFO, "stale_lock_file", prof.name,
-                    f"{prof.home / gf.LOCK_FILE} names PID {lock['pid']}, which {state}. The kernel lock "
-                    "itself is gone (harmless); only the file's text is stale",
-                    "nothing is required; the next gateway rewrites it",
                 )
 
 # Files a profile's gateway and hermesd read from its home; hermesd follows no link there.
