@@ -27,8 +27,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from profiles.upstream import files as gf
-from profiles.upstream.files import proc_start_time
 from profiles.upstream.multiplex import FORCE_FLAG
+from profiles.upstream.process import proc_start_time
 from profiles.upstream.releases import EXTERNAL_SUPERVISOR_FLAG, GATEWAY_RUN
 from supervisor.isolation.shim_argv import unwrap
 from supervisor.plan.model import Ident

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from profiles import safeio
-from profiles.upstream.files import proc_start_time
+from profiles.upstream.process import proc_start_time
 from supervisor.layout import Layout
 
 

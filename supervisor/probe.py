@@ -51,6 +51,7 @@ from typing import Any
 from profiles.names import DEFAULT_PROFILE, parse_profile_name
 from profiles.paths import PROFILES_DIRNAME, resolve_root
 from profiles.upstream import files as gf
+from profiles.upstream.process import proc_start_time
 from supervisor.identity import profile_of_home, prove_gateway
 
 READY_RULE = ("--ready fails while the gateway is not 'running', while any platform in gateway_state.json is "
@@ -183,7 +184,7 @@ def _process_matches(pid: int, start: int | None, home: Path) -> bool | None:
         except PermissionError:
             return True
         return True
-    live = gf.proc_start_time(pid)
+    live = proc_start_time(pid)
     if live is None:
         return None if not os.path.exists(f"/proc/{pid}") else False
     return prove_gateway(pid, start, home=home, profile=profile_of_home(home)) is not None

@@ -25,7 +25,7 @@ from profiles.discovery import upstream_active_profile, upstream_root
 from profiles.errors import ProfileError
 from profiles.paths import PROFILES_DIRNAME
 from profiles.safeio import Beneath, beneath, home_file, read_regular_or_none, replace_bytes
-from profiles.upstream.process import DEFAULT_PROFILE, profile_in_argv, runs_gateway
+from profiles.upstream.process import DEFAULT_PROFILE, proc_start_time, profile_in_argv, runs_gateway
 
 PID_FILE = "gateway.pid"
 LOCK_FILE = "gateway.lock"
@@ -57,28 +57,6 @@ class PidRecord:
     pid: int
     start_time: int | None
     argv: tuple[str, ...]
-
-
-def proc_start_time(pid: int) -> int | None:
-    """Field 22 of ``/proc/<pid>/stat`` (clock ticks since boot), as upstream records it.
-
-    ``None`` when the process does not exist or is a zombie.
-
-    The command name (field 2) may contain spaces and parentheses, so fields are counted
-    from the last ``)``.
-    """
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    try:
-        after = raw[raw.rindex(b")") + 2 :].split()
-        # after[0] is field 3 (state); field 22 is after[19].
-        if after[0] in (b"Z", b"X"):
-            return None  # dead, merely not reaped yet: no longer the process anyone meant
-        return int(after[19])
-    except (ValueError, IndexError):
-        return None
 
 
 def read_json(where: Beneath | Path) -> dict[str, Any] | None:

@@ -1,4 +1,5 @@
-"""The gateway process as upstream defines it: command line, environment, exit codes, states, stops.
+"""The gateway process as upstream defines it: command line, environment, exit codes, states, stops,
+and the start time that, with the PID, names one process (as upstream records it in ``gateway.pid``).
 
 Every fact was measured on hermes-agent 0.19.0 (see ``upstream-contract.md``). hermesd's daemon,
 its exports, its doctor and its alias scripts all build on these declarations; none restates them.
@@ -222,3 +223,25 @@ def env_overrides(profile_env: Mapping[str, str], config: Mapping[str, Any]) -> 
         v for v in FIXED_VARIABLES
         if v.name in profile_env and v.effect(profile_env[v.name], config) != v.effect(v.value, config)
     ]
+
+
+def proc_start_time(pid: int) -> int | None:
+    """Field 22 of ``/proc/<pid>/stat`` (clock ticks since boot), as upstream records it.
+
+    ``None`` when the process does not exist or is a zombie.
+
+    The command name (field 2) may contain spaces and parentheses, so fields are counted
+    from the last ``)``.
+    """
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    try:
+        after = raw[raw.rindex(b")") + 2 :].split()
+        # after[0] is field 3 (state); field 22 is after[19].
+        if after[0] in (b"Z", b"X"):
+            return None  # dead, merely not reaped yet: no longer the process anyone meant
+        return int(after[19])
+    except (ValueError, IndexError):
+        return None

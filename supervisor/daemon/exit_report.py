@@ -25,7 +25,7 @@ from profiles.printable import printable
 from profiles.safeio import Beneath
 from profiles.upstream import files as gf
 from profiles.upstream.multiplex import HOST_RECORD
-from profiles.upstream.process import Exit, lock_dir
+from profiles.upstream.process import Exit, lock_dir, proc_start_time
 from supervisor import logs
 from supervisor.isolation.shim_argv import EXIT_CANNOT_CONFINE
 from supervisor.layout import Layout
@@ -80,7 +80,7 @@ def who_serves(env: Mapping[str, str], home: Path, child_log: Beneath | Path) ->
     record = gf.read_json(Path(lock_dir(env)) / HOST_RECORD)
     if record is not None:
         pid = record.get("pid")
-        alive = isinstance(pid, int) and not isinstance(pid, bool) and gf.proc_start_time(pid) is not None
+        alive = isinstance(pid, int) and not isinstance(pid, bool) and proc_start_time(pid) is not None
         served = record.get("profiles")
         names = ", ".join(printable(str(s), 64) for s in served[:20]) if isinstance(served, list) else "?"
         where = printable(str(record.get("home") or "?"), 200)

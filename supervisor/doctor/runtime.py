@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 
 from profiles import safeio
 from profiles.upstream import files as gf
-from profiles.upstream.files import proc_start_time
-from profiles.upstream.process import hermes_command
+from profiles.upstream.process import hermes_command, proc_start_time
 from supervisor.doctor.scan import DEFAULT, Scan
 from supervisor.identity import gateway_of
 from supervisor.isolation import install
@@ -57,8 +56,8 @@ def check_runtime_files(scan: Scan) -> None:
         if safeio.lstat(safeio.home_file(prof.home, gf.PID_FILE)) is not None:
             rec = gf.read_pid_record(prof.home)
             live = gateway_of(prof.home, prof.name)
-            claimed = rec is not None and gf.proc_start_time(rec.pid) is not None and (
-                rec.start_time in (None, gf.proc_start_time(rec.pid)))
+            claimed = rec is not None and proc_start_time(rec.pid) is not None and (
+                rec.start_time in (None, proc_start_time(rec.pid)))
             if rec is not None and claimed and live is None:
                 scan.add(
                     WARNING, "pid_file_not_this_profile", prof.name,

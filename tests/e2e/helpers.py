@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from profiles.upstream import files as gf
+from profiles.upstream.process import proc_start_time
 from tests.harness import Hermesd, wait_for
 
 HERMES = Path(os.environ.get("HERMESD_TEST_HERMES") or Path(sys.executable).parent / "hermes")
@@ -168,7 +168,7 @@ class PidFiles:
             return []
         out = [int(x) for x in text.split() if x.isdigit()]
         for pid in out:
-            self.seen.setdefault(pid, gf.proc_start_time(pid))
+            self.seen.setdefault(pid, proc_start_time(pid))
         return out
 
     def kill_all(self) -> list[int]:
@@ -176,7 +176,7 @@ class PidFiles:
             self.pids(path)
         killed = []
         for pid, start in self.seen.items():
-            if start is not None and gf.proc_start_time(pid) == start and alive(pid):
+            if start is not None and proc_start_time(pid) == start and alive(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
                 killed.append(pid)

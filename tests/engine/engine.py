@@ -23,6 +23,7 @@ import psutil
 import pytest
 
 from profiles.upstream import files as gf
+from profiles.upstream.process import proc_start_time
 from supervisor import export
 from tests.harness import wait_for
 from tests.supervisor.test_export import compose_tool
@@ -144,7 +145,7 @@ def gateway_of(container: str) -> Gateway:
     nspid = [int(x) for x in Path(f"/proc/{proc.pid}/status").read_text().split("NSpid:")[1].split("\n")[0].split()]
     environ = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
     home = next((e.split(b"=", 1)[1].decode() for e in environ if e.startswith(b"HERMES_HOME=")), None)
-    start = gf.proc_start_time(proc.pid)
+    start = proc_start_time(proc.pid)
     assert start is not None
     return Gateway(container, proc.pid, nspid[-1], start, proc.uids().real, tuple(proc.cmdline()), home)
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from profiles.upstream import files as gf
+from profiles.upstream.process import proc_start_time
 from tests.engine.engine import (
     HUNG_AFTER,
     PROFILES,
@@ -100,7 +101,7 @@ class Hang:
 
     def _signal(self, sig: signal.Signals) -> None:
         # the PID is signalled only while it is still that gateway (same start time)
-        if gf.proc_start_time(self.gateway.host_pid) == self.gateway.start_time:
+        if proc_start_time(self.gateway.host_pid) == self.gateway.start_time:
             os.kill(self.gateway.host_pid, sig)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from profiles.upstream import files as gf
+from profiles.upstream.process import proc_start_time
 from supervisor import identity
 from tests.harness import wait_for
 
@@ -53,7 +53,7 @@ def eventually(pred, timeout: float, interval: float = 0.05):
 
 def alive_exact(pid: int, start_time: int | None) -> bool:
     """The process that had ``start_time`` still exists (a recycled PID does not count)."""
-    return start_time is not None and gf.proc_start_time(pid) == start_time
+    return start_time is not None and proc_start_time(pid) == start_time
 
 
 def daemon_cpu_seconds(pid: int) -> float:
@@ -129,7 +129,7 @@ class Sleeper:
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, env=env,
         )
-        start = wait_for(lambda: gf.proc_start_time(proc.pid), 10, what="sleeper started")
+        start = wait_for(lambda: proc_start_time(proc.pid), 10, what="sleeper started")
         return cls(proc, start)
 
     @property

@@ -41,7 +41,7 @@ from typing import Any
 
 import pytest
 
-from profiles.upstream.files import proc_start_time
+from profiles.upstream.process import proc_start_time
 from supervisor.isolation.probing import probe
 from tests.fakegw import FAKEGW
 from tests.faults.helpers import NOBODY, alive_exact, lost_on_failure

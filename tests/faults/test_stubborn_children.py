@@ -9,6 +9,7 @@ import time
 import pytest
 
 from profiles.upstream import files as gf
+from profiles.upstream.process import proc_start_time
 from tests.fakegw import read_spawned, read_starts, write_behaviour
 from tests.faults.helpers import alive_exact, gateway_leaders, tagged_by_profile
 from tests.harness import pid_alive, tagged_pids, wait_for, write_config
@@ -23,7 +24,7 @@ def snapshot(root) -> dict[int, int]:
     out = {}
     for pids in tagged_by_profile(root).values():
         for pid in pids:
-            st = gf.proc_start_time(pid)
+            st = proc_start_time(pid)
             if st is not None:
                 out[pid] = st
     return out

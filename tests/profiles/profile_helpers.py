@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from profiles.upstream.files import proc_start_time
+from profiles.upstream.process import proc_start_time
 
 
 def PYTHON() -> list[str]:

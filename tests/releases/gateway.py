@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from profiles.upstream import files as gf
-from profiles.upstream.process import FIXED_ENV
+from profiles.upstream.process import FIXED_ENV, proc_start_time
 from supervisor.tags import TAG_PROFILE, TAG_ROOT
 from tests.harness import kill_tagged
 
@@ -214,4 +214,4 @@ class Sandbox:
 
 def write_planned_stop_marker(home: Path, pid: int) -> None:
     """Upstream's planned-stop record, written by hermesd's own writer (the gateway consumes it on SIGTERM)."""
-    gf.write_planned_stop_marker(home, pid, gf.proc_start_time(pid))
+    gf.write_planned_stop_marker(home, pid, proc_start_time(pid))

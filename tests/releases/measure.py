@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from profiles.upstream import files as gf
+from profiles.upstream.process import proc_start_time
 from supervisor.hermes_release import interpreter_argv
 from tests.releases.gateway import Run, Sandbox, poll, read_json
 
@@ -58,7 +59,7 @@ def lifecycle(sb: Sandbox, *, flag: bool) -> dict[str, Any]:
         "json": isinstance(rec, dict),
         "keys": sorted(rec) if isinstance(rec, dict) else None,
         "kind": rec.get("kind") if isinstance(rec, dict) else None,
-        "start_time_matches_proc": isinstance(rec, dict) and rec.get("start_time") == gf.proc_start_time(run.pid)
+        "start_time_matches_proc": isinstance(rec, dict) and rec.get("start_time") == proc_start_time(run.pid)
         and rec.get("start_time") is not None,
         "argv_tail": rec.get("argv", [])[-3:] if isinstance(rec, dict) else None,
     } if raw is not None else None
@@ -87,7 +88,7 @@ def sigterm(sb: Sandbox, *, flag: bool, marker: bool) -> dict[str, Any]:
         return {"exit": "never running", "output": run.text()[-2000:]}
     _wait_startup_tail(run, sb)
     if marker:
-        gf.write_planned_stop_marker(run.home, run.pid, gf.proc_start_time(run.pid))
+        gf.write_planned_stop_marker(run.home, run.pid, proc_start_time(run.pid))
     t0 = time.monotonic()
     run.send(signal.SIGTERM)
     code = run.wait_exit(EXIT)
@@ -115,7 +116,7 @@ def marker_without_signal(sb: Sandbox, *, flag: bool) -> dict[str, Any]:
     run = sb.start(flag=flag)
     if not run.wait_state("running", timeout=START):
         return {"exit": "never running"}
-    gf.write_planned_stop_marker(run.home, run.pid, gf.proc_start_time(run.pid))
+    gf.write_planned_stop_marker(run.home, run.pid, proc_start_time(run.pid))
     # polled every 0.5 s; the shutdown that follows takes seconds on a loaded machine (0.22.2: up to ~10 s)
     code = run.wait_exit(30)
     out = {"exit": code, **_final(run)}
@@ -394,7 +395,7 @@ def standalone_identity(sb: Sandbox, *, flag: bool) -> dict[str, Any]:
         try:
             ident = gatewaysock.identify(run.home, timeout=5.0)
             out["identify"] = {"pid_matches": ident.pid == run.pid,
-                               "start_time_matches": ident.start_time == gf.proc_start_time(run.pid),
+                               "start_time_matches": ident.start_time == proc_start_time(run.pid),
                                "home_matches": ident.hermes_home == str(run.home), "profile": ident.profile,
                                "served": list(ident.served) if ident.served is not None else None,
                                "supervisor": ident.supervisor}

@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 
 from profiles.upstream import files as gf
+from profiles.upstream.process import proc_start_time
 from profiles.upstream.releases import Contract
 from supervisor import gatewaysock, requirements
 from supervisor.isolation.probing import best_mechanism, probe
@@ -165,7 +166,7 @@ def _runs_and_serves_only_itself(f: Fleet) -> None:
                            what=f"{f.label}: {name}'s identify answer")
             assert row["serves"] == [name] and row["serves_agree"] is not False, (f.label, row)
             ident = gatewaysock.identify(home, timeout=5)
-            assert ident.pid == f.pids[name] and ident.start_time == gf.proc_start_time(ident.pid), ident
+            assert ident.pid == f.pids[name] and ident.start_time == proc_start_time(ident.pid), ident
             assert ident.served in (None, (name,)), ident
         else:
             row = d.row(name)

@@ -11,6 +11,7 @@ import socket
 import time
 
 from profiles.upstream import files as gf
+from profiles.upstream.process import proc_start_time
 from supervisor import identity
 from tests.fakegw import fake_gateway_command, parse_env_report, read_spawned, write_behaviour
 from tests.harness import pid_alive, tagged_pids, wait_for, write_config
@@ -101,7 +102,7 @@ def test_outside_planned_stop_is_not_restarted(fake_root, hermesd_factory):
     d = hermesd_factory(fake_root)
     pid = d.wait_running("coder")["coder"]
     # what `hermes gateway stop` does: marker + SIGTERM
-    gf.write_planned_stop_marker(homes(fake_root)["coder"], pid, gf.proc_start_time(pid))
+    gf.write_planned_stop_marker(homes(fake_root)["coder"], pid, proc_start_time(pid))
     os.kill(pid, signal.SIGTERM)
     row = d.wait_state("coder", "stopped")
     assert "outside hermesd" in row["reason"]
@@ -128,7 +129,7 @@ def test_stubborn_child_and_escaped_grandchildren_are_killed(fake_root, hermesd_
     assert d.cli("stop", "coder").returncode == 0
     d.wait_state("coder", "stopped", timeout=10)
     for g in spawned:
-        wait_for(lambda g=g: not pid_alive(g["pid"]) or gf.proc_start_time(g["pid"]) != g["start_time"],
+        wait_for(lambda g=g: not pid_alive(g["pid"]) or proc_start_time(g["pid"]) != g["start_time"],
                  what=f"grandchild {g['pid']} gone")
     assert d.row("coder")["last_exit"]["signal"] == "SIGKILL"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from profiles.credentials import profile_credentials
-from profiles.upstream.files import proc_start_time
+from profiles.upstream.process import proc_start_time
 from supervisor import doctor
 from supervisor.cli.main import build_parser
 from supervisor.doctor import Finding, diagnose, exit_code, render, service_profile_name, to_json

@@ -21,6 +21,7 @@ import yaml
 
 from profiles.upstream import files as gf
 from profiles.upstream import process as contract
+from profiles.upstream.process import proc_start_time
 from supervisor import childspec, export, tags
 from supervisor.cli import export as export_cli
 from supervisor.cli.main import build_parser
@@ -333,7 +334,7 @@ def test_planned_stop_helper_marks_the_live_gateway(tmp_path, capsys):
         from tests.harness import wait_for
 
         wait_for(lambda: b"gateway" in Path(f"/proc/{proc.pid}/cmdline").read_bytes(), 10, what="the child's exec")
-        start = gf.proc_start_time(proc.pid)
+        start = proc_start_time(proc.pid)
         (home / gf.PID_FILE).write_text(json.dumps({"pid": proc.pid, "kind": "hermes-gateway", "argv": [],
                                                     "start_time": start}))
         assert cli("_planned-stop", str(home)) == 0

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from profiles.upstream import files as gf
+from profiles.upstream.process import proc_start_time
 from supervisor import state
 from supervisor.layout import Layout
 from supervisor.lockholder import owner_pid, read_pid
@@ -70,7 +71,7 @@ def test_a_live_pid_with_another_start_time_is_not_the_gateway(home):
 def test_a_live_process_that_is_no_gateway_is_not_the_gateway(home):
     """The right PID and start time of a process whose command line is not a gateway's (this one)."""
     me = os.getpid()
-    (home / gf.PID_FILE).write_text(json.dumps({"pid": me, "start_time": gf.proc_start_time(me)}))
+    (home / gf.PID_FILE).write_text(json.dumps({"pid": me, "start_time": proc_start_time(me)}))
     assert gf.read_pid_record(home) is not None
     assert gf.live_gateway(home) is None
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from profiles.upstream import files as gf
+from profiles.upstream.process import proc_start_time
 from supervisor import identity
 from tests.harness import wait_for
 
@@ -48,7 +49,7 @@ def root(tmp_path: Path) -> Path:
 def test_another_profiles_gateway_is_never_this_ones(root, procs):
     alpha, bravo = root / "profiles" / "alpha", root / "profiles" / "bravo"
     pid = gateway(procs, ["-p", "bravo", "gateway", "run"], {"HERMES_HOME": str(bravo)})
-    start = gf.proc_start_time(pid)
+    start = proc_start_time(pid)
     assert identity.prove_gateway(pid, start, home=bravo, profile="bravo") == identity.Ident(pid, start)
     assert identity.prove_gateway(pid, start, home=alpha, profile="alpha") is None
     assert identity.prove_gateway(pid, start + 1, home=bravo, profile="bravo") is None  # recycled PID
@@ -72,7 +73,7 @@ def test_the_home_comes_from_upstreams_rules(root, procs):
 def test_the_real_gateway_is_found_when_the_pid_file_lies(root, procs):
     alpha = root / "profiles" / "alpha"
     real = gateway(procs, ["-p", "alpha", "gateway", "run"], {"HERMES_HOME": str(alpha)})
-    (alpha / "gateway.pid").write_text(json.dumps({"pid": os.getpid(), "start_time": gf.proc_start_time(os.getpid())}))
+    (alpha / "gateway.pid").write_text(json.dumps({"pid": os.getpid(), "start_time": proc_start_time(os.getpid())}))
     rec = gf.live_gateway(alpha)
     assert rec is not None and rec.pid == real
     (alpha / "gateway.pid").unlink()

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from profiles.upstream import files as gf
+from profiles.upstream.process import proc_start_time
 from supervisor import probe
 from supervisor.cli import probe as probe_cli
 from supervisor.cli.main import build_parser
@@ -42,7 +43,7 @@ def home(tmp_path: Path) -> Path:
 
 
 def write_state(home: Path, pid: int, state: str = "running", start: int | str | None = "auto", **extra) -> None:
-    start_time = gf.proc_start_time(pid) if start == "auto" else start
+    start_time = proc_start_time(pid) if start == "auto" else start
     gf.write_json_atomic(home / gf.STATE_FILE, {"pid": pid, "start_time": start_time, "gateway_state": state,
                                                 "kind": "hermes-gateway", **extra})
 
@@ -101,7 +102,7 @@ def test_heartbeat_of_another_process_is_ignored(home, gateway):
 
 
 def test_recycled_pid_fails(home, gateway):
-    write_state(home, gateway.pid, start=gf.proc_start_time(gateway.pid) - 1)
+    write_state(home, gateway.pid, start=proc_start_time(gateway.pid) - 1)
     write_beat(home, gateway.pid)
     ok, why = probe.check(home, "live")
     assert not ok and "not running" in why
@@ -112,7 +113,7 @@ def test_zombie_is_not_running(home, gateway):
     write_beat(home, gateway.pid)
     gateway.send_signal(signal.SIGKILL)
     deadline = time.monotonic() + 5
-    while gf.proc_start_time(gateway.pid) is not None and time.monotonic() < deadline:
+    while proc_start_time(gateway.pid) is not None and time.monotonic() < deadline:
         time.sleep(0.01)  # dead but not reaped: a zombie
     ok, why = probe.check(home, "live")
     assert not ok and "not running" in why
@@ -132,7 +133,7 @@ def test_vanished_pid_falls_back_to_the_heartbeat(home, gateway):
 
 
 def test_pid_file_alone_is_live_but_not_ready(home, gateway):
-    record = {"pid": gateway.pid, "kind": "hermes-gateway", "argv": [], "start_time": gf.proc_start_time(gateway.pid)}
+    record = {"pid": gateway.pid, "kind": "hermes-gateway", "argv": [], "start_time": proc_start_time(gateway.pid)}
     (home / gf.PID_FILE).write_text(json.dumps(record))
     assert probe.check(home, "live")[0]
     ok, why = probe.check(home, "ready")
@@ -143,7 +144,7 @@ def test_a_new_gateway_known_only_by_its_pid_file(home, gateway):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     write_state(home, dead.pid, start=12345)  # the previous gateway's last words
-    record = {"pid": gateway.pid, "kind": "hermes-gateway", "argv": [], "start_time": gf.proc_start_time(gateway.pid)}
+    record = {"pid": gateway.pid, "kind": "hermes-gateway", "argv": [], "start_time": proc_start_time(gateway.pid)}
     (home / gf.PID_FILE).write_text(json.dumps(record))
     ok, why = probe.check(home, "live")
     assert ok and f"PID {gateway.pid}" in why

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from profiles.upstream import files as gf
+from profiles.upstream.process import proc_start_time
 from profiles.upstream.releases import contract_for
 from supervisor.hermes_release import detect_version
 from supervisor.requirements import interpreter_facts, release_contract
@@ -49,7 +50,7 @@ def test_real_gateways_end_to_end(real_root, hermesd_factory):
     assert len(set(pids.values())) == 3
     for name, home in homes.items():
         rec = wait_for(lambda home=home: gf.read_pid_record(home), 30)
-        assert rec.pid == pids[name] and rec.start_time == gf.proc_start_time(rec.pid)
+        assert rec.pid == pids[name] and rec.start_time == proc_start_time(rec.pid)
         assert gf.read_gateway_state(home)["gateway_state"] == "running"
     # the sticky active profile must not turn the default child into another profile
     (root / "active_profile").write_text("coder\n")
