@@ -23,6 +23,13 @@ inside ``profiles/`` (the same filesystem), every path resolved beneath it witho
 link (:mod:`profiles.safeio`), and the result is renamed into place in one step, so a failure at
 any point leaves nothing behind.
 
+Why not ``tarfile``'s ``filter="data"``: it is a sanitiser for extracting into a real folder, and
+each of its answers is weaker than this decision. It strips a leading ``/`` instead of refusing the
+member, admits links whose target stays inside the destination, and decides "inside" with
+``os.path.realpath`` on the live filesystem: that is a check made by path, and the extraction that
+follows it is by path too. Here every member is judged by its name alone before anything is
+written, and every write is resolved beneath the scratch folder by descriptor.
+
 Modes are masked, because root may later run what another user packed: a file keeps its
 archived owner/exec bits but never group/other write and never set-id bits, and is at least
 owner read/write (``0755`` at most); a folder is ``0700`` or ``0755`` at most (``0700`` when the
