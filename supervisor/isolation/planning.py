@@ -156,8 +156,13 @@ class Plan:
         bits.append("signals scoped" if "signal" in self.scopes else "signals NOT scoped")
         bits.append("shares " + (", ".join(shared) if shared else "nothing"))
         if self.gaps:  # the same count as the list status --json shows
-            severe = len(self.gaps_severe())
-            bits.append(f"{len(self.gaps)} gap(s){f' ({severe} severe)' if severe else ''}, see status --json")
+            severe = self.gaps_severe()
+            named = ""
+            if severe:  # named here, so the table alone says what most needs fixing
+                more = f" (+{len(severe) - 1} more)" if len(severe) > 1 else ""
+                named = f", {len(severe)} severe: {severe[0][1:].split(' (', 1)[0]}{more}"
+            bits.append(f"{len(self.gaps)} gap(s){named}")
+            bits.append("see status --json")
         return "; ".join(bits)
 
     def gaps_severe(self) -> list[str]:

@@ -324,4 +324,6 @@ def test_the_summary_counts_the_gaps_status_lists() -> None:
         assert f"; {len(listed)} gap(s)" in p.summary(), (p.summary(), listed)
         severe = p.status_json()["gaps_severe"]
         assert set(severe) <= set(listed)
-        assert (f"({len(severe)} severe)" in p.summary()) == bool(severe)
+        assert (f"{len(listed)} gap(s), {len(severe)} severe: " in p.summary()) == bool(severe)
+        if severe:  # the first severe gap is named, up to its explanation in brackets
+            assert severe[0].split(" (", 1)[0] in p.summary(), (p.summary(), severe)
