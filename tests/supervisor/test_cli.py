@@ -39,6 +39,27 @@ def test_background_start_status_logs_stop(fake_root):
         kill_tagged(fake_root)
 
 
+@pytest.mark.live
+def test_start_on_a_broken_hermesd_yaml_says_every_profile_is_held(fake_root):
+    """The daemon starts (it waits for a fixed file), and ``start`` says what ``status`` would."""
+    config = fake_root / "hermesd.yaml"
+    good = config.read_text()
+    config.write_text(good + "max_starting: [\n")  # an unclosed list: reported at the line it opens
+    d = Hermesd(fake_root)
+    try:
+        out = d.cli("start")
+        assert out.returncode == 0, out.stderr
+        assert "started" in out.stdout
+        assert "every profile is held until hermesd.yaml is fixed" in out.stderr
+        assert f"{config}:{len(good.splitlines()) + 1}: invalid YAML" in out.stderr
+        config.write_text(good)  # fixed: the profiles start, the daemon is not restarted
+        d.wait_running("default", "coder", "writer")
+        assert d.cli("stop").returncode == 0
+    finally:
+        d.cli("stop")
+        kill_tagged(fake_root)
+
+
 def test_keep_children_then_adopt(fake_root, hermesd_factory):
     d = hermesd_factory(fake_root)
     before = d.wait_running("default", "coder", "writer")
