@@ -23,7 +23,7 @@ from profiles.progress import Progress
 from supervisor.cli.common import Commands, check_names, layout_of, root_of
 from supervisor.cli.request import call, client_of
 from supervisor.cli.upgrade import add_gate_options
-from supervisor.control.client import Client, ControlError, DaemonNotAnswering, DaemonNotRunning
+from supervisor.control.client import ControlError, DaemonNotAnswering, DaemonNotRunning
 from supervisor.exits import EXIT_NOT_ANSWERING, Failure, UserError
 from supervisor.lockholder import owner_pid
 
@@ -83,20 +83,12 @@ def cmd_start(args: argparse.Namespace) -> int:
             up = None
         if up and up.get("ready"):
             print(f"hermesd started for {root} (PID {up['pid']}); log: {layout.daemon_log}")
-            _warn_config_problem(client)
+            if up.get("config_problem"):  # not a bare "started" that status would contradict
+                print(f"hermesd: warning: every profile is held until hermesd.yaml is fixed (hermesd reads it "
+                      f"again when it changes): {printable(up['config_problem'])}", file=sys.stderr)
             return 0
         time.sleep(0.05)
     raise Failure(f"hermesd did not become ready within {args.timeout:.0f}s; see {layout.daemon_log}")
-
-
-def _warn_config_problem(client: Client) -> None:
-    """A daemon that started on a hermesd.yaml it cannot use holds every profile until the file is
-    fixed: ``start`` says so, instead of a bare "started" that only ``status`` would contradict."""
-    with contextlib.suppress(DaemonNotRunning, DaemonNotAnswering, ControlError):
-        problem = client.call("status", wait=5.0)["status"]["supervisor"].get("config_problem")
-        if problem:
-            print(f"hermesd: warning: every profile is held until hermesd.yaml is fixed (hermesd reads it again "
-                  f"when it changes): {printable(problem)}", file=sys.stderr)
 
 
 def cmd_stop(args: argparse.Namespace) -> int:

@@ -31,6 +31,11 @@ class Operations(Protocol):
     @property
     def ready(self) -> bool: ...
 
+    @property
+    def config_problem(self) -> str | None:
+        """Why the last hermesd.yaml was rejected (every profile is held while there was never a good one)."""
+        ...
+
     def present(self) -> list[str]:
         """The profiles hermesd serves now."""
         ...
@@ -67,7 +72,8 @@ def handlers(ops: Operations, extra: dict[str, Handler]) -> dict[str, Handler]:
         return canon
 
     async def ping() -> dict[str, Any]:
-        return {"ok": True, "pid": os.getpid(), "ready": ops.ready, "root": str(ops.root)}
+        return {"ok": True, "pid": os.getpid(), "ready": ops.ready, "root": str(ops.root),
+                "config_problem": ops.config_problem}
 
     async def get_status() -> dict[str, Any]:
         return {"ok": True, "status": ops.status()}
