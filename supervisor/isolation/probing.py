@@ -7,15 +7,13 @@ to ``nobody``, so ``doctor`` can say what hermesd would get without root. Cost: 
 handful of small reads, a few milliseconds (measured in the report); run it once at daemon
 start and on ``doctor``, not per spawn.
 
-The result is a frozen :class:`Probe`; ``dataclasses.replace`` (or :meth:`Probe.simulate`) makes
-the "what if this were missing" variants the planner tests use. ``doctor_lines`` turns it into
-text for ``hermesd doctor``: what is available, what is missing and the exact setting that
-enables it.
+The result is a frozen :class:`Probe` (``dataclasses.replace`` makes the "what if this were
+missing" variants the planner tests use). ``doctor_lines`` turns it into text for ``hermesd
+doctor``: what is available, what is missing and the exact setting that enables it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import os
 from dataclasses import dataclass
@@ -81,10 +79,6 @@ class Probe:
     def sysctl(self, name: str) -> str:
         return dict(self.sysctls).get(name, "")
 
-    def simulate(self, **changes: Any) -> Probe:
-        """A copy with some facts changed ("as if not root", "as if no Landlock")."""
-        return dataclasses.replace(self, **changes)
-
     def to_json(self) -> dict[str, Any]:
         return {
             "euid": self.euid,
@@ -100,22 +94,6 @@ class Probe:
             "seccomp": self.seccomp,
             "seccomp_error": self.seccomp_error,
         }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Probe:
-        return cls(
-            euid=int(data["euid"]),
-            kernel=str(data.get("kernel", "")),
-            landlock_abi=int(data.get("landlock_abi", 0)),
-            landlock_error=str(data.get("landlock_error", "")),
-            mount_namespace=bool(data.get("mount_namespace")),
-            mount_namespace_error=str(data.get("mount_namespace_error", "")),
-            user_namespace=bool(data.get("user_namespace")),
-            user_namespace_error=str(data.get("user_namespace_error", "")),
-            sysctls=tuple(sorted((str(k), str(v)) for k, v in (data.get("sysctls") or {}).items())),
-            seccomp=bool(data.get("seccomp")),
-            seccomp_error=str(data.get("seccomp_error", "")),
-        )
 
 
 def _read_sysctl(name: str) -> str:
