@@ -24,7 +24,7 @@ Everything below the planner/loop line: settings, pure decisions, and thin I/O. 
     # adoption: if cgroup_io.current_cgroup(pid) is not d's path (an older hermesd ran without
     # cgroups), cgroup_io.attach_all(d, [p for p, _ in watcher.rescan_members(name, ProcRoot(pid, start))])
     before = cgroup_io.read_events(d)             # baseline for limit_hit
-    root = root_for(det, name, pid, start)        # CgroupRoot(d) or ProcRoot(pid, start)
+    root = CgroupRoot(d) if d is not None else ProcRoot(pid, start)
     if limits.cpu_weight and "cpu" not in det.controllers: apply_nice([pid], limits.cpu_weight)
     start_mono, start_wall, _ = procfs.start_clock(pid)        # for hung detection
     # then run the hung evaluation below once, right away
@@ -37,7 +37,7 @@ monotonic clock, i.e. ``loop.call_at``)::
                           settings=hung_settings, now_mono=time.monotonic(), now_wall=time.time(),
                           gateway_state=gstate)
     if res.hung:  kill the tree at once (watcher.kill; a frozen loop cannot handle SIGTERM and
-                  a stopped one would not see it), exit record res.hung.record(), restart through
+                  a stopped one would not see it), exit record from res.hung, restart through
                   the normal backoff (classify as a crash)
     elif res.next_check is not None: schedule the next evaluation at res.next_check
     # skip while hermesd itself is stopping the profile (the stop timeout governs then)
@@ -47,7 +47,7 @@ monotonic clock, i.e. ``loop.call_at``)::
     wl = {n: watch_limits(limits[n], det) for n in running}
     samples = watcher.scan(roots, wl)               # roots: {name: ProcRoot | CgroupRoot}
     for n, s in samples.items():
-        if (b := tree.check_tree(s, wl[n])): watcher.kill(n, roots[n]), exit record b.record(), backoff
+        if (b := tree.check_tree(s, wl[n])): watcher.kill(n, roots[n]), exit record from b, backoff
     delay, hot_until = tree.next_scan(samples, previous_samples, wl, now=time.monotonic(),
                                       hot_until=hot_until)       # delay None: stop the timer
 
@@ -80,42 +80,22 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from supervisor.limits import cgroup, cgroup_io, hung, limits_config, procfs, tree
+from supervisor.limits import cgroup, cgroup_io
 from supervisor.limits.cgroup import Detection
-from supervisor.limits.limits_config import HungSettings, Limits, LimitsConfigError
-from supervisor.limits.watcher import (
-    CgroupRoot,
-    ProcRoot,
-    TreeUsage,
-    TreeWatcher,
-    apply_nice,
-    freeze_and_kill,
-    tree_usage,
-)
+from supervisor.limits.limits_config import Limits
+from supervisor.limits.watcher import CgroupRoot, ProcRoot, TreeUsage, TreeWatcher, apply_nice, tree_usage
 
 __all__ = [
     "CgroupRoot",
     "Detection",
-    "HungSettings",
     "Limits",
-    "LimitsConfigError",
     "ProcRoot",
-    "TreeUsage",
     "TreeWatcher",
     "apply_nice",
-    "cgroup",
-    "cgroup_io",
     "detect_only",
-    "freeze_and_kill",
-    "hung",
-    "limits_config",
-    "procfs",
-    "root_for",
     "setup",
     "status_fields",
     "teardown",
-    "tree",
-    "tree_usage",
     "usage",
     "watch_limits",
 ]
@@ -145,12 +125,6 @@ def setup(root: str, facts: cgroup.HostFacts | None = None) -> Detection:
             problems=(*det.problems, why),
         )
     return det
-
-
-def root_for(det: Detection, name: str, pid: int, start: int) -> ProcRoot | CgroupRoot:
-    """How the watcher and the killer find this profile's tree."""
-    d = cgroup.profile_dir(det, name)
-    return CgroupRoot(d) if d is not None else ProcRoot(pid, start)
 
 
 def watch_limits(limits: Limits, det: Detection | None) -> Limits:

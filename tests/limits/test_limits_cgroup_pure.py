@@ -336,8 +336,6 @@ def test_watch_limits_strip_what_the_kernel_enforces(tmp_path):
     det = detect(facts(unified_mountinfo(tmp_path), "0::/s/h.service/supervisor\n", euid=USER), INST)
     assert lim.watch_limits(Limits(1 << 30, 50, 10), det) == Limits(None, 50, None)
     assert lim.watch_limits(Limits(1 << 30, 50, 10), None) == Limits(1 << 30, 50, None)
-    assert lim.root_for(det, "a", 5, 6) == lim.CgroupRoot(f"{unit}/profile-a")
-    assert lim.root_for(detect(facts("", ""), INST), "a", 5, 6) == lim.ProcRoot(5, 6)
 
 
 def test_memory_pressure_findings():
