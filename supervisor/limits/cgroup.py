@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -127,6 +128,8 @@ FIX_USER_CONTROLLERS = (
 
 # ----------------------------------------------------------------------------- /proc parsing
 
+_OCTAL = re.compile(r"\\([0-7]{3})")
+
 
 @dataclass(frozen=True, slots=True)
 class Mount:
@@ -141,18 +144,7 @@ class Mount:
 
 def _unescape(text: str) -> str:
     # mountinfo escapes space, tab, newline and backslash as \ooo octal.
-    if "\\" not in text:
-        return text
-    out, i = [], 0
-    while i < len(text):
-        code = text[i + 1 : i + 4]
-        if text[i] == "\\" and len(code) == 3 and all(ch in "01234567" for ch in code):
-            out.append(chr(int(text[i + 1 : i + 4], 8)))
-            i += 4
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
+    return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), text)
 
 
 def parse_mountinfo(text: str) -> list[Mount]:
