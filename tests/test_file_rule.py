@@ -92,7 +92,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("supervisor/limits/cgroup_io.py", "apply"): _KERNEL + " (mkdir of a cgroup)",
     ("supervisor/limits/cgroup_io.py", "remove"): _KERNEL + " (rmdir of a cgroup)",
     ("supervisor/limits/procfs.py", "_read"): _KERNEL + " (/proc/PID/*)",
-    ("supervisor/limits/watcher.py", "_cgroup_pids"): _KERNEL + " (cgroup.procs)",
 }
 
 def _kernel_path(node: ast.AST) -> bool:

@@ -110,7 +110,8 @@ def _write(path: str, text: str) -> None:
         os.close(fd)
 
 
-def _enter_namespace(userns: bool) -> None:
+def enter_namespace(userns: bool) -> None:
+    """A private mount namespace (in a user namespace of its own when ``userns``), every mount a slave."""
     if userns:
         uid, gid = os.geteuid(), os.getegid()
         k.unshare(k.CLONE_NEWUSER | k.CLONE_NEWNS)
@@ -253,7 +254,7 @@ def _blank(path: str) -> None:
 
 def _build_namespace(plan: dict[str, Any]) -> None:
     as_root = not plan.get("userns")
-    _enter_namespace(bool(plan.get("userns")))
+    enter_namespace(bool(plan.get("userns")))
     hides = sorted((h for h in plan.get("hide", ()) if os.path.lexists(h)), key=_depth)
     exposes = [e for e in plan.get("expose", ())]
     links = [tuple(x) for x in plan.get("links", ())]

@@ -26,7 +26,7 @@ caller passes to :func:`resolve_paths`, never this process's).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -57,9 +57,6 @@ class IsolationSettings:
     user: str | None = None
     read_only: tuple[str, ...] = ()
     hide: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,15 +28,12 @@ MS_NOATIME = 1024
 MS_NODIRATIME = 2048
 MS_BIND = 4096
 MS_REC = 16384
-MS_PRIVATE = 1 << 18
 MS_SLAVE = 1 << 19
 MS_RELATIME = 1 << 21
-MS_STRICTATIME = 1 << 24
 
 # statvfs f_flag bits that mirror per-mount flags: a read-only remount of a bind mount must
 # repeat them, or the kernel refuses (EPERM) to clear a flag that was locked by a less
 # privileged user namespace.
-ST_RDONLY = 1
 ST_NOSUID = 2
 ST_NODEV = 4
 ST_NOEXEC = 8
@@ -76,15 +73,8 @@ FS_EXECUTE = 1 << 0
 FS_WRITE_FILE = 1 << 1
 FS_READ_FILE = 1 << 2
 FS_READ_DIR = 1 << 3
-FS_REMOVE_DIR = 1 << 4
-FS_REMOVE_FILE = 1 << 5
 FS_MAKE_CHAR = 1 << 6
-FS_MAKE_DIR = 1 << 7
-FS_MAKE_REG = 1 << 8
-FS_MAKE_SOCK = 1 << 9
-FS_MAKE_FIFO = 1 << 10
 FS_MAKE_BLOCK = 1 << 11
-FS_MAKE_SYM = 1 << 12
 FS_REFER = 1 << 13  # ABI 2
 FS_TRUNCATE = 1 << 14  # ABI 3
 FS_IOCTL_DEV = 1 << 15  # ABI 5

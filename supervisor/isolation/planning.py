@@ -132,7 +132,6 @@ class Plan:
     user: UserIds | None = None
     channels: tuple[tuple[str, str], ...] = ()  # kanban / shared_auth / root_auth -> open|closed|...
     gaps: tuple[str, ...] = ()  # what this plan does not guarantee, in words
-    version: int = PLAN_VERSION
 
     @property
     def enforced(self) -> bool:
@@ -195,7 +194,7 @@ class Plan:
     def to_json(self) -> dict[str, Any]:
         """Everything ``enter`` needs, as plain JSON (also the explanation fields)."""
         return {
-            "version": self.version,
+            "version": PLAN_VERSION,
             "profile": self.profile,
             "root": self.root,
             "home": self.home,
@@ -225,30 +224,6 @@ class Plan:
             "channels": dict(self.channels),
             "gaps": list(self.gaps),
         }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Plan:
-        if d.get("version") != PLAN_VERSION:
-            raise ValueError(f"isolation plan version {d.get('version')!r}, expected {PLAN_VERSION}")
-        user = d.get("user")
-        return cls(
-            profile=d["profile"], root=d["root"], home=d["home"], mechanism=d["mechanism"], reason=d["reason"],
-            userns=bool(d.get("userns")), hide=tuple(d.get("hide", ())),
-            expose=tuple(Access(e["path"], e["access"], bool(e.get("optional")), e.get("why", ""))
-                         for e in d.get("expose", ())),
-            read_only=tuple(d.get("read_only", ())), blank=tuple(d.get("blank", ())),
-            links=tuple((a, b) for a, b in d.get("links", ())),
-            placeholders=tuple(d.get("placeholders", ())),
-            ensure_dirs=tuple(d.get("ensure_dirs", ())), ensure_files=tuple(d.get("ensure_files", ())),
-            ensure_links=tuple((a, b) for a, b in d.get("ensure_links", ())),
-            landlock_abi=int(d.get("landlock_abi", 0)), landlock_fs=d.get("landlock_fs", ""),
-            scopes=tuple(d.get("scopes", ())), private_dev=bool(d.get("private_dev")),
-            keep_caps=None if d.get("keep_caps") is None else tuple(d["keep_caps"]),
-            syscall_filter=bool(d.get("syscall_filter")), proc_read_only=bool(d.get("proc_read_only")),
-            user=None if not user else UserIds(user["name"], int(user["uid"]), int(user["gid"]),
-                                               tuple(int(g) for g in user.get("groups", ()))),
-            channels=tuple(sorted((d.get("channels") or {}).items())), gaps=tuple(d.get("gaps", ())),
-        )
 
 
 # --- the planner ----------------------------------------------------------------------------

@@ -7,21 +7,19 @@ to ``nobody``, so ``doctor`` can say what hermesd would get without root. Cost: 
 handful of small reads, a few milliseconds (measured in the report); run it once at daemon
 start and on ``doctor``, not per spawn.
 
-The result is a frozen :class:`Probe`; ``dataclasses.replace`` (or :meth:`Probe.simulate`) makes
-the "what if this were missing" variants the planner tests use. ``doctor_lines`` turns it into
-text for ``hermesd doctor``: what is available, what is missing and the exact setting that
-enables it.
+The result is a frozen :class:`Probe` (``dataclasses.replace`` makes the "what if this were
+missing" variants the planner tests use). ``doctor_lines`` turns it into text for ``hermesd
+doctor``: what is available, what is missing and the exact setting that enables it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from supervisor.isolation import kernel, syscalls
+from supervisor.isolation import confine, kernel, syscalls
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -81,10 +79,6 @@ class Probe:
     def sysctl(self, name: str) -> str:
         return dict(self.sysctls).get(name, "")
 
-    def simulate(self, **changes: Any) -> Probe:
-        """A copy with some facts changed ("as if not root", "as if no Landlock")."""
-        return dataclasses.replace(self, **changes)
-
     def to_json(self) -> dict[str, Any]:
         return {
             "euid": self.euid,
@@ -100,22 +94,6 @@ class Probe:
             "seccomp": self.seccomp,
             "seccomp_error": self.seccomp_error,
         }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Probe:
-        return cls(
-            euid=int(data["euid"]),
-            kernel=str(data.get("kernel", "")),
-            landlock_abi=int(data.get("landlock_abi", 0)),
-            landlock_error=str(data.get("landlock_error", "")),
-            mount_namespace=bool(data.get("mount_namespace")),
-            mount_namespace_error=str(data.get("mount_namespace_error", "")),
-            user_namespace=bool(data.get("user_namespace")),
-            user_namespace_error=str(data.get("user_namespace_error", "")),
-            sysctls=tuple(sorted((str(k), str(v)) for k, v in (data.get("sysctls") or {}).items())),
-            seccomp=bool(data.get("seccomp")),
-            seccomp_error=str(data.get("seccomp_error", "")),
-        )
 
 
 def _read_sysctl(name: str) -> str:
@@ -165,27 +143,14 @@ def _in_child(steps: Callable[[], object]) -> str:
     return b"".join(chunks).decode("utf-8", "replace") or f"probe child failed (status {status})"
 
 
-def _mount_namespace_steps() -> None:
-    kernel.unshare(kernel.CLONE_NEWNS)
-    kernel.mount(None, "/", None, kernel.MS_REC | kernel.MS_SLAVE)
-    kernel.mount("tmpfs", "/tmp", "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV, "size=4k")
-
-
-def _user_namespace_steps() -> None:
-    if os.geteuid() == 0:  # as root, test what an unprivileged account would get
+def _namespace_steps(userns: bool) -> None:
+    """The shim's namespace entry (:func:`confine.enter_namespace`), then a tmpfs mounted in it."""
+    if userns and os.geteuid() == 0:  # as root, test what an unprivileged account would get
         os.setgroups([])
         os.setresgid(_NOBODY, _NOBODY, _NOBODY)
         os.setresuid(_NOBODY, _NOBODY, _NOBODY)
         kernel.prctl(4, 1, "prctl(PR_SET_DUMPABLE)")  # /proc/self/*_map must stay ours
-    uid, gid = os.geteuid(), os.getegid()
-    kernel.unshare(kernel.CLONE_NEWUSER | kernel.CLONE_NEWNS)
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
-        fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
-        try:
-            os.write(fd, text.encode())
-        finally:
-            os.close(fd)
-    kernel.mount(None, "/", None, kernel.MS_REC | kernel.MS_SLAVE)
+    confine.enter_namespace(userns)
     # AppArmor's userns restriction lets unshare succeed but strips the capabilities: the
     # mount is what fails then.
     kernel.mount("tmpfs", "/tmp", "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV, "size=4k")
@@ -218,8 +183,8 @@ def probe(*, try_namespaces: bool = True) -> Probe:
         ll_error = f"landlock_create_ruleset failed: {os.strerror(err)}"
     euid = os.geteuid()
     if try_namespaces:
-        mnt_err = _in_child(_mount_namespace_steps) if euid == 0 else "needs root (or a user namespace)"
-        user_err = _in_child(_user_namespace_steps)
+        mnt_err = _in_child(lambda: _namespace_steps(False)) if euid == 0 else "needs root (or a user namespace)"
+        user_err = _in_child(lambda: _namespace_steps(True))
     else:
         mnt_err = user_err = "not probed"
     sc_error = _seccomp_error()

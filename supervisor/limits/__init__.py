@@ -1,78 +1,25 @@
 """Hard crash domains: hung detection, per-profile limits over the whole process tree.
 
-Everything below the planner/loop line: settings, pure decisions, and thin I/O. The loop calls:
+Everything below the planner/loop line (the daemon's side is :mod:`supervisor.daemon.domains` and
+:mod:`supervisor.daemon.guard`): settings (:mod:`limits_config`), pure decisions (:mod:`cgroup`,
+:mod:`tree`, :mod:`hung`) and thin I/O (:mod:`cgroup_io`, :mod:`procfs`, :mod:`watcher`).
 
-**Configuration** (the hermesd.yaml reader; values already constructed from YAML nodes)::
-
-    spec = limits_config.parse_limits(value, "limits")              # top level; and "profiles.<p>.limits"
-    after = limits_config.parse_hung_after(value, "hung_after")     # None = off
-    grace = limits_config.parse_startup_grace(value, "startup_grace")
-    limits = limits_config.merge_limits(top_spec, own_spec)         # -> Limits, per profile
-    hung = limits_config.merge_hung(top_after, top_grace, own_after, own_grace)  # leave absent keys out
-    # errors: limits_config.LimitsConfigError (a ValueError): str() == "<key>: <problem>", .key, .problem
-
-**Start-up** (once; again on ``hermesd reload`` is harmless)::
-
-    det = setup(str(root))        # detect cgroup v2, apply the setup plan; never raises
-    watcher = TreeWatcher(str(root))
-
-**Spawn / adopt** a profile's gateway (``pid``, ``start`` ticks from ``child.spawn``'s Ident)::
-
-    d = cgroup.profile_dir(det, name)             # None: no cgroups, use ProcRoot(pid, start)
-    cgroup_io.apply(cgroup.profile_plan(det, name, limits))   # before the spawn (idempotent)
-    cgroup_io.attach(d, pid)                      # right after the spawn, before yielding
-    # adoption: if cgroup_io.current_cgroup(pid) is not d's path (an older hermesd ran without
-    # cgroups), cgroup_io.attach_all(d, [p for p, _ in watcher.rescan_members(name, ProcRoot(pid, start))])
-    before = cgroup_io.read_events(d)             # baseline for limit_hit
-    root = root_for(det, name, pid, start)        # CgroupRoot(d) or ProcRoot(pid, start)
-    if limits.cpu_weight and "cpu" not in det.controllers: apply_nice([pid], limits.cpu_weight)
-    start_mono, start_wall, _ = procfs.start_clock(pid)        # for hung detection
-    # then run the hung evaluation below once, right away
-
-**Hung timer** (per running profile, at the ``next_check`` the last evaluation returned;
-monotonic clock, i.e. ``loop.call_at``)::
-
-    state, beat, gstate = hung.observe(home, pid)
-    res = hung.check_hung(pid=pid, start_mono=..., start_wall=..., proc_state=state, beat=beat,
-                          settings=hung_settings, now_mono=time.monotonic(), now_wall=time.time(),
-                          gateway_state=gstate)
-    if res.hung:  kill the tree at once (watcher.kill; a frozen loop cannot handle SIGTERM and
-                  a stopped one would not see it), exit record res.hung.record(), restart through
-                  the normal backoff (classify as a crash)
-    elif res.next_check is not None: schedule the next evaluation at res.next_check
-    # skip while hermesd itself is stopping the profile (the stop timeout governs then)
-
-**Watch timer** (only while some running profile has a limit the kernel does not enforce)::
-
-    wl = {n: watch_limits(limits[n], det) for n in running}
-    samples = watcher.scan(roots, wl)               # roots: {name: ProcRoot | CgroupRoot}
-    for n, s in samples.items():
-        if (b := tree.check_tree(s, wl[n])): watcher.kill(n, roots[n]), exit record b.record(), backoff
-    delay, hot_until = tree.next_scan(samples, previous_samples, wl, now=time.monotonic(),
-                                      hot_until=hot_until)       # delay None: stop the timer
-
-**cgroup events** (cgroup mode): inotify ``IN_MODIFY`` on ``<d>/memory.events`` and
-``<d>/pids.events``, and at every gateway exit::
-
-    hit = cgroup.limit_hit(before, after := cgroup_io.read_events(d)); before = after
-    # "tasks_limit" while running: watcher.kill + restart; at exit: the exit record's reason
-
-**Kill a tree** (hung, breach, and the SIGKILL step of a stop)::
-
-    watcher.kill(name, root)      # cgroup.kill (or freeze+kill) for CgroupRoot, else freeze_and_kill
-
-**Status** (on a status request, per running profile)::
-
-    fields = status_fields(usage(name, root, watcher), limits, det)
-    # {memory_bytes, tasks, limits, mechanism: "cgroup"|"watch"|None, limit_mechanisms}
-
-**Doctor**: ``cgroup.doctor_findings(detect_only(str(root)), limits_configured=...)``,
-``cgroup.memory_pressure_findings(usage_by_profile, limits_by_profile, procfs.host_memory_total())``,
-``limits_config.hung_after_warning(hung_after)``.
-
-**Profile removed**: ``cgroup_io.remove(d)`` once its processes are gone. **Daemon exit**:
-``teardown(det)`` removes the empty profile cgroups (and the base hermesd created as root); with
-``--keep-children`` the populated ones stay for the next hermesd, which finds them by name.
+- Start-up: :func:`setup` (detect cgroup v2, apply the setup plan; never raises), one
+  :class:`TreeWatcher`. Spawn: ``cgroup.profile_plan`` applied before the spawn, ``cgroup_io.attach``
+  right after it, before the loop yields; without cgroups the tree is found from ``/proc``
+  (:class:`ProcRoot`), and ``cpu_weight`` becomes a nice value (:func:`apply_nice`).
+- Hung timer, per running profile, at the ``next_check`` the last evaluation returned
+  (``hung.check_hung``): a hung gateway's tree is killed at once (a frozen loop cannot handle
+  SIGTERM and a stopped one would not see it) and restarted through the normal backoff. Skipped
+  while hermesd itself is stopping the profile: the stop timeout governs then.
+- Watch timer, only while some running profile has a limit no enabled controller enforces
+  (:func:`watch_limits`): ``TreeWatcher.scan``, ``tree.check_tree``, ``tree.next_scan`` (``None``:
+  stop the timer, so an idle daemon without limits never wakes up).
+- cgroup events: ``cgroup.limit_hit`` between two ``cgroup_io.read_events`` (inotify on
+  ``memory.events``/``pids.events``, and at every exit) tells an OOM kill from a crash.
+- Status: :func:`status_fields` of :func:`usage`. Daemon exit: :func:`teardown` removes the empty
+  profile cgroups; with ``--keep-children`` the populated ones stay for the next hermesd, which
+  finds them by name.
 """
 
 from __future__ import annotations
@@ -80,42 +27,22 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from supervisor.limits import cgroup, cgroup_io, hung, limits_config, procfs, tree
+from supervisor.limits import cgroup, cgroup_io
 from supervisor.limits.cgroup import Detection
-from supervisor.limits.limits_config import HungSettings, Limits, LimitsConfigError
-from supervisor.limits.watcher import (
-    CgroupRoot,
-    ProcRoot,
-    TreeUsage,
-    TreeWatcher,
-    apply_nice,
-    freeze_and_kill,
-    tree_usage,
-)
+from supervisor.limits.limits_config import Limits
+from supervisor.limits.watcher import CgroupRoot, ProcRoot, TreeUsage, TreeWatcher, apply_nice, tree_usage
 
 __all__ = [
     "CgroupRoot",
     "Detection",
-    "HungSettings",
     "Limits",
-    "LimitsConfigError",
     "ProcRoot",
-    "TreeUsage",
     "TreeWatcher",
     "apply_nice",
-    "cgroup",
-    "cgroup_io",
     "detect_only",
-    "freeze_and_kill",
-    "hung",
-    "limits_config",
-    "procfs",
-    "root_for",
     "setup",
     "status_fields",
     "teardown",
-    "tree",
-    "tree_usage",
     "usage",
     "watch_limits",
 ]
@@ -145,12 +72,6 @@ def setup(root: str, facts: cgroup.HostFacts | None = None) -> Detection:
             problems=(*det.problems, why),
         )
     return det
-
-
-def root_for(det: Detection, name: str, pid: int, start: int) -> ProcRoot | CgroupRoot:
-    """How the watcher and the killer find this profile's tree."""
-    d = cgroup.profile_dir(det, name)
-    return CgroupRoot(d) if d is not None else ProcRoot(pid, start)
 
 
 def watch_limits(limits: Limits, det: Detection | None) -> Limits:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -127,6 +128,8 @@ FIX_USER_CONTROLLERS = (
 
 # ----------------------------------------------------------------------------- /proc parsing
 
+_OCTAL = re.compile(r"\\([0-7]{3})")
+
 
 @dataclass(frozen=True, slots=True)
 class Mount:
@@ -141,18 +144,7 @@ class Mount:
 
 def _unescape(text: str) -> str:
     # mountinfo escapes space, tab, newline and backslash as \ooo octal.
-    if "\\" not in text:
-        return text
-    out, i = [], 0
-    while i < len(text):
-        code = text[i + 1 : i + 4]
-        if text[i] == "\\" and len(code) == 3 and all(ch in "01234567" for ch in code):
-            out.append(chr(int(text[i + 1 : i + 4], 8)))
-            i += 4
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
+    return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), text)
 
 
 def parse_mountinfo(text: str) -> list[Mount]:
@@ -180,29 +172,12 @@ def parse_mountinfo(text: str) -> list[Mount]:
     return mounts
 
 
-@dataclass(frozen=True, slots=True)
-class ProcCgroup:
-    """``/proc/self/cgroup``: the v2 path (``0::/...``) and each v1 controller's path."""
-
-    v2: str | None
-    v1: Mapping[str, str] = field(default_factory=dict)
-
-
-def parse_proc_cgroup(text: str) -> ProcCgroup:
-    v2: str | None = None
-    v1: dict[str, str] = {}
+def parse_proc_cgroup(text: str) -> str | None:
+    """The cgroup v2 path in ``/proc/<pid>/cgroup`` (its ``0::`` line)."""
     for line in text.splitlines():
-        hier, sep1, rest = line.partition(":")
-        ctrls, sep2, path = rest.partition(":")
-        if not (sep1 and sep2):
-            continue
-        if hier == "0" and ctrls == "":
-            v2 = path
-        else:
-            for c in ctrls.split(","):
-                if c:
-                    v1[c] = path
-    return ProcCgroup(v2, v1)
+        if line.startswith("0::"):
+            return line[3:]
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +189,6 @@ class Layout:
     cgroup: str | None  # our v2 path as /proc/self/cgroup says
     own_dir: str | None  # that path under the mount, when reachable
     v1_controllers: tuple[str, ...] = ()
-    v1_mounts: Mapping[str, str] = field(default_factory=dict)  # controller -> mount point
 
 
 def _under(path: str, root: str) -> str | None:
@@ -231,28 +205,22 @@ def _under(path: str, root: str) -> str | None:
 def locate(mountinfo: str, self_cgroup: str) -> Layout:
     """Classify the host (unified, hybrid, legacy, none) and find our v2 cgroup directory."""
     mounts = parse_mountinfo(mountinfo)
-    me = parse_proc_cgroup(self_cgroup)
-    v1_mounts: dict[str, str] = {}
-    for m in mounts:
-        if m.fstype == "cgroup":
-            for c in sorted(m.super_options & _V1_CONTROLLERS):
-                v1_mounts.setdefault(c, m.mount_point)
-    v1 = tuple(sorted(v1_mounts))
+    v1 = tuple(sorted({c for m in mounts if m.fstype == "cgroup" for c in m.super_options & _V1_CONTROLLERS}))
     v2_mounts = [m for m in mounts if m.fstype == "cgroup2"]
     if not v2_mounts:
-        return Layout("legacy" if v1 else "none", None, None, None, v1, v1_mounts)
+        return Layout("legacy" if v1 else "none", None, None, None, v1)
     kind: Literal["unified", "hybrid"] = "hybrid" if v1 else "unified"
     preference = {"/sys/fs/cgroup": 0, "/sys/fs/cgroup/unified": 1}
     v2_mounts.sort(key=lambda m: preference.get(m.mount_point, 2))
-    path = me.v2
+    path = parse_proc_cgroup(self_cgroup)
     if path is None or path.startswith("/.."):  # outside our cgroup namespace's view
-        return Layout(kind, v2_mounts[0], path, None, v1, v1_mounts)
+        return Layout(kind, v2_mounts[0], path, None, v1)
     for m in v2_mounts:
         rel = _under(path, m.root)
         if rel is not None:
             own = posixpath.join(m.mount_point, rel) if rel else m.mount_point
-            return Layout(kind, m, path, own, v1, v1_mounts)
-    return Layout(kind, v2_mounts[0], path, None, v1, v1_mounts)
+            return Layout(kind, m, path, own, v1)
+    return Layout(kind, v2_mounts[0], path, None, v1)
 
 
 # ----------------------------------------------------------------------------- detection
@@ -271,7 +239,6 @@ class DirFacts:
     owner: int | None = None  # st_uid of the directory
     procs_owner: int | None = None  # ... of cgroup.procs
     subtree_owner: int | None = None  # ... of cgroup.subtree_control
-    writable: bool = False  # os.access(W_OK) on the directory and its cgroup.procs
     delegate_xattr: bool = False  # systemd's trusted.delegate / user.delegate = 1
     type: str | None = None  # cgroup.type: domain, domain threaded, threaded, domain invalid
 
@@ -286,7 +253,6 @@ class HostFacts:
 
     layout: Layout
     euid: int
-    pid: int
     kernel: str = ""  # os.uname().release
     own: DirFacts | None = None  # our v2 cgroup
     parent: DirFacts | None = None  # its parent (for DelegateSubgroup=)
@@ -313,11 +279,6 @@ class Detection:
     v1_controllers: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()  # one line each: why not, or the caveats
     fix: str | None = None  # the exact setting to change
-
-    @property
-    def tracking(self) -> str:
-        """How a profile's processes are found: ``cgroup`` (cgroup.procs) or ``proc`` (parents + tags)."""
-        return "cgroup" if self.usable else "proc"
 
 
 def instance_name(root: str) -> str:

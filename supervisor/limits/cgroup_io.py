@@ -37,6 +37,7 @@ from supervisor.limits.cgroup import (
     Write,
     locate,
     parse_events,
+    parse_proc_cgroup,
 )
 
 __all__ = [
@@ -127,7 +128,6 @@ def dir_facts(path: str) -> DirFacts:
         owner=_owner(path),
         procs_owner=_owner(j(path, "cgroup.procs")),
         subtree_owner=_owner(j(path, "cgroup.subtree_control")),
-        writable=os.access(path, os.W_OK) and os.access(j(path, "cgroup.procs"), os.W_OK),
         delegate_xattr=_xattr_delegate(path),
         type=(_read_text(j(path, "cgroup.type")) or "").strip() or None,
     )
@@ -158,7 +158,6 @@ def gather_facts(
     return HostFacts(
         layout=lay,
         euid=os.geteuid() if euid is None else euid,
-        pid=os.getpid(),
         kernel=os.uname().release,
         own=own,
         parent=parent,
@@ -195,11 +194,7 @@ def _migrate(src: str, dst: str, rounds: int) -> None:
         pids = procs(src)
         if not pids:
             return
-        for pid in pids:
-            try:
-                attach(dst, pid)
-            except ProcessLookupError:
-                continue
+        attach_all(dst, pids)
     left = procs(src)
     if left:
         raise CgroupError(errno.EBUSY, f"{src}/cgroup.procs: processes keep appearing ({len(left)} left)")
@@ -217,8 +212,6 @@ def attach(cgdir: str, pid: int) -> None:
     except ProcessLookupError:
         raise
     except OSError as exc:
-        if exc.errno == errno.ESRCH:
-            raise ProcessLookupError(exc.errno, f"PID {pid} is gone") from None
         raise CgroupError(exc.errno, f"{path}: cannot move PID {pid}: {exc.strerror}") from None
 
 
@@ -244,11 +237,7 @@ def procs(cgdir: str) -> list[int]:
 
 def current_cgroup(pid: int) -> str | None:
     """The cgroup v2 path of ``pid`` (``0::`` line of ``/proc/<pid>/cgroup``)."""
-    text = _read_text(f"/proc/{pid}/cgroup") or ""
-    for line in text.splitlines():
-        if line.startswith("0::"):
-            return line[3:]
-    return None
+    return parse_proc_cgroup(_read_text(f"/proc/{pid}/cgroup") or "")
 
 
 def populated(cgdir: str) -> bool | None:
@@ -346,8 +335,8 @@ def remove(cgdir: str, *, timeout: float = 1.0) -> bool:
         except FileNotFoundError:
             return True
         except OSError as exc:
-            if exc.errno != errno.EBUSY or time.monotonic() > deadline:
-                if exc.errno == errno.EBUSY:
-                    return False
+            if exc.errno != errno.EBUSY:
                 raise CgroupError(exc.errno, f"{cgdir}: cannot remove cgroup: {exc.strerror}") from None
+            if time.monotonic() > deadline:
+                return False
         time.sleep(0.005)

@@ -76,15 +76,7 @@ class Hung:
     """Why a gateway is judged hung; goes into the exit record with reason ``hung``."""
 
     cause: HungCause
-    heartbeat_age: float | None  # seconds, when the gateway ever beat
     detail: str
-
-    reason = "hung"
-
-    def record(self) -> dict[str, Any]:
-        """For the exit record: ``{"reason": "hung", "cause": ..., "heartbeat_age_s": ...}``."""
-        age = None if self.heartbeat_age is None else round(self.heartbeat_age, 1)
-        return {"reason": "hung", "cause": self.cause, "heartbeat_age_s": age, "detail": self.detail}
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,20 +165,20 @@ def check_hung(
         return HungCheck(None, age, None)
     if proc_state in STOPPED_STATES:
         how = "by a signal (SIGSTOP)" if proc_state == "T" else "by a tracer"
-        return HungCheck(Hung("stopped", age, f"stopped {how}"), age, None)
+        return HungCheck(Hung("stopped", f"stopped {how}"), age, None)
     if watchdog_fired(gateway_state, pid):
-        return HungCheck(Hung("watchdog", age, "the gateway's own event-loop watchdog found its loop stalled "
+        return HungCheck(Hung("watchdog", "the gateway's own event-loop watchdog found its loop stalled "
                                                f"(gateway_state degraded, {WATCHDOG_REASON})"), age, None)
     if age is not None:
         if age >= after:
-            return HungCheck(Hung("heartbeat", age, f"heartbeat {age:.0f}s old (hung_after {after:g}s)"), age, None)
+            return HungCheck(Hung("heartbeat", f"heartbeat {age:.0f}s old (hung_after {after:g}s)"), age, None)
         return HungCheck(None, age, now_mono + (after - age) + _EPSILON)
     # No heartbeat of its own yet: the start-up grace, then "no heartbeat".
     up = max(0.0, now_mono - start_mono)
     grace = settings.startup_grace
     if grace is not None and up >= grace:
         detail = f"no heartbeat {up:.0f}s after start (startup_grace {grace:g}s)"
-        return HungCheck(Hung("no_heartbeat", None, detail), None, None)
+        return HungCheck(Hung("no_heartbeat", detail), None, None)
     # Look again no later than hung_after from now: a first beat seen then is at most hung_after
     # old, so its deadline is still ahead and the hung_after promise holds from the first beat on.
     nxt = now_mono + after

@@ -24,7 +24,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = [
-    "CPU_WEIGHT_DEFAULT",
     "DEFAULT_HUNG_AFTER",
     "DEFAULT_STARTUP_GRACE",
     "HEARTBEAT_PERIOD",
@@ -50,7 +49,6 @@ DEFAULT_HUNG_AFTER = 120.0  # four heartbeat periods: three missed beats plus th
 # Upstream writes its first heartbeat only once ``running``, after connecting every platform in
 # turn, each for up to 30 s (``_PLATFORM_CONNECT_TIMEOUT_SECS_DEFAULT``); 300 s covers eight.
 DEFAULT_STARTUP_GRACE = 300.0
-CPU_WEIGHT_DEFAULT = 100  # cgroup v2's default cpu.weight: "no change"
 MIN_MEMORY_MAX = 1 << 20  # below 1 MiB nothing runs: almost surely a missing unit ("512" for "512M")
 _MAX_BYTES = 1 << 60  # 1 EiB: anything larger is a typo, and "max" says "no limit"
 _MAX_TASKS = 1 << 22  # the kernel's PID_MAX_LIMIT: more tasks cannot exist
@@ -192,11 +190,11 @@ def parse_cpu_weight(value: object, key: str) -> int | None:
     return value
 
 
-def _seconds(value: object, key: str, what: str) -> float | None:
+def _seconds(value: object, key: str) -> float | None:
     if value is None:
         return None
     if not _is_number(value) or not math.isfinite(value):  # type: ignore[arg-type]
-        raise LimitsConfigError(key, f"expected {what} in seconds, or null to turn it off; got {_describe(value)}")
+        raise LimitsConfigError(key, f"expected a number in seconds, or null to turn it off; got {_describe(value)}")
     if value < _MIN_SECONDS:  # type: ignore[operator]
         raise LimitsConfigError(key, f"expected at least {_MIN_SECONDS:g} seconds, or null to turn it off; got {value}")
     return float(value)  # type: ignore[arg-type]
@@ -204,12 +202,12 @@ def _seconds(value: object, key: str, what: str) -> float | None:
 
 def parse_hung_after(value: object, key: str) -> float | None:
     """``hung_after``: seconds a running gateway's heartbeat may age before it is killed; ``None``: off."""
-    return _seconds(value, key, "a number")
+    return _seconds(value, key)
 
 
 def parse_startup_grace(value: object, key: str) -> float | None:
     """``startup_grace``: seconds a new gateway has to write its first heartbeat; ``None``: unbounded."""
-    return _seconds(value, key, "a number")
+    return _seconds(value, key)
 
 
 def hung_after_warning(hung_after: float | None, heartbeat_period: float = HEARTBEAT_PERIOD) -> str | None:

@@ -70,8 +70,6 @@ class ProcStat:
     pid: int
     ppid: int
     state: str  # R S D Z T t X I ...
-    pgrp: int
-    session: int
     threads: int  # field 20: tasks of this process, what cgroup v2 pids.max counts
     start: int  # field 22: clock ticks since boot; with pid, the identity that survives PID reuse
     rss: int  # field 24 in bytes (the kernel's per-CPU counters: may lag by a few hundred KiB)
@@ -85,8 +83,6 @@ def _parse_stat(pid: int, raw: bytes) -> ProcStat | None:
             pid=pid,
             ppid=int(f[1]),
             state=chr(f[0][0]),
-            pgrp=int(f[2]),
-            session=int(f[3]),
             threads=int(f[17]),
             start=int(f[19]),
             rss=int(f[21]) * PAGE_SIZE,

@@ -35,17 +35,8 @@ from supervisor import limits as lim
 from supervisor.limits import cgroup, cgroup_io, procfs
 from supervisor.limits.cgroup import Detection
 from supervisor.limits.limits_config import Limits, format_size
-from supervisor.limits.tree import (
-    Breach,
-    Pace,
-    TreeSample,
-    build_trees,
-    check_tree,
-    needs_exact,
-    next_scan,
-    summarize,
-)
-from supervisor.limits.watcher import freeze_and_kill
+from supervisor.limits.tree import Breach, Pace, TreeSample, build_trees, check_tree, next_scan
+from supervisor.limits.watcher import freeze_and_kill, measure
 from supervisor.prctl import become_subreaper
 
 __all__ = ["Session", "open_session"]
@@ -74,9 +65,7 @@ class Session:
     @property
     def watched(self) -> Limits:
         """The limits no controller of the session's cgroup enforces: the waiter's to enforce."""
-        ctl = self.det.controllers if self.det is not None and self.dir is not None else frozenset()
-        return Limits(memory_max=None if "memory" in ctl else self.limits.memory_max,
-                      tasks_max=None if "pids" in ctl else self.limits.tasks_max)
+        return lim.watch_limits(self.limits, self.det if self.dir is not None else None)
 
     @property
     def note(self) -> str | None:
@@ -126,16 +115,7 @@ class Session:
 
     def sample(self) -> TreeSample:
         stats = [st for st in (procfs.read_stat(p) for p, _ in self.members()) if st is not None]
-        pids = [st.pid for st in stats]
-        swap = sum(procfs.vm_swap_bytes(p) for p in pids) if procfs.swap_in_use() else 0
-        s = summarize(self.name, stats, pids, swap=swap)
-        if needs_exact(s, self.watched):
-            pss = 0
-            for st in stats:
-                value = procfs.rollup_bytes(st.pid)
-                pss += st.rss if value is None else value
-            s = summarize(self.name, stats, pids, swap=swap, pss=pss)
-        return s
+        return measure(self.name, stats, self.watched, swapping=procfs.swap_in_use())
 
     def kill(self) -> None:
         """SIGKILL every process of the session (never the waiting command)."""
@@ -155,11 +135,7 @@ class Session:
         """
         w = self.watched
         if w.memory_max is None and w.tasks_max is None:
-            while True:
-                try:
-                    return os.waitpid(pid, 0)[1], None
-                except InterruptedError:  # pragma: no cover - PEP 475 retries
-                    continue
+            return os.waitpid(pid, 0)[1], None
         fd = os.pidfd_open(pid)
         poller = select.poll()
         poller.register(fd, select.POLLIN)
@@ -170,7 +146,7 @@ class Session:
         try:
             while True:
                 if poller.poll(None if delay is None else max(0, int(delay * 1000))):
-                    return _reap(pid), breach
+                    return os.waitpid(pid, 0)[1], breach
                 self._reap_orphans(pid)
                 sample = self.sample()
                 if breach is None:
@@ -187,7 +163,7 @@ class Session:
 
     def _reap_orphans(self, child: int) -> None:
         """As subreaper (no cgroup), dead orphans are ours to reap: never the command itself,
-        whose status :func:`_reap` reads."""
+        whose status :meth:`wait` reads."""
         if self.dir is not None:
             return
         for p in _zombie_children(child):
@@ -210,14 +186,6 @@ class Session:
         if self.dir is not None:
             with contextlib.suppress(cgroup_io.CgroupError, OSError):
                 cgroup_io.remove(self.dir, timeout=2.0)
-
-
-def _reap(pid: int) -> int:
-    while True:
-        try:
-            return os.waitpid(pid, 0)[1]
-        except InterruptedError:  # pragma: no cover - PEP 475 retries
-            continue
 
 
 def _zombie_children(keep: int) -> list[int]:

@@ -54,7 +54,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from supervisor.limits.limits_config import Limits, format_size
 
@@ -191,10 +191,6 @@ class Breach:
         if self.reason == "memory_limit":
             return f"memory_limit: tree uses {format_size(self.value)}, memory_max {format_size(self.limit)}"
         return f"tasks_limit: tree has {self.value} tasks, tasks_max {self.limit}"
-
-    def record(self) -> dict[str, Any]:
-        """For the exit record: ``{"reason": "memory_limit", "value": ..., "limit": ..., "detail": ...}``."""
-        return {"reason": self.reason, "value": self.value, "limit": self.limit, "detail": self.describe()}
 
 
 def check_tree(sample: TreeSample, limits: Limits) -> Breach | None:

@@ -36,6 +36,7 @@ __all__ = [
     "TreeWatcher",
     "apply_nice",
     "freeze_and_kill",
+    "measure",
     "tree_usage",
 ]
 
@@ -74,14 +75,6 @@ def _verified_tag(raw: bytes, salt: bytes | None, root: str) -> str | None:
     return verified_profile(env, salt, root)
 
 
-def _cgroup_pids(path: str) -> list[int]:
-    try:
-        with open(os.path.join(path, "cgroup.procs"), "rb") as fh:
-            return [int(x) for x in fh.read().split()]
-    except (OSError, ValueError):
-        return []
-
-
 class TreeWatcher:
     """Scans and kills profile trees for one hermesd root. Not thread-safe; one per daemon loop."""
 
@@ -95,8 +88,6 @@ class TreeWatcher:
         self._needle = _TAG_ROOT + tag_root.encode()
         self._exclude = {os.getpid(), *exclude}
         self._tags: dict[tuple[int, int], str | None] = {}
-        self._members: dict[str, list[tuple[int, int]]] = {}
-        self.last: dict[str, TreeSample] = {}
 
     # ------------------------------------------------------------------ membership
 
@@ -125,10 +116,6 @@ class TreeWatcher:
             return first
         return build_trees(procs, wanted, tagged, self._exclude)
 
-    def members(self, profile: str) -> list[tuple[int, int]]:
-        """``(pid, start)`` of every member found by the last scan, the root first."""
-        return list(self._members.get(profile, ()))
-
     # ------------------------------------------------------------------ scanning
 
     def scan(self, roots: Mapping[str, Root], limits: Mapping[str, Limits] | None = None) -> dict[str, TreeSample]:
@@ -143,7 +130,7 @@ class TreeWatcher:
             trees.update(self._proc_trees(proc_roots, stats))
         for name, r in roots.items():
             if isinstance(r, CgroupRoot):
-                pids = _cgroup_pids(r.path)
+                pids = cgroup_io.procs(r.path)
                 for pid in pids:
                     if pid not in stats:
                         st = procfs.read_stat(pid, self.proc)
@@ -151,26 +138,9 @@ class TreeWatcher:
                             stats[pid] = st
                 trees[name] = [p for p in pids if p in stats]
         swapping = procfs.swap_in_use(self.proc)
-        samples: dict[str, TreeSample] = {}
-        self._members = {}
-        for name, pids in trees.items():
-            members = [stats[p] for p in pids]
-            self._members[name] = [(m.pid, m.start) for m in members]
-            swap = sum(procfs.vm_swap_bytes(p, self.proc) for p in pids) if swapping else 0
-            sample = summarize(name, members, pids, swap=swap)
-            lim = (limits or {}).get(name)
-            if lim is not None and needs_exact(sample, lim):
-                sample = summarize(name, members, pids, swap=swap, pss=self._pss(members))
-            samples[name] = sample
-        self.last = samples
-        return samples
-
-    def _pss(self, members: Iterable[procfs.ProcStat]) -> int:
-        total = 0
-        for m in members:
-            value = procfs.rollup_bytes(m.pid, self.proc)
-            total += m.rss if value is None else value  # unreadable: RSS, an upper bound
-        return total
+        return {name: measure(name, [stats[p] for p in pids], (limits or {}).get(name), swapping=swapping,
+                              proc=self.proc)
+                for name, pids in trees.items()}
 
     # ------------------------------------------------------------------ killing
 
@@ -185,10 +155,29 @@ class TreeWatcher:
         fallbacks, see :mod:`supervisor.limits.cgroup_io`). Returns the PIDs signalled (cgroup: the
         PIDs listed just before the kill)."""
         if isinstance(root, CgroupRoot):
-            pids = _cgroup_pids(root.path)
+            pids = cgroup_io.procs(root.path)
             cgroup_io.kill(root.path)
             return pids
         return freeze_and_kill(lambda: self.rescan_members(name, root), budget=budget, proc=self.proc)
+
+
+def _pss(members: Iterable[procfs.ProcStat], proc: str) -> int:
+    total = 0
+    for m in members:
+        value = procfs.rollup_bytes(m.pid, proc)
+        total += m.rss if value is None else value  # unreadable: RSS, an upper bound
+    return total
+
+
+def measure(name: str, members: list[procfs.ProcStat], limits: Limits | None, *, swapping: bool,
+            proc: str = procfs.PROC) -> TreeSample:
+    """One tree's sample; PSS is read only when ``limits`` need it (:func:`~supervisor.limits.tree.needs_exact`)."""
+    pids = [m.pid for m in members]
+    swap = sum(procfs.vm_swap_bytes(p, proc) for p in pids) if swapping else 0
+    sample = summarize(name, members, pids, swap=swap)
+    if limits is not None and needs_exact(sample, limits):
+        sample = summarize(name, members, pids, swap=swap, pss=_pss(members, proc))
+    return sample
 
 
 def freeze_and_kill(
@@ -262,16 +251,12 @@ class TreeUsage:
 
 
 def tree_usage(pids: Iterable[int], proc: str = procfs.PROC) -> TreeUsage:
-    """Memory and tasks of a tree given its PIDs (e.g. ``TreeWatcher.members``), measured exactly
-    (PSS), for ``status``. Gone PIDs are skipped. Cost: one ``stat`` and one ``smaps_rollup``
-    read per process (~1 ms for a gateway, ~0.2 ms per small helper)."""
+    """Memory and tasks of a tree given its PIDs, measured exactly (PSS), for ``status``. Gone PIDs
+    are skipped. Cost: one ``stat`` and one ``smaps_rollup`` read per process (~1 ms for a gateway,
+    ~0.2 ms per small helper)."""
     stats = [st for st in (procfs.read_stat(p, proc) for p in pids) if st is not None]
-    pss = 0
-    for st in stats:
-        value = procfs.rollup_bytes(st.pid, proc)
-        pss += st.rss if value is None else value
-    memory = max(pss, max((st.rss for st in stats), default=0))
-    return TreeUsage(memory_bytes=memory, tasks=sum(st.threads for st in stats), processes=len(stats))
+    s = summarize("", stats, [st.pid for st in stats], pss=_pss(stats, proc))
+    return TreeUsage(memory_bytes=s.memory_bytes, tasks=s.tasks, processes=len(stats))
 
 
 def apply_nice(pids: Iterable[int], weight: int | None, proc: str = procfs.PROC) -> bool:

@@ -91,7 +91,7 @@ def test_no_namespace_falls_back_to_landlock_and_says_what_is_lost() -> None:
 
 
 def test_root_whose_namespaces_fail_falls_back_too() -> None:
-    p = plan_for(probe_=ROOT_FULL.simulate(mount_namespace=False, mount_namespace_error="EPERM (seccomp)"))
+    p = plan_for(probe_=dataclasses.replace(ROOT_FULL, mount_namespace=False, mount_namespace_error="EPERM (seccomp)"))
     assert p.mechanism == "landlock" and "EPERM (seccomp)" in p.reason
     assert p.keep_caps and not p.private_dev  # root still drops capabilities
 
@@ -103,7 +103,7 @@ def test_no_landlock_means_off_or_unavailable() -> None:
     req = plan_for(probe_=NO_LL, settings=IsolationSettings(mode="required"))
     assert req.mechanism == "unavailable" and not req.runnable and "required" in req.reason
     # a mount namespace alone is never chosen: no boundary without Landlock
-    assert best_mechanism(ROOT_FULL.simulate(landlock_abi=0)) == "off"
+    assert best_mechanism(dataclasses.replace(ROOT_FULL, landlock_abi=0)) == "off"
 
 
 def test_off_by_setting() -> None:
@@ -113,7 +113,7 @@ def test_off_by_setting() -> None:
 
 
 def test_old_landlock_without_signal_scoping() -> None:
-    p = plan_for(probe_=ROOT_FULL.simulate(landlock_abi=5))
+    p = plan_for(probe_=dataclasses.replace(ROOT_FULL, landlock_abi=5))
     assert p.mechanism == "namespace+landlock" and p.scopes == ()
     assert any("signals are not scoped" in g for g in p.gaps_severe())
     assert "signals NOT scoped" in p.summary()
@@ -210,14 +210,11 @@ def test_read_only_setting_under_the_root_shares_a_folder_read_only() -> None:
 def test_plan_is_serialisable_and_explainable() -> None:
     for p in (plan_for(), plan_for("default"), plan_for(probe_=USER_LL), plan_for(probe_=NO_LL),
               plan_for(settings=IsolationSettings(user="x"), user_ids=UserIds("x", 5, 5))):
-        data = json.loads(json.dumps(p.to_json()))
-        assert Plan.from_json(data) == p
+        json.dumps(p.to_json())
         status = p.status_json()
         json.dumps(status)
         assert list(status)[:4] == ["mechanism", "enforced", "signals", "user"]
         assert "\n" not in p.summary() and p.summary()
-    with pytest.raises(ValueError, match="version"):
-        Plan.from_json({**plan_for().to_json(), "version": 99})
 
 
 # --- settings ---------------------------------------------------------------------------------------
@@ -231,7 +228,6 @@ def test_parse_forms() -> None:
     assert merged == IsolationSettings(mode="off", kanban=False, read_only=("~/.local/bin",))
     assert merge_isolation(top, parse_isolation({"kanban": True})).kanban is True
     assert merge_isolation(None, parse_isolation({"user": 1201})).user == "1201"
-    assert IsolationSettings().to_json()["read_only"] == []
 
 
 @pytest.mark.parametrize(("value", "key", "msg"), [
@@ -254,7 +250,7 @@ def test_parse_errors_name_the_key(value, key, msg) -> None:
 def test_probe_this_machine() -> None:
     p = probe()
     assert p.euid >= 0 and p.kernel
-    assert Probe.from_json(json.loads(json.dumps(p.to_json()))) == p
+    json.dumps(p.to_json())
     if p.landlock_abi:
         assert landlock_features(p.landlock_abi) and not p.landlock_error
     if p.is_root:
@@ -266,17 +262,18 @@ def test_probe_this_machine() -> None:
 def test_doctor_text_names_the_fix() -> None:
     text = lambda pr: "\n".join(t for _, t in doctor_lines(pr))  # noqa: E731
     assert "private mount namespace plus Landlock ABI 7" in text(ROOT_FULL)
-    apparmor = USER_LL.simulate(sysctls=(("kernel.apparmor_restrict_unprivileged_userns", "1"),))
+    apparmor = dataclasses.replace(USER_LL, sysctls=(("kernel.apparmor_restrict_unprivileged_userns", "1"),))
     assert "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0" in text(apparmor)
     assert "`userns,`" in text(apparmor)
-    debian = USER_LL.simulate(sysctls=(("kernel.unprivileged_userns_clone", "0"),))
+    debian = dataclasses.replace(USER_LL, sysctls=(("kernel.unprivileged_userns_clone", "0"),))
     assert "sysctl -w kernel.unprivileged_userns_clone=1" in text(debian)
-    maxns = USER_LL.simulate(sysctls=(("user.max_user_namespaces", "0"),))
+    maxns = dataclasses.replace(USER_LL, sysctls=(("user.max_user_namespaces", "0"),))
     assert "user.max_user_namespaces=15000" in text(maxns)
-    disabled = NO_LL.simulate(landlock_error="Landlock is built in but not enabled at boot (missing from lsm=)")
+    disabled = dataclasses.replace(
+        NO_LL, landlock_error="Landlock is built in but not enabled at boot (missing from lsm=)")
     assert "lsm=landlock," in text(disabled)
     assert "CONFIG_SECURITY_LANDLOCK=y" in text(NO_LL)
-    assert "cannot scope signals" in text(ROOT_FULL.simulate(landlock_abi=5))
+    assert "cannot scope signals" in text(dataclasses.replace(ROOT_FULL, landlock_abi=5))
     assert tuple(lvl for lvl, t in doctor_lines(USER_LL) if t.startswith("isolation:")) == ("warning", )
     assert "isolation.user" not in text(USER_NS) and "own account" in text(ROOT_FULL)
 

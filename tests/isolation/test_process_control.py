@@ -120,7 +120,8 @@ def nobody_plan(tree: Tree, mechanism: str) -> Plan:
     """Profile ``a`` confined as the account ``nobody`` (what a non-root hermesd's profiles share)."""
     real = probe()
     need(real, mechanism)
-    facts = real if mechanism == "namespace+landlock" else real.simulate(mount_namespace=False, user_namespace=False)
+    facts = real if mechanism == "namespace+landlock" else dataclasses.replace(
+        real, mount_namespace=False, user_namespace=False)
     home = tree.home("a")
     os.chown(home, NOBODY.pw_uid, NOBODY.pw_gid)
     plan = make_plan(PlanInputs(

@@ -95,17 +95,15 @@ def test_parse_mountinfo_escapes_and_types():
 
 
 def test_parse_proc_cgroup():
-    pc = parse_proc_cgroup(HYBRID_CGROUP)
-    assert pc.v2 == "/" and pc.v1["memory"] == "/process_api/abc" and pc.v1["name=systemd"] == "/"
-    assert parse_proc_cgroup("0::/system.slice/x.service\n").v2 == "/system.slice/x.service"
-    assert parse_proc_cgroup("junk\n").v2 is None
+    assert parse_proc_cgroup(HYBRID_CGROUP) == "/"
+    assert parse_proc_cgroup("0::/system.slice/x.service\n") == "/system.slice/x.service"
+    assert parse_proc_cgroup("junk\n") is None
 
 
 def test_locate_kinds():
     lay = locate(HYBRID_MOUNTINFO.format(v2="/sys/fs/cgroup/unified"), HYBRID_CGROUP)
     assert lay.kind == "hybrid" and lay.own_dir == "/sys/fs/cgroup/unified"
     assert lay.v1_controllers == ("cpu", "cpuacct", "memory", "pids")
-    assert lay.v1_mounts["memory"] == "/sys/fs/cgroup/memory"
     lay = locate(unified_mountinfo("/sys/fs/cgroup"), "0::/system.slice/hermesd.service\n")
     assert lay.kind == "unified" and lay.own_dir == "/sys/fs/cgroup/system.slice/hermesd.service"
     assert locate("32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n", "1:cpu:/\n").kind == "legacy"
@@ -125,7 +123,6 @@ def test_this_hosts_shape_root_on_hybrid(tmp_path):
     assert det.base == f"{top}/{INST}" and det.create_base and det.leaf is None
     assert det.controllers == frozenset() and set(det.missing) == {"memory", "pids", "cpu"}
     assert "bound to cgroup v1" in det.missing["memory"] and det.fix == FIX_UNIFIED
-    assert det.tracking == "cgroup"
     assert setup_plan(det) == [Mkdir(f"{top}/{INST}")]
     assert profile_plan(det, "coder", Limits(512 << 20, 100, 50)) == [Mkdir(f"{top}/{INST}/profile-coder")]
     codes = [x.code for x in doctor_findings(det, limits_configured=True)]
@@ -197,7 +194,7 @@ def test_not_delegated_for_an_ordinary_user(tmp_path):
     assert f.code == "cgroup_not_delegated" and f.severity == "warning" and "Delegate=yes" in f.fix
     assert doctor_findings(det, limits_configured=False)[0].severity == "info"
     assert setup_plan(det) == [] and profile_plan(det, "a", Limits(memory_max=1 << 30)) == []
-    assert mechanism(Limits(memory_max=1 << 30), det) == "watch" and det.tracking == "proc"
+    assert mechanism(Limits(memory_max=1 << 30), det) == "watch"
 
 
 def test_user_manager_without_cpu(tmp_path):
@@ -336,8 +333,6 @@ def test_watch_limits_strip_what_the_kernel_enforces(tmp_path):
     det = detect(facts(unified_mountinfo(tmp_path), "0::/s/h.service/supervisor\n", euid=USER), INST)
     assert lim.watch_limits(Limits(1 << 30, 50, 10), det) == Limits(None, 50, None)
     assert lim.watch_limits(Limits(1 << 30, 50, 10), None) == Limits(1 << 30, 50, None)
-    assert lim.root_for(det, "a", 5, 6) == lim.CgroupRoot(f"{unit}/profile-a")
-    assert lim.root_for(detect(facts("", ""), INST), "a", 5, 6) == lim.ProcRoot(5, 6)
 
 
 def test_memory_pressure_findings():

@@ -217,8 +217,7 @@ def test_setup_on_this_host(trees):
             trees.popens.append(q)
             cgroup_io.attach(d, q.pid)
             procs[name] = q
-        root_ = lim.root_for(det, "coder", procs["coder"].pid, 0)
-        assert root_ == CgroupRoot(cgroup.profile_dir(det, "coder"))
+        root_ = CgroupRoot(cgroup.profile_dir(det, "coder"))
         TreeWatcher(trees.tag, salt=trees.salt).kill("coder", root_)
         procs["coder"].wait(timeout=5)
         wait_for(lambda: cgroup_io.populated(root_.path) is False, what="coder's cgroup to empty")

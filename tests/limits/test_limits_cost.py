@@ -60,7 +60,7 @@ def test_scan_cost_at_n20(trees, tmp_path):
     scan_cpu, scan_wall = per_call(lambda: w.scan(roots, calm), 30)
     tight = {n: Limits(memory_max=1 << 20) for n in roots}  # every tree needs PSS
     exact_cpu, exact_wall = per_call(lambda: w.scan(roots, tight), 10)
-    one = [p for p, _ in w.members("p0")]
+    one = list(w.scan(roots)["p0"].pids)
     usage_cpu, _ = per_call(lambda: tree_usage(one), 30)
     home = tmp_path / "home"
     (home / "state").mkdir(parents=True)
@@ -74,7 +74,7 @@ def test_scan_cost_at_n20(trees, tmp_path):
                         now_mono=time.monotonic(), now_wall=time.time(), gateway_state=gstate)
 
     hung_cpu, _ = per_call(hung_once, 200)
-    samples = w.last
+    samples = w.scan(roots, tight)
     mem = sum(s.memory_bytes for s in samples.values())
     print(
         f"\nN={N} trees x 5 processes, {host} processes on the host\n"

@@ -34,8 +34,7 @@ def test_fresh_beat_is_not_hung_and_next_check_is_when_it_turns_stale():
     # evaluating at that moment: hung, with the age for the exit record
     r2 = check(r.next_check, beat(T0 + 90))
     assert r2.hung is not None and r2.hung.cause == "heartbeat"
-    assert r2.hung.heartbeat_age == pytest.approx(120, abs=0.01)
-    assert r2.hung.record()["reason"] == "hung" and r2.hung.record()["heartbeat_age_s"] == pytest.approx(120, abs=0.1)
+    assert r2.heartbeat_age == pytest.approx(120, abs=0.01)
     assert r2.next_check is None
 
 
@@ -48,7 +47,7 @@ def test_age_exactly_at_limit_is_hung_just_below_is_not():
 def test_stopped_is_hung_whatever_the_heartbeat():
     for letter in ("T", "t"):
         r = check(T0 + 50, beat(T0 + 45), state=letter)
-        assert r.hung is not None and r.hung.cause == "stopped" and r.hung.heartbeat_age == pytest.approx(5)
+        assert r.hung is not None and r.hung.cause == "stopped" and r.heartbeat_age == pytest.approx(5)
     assert "tracer" in check(T0 + 50, beat(T0 + 45), state="t").hung.detail
 
 
@@ -83,7 +82,7 @@ def test_grace_before_first_beat():
     r = check(T0 + 250, {})
     assert r.next_check == pytest.approx(T0 + 300, abs=0.01)  # the grace ends first
     r = check(T0 + 300, {})
-    assert r.hung is not None and r.hung.cause == "no_heartbeat" and r.hung.heartbeat_age is None
+    assert r.hung is not None and r.hung.cause == "no_heartbeat" and r.heartbeat_age is None
 
 
 def test_grace_unbounded_keeps_looking_every_hung_after():
@@ -102,7 +101,7 @@ def test_first_beat_seen_late_still_meets_the_hung_after_promise():
     assert r.hung is None
     r = check(r.next_check, b)
     assert r.hung is not None and r.hung.cause == "heartbeat"
-    assert r.hung.heartbeat_age == pytest.approx(120, abs=0.01)
+    assert r.heartbeat_age == pytest.approx(120, abs=0.01)
 
 
 def test_previous_gateways_beat_is_not_ours():

@@ -44,7 +44,7 @@ def test_memory_is_pss_not_double_counted_and_at_least_the_gateways_rss(trees):
     root = ProcRoot(info["gateway"], info["start"])
     cheap = w.scan({"a": root})["a"]  # no limits: no PSS read
     assert not cheap.exact and cheap.rss_sum >= 200 * M
-    usage = tree_usage(p for p, _ in w.members("a"))
+    usage = tree_usage(cheap.pids)
     procs = [psutil.Process(p) for p in members(info)]
     pss = sum(p.memory_full_info().pss for p in procs)
     rss = [p.memory_info().rss for p in procs]
