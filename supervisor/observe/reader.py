@@ -82,13 +82,9 @@ class Filter:
         return not self._needles or any(n in raw for n in self._needles)
 
     def keep(self, ev: dict[str, Any]) -> bool:
-        if self.profiles is not None:
-            p = ev.get("profile")
-            if p is None:
-                if not self.daemon_wide:
-                    return False
-            elif p not in self.profiles:
-                return False
+        p = ev.get("profile")
+        if self.profiles is not None and p not in self.profiles and not (p is None and self.daemon_wide):
+            return False
         ts = ev["ts"]
         return (self.since is None or ts >= self.since) and (self.until is None or ts <= self.until)
 
