@@ -51,9 +51,6 @@ class Snapshot:
     holder: Any  # dispatch.Holder | None
     workers: tuple[Worker, ...] = field(default_factory=tuple)
 
-    def workers_of(self, profile: str) -> list[dict[str, Any]]:
-        return [w.to_json() for w in self.workers if w.assignee == profile]
-
 
 def root_of_home(name: str, home: Path) -> Path:
     """The root a profile's home belongs to (the default profile *is* the root)."""
@@ -129,5 +126,5 @@ def kanban_fields(name: str, home: Path) -> dict[str, Any]:
         "dispatcher": mine,
         "dispatcher_pid": h.pid if mine else None,
         "dispatcher_supervised": h.supervised if mine else None,
-        "workers": snap.workers_of(name),
+        "workers": [w.to_json() for w in snap.workers if w.assignee == name],
     }}
