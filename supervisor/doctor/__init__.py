@@ -98,13 +98,13 @@ def render(findings: Sequence[Finding]) -> str:
         where = f"[{printable(f.profile)}] " if f.profile is not None else ""
         lines.append(f"{f.severity.upper():7} {where}{f.code}: {printable(f.message)}")
         lines.append(f"        fix: {printable(f.fix)}")
-    lines.append(_summary_line(findings))
+    lines.append(", ".join(f"{n} {s}{'' if n == 1 or s == INFO else 's'}" for s, n in _counts(findings).items()))
     return "\n".join(lines)
 
 
 def to_json(root: Path, findings: Sequence[Finding]) -> dict[str, Any]:
     """The ``--json`` document: the root, every finding, and counts per severity."""
-    counts = {s: sum(1 for f in findings if f.severity == s) for s in (ERROR, WARNING, INFO)}
+    counts = _counts(findings)
     return {"root": str(root), "ok": counts[ERROR] == 0, "counts": counts, "findings": [asdict(f) for f in findings]}
 
 
@@ -113,6 +113,5 @@ def exit_code(findings: Iterable[Finding]) -> int:
     return 1 if any(f.severity == ERROR for f in findings) else 0
 
 
-def _summary_line(findings: Sequence[Finding]) -> str:
-    counts = {s: sum(1 for f in findings if f.severity == s) for s in (ERROR, WARNING, INFO)}
-    return ", ".join(f"{n} {s}{'' if n == 1 or s == INFO else 's'}" for s, n in counts.items())
+def _counts(findings: Sequence[Finding]) -> dict[str, int]:
+    return {s: sum(1 for f in findings if f.severity == s) for s in (ERROR, WARNING, INFO)}

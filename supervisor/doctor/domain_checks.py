@@ -16,6 +16,7 @@ from supervisor.layout import Layout
 from supervisor.limits import detect_only
 from supervisor.limits.cgroup import doctor_findings, memory_pressure_findings
 from supervisor.limits.limits_config import hung_after_warning
+from supervisor.limits.procfs import host_memory_total
 from supervisor.plan.verdict import ERROR, INFO, WARNING
 
 _LEVEL = {"ok": INFO, "info": INFO, "warning": WARNING}
@@ -92,7 +93,7 @@ def check_limits(scan: Scan) -> None:
                      f"raise hung_after for {prof.name!r} in hermesd.yaml (or set it to null to turn it off)")
     usage = _tree_memory(scan)
     if usage:
-        for f in memory_pressure_findings(usage, limits, _host_memory()):
+        for f in memory_pressure_findings(usage, limits, host_memory_total()):
             scan.add(f.severity, f.code, None, f.message, f.fix or "")
 
 
@@ -116,17 +117,6 @@ def _tree_memory(scan: Scan) -> dict[str, int]:
         if isinstance(row, dict) and isinstance(row.get("memory_bytes"), int) and isinstance(row.get("name"), str):
             out[row["name"]] = row["memory_bytes"]
     return out
-
-
-def _host_memory() -> int | None:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def check_kanban(scan: Scan) -> None:

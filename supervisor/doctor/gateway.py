@@ -72,13 +72,9 @@ def check_gateway_interpreter(scan: Scan) -> None:
 
 def check_stale_code(scan: Scan) -> None:
     """A gateway that runs older code than is installed (a ``pip install`` nobody restarted after)."""
-    if scan.config is None or not scan.config_ok:
-        return
-    try:
-        command = childspec.resolve_gateway_command(scan.config.command, scan.env.get("PATH"))
-    except childspec.GatewayCommandError:
-        return
-    installed = codeid.installed_now(interpreter_facts(command, env=dict(scan.env)).dist_info)
+    if scan.command is None:
+        return  # no usable configuration or command (check_gateway_interpreter resolves it)
+    installed = codeid.installed_now(interpreter_facts(scan.command, env=dict(scan.env)).dist_info)
     if installed is None:
         return
     saved = state_mod.load(Layout(scan.root).state, identity.boot_id())

@@ -2,7 +2,7 @@
 
 One :class:`Scan` is built per ``hermesd doctor`` run and handed to each check in turn; the
 checks are plain functions in the sibling modules, one module per subject, so a new check is a
-new function and a line in :data:`supervisor.doctor.CHECKS`, never a bigger class.
+new function and a line in :func:`supervisor.doctor._checks`, never a bigger class.
 """
 
 from __future__ import annotations

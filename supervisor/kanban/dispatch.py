@@ -112,9 +112,6 @@ class Holder:
     profile: str | None  # from hermesd's tag, else HERMES_HOME; None when unreadable
     supervised: bool  # carries this root's hermesd tag: a gateway child of this daemon
 
-    def to_json(self) -> dict[str, object]:
-        return {"pid": self.pid, "profile": self.profile, "supervised": self.supervised}
-
 
 def holder(root: Path, env: Mapping[str, str] | None = None, locks_text: str | None = None) -> Holder | None:
     """Who holds ``root``'s dispatcher lock now, or ``None``."""

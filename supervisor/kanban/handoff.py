@@ -48,8 +48,10 @@ from profiles import safeio
 from profiles.safeio import Beneath
 from supervisor.control.protocol import Peer
 from supervisor.control.server import ControlServer
+from supervisor.identity import proc_start_time
 from supervisor.kanban.bounds import RateLimit
 from supervisor.kanban.dispatch import HANDOFF_ENV, LAUNCHER_NAME, OFF, SOCKET_NAME, handoff_dir
+from supervisor.limits.procfs import read_stat
 
 __all__ = ["MAX_REQUEST", "Handoff", "is_descendant", "launcher_text"]
 
@@ -57,22 +59,6 @@ log = logging.getLogger("hermesd")
 
 MAX_REQUEST = 16 * 1024  # upstream's worker argv and per-task variables fit many times over
 _ANCESTRY_MAX = 64
-
-
-def _ppid(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return int(fh.read().rsplit(b")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _start_ticks(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return int(fh.read().rsplit(b")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _pidfd_pid(fd: int) -> int | None:
@@ -94,10 +80,10 @@ def is_descendant(pid: int, ancestor: int) -> bool:
             return True
         if pid <= 1:
             return False
-        parent = _ppid(pid)
-        if parent is None:
+        st = read_stat(pid)
+        if st is None:
             return False
-        pid = parent
+        pid = st.ppid
     return False
 
 
@@ -170,7 +156,7 @@ class Handoff:
         pid = peer.pid
         if pid is None:
             return "no peer credentials"
-        start = _start_ticks(pid)
+        start = proc_start_time(pid)  # None for a zombie: it has exited
         if peer.pidfd is not None:
             if _pidfd_pid(peer.pidfd) != pid:
                 return f"PID {pid} has exited since it connected"
@@ -186,7 +172,7 @@ class Handoff:
                 signal.pidfd_send_signal(peer.pidfd, 0)
             except ProcessLookupError:
                 return f"PID {pid} has exited since it connected"
-        elif _start_ticks(pid) != start:
+        elif proc_start_time(pid) != start:
             return f"PID {pid} is not the process that connected (reused)"
         if not member:
             return f"PID {pid} is not part of {profile}'s gateway (PID {gw})"

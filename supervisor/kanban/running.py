@@ -24,6 +24,7 @@ from profiles.printable import printable
 from supervisor.identity import proc_environ
 from supervisor.kanban import dispatch
 from supervisor.kanban.workers import WORKER_TAG
+from supervisor.limits.procfs import read_stat
 from supervisor.tags import TAG_PROFILE, TAG_ROOT
 
 __all__ = ["CACHE_S", "Snapshot", "Worker", "root_of_home", "scan_workers", "snapshot"]
@@ -50,22 +51,10 @@ class Snapshot:
     holder: Any  # dispatch.Holder | None
     workers: tuple[Worker, ...] = field(default_factory=tuple)
 
-    def workers_of(self, profile: str) -> list[dict[str, Any]]:
-        return [w.to_json() for w in self.workers if w.assignee == profile]
-
 
 def root_of_home(name: str, home: Path) -> Path:
     """The root a profile's home belongs to (the default profile *is* the root)."""
     return home if name == "default" else home.parent.parent
-
-
-def _ppid(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read()
-        return int(raw.rsplit(b")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def scan_workers(root: Path, proc: str = "/proc") -> list[Worker]:
@@ -106,7 +95,7 @@ def scan_workers(root: Path, proc: str = "/proc") -> list[Worker]:
                                    printable(board, 64) if board is not None else None, tree))
     # keep only the top process of each worker: its parent is not part of the same task
     return sorted((w for pid, (task, w) in found.items()
-                   if (pp := _ppid(pid)) is None or found.get(pp, ("",))[0] != task),
+                   if (st := read_stat(pid)) is None or found.get(st.ppid, ("",))[0] != task),
                   key=lambda w: w.pid)
 
 
@@ -137,5 +126,5 @@ def kanban_fields(name: str, home: Path) -> dict[str, Any]:
         "dispatcher": mine,
         "dispatcher_pid": h.pid if mine else None,
         "dispatcher_supervised": h.supervised if mine else None,
-        "workers": snap.workers_of(name),
+        "workers": [w.to_json() for w in snap.workers if w.assignee == name],
     }}

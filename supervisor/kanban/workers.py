@@ -37,11 +37,9 @@ import os
 import re
 import signal
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from profiles import safeio
 from profiles.printable import printable
@@ -103,14 +101,7 @@ class Running:
 
     pid: int
     assignee: str
-    task: str
-    log: str
-    started: float
     done: asyncio.Future[int] = field(repr=False)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"pid": self.pid, "assignee": self.assignee, "task": self.task, "log": self.log,
-                "started_at": self.started}
 
 
 class Workers:
@@ -191,7 +182,7 @@ class Workers:
         finally:
             os.close(fd)
             os.close(w)
-        run = Running(pid, assignee, task, str(base / rel), time.time(), loop.create_future())
+        run = Running(pid, assignee, loop.create_future())
         self.running[pid] = run
         task_ = loop.create_task(self._collect(run, r))
         self._tasks.add(task_)
@@ -228,9 +219,6 @@ class Workers:
         if run is None:
             raise WorkerError(f"no running kanban worker with PID {pid}")
         return await asyncio.shield(run.done)
-
-    def of(self, assignee: str) -> list[dict[str, Any]]:
-        return [r.to_json() for r in self.running.values() if r.assignee == assignee]
 
     def stop_of(self, assignee: str, why: str = "") -> list[int]:
         """End ``assignee``'s workers (hermesd stops or restarts that profile): SIGTERM now, SIGKILL later.

@@ -6,7 +6,7 @@ dispatcher's messenger *names* the file in its request, and the dispatcher is an
 a path taken from it could name another profile's ``.env``, its ``MEMORY.md`` (a lasting prompt
 injection) or hermesd's own event journal. So the daemon never opens what the request names:
 
-* :func:`expected_log` derives the only acceptable path from the task id and the board slug
+* :func:`log_parts` derives the only acceptable path from the task id and the board slug
   (both checked against upstream's own patterns) under the kanban home, and the request's path
   must be exactly that;
 * :func:`open_log` is called by the worker's keeper *after* the assignee's confinement is in
@@ -25,7 +25,7 @@ from pathlib import Path
 from profiles import safeio
 from profiles.safeio import UnsafeFileError
 
-__all__ = ["LogError", "expected_log", "log_parts", "open_log"]
+__all__ = ["LogError", "log_parts", "open_log"]
 
 # Upstream's task ids (kanban_db: "t_" + hex) and board slugs (_BOARD_SLUG_RE: 1-64 lowercase
 # alphanumerics, hyphens, underscores, not starting with - or _). Dots are refused outright, so
@@ -49,11 +49,6 @@ def log_parts(kanban_home: Path, board: str | None, task: str) -> tuple[Path, st
         raise LogError(f"board {slug[:40]!r} is not a valid board slug")
     rel = f"logs/{task}.log" if slug == DEFAULT_BOARD else f"boards/{slug}/logs/{task}.log"
     return kanban_home / "kanban", rel
-
-
-def expected_log(kanban_home: Path, board: str | None, task: str) -> Path:
-    base, rel = log_parts(kanban_home, board, task)
-    return base / rel
 
 
 def open_log(base: Path, rel: str) -> int:

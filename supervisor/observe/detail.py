@@ -1,7 +1,7 @@
 """``hermesd status PROFILE``'s detail from the journal: the last exits and a 24-hour timeline.
 
 A flapping profile should be visible at a glance, without reading a log: one row of cells (48 ×
-30 minutes by default, newest on the right) whose height grows with the number of failed exits
+30 minutes, newest on the right) whose height grows with the number of failed exits
 in that half hour, a second row with the worst state the profile was in during it, an hour
 axis and a legend. Below that, the last exits with their classification and reason.
 
@@ -26,6 +26,10 @@ from profiles.printable import printable_tree
 from supervisor.observe.events import FAILURE_KINDS, clock, describe_exit, duration
 from supervisor.observe.journal import default_folder
 from supervisor.observe.reader import ReadStats, iter_events
+
+HOURS = 24
+CELLS = 48  # half an hour each
+LAST_EXITS = 5
 
 # Exit counts per cell -> bar height. Doubling steps: a loop at the 300 s backoff cap makes 6 a
 # half hour, a fast loop dozens; both must look different from one stray crash.
@@ -61,18 +65,17 @@ def _state_after(ev: Mapping[str, Any], state: str | None) -> str | None:
     return _NEXT_STATE.get(str(t), state)
 
 
-def timeline(events: Iterable[Mapping[str, Any]], profile: str, *, now: float, hours: float = 24,
-             cells: int = 48) -> list[Cell]:
-    """The cells of the window ``(now - hours, now]``, oldest first. Pure.
+def timeline(events: Iterable[Mapping[str, Any]], profile: str, *, now: float) -> list[Cell]:
+    """The cells of the window ``(now - HOURS, now]``, oldest first. Pure.
 
     ``events`` in journal order, this profile's and daemon-wide ones (others are ignored). Each
     cell shows the worst state the profile was in at any moment of it.
     """
-    span = hours * 3600.0 / cells
-    start = now - hours * 3600.0
-    fails = [0] * cells
-    asked = [0] * cells
-    worst: list[str | None] = [None] * cells
+    span = HOURS * 3600.0 / CELLS
+    start = now - HOURS * 3600.0
+    fails = [0] * CELLS
+    asked = [0] * CELLS
+    worst: list[str | None] = [None] * CELLS
     state: str | None = None
     filled = 0  # cells before this one are settled
 
@@ -95,7 +98,7 @@ def timeline(events: Iterable[Mapping[str, Any]], profile: str, *, now: float, h
         if ts <= start:
             state = _state_after(ev, state)
             continue
-        idx = min(cells - 1, math.floor((ts - start) / span))
+        idx = min(CELLS - 1, math.floor((ts - start) / span))
         settle(idx)
         mark(idx, state)
         if ev.get("type") == "exited" and ev.get("profile") == profile:
@@ -105,8 +108,8 @@ def timeline(events: Iterable[Mapping[str, Any]], profile: str, *, now: float, h
                 asked[idx] += 1
         state = _state_after(ev, state)
         mark(idx, state)
-    settle(cells)
-    return [Cell(fails[i], asked[i], worst[i]) for i in range(cells)]
+    settle(CELLS)
+    return [Cell(fails[i], asked[i], worst[i]) for i in range(CELLS)]
 
 
 def _bar(n: int, unicode: bool) -> str:
@@ -123,21 +126,12 @@ def _paint(text: str, code: str | None, color: bool) -> str:
     return f"\x1b[{code}m{text}\x1b[0m" if color and code and text.strip() else text
 
 
-def render_from_events(
-    events: Iterable[Mapping[str, Any]],
-    profile: str,
-    *,
-    now: float,
-    last_exits: int = 5,
-    hours: float = 24,
-    cells: int = 48,
-    color: bool = False,
-    unicode: bool = True,
-) -> str:
+def render_from_events(events: Iterable[Mapping[str, Any]], profile: str, *, now: float, color: bool = False,
+                       unicode: bool = True) -> str:
     """The detail text for ``profile`` from its events (daemon-wide ones included). Pure."""
     evs = [e for e in events if e.get("profile") in (None, profile)]
-    cols = timeline(evs, profile, now=now, hours=hours, cells=cells)
-    window = now - hours * 3600
+    cols = timeline(evs, profile, now=now)
+    window = now - HOURS * 3600
     recent = [e for e in evs if e.get("profile") == profile and window < float(e["ts"]) <= now]
     exits_24 = [e for e in recent if e.get("type") == "exited"]
     failed = [e for e in exits_24 if e.get("kind") in FAILURE_KINDS]
@@ -146,8 +140,7 @@ def render_from_events(
         kinds[str(e.get("kind"))] = kinds.get(str(e.get("kind")), 0) + 1
     starts = sum(1 for e in recent if e.get("type") == "started")
     holds = sum(1 for e in recent if e.get("type") == "held")
-    span_min = hours * 60 / cells
-    lines = [f"{profile}: the last {hours:g} h (one cell = {span_min:g} min, now on the right)"]
+    lines = [f"{profile}: the last {HOURS} h (one cell = {HOURS * 60 // CELLS} min, now on the right)"]
     by_kind = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
     lines.append(
         f"  {len(exits_24)} exit{'s' if len(exits_24) != 1 else ''}"
@@ -165,7 +158,7 @@ def render_from_events(
     state_row = "".join(_paint(glyphs[c.state], _STATE_COLOR.get(str(c.state)), color) for c in cols)
     lines.append(f"  exits  {exit_row}")
     lines.append(f"  state  {state_row}")
-    lines.append(f"         {_axis(now, hours, cells)}")
+    lines.append(f"         {_axis(now)}")
     steps = [(1, "1"), (2, "2"), (4, "3-4"), (8, "5-8"), (16, "9-16"), (32, "17-32"), (64, "33-64"), (128, "65+")]
     legend = " ".join(f"{_bar(n, unicode)}{label}" for n, label in steps) if unicode else "1-9 that many, + 10 or more"
     lines.append(f"  exits: {dot} none  {asked_glyph} only asked-for  failed: {legend}")
@@ -176,7 +169,7 @@ def render_from_events(
         + "  (blank) hermesd down or no record"
     )
     all_exits = [e for e in evs if e.get("profile") == profile and e.get("type") == "exited"]
-    shown = all_exits[-last_exits:] if last_exits > 0 else []
+    shown = all_exits[-LAST_EXITS:]
     if shown:
         lines.append("")
         lines.append(f"  last {len(shown)} exit{'s' if len(shown) != 1 else ''} (newest last):")
@@ -199,38 +192,25 @@ def render_from_events(
     return "\n".join(line.rstrip() for line in lines)
 
 
-def _axis(now: float, hours: float, cells: int) -> str:
+def _axis(now: float) -> str:
     """Hour labels under the cells: a ``|HH:MM`` every quarter of the window, ``now`` at the end."""
-    span = hours * 3600 / cells
-    start = now - hours * 3600
-    row = [" "] * cells
-    step = max(1, cells // 4)
-    for i in range(0, cells - 5, step):
+    span = HOURS * 3600 / CELLS
+    start = now - HOURS * 3600
+    row = [" "] * CELLS
+    for i in range(0, CELLS - 5, CELLS // 4):
         label = "|" + datetime.fromtimestamp(start + i * span, UTC).astimezone().strftime("%H:%M")
-        if i + len(label) <= cells - 4:
+        if i + len(label) <= CELLS - 4:
             row[i : i + len(label)] = list(label)
-    row[cells - 3 : cells] = list("now")
+    row[CELLS - 3 : CELLS] = list("now")
     return "".join(row)
 
 
-def render_detail(
-    root: Path,
-    profile: str,
-    *,
-    now: float,
-    last_exits: int = 5,
-    hours: float = 24,
-    cells: int = 48,
-    color: bool = False,
-    unicode: bool = True,
-    folder: Path | None = None,
-) -> str:
+def render_detail(root: Path, profile: str, *, now: float, color: bool = False, unicode: bool = True) -> str:
     """Read ``root``'s journal and render ``profile``'s detail (works with the daemon down)."""
     stats = ReadStats()
     events = [printable_tree(ev) for ev in
-              iter_events(folder or default_folder(root), profiles={profile}, daemon_wide=True, stats=stats)]
-    text = render_from_events(events, profile, now=now, last_exits=last_exits, hours=hours, cells=cells,
-                              color=color, unicode=unicode)
+              iter_events(default_folder(root), profiles={profile}, daemon_wide=True, stats=stats)]
+    text = render_from_events(events, profile, now=now, color=color, unicode=unicode)
     if stats.skipped:
         text += f"\n  ({stats.skipped} damaged journal line{'s' if stats.skipped != 1 else ''} skipped)"
     return text

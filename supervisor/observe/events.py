@@ -92,17 +92,12 @@ class Stamper:
         }
         for key, value in fields.items():
             if key not in event:
-                event[key] = _cap(value)
+                event[key] = bounded(value)
         return event
 
 
-def bounded(value: object) -> object:
-    """``value`` cut to what an event may carry (strings of 1000 characters, shallow JSON)."""
-    return _cap(value)
-
-
-def _cap(value: object, depth: int = 0) -> object:
-    """Bound what an event can carry: long strings cut, nesting shallow, only JSON types."""
+def bounded(value: object, depth: int = 0) -> object:
+    """``value`` cut to what an event may carry: strings of 1000 characters, shallow JSON only."""
     if value is None or isinstance(value, bool | int):
         return value
     if isinstance(value, float):
@@ -110,10 +105,10 @@ def _cap(value: object, depth: int = 0) -> object:
     if isinstance(value, str):
         return value if len(value) <= MAX_STRING else value[: MAX_STRING - 1] + "…"
     if depth < 2 and isinstance(value, Mapping):
-        return {str(k)[:100]: _cap(v, depth + 1) for k, v in list(value.items())[:50]}
+        return {str(k)[:100]: bounded(v, depth + 1) for k, v in list(value.items())[:50]}
     if depth < 2 and isinstance(value, list | tuple):
-        return [_cap(v, depth + 1) for v in list(value)[:50]]
-    return _cap(str(value), depth)
+        return [bounded(v, depth + 1) for v in list(value)[:50]]
+    return bounded(str(value), depth)
 
 
 def validate(event: Mapping[str, Any]) -> list[str]:

@@ -257,13 +257,6 @@ class HookRunner:
         who = event.get("profile") or "hermesd"
         return f"hook {hook.name} ({event.get('type')} {who})"
 
-    def _safe_start(self, hook: Hook, event: Mapping[str, Any]) -> None:
-        try:
-            self._start(hook, event)
-        except Exception:  # a bug here must not reach the loop that emitted the event
-            self._outcome("spawn_error")
-            log.exception("%s: could not be started", self._label(hook, event))
-
     def _start(self, hook: Hook, event: Mapping[str, Any]) -> None:
         loop = asyncio.get_running_loop()
         label = self._label(hook, event)
@@ -341,10 +334,7 @@ class HookRunner:
             self._close_output(run)
             self._maybe_finish(run)
             return
-        run.buf += chunk
-        *lines, run.buf = run.buf.split(b"\n")
-        for line in lines:
-            self._log_line(run, line)
+        self._feed(run, chunk)
         if len(run.buf) > LINE_LIMIT:
             self._log_line(run, run.buf)
             run.buf = b""
@@ -404,10 +394,13 @@ class HookRunner:
                 return
             if not chunk:
                 return
-            run.buf += chunk
-            *lines, run.buf = run.buf.split(b"\n")
-            for line in lines:
-                self._log_line(run, line)
+            self._feed(run, chunk)
+
+    def _feed(self, run: _Run, chunk: bytes) -> None:
+        run.buf += chunk
+        *lines, run.buf = run.buf.split(b"\n")
+        for line in lines:
+            self._log_line(run, line)
 
     def _on_timeout(self, run: _Run) -> None:
         if self._kill(run):
@@ -450,7 +443,11 @@ class HookRunner:
         self._pump_pending = False
         while self._queue and len(self._runs) < self.max_concurrent and not self._closing:
             hook, event = self._queue.popleft()
-            self._safe_start(hook, event)
+            try:
+                self._start(hook, event)
+            except Exception:  # a bug here must not reach the loop that emitted the event
+                self._outcome("spawn_error")
+                log.exception("%s: could not be started", self._label(hook, event))
         if not self._runs and self._idle is not None:
             self._idle.set()
 

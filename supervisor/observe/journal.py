@@ -79,10 +79,8 @@ class JournalSettings:
 
 @dataclass(slots=True)
 class JournalStats:
-    written: int = 0
     failed: int = 0  # events that could not be written (counted for metrics)
     rotations: int = 0
-    last_error: str | None = None
 
 
 def open_folder(folder: Path, *, create: bool) -> int:
@@ -200,7 +198,6 @@ class Journal:
             self._fail(f"{self.current_path}: short write ({n} of {len(data)} bytes; disk full?)")
             return False
         self._need_newline = False
-        self.stats.written += 1
         if self._failing:
             self._failing = False
             log.warning("event journal writable again (%d event(s) lost)", self.stats.failed)
@@ -208,7 +205,6 @@ class Journal:
 
     def _fail(self, message: str) -> None:
         self.stats.failed += 1
-        self.stats.last_error = message
         if not self._failing:  # one warning per streak of failures, not one per event
             self._failing = True
             log.warning("cannot write to the event journal: %s", message)

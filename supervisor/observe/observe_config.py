@@ -32,7 +32,6 @@ from supervisor.observe.values import ObserveConfigError, integer, line_of, mapp
 __all__ = ["Hook", "MetricsSettings", "ObserveConfigError", "ObserveSettings", "line_of", "parse_hooks",
            "parse_journal", "parse_metrics", "parse_sections", "render_path"]
 
-SECTIONS = ("events", "hooks", "metrics")
 DEFAULT_TIMEOUT = 10.0
 MAX_TIMEOUT = 3600.0
 MAX_COMMAND = 8192
@@ -59,7 +58,6 @@ class MetricsSettings:
     host: str | None = None
     port: int | None = None
     unix_path: str | None = None
-    allow_public: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +118,7 @@ def parse_hook(item: object, path: tuple[str | int, ...]) -> Hook:
             raise ObserveConfigError(path, f"missing '{required}'")
     on = _event_types(raw["on"], (*path, "on"))
     argv = _command(raw["command"], (*path, "command"))
-    name = raw.get("name", render_index(path))
+    name = raw.get("name", render_path(path))
     if not isinstance(name, str) or not name.strip() or len(name) > 100 or "\n" in name:
         raise ObserveConfigError((*path, "name"), "expected a short one-line name")
     timeout = DEFAULT_TIMEOUT
@@ -135,10 +133,6 @@ def parse_hook(item: object, path: tuple[str | int, ...]) -> Hook:
     if raw.get("profiles") is not None:
         profiles = _profiles(raw["profiles"], (*path, "profiles"))
     return Hook(name=name.strip(), on=on, argv=argv, timeout=timeout, after_failures=after, profiles=profiles)
-
-
-def render_index(path: tuple[str | int, ...]) -> str:
-    return render_path(path)
 
 
 def _event_types(value: object, path: tuple[str | int, ...]) -> frozenset[str]:
@@ -201,7 +195,7 @@ def parse_metrics(value: object, path: tuple[str | int, ...] = ("metrics",)) -> 
         sock = listen[5:] if listen.startswith("unix:") else listen
         if not sock.startswith("/") or "\0" in sock or len(os.fsencode(sock)) > 107:
             raise ObserveConfigError(where, "a unix socket needs an absolute path of at most 107 bytes")
-        return MetricsSettings(listen=listen, unix_path=sock, allow_public=allow)
+        return MetricsSettings(listen=listen, unix_path=sock)
     host, sep, port_text = listen.rpartition(":")
     if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise ObserveConfigError(where, f"expected HOST:PORT with a port 1-65535, got {listen!r}")
@@ -218,4 +212,4 @@ def parse_metrics(value: object, path: tuple[str | int, ...] = ("metrics",)) -> 
     if not ip.is_loopback and not allow:
         raise ObserveConfigError(where, f"{host} is not a loopback address: metrics would be readable from the "
                                         "network; set metrics.allow_public: true if that is intended")
-    return MetricsSettings(listen=listen, host=str(ip), port=int(port_text), allow_public=allow)
+    return MetricsSettings(listen=listen, host=str(ip), port=int(port_text))

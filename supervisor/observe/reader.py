@@ -38,7 +38,6 @@ TAIL_PEEK = 8192
 class ReadStats:
     """What a read skipped: ``malformed`` complete lines, ``torn`` lines cut short without a newline."""
 
-    events: int = 0
     malformed: int = 0
     torn: int = 0
     files: int = 0
@@ -83,13 +82,9 @@ class Filter:
         return not self._needles or any(n in raw for n in self._needles)
 
     def keep(self, ev: dict[str, Any]) -> bool:
-        if self.profiles is not None:
-            p = ev.get("profile")
-            if p is None:
-                if not self.daemon_wide:
-                    return False
-            elif p not in self.profiles:
-                return False
+        p = ev.get("profile")
+        if self.profiles is not None and p not in self.profiles and not (p is None and self.daemon_wide):
+            return False
         ts = ev["ts"]
         return (self.since is None or ts >= self.since) and (self.until is None or ts <= self.until)
 
@@ -111,30 +106,20 @@ def _open_dir(folder: Path) -> int | None:
         raise OSError(exc.errno, f"{folder} {what}") from None
 
 
-def _lines(fd: int, flt: Filter, stats: ReadStats, pos: int = 0) -> Iterator[tuple[dict[str, Any], int]]:
-    """Events of one open segment from ``pos``, with the offset just past each line.
+def _lines(fd: int, flt: Filter, stats: ReadStats) -> Iterator[dict[str, Any]]:
+    """Events of one open segment.
 
     A trailing fragment without a newline is counted as torn: callers that read a file a writer
     may still be appending to (followers) use :class:`Cursor` instead.
     """
-    rest = b""
-    while True:
-        chunk = os.pread(fd, CHUNK, pos + len(rest))
-        if not chunk:
-            break
-        data = rest + chunk
-        start = 0
-        while True:
-            nl = data.find(b"\n", start)
-            if nl < 0:
-                break
-            line = data[start:nl]
-            start = nl + 1
+    rest, pos = b"", 0
+    while chunk := os.pread(fd, CHUNK, pos):
+        pos += len(chunk)
+        *lines, rest = (rest + chunk).split(b"\n")
+        for line in lines:
             ev = _take(line, flt, stats)
             if ev is not None:
-                yield ev, pos + start
-        pos += start
-        rest = data[start:]
+                yield ev
     if rest.strip(b"\0 \t\r"):
         stats.torn += 1
 
@@ -151,7 +136,6 @@ def _take(line: bytes, flt: Filter, stats: ReadStats) -> dict[str, Any] | None:
         return None
     if not flt.keep(ev):
         return None
-    stats.events += 1
     return ev
 
 
@@ -197,8 +181,7 @@ def iter_events(
                     if last is not None and last < since:
                         continue  # everything in this finished file is older than --since
                 stats.files += 1
-                for ev, _pos in _lines(fd, flt, stats):
-                    yield ev
+                yield from _lines(fd, flt, stats)
             finally:
                 os.close(fd)
     finally:

@@ -8,11 +8,11 @@ fresh, its platforms connected as before, no new holds) before the next is touch
 failure stops the operation with the rest untouched. Everything the new release may rewrite is
 saved first, so a rollback puts the old code and the old files back byte for byte.
 
-- ``plan``: the decisions, pure (order, canary, the health gate), tested with an injected clock;
+- ``decisions``: the decisions, pure (order, canary, the health gate), tested with an injected clock;
 - ``needs``: what a target release needs in the root's files before it may run (the pre-flight);
 - ``backup``: saving and restoring the profile files a release migrates, never through a link;
 - ``environment``: the interpreter side: pip, and a byte copy of the distributions pip replaces;
 - ``record``: the operation's record under ``<root>/.hermesd/upgrades/<id>/``;
 - ``run``: the I/O: the daemon's control socket, progress, the event journal;
-- ``cli``: the commands.
+- ``operations``: the three operations, step by step.
 """

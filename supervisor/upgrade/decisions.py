@@ -214,12 +214,9 @@ class Gate:
         if isinstance(at, int | float) and at >= self.start_wall and last.get("kind") not in (None, "planned"):
             what = last.get("description") or "exited"
             return f"the new gateway {what} ({last.get('kind')}: {last.get('reason') or '?'})"
-        if state == "held":
-            return f"held: {row.get('reason') or '?'}"
-        if state == "backoff":
-            return f"in backoff after a failed start: {row.get('reason') or '?'}"
-        if state == "stopped":
-            return f"stopped: {row.get('reason') or '?'}"
+        down = {"held": "held", "backoff": "in backoff after a failed start", "stopped": "stopped"}.get(str(state))
+        if down:
+            return f"{down}: {row.get('reason') or '?'}"
         restarts = row.get("restarts")
         if isinstance(restarts, int) and restarts > self.baseline.restarts + 1:
             return f"restarted {restarts - self.baseline.restarts} times since the restart was asked for"

@@ -28,7 +28,7 @@ import re
 import stat
 import subprocess
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -139,8 +139,7 @@ class SavedDist:
     size: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.version, "dist_info": self.dist_info, "files": self.files,
-                "size": self.size}
+        return asdict(self)
 
     @staticmethod
     def from_json(raw: dict[str, Any]) -> SavedDist:

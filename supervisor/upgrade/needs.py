@@ -44,10 +44,6 @@ class Need:
         value = "true" if self.setting.value else "false"
         return f"{self.profile}: {self.file} needs {self.setting.key}: {value} (now {self.found}): {self.setting.why}"
 
-    def to_json(self) -> dict[str, Any]:
-        return {"profile": self.profile, "file": str(self.file), "key": self.setting.key,
-                "value": self.setting.value, "found": self.found, "why": self.setting.why}
-
 
 def _lookup(config: dict[str, Any], dotted: str) -> tuple[bool, object]:
     node: object = config

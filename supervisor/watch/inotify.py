@@ -17,7 +17,6 @@ import os
 import struct
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from supervisor.watch.classify import (
     DEBOUNCE_S,
@@ -30,9 +29,6 @@ from supervisor.watch.classify import (
     classify,
     watched_dirs,
 )
-
-if TYPE_CHECKING:  # asyncio is imported by the methods, so that available() stays import-cheap
-    import asyncio
 
 log = logging.getLogger("hermesd")
 

@@ -45,7 +45,7 @@ def test_an_unreadable_config_counts_as_missing(served):
     missing = needs.missing_for("0.22.2", served)
     coder = [n for n in missing if n.profile == "coder"]
     assert len(coder) == 1 and coder[0].found.startswith("cannot read")
-    assert coder[0].to_json()["key"] == "gateway.standalone"
+    assert coder[0].setting.key == "gateway.standalone"
 
 
 def test_consent_writes_them_as_adopt_would_with_a_record_to_undo(served):
