@@ -111,7 +111,8 @@ def _tree_memory(scan: Scan) -> dict[str, int]:
         reply = Client(Layout(scan.root)).call("status", wait=2.0)
     except (DaemonNotRunning, DaemonNotAnswering, ControlError, OSError):
         return {}
-    rows = reply.get("profiles") if isinstance(reply, dict) else None
+    document = reply.get("status")
+    rows = document.get("profiles") if isinstance(document, dict) else None
     out: dict[str, int] = {}
     for row in rows if isinstance(rows, list) else []:
         if isinstance(row, dict) and isinstance(row.get("memory_bytes"), int) and isinstance(row.get("name"), str):

@@ -319,3 +319,16 @@ def test_exec_after_dashes_is_the_command_even_when_it_looks_like_an_option(tmp_
     out = subprocess.run([sys.executable, "-m", "supervisor", "exec", "--root", str(root), "coder", "--",
                           "--no-such-program"], capture_output=True, text=True, env=env, cwd=str(REPO), timeout=60)
     assert out.returncode == 127 and "unknown option" not in out.stderr, out
+
+
+def test_doctor_reads_tree_memory_from_the_running_daemon(fake_root, hermesd_factory):
+    """doctor's memory-pressure check takes each running profile's tree memory from the daemon's
+    status reply; a reply it cannot read would silently turn the check off."""
+    from supervisor.doctor.domain_checks import _tree_memory
+    from supervisor.doctor.scan import Scan
+
+    d = hermesd_factory(fake_root)
+    d.wait_running("default", "coder", "writer")
+    usage = _tree_memory(Scan(root=fake_root, env=d.env, service_dirs=[]))
+    assert set(usage) == {"default", "coder", "writer"}
+    assert all(v > 0 for v in usage.values())
