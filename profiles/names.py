@@ -20,7 +20,7 @@ DECISION — whole-string matching. Upstream's ``_PROFILE_ID_RE`` is ``^…$`` u
 ``"ok\\n"`` as a profile, but ``hermes -p 'ok\\n'`` strips the name to ``ok`` and fails. hermesd
 matches the whole string (``fullmatch``), so such a folder is never served (it is reported by
 ``hermesd doctor`` instead). :func:`upstream_id_match` keeps upstream's looser test for the one
-place that must predict upstream's listing (:mod:`profiles.discovery`).
+place that must predict upstream's answer (the active profile's name, :mod:`profiles.discovery`).
 """
 
 from __future__ import annotations
