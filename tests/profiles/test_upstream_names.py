@@ -171,7 +171,6 @@ def test_profile_exists_is_false_for_invalid_names(name: object, tmp_path: Path)
 def test_no_such_profile_wording_and_suggestion() -> None:
     exc = no_such_profile("alpah", ["default", "alpha", "beta"])
     assert str(exc) == "no such profile: 'alpah' (did you mean 'alpha'?)"
-    assert exc.name == "alpah" and exc.suggestion == "alpha"
     assert str(no_such_profile("zzz", ["default", "alpha"])) == "no such profile: 'zzz'"
     long = no_such_profile("x" * 5000, [])
     assert len(str(long)) < 200
