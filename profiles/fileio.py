@@ -43,18 +43,9 @@ MAX_YAML_DEPTH = 200
 T = TypeVar("T")
 
 
-def read_capped(where: Beneath | Path, limit: int = MAX_PROFILE_FILE) -> bytes:
-    """A profile file's bytes; a link, FIFO, device or oversized file is a :class:`ProfileConfigError`."""
-    spot = beneath(where)
-    try:
-        return read_regular(spot, limit)
-    except UnsafeFileError as exc:
-        raise ProfileConfigError(spot.path, exc.problem) from None
-
-
 def read_cached(where: Beneath, cache: dict[str, tuple[Stamp, T]], parse: Callable[[bytes], T]) -> T | None:
     """``parse`` of ``where``'s bytes, reused from ``cache`` while the file keeps its stamp; ``None`` when
-    it does not exist. Unsafe or unreadable is a :class:`ProfileConfigError` (as :func:`read_capped`)."""
+    it does not exist. Unsafe or unreadable is a :class:`ProfileConfigError` (as :func:`read_text`)."""
     hit = cache.get(where.text)
     try:
         stamp, raw = read_if_changed(where, MAX_PROFILE_FILE, hit[0] if hit is not None else None)
@@ -81,9 +72,14 @@ def decode_text(data: bytes, where: Beneath) -> str:
 
 
 def read_text(where: Beneath | Path, limit: int = MAX_PROFILE_FILE) -> str:
-    """File text as UTF-8 (a leading BOM dropped); undecodable, unsafe or oversized is a config error."""
+    """File text as UTF-8 (a leading BOM dropped); a link, FIFO, device, oversized or undecodable file is a
+    :class:`ProfileConfigError`."""
     spot = beneath(where)
-    return decode_text(read_capped(spot, limit), spot)
+    try:
+        data = read_regular(spot, limit)
+    except UnsafeFileError as exc:
+        raise ProfileConfigError(spot.path, exc.problem) from None
+    return decode_text(data, spot)
 
 
 def _check_size(node: yaml.Node, path: Path) -> None:
