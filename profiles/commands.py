@@ -98,8 +98,6 @@ def guard(handler: Handler, ctx: Context) -> Callable[[argparse.Namespace], int]
             print(file=sys.stderr)
             return 130
 
-    run.__name__ = handler.__name__
-    run.__doc__ = handler.__doc__
     return run
 
 
@@ -115,9 +113,11 @@ def _warn(message: str) -> None:
     print(f"warning: {printable(message)}", file=sys.stderr)
 
 
-def _on_path(folder: Path) -> bool:
+def _create_alias(alias: str, profile: str, root: Path, folder: Path) -> None:
+    print(f"Alias created: {create_wrapper(alias, profile, root, folder)}")
     entries = os.environ.get("PATH", "").split(os.pathsep)
-    return any(e and Path(e).absolute() == folder.absolute() for e in entries)
+    if not any(e and Path(e).absolute() == folder.absolute() for e in entries):
+        _warn(f"{folder} is not on your PATH")
 
 
 def _make_alias(name: str, root: Path, folder: Path) -> None:
@@ -127,10 +127,7 @@ def _make_alias(name: str, root: Path, folder: Path) -> None:
         _warn(f"alias {name!r} not created: {problem}")
         print(f"  choose another:  hermesd profile alias {name} --name ALIAS", file=sys.stderr)
         return
-    path = create_wrapper(name, name, root, folder)
-    print(f"Alias created: {path}")
-    if not _on_path(folder):
-        _warn(f"{folder} is not on your PATH")
+    _create_alias(name, name, root, folder)
 
 
 def _alias_text(alias: str, upstream: bool) -> str:
@@ -253,15 +250,11 @@ def cmd_info(args: argparse.Namespace, ctx: Context) -> int:
     # distribution.yaml is the profile's file: every value is shown escaped
     print(f"Distribution: {printable(data.get('name'))}")
     print(f"Version:      {printable(data.get('version', '?'))}")
-    for key, label in (("description", "Description"), ("author", "Author"), ("license", "License")):
+    for key, label in (("description", "Description"), ("author", "Author"), ("license", "License"),
+                       ("hermes_requires", "Requires"), ("source", "Source"), ("installed_at", "Installed")):
         if data.get(key):
-            print(f"{label + ':':<14}{printable(data[key])}")
-    if data.get("hermes_requires"):
-        print(f"Requires:     Hermes {printable(data['hermes_requires'])}")
-    if data.get("source"):
-        print(f"Source:       {printable(data['source'])}")
-    if data.get("installed_at"):
-        print(f"Installed:    {printable(data['installed_at'])}")
+            shown = ("Hermes " if key == "hermes_requires" else "") + printable(data[key])
+            print(f"{label + ':':<14}{shown}")
     env_reqs = data.get("env_requires") or []
     if env_reqs:
         print("Environment variables:")
@@ -473,10 +466,7 @@ def cmd_alias(args: argparse.Namespace, ctx: Context) -> int:
         for name in removed:
             print(f"Removed alias {name!r}")
         return EXIT_OK
-    path = create_wrapper(args.alias_name or canon, canon, root, folder)
-    print(f"Alias created: {path}")
-    if not _on_path(folder):
-        _warn(f"{folder} is not on your PATH")
+    _create_alias(args.alias_name or canon, canon, root, folder)
     return EXIT_OK
 
 

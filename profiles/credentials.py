@@ -24,7 +24,7 @@ from typing import Any
 
 from profiles.envfile import read_env_file
 from profiles.errors import ProfileConfigError
-from profiles.fileio import decode_text, parse_yaml, read_capped_if_changed
+from profiles.fileio import as_mapping, decode_text, parse_yaml, read_cached
 from profiles.safeio import home_file
 from profiles.upstream.platforms import PortBinding, View, credentials_of, ports_of
 
@@ -76,28 +76,12 @@ def shared_config(home: Path | str) -> dict[str, Any]:
     """``config.yaml`` parsed once per file version; ``{}`` when absent. Callers must not mutate it:
     the daemon's rescan reads it without a copy (copying cost 15 % of a 1,000-profile scan)."""
     spot = home_file(home, CONFIG_FILE)
-    key = spot.text
-    hit = _config_cache.get(key)
-    try:
-        stamp, raw = read_capped_if_changed(spot, hit[0] if hit is not None else None)
-    except (FileNotFoundError, NotADirectoryError):
-        return {}
-    except ProfileConfigError:
-        raise
-    except OSError as exc:
-        raise ProfileConfigError(spot.path, f"cannot read: {exc.strerror}") from None
-    if raw is None and hit is not None:
-        return hit[1]
-    assert raw is not None
-    text = decode_text(raw, spot)
-    path = spot.path
-    data = parse_yaml(text, path)
-    if data is None:
-        data = {}
-    elif not isinstance(data, dict):
-        raise ProfileConfigError(path, f"top level must be a mapping, not {type(data).__name__}", line=1)
-    _config_cache[key] = (stamp, data)
-    return data
+
+    def parse(raw: bytes) -> dict[str, Any]:
+        return as_mapping(parse_yaml(decode_text(raw, spot), spot.path), spot.path)
+
+    data = read_cached(spot, _config_cache, parse)
+    return {} if data is None else data
 
 
 def load_config(home: Path) -> dict[str, Any]:

@@ -16,12 +16,11 @@ only fail, so three kinds of directory that upstream would list are *not* served
 * on the multiplex-default line (when the caller passes the release's identity files), a folder
   with none of them: upstream lists no such folder and ``hermes -p X`` exits 1.
 
-:func:`unserved_entries` lists every skipped entry with its reason (invalid name, reserved
-name, symlink, not a directory) and whether upstream would serve it, so ``hermesd doctor`` can
-report them instead of them vanishing silently; :func:`upstream_served_names` is upstream's
-list, exactly (tested against upstream). Entries whose name starts with ``.`` are hermesd's (or
-the user's) scratch space — temp folders of an import in progress, for instance — and are
-ignored without a word (upstream never lists them either).
+:func:`unserved_profile_dirs` lists every skipped entry with its reason (invalid name, reserved
+name, symlink, not a directory), so ``hermesd doctor`` can report them instead of them vanishing
+silently. Entries whose name starts with ``.`` are hermesd's (or the user's) scratch space — temp
+folders of an import in progress, for instance — and are ignored without a word (upstream never
+lists them either).
 
 The *active* profile is what a bare ``hermes`` command would use, predicted step for step as
 upstream decides it (:func:`upstream_active_profile`): a ``HERMES_HOME`` whose parent folder is
@@ -31,9 +30,9 @@ named: the root is ``default``, ``<root>/profiles/<name>`` is ``<name>`` (reserv
 included), anything else ``custom``.
 
 API: ``profiles_to_serve(multiplex, root)``, ``named_profiles``, ``profile_names`` (the names a
-verb accepts), ``unserved_entries`` / ``unserved_profile_dirs``, ``upstream_served_names``,
-``profile_exists`` (never raises), ``existing_profile_home`` (raises ``no such profile`` with a
-suggestion), ``active_profile``, ``upstream_active_profile``, ``read/set/clear_active_profile``.
+verb accepts), ``unserved_profile_dirs``, ``profile_exists`` (never raises), ``existing_profile_home``
+(raises ``no such profile`` with a suggestion), ``active_profile``, ``upstream_active_profile``,
+``read/set/clear_active_profile``.
 """
 
 from __future__ import annotations
@@ -74,48 +73,31 @@ REASON_RESERVED = "reserved name"
 REASON_NO_IDENTITY = "no identity file"
 
 
-@dataclass(frozen=True, slots=True)
-class UnservedEntry:
-    """One entry under ``profiles/`` that hermesd will not serve, why, and whether upstream would.
-
-    ``upstream_serves`` is the prediction of upstream's ``profiles_to_serve(multiplex=True)``:
-    upstream lists every entry for which ``is_dir()`` (following links) holds and whose name
-    passes its ``re.match`` test (a trailing newline included), ``default`` aside. The doctor
-    uses it to say "Hermes alone would serve this, hermesd does not, because …".
-    """
-
-    name: str
-    path: Path
-    reason: str
-    upstream_serves: bool = False
-
-
-def _classify(entry: os.DirEntry[str], identity: Sequence[str] = ()) -> tuple[str | None, bool]:
-    """``(None, True)`` for a servable profile directory, else ``(reason, upstream_serves)``.
+def _classify(entry: os.DirEntry[str], identity: Sequence[str] = ()) -> str | None:
+    """``None`` for a servable profile directory, else why it is not served.
 
     ``identity``: the files of which one must be in the folder on the installed release (the
     multiplex-default line); empty: any folder with a valid name is a profile.
     """
-    upstream_name = upstream_id_match(entry.name) and entry.name != DEFAULT_PROFILE
     try:
         if entry.is_symlink():
-            return REASON_SYMLINK, upstream_name and entry.is_dir()
+            return REASON_SYMLINK
         if not entry.is_dir(follow_symlinks=False):
-            return REASON_NOT_DIR, False
+            return REASON_NOT_DIR
     except OSError:
-        return REASON_NOT_DIR, False
+        return REASON_NOT_DIR
     if not is_valid_name(entry.name):
-        return REASON_INVALID, upstream_name
+        return REASON_INVALID
     if entry.name in RESERVED_NAMES:
-        return REASON_RESERVED, upstream_name
+        return REASON_RESERVED
     if identity and not any(os.path.lexists(os.path.join(entry.path, m)) for m in identity):
-        return REASON_NO_IDENTITY, False
-    return None, True
+        return REASON_NO_IDENTITY
+    return None
 
 
-def _scan(root: Path, identity: Sequence[str] = ()) -> tuple[list[tuple[str, Path]], list[UnservedEntry]]:
+def _scan(root: Path, identity: Sequence[str] = ()) -> tuple[list[tuple[str, Path]], list[tuple[str, Path, str]]]:
     served: list[tuple[str, Path]] = []
-    skipped: list[UnservedEntry] = []
+    skipped: list[tuple[str, Path, str]] = []
     folder = root / PROFILES_DIRNAME
     try:
         it = os.scandir(folder)
@@ -125,13 +107,13 @@ def _scan(root: Path, identity: Sequence[str] = ()) -> tuple[list[tuple[str, Pat
         for entry in it:
             if entry.name.startswith("."):
                 continue
-            reason, upstream = _classify(entry, identity)
+            reason = _classify(entry, identity)
             if reason is None:
                 served.append((entry.name, Path(entry.path)))
             else:
-                skipped.append(UnservedEntry(entry.name, Path(entry.path), reason, upstream))
+                skipped.append((entry.name, Path(entry.path), reason))
     served.sort()
-    skipped.sort(key=lambda u: u.name)
+    skipped.sort(key=lambda u: u[0])
     return served, skipped
 
 
@@ -149,24 +131,7 @@ def unserved_profile_dirs(
     root: Path | str | None = None, env: Mapping[str, str] | None = None, *, identity: Sequence[str] = ()
 ) -> list[tuple[str, Path, str]]:
     """Every non-dot entry under ``profiles/`` that is not served, as ``(name, path, reason)``."""
-    return [(u.name, u.path, u.reason) for u in _scan(root_or_env(root, env), identity)[1]]
-
-
-def unserved_entries(root: Path | str | None = None, env: Mapping[str, str] | None = None) -> list[UnservedEntry]:
-    """Every non-dot entry under ``profiles/`` that is not served, with reason and upstream's view."""
-    return _scan(root_or_env(root, env))[1]
-
-
-def upstream_served_names(root: Path | str | None = None, env: Mapping[str, str] | None = None) -> list[str]:
-    """What upstream's ``profiles_to_serve(multiplex=True)`` would list for ``root``, names only.
-
-    hermesd's served profiles plus the skipped entries upstream would still list (reserved names,
-    symlinks to folders, names with a trailing newline), ``default`` first and the rest sorted as
-    upstream sorts them. The difference is hermesd's deliberate refusal, never a disagreement.
-    """
-    served, skipped = _scan(root_or_env(root, env))
-    names = [n for n, _ in served] + [u.name for u in skipped if u.upstream_serves]
-    return [DEFAULT_PROFILE, *sorted(names)]
+    return _scan(root_or_env(root, env), identity)[1]
 
 
 def profile_exists(name: object, root: Path | str | None = None, env: Mapping[str, str] | None = None) -> bool:

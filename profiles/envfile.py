@@ -30,7 +30,7 @@ import re
 from pathlib import Path
 
 from profiles.errors import ProfileConfigError
-from profiles.fileio import read_capped_if_changed
+from profiles.fileio import read_cached
 from profiles.safeio import Beneath, beneath
 from profiles.upstream.envkeys import KNOWN_ENV_KEYS
 
@@ -205,19 +205,5 @@ def read_env_file(path: Beneath | Path | str) -> dict[str, str]:
     ``.env`` that is a link (hermesd never reads one profile's file through another's).
     """
     spot = beneath(path)
-    key = spot.text
-    hit = _cache.get(key)
-    try:
-        stamp, raw = read_capped_if_changed(spot, hit[0] if hit is not None else None)
-    except (FileNotFoundError, NotADirectoryError):
-        return {}
-    except ProfileConfigError:
-        raise
-    except OSError as exc:
-        raise ProfileConfigError(spot.path, f"cannot read: {exc.strerror}") from None
-    if raw is None and hit is not None:
-        return dict(hit[1])
-    assert raw is not None
-    values = parse_env_text(decode(raw).replace("\x00", ""), spot.path)
-    _cache[key] = (stamp, values)
-    return dict(values)
+    values = read_cached(spot, _cache, lambda raw: parse_env_text(decode(raw).replace("\x00", ""), spot.path))
+    return {} if values is None else dict(values)

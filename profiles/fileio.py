@@ -17,8 +17,9 @@ folder is a profile home). Writes go through an ``O_EXCL`` temp file in the same
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
@@ -39,24 +40,27 @@ except AttributeError:  # pragma: no cover - PyYAML built without libyaml
 MAX_PROFILE_FILE = 1 << 20  # .env, config.yaml, hermesd.yaml
 MAX_YAML_NODES = 100_000  # nodes after alias expansion
 MAX_YAML_DEPTH = 200
+T = TypeVar("T")
 
 
-def read_capped(where: Beneath | Path, limit: int = MAX_PROFILE_FILE) -> bytes:
-    """A profile file's bytes; a link, FIFO, device or oversized file is a :class:`ProfileConfigError`."""
-    spot = beneath(where)
+def read_cached(where: Beneath, cache: dict[str, tuple[Stamp, T]], parse: Callable[[bytes], T]) -> T | None:
+    """``parse`` of ``where``'s bytes, reused from ``cache`` while the file keeps its stamp; ``None`` when
+    it does not exist. Unsafe or unreadable is a :class:`ProfileConfigError` (as :func:`read_text`)."""
+    hit = cache.get(where.text)
     try:
-        return read_regular(spot, limit)
-    except UnsafeFileError as exc:
-        raise ProfileConfigError(spot.path, exc.problem) from None
-
-
-def read_capped_if_changed(where: Beneath, stamp: Stamp | None,
-                           limit: int = MAX_PROFILE_FILE) -> tuple[Stamp, bytes | None]:
-    """:func:`profiles.safeio.read_if_changed` with :func:`read_capped`'s errors (for parse caches)."""
-    try:
-        return read_if_changed(where, limit, stamp)
+        stamp, raw = read_if_changed(where, MAX_PROFILE_FILE, hit[0] if hit is not None else None)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
     except UnsafeFileError as exc:
         raise ProfileConfigError(where.path, exc.problem) from None
+    except OSError as exc:
+        raise ProfileConfigError(where.path, f"cannot read: {exc.strerror}") from None
+    if raw is None and hit is not None:
+        return hit[1]
+    assert raw is not None
+    value = parse(raw)
+    cache[where.text] = (stamp, value)
+    return value
 
 
 def decode_text(data: bytes, where: Beneath) -> str:
@@ -68,9 +72,14 @@ def decode_text(data: bytes, where: Beneath) -> str:
 
 
 def read_text(where: Beneath | Path, limit: int = MAX_PROFILE_FILE) -> str:
-    """File text as UTF-8 (a leading BOM dropped); undecodable, unsafe or oversized is a config error."""
+    """File text as UTF-8 (a leading BOM dropped); a link, FIFO, device, oversized or undecodable file is a
+    :class:`ProfileConfigError`."""
     spot = beneath(where)
-    return decode_text(read_capped(spot, limit), spot)
+    try:
+        data = read_regular(spot, limit)
+    except UnsafeFileError as exc:
+        raise ProfileConfigError(spot.path, exc.problem) from None
+    return decode_text(data, spot)
 
 
 def _check_size(node: yaml.Node, path: Path) -> None:
@@ -210,7 +219,11 @@ def load_yaml_mapping(where: Beneath | Path, limit: int = MAX_PROFILE_FILE) -> d
         text = read_text(spot, limit)
     except (FileNotFoundError, NotADirectoryError):
         return {}
-    data = parse_yaml(text, path)
+    return as_mapping(parse_yaml(text, path), path)
+
+
+def as_mapping(data: object, path: Path) -> dict[str, Any]:
+    """A parsed document that must be a mapping; empty means ``{}``."""
     if data is None:
         return {}
     if not isinstance(data, dict):

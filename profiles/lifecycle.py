@@ -382,23 +382,16 @@ def rename_profile(
     made_new_name = False
     for wrapper in wrappers:
         alias = new_canon if wrapper.alias == old_canon else wrapper.alias
+        renamed = alias != wrapper.alias
         try:
-            if alias != wrapper.alias:
+            if renamed:
                 safeio.unlink(safeio.at(wrapper.path.parent, wrapper.path.name))
                 result.aliases_removed.append(_alias_label(wrapper.alias, wrapper.kind))
-                create_wrapper(
-                    alias, new_canon, base, wrapper.path.parent,
-                    env=env, hermes=hermes, hermesd=hermesd,
-                    windows=wrapper.path.suffix.lower() == ".bat", replace_own=False,
-                )
-            elif wrapper.kind == KIND_UPSTREAM:
+            if not renamed and wrapper.kind == KIND_UPSTREAM:
                 adopt_wrapper(wrapper, base, env=env, hermes=hermes, hermesd=hermesd, profile=new_canon)
             else:
-                create_wrapper(
-                    alias, new_canon, base, wrapper.path.parent,
-                    env=env, hermes=hermes, hermesd=hermesd,
-                    windows=wrapper.path.suffix.lower() == ".bat", replace_own=True,
-                )
+                create_wrapper(alias, new_canon, base, wrapper.path.parent, env=env, hermes=hermes, hermesd=hermesd,
+                               windows=wrapper.path.suffix.lower() == ".bat", replace_own=not renamed)
             result.aliases_created.append(alias)
             made_new_name = made_new_name or alias == new_canon
         except ProfileError as exc:

@@ -39,7 +39,6 @@ def write_profile_meta(
     *,
     description: str | None = None,
     description_auto: bool | None = None,
-    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Merge the given fields into ``profile.yaml`` atomically and return the new content.
 
@@ -51,8 +50,6 @@ def write_profile_meta(
         raise ProfileNotFoundError(f"profile directory does not exist: {home}")
     path = meta_path(home)
     data: dict[str, Any] = dict(load_yaml_mapping(path))
-    if extra:
-        data.update(extra)
     if description is not None:
         data["description"] = description.strip()
     if description_auto is not None:

@@ -10,7 +10,7 @@ API (also used by the supervisor's CLI):
 
 * ``parse_profile_name(raw, allow_default=True) -> str`` — normalise + validate a typed name;
 * ``is_valid_name(name) -> bool`` — the on-disk id shape, matched against the *whole* string;
-* ``no_such_profile(name, known) -> UnknownProfileError`` — the one wording for an unknown
+* ``no_such_profile(name, known) -> ProfileNotFoundError`` — the one wording for an unknown
   profile, with a did-you-mean suggestion (raise it, or print ``str()`` of it);
 * ``resolve_profile_names(raw_names, known) -> list[str]`` — every name checked before any
   is acted on; all unknown names reported in one error.
@@ -20,13 +20,13 @@ DECISION — whole-string matching. Upstream's ``_PROFILE_ID_RE`` is ``^…$`` u
 ``"ok\\n"`` as a profile, but ``hermes -p 'ok\\n'`` strips the name to ``ok`` and fails. hermesd
 matches the whole string (``fullmatch``), so such a folder is never served (it is reported by
 ``hermesd doctor`` instead). :func:`upstream_id_match` keeps upstream's looser test for the one
-place that must predict upstream's listing (:mod:`profiles.discovery`).
+place that must predict upstream's answer (the active profile's name, :mod:`profiles.discovery`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from profiles.errors import InvalidNameError, ProfileNotFoundError
 
@@ -134,25 +134,6 @@ def parse_profile_name(raw: object, *, allow_default: bool = True) -> str:
 # --------------------------------------------------------------------------- unknown names
 
 
-class UnknownProfileError(ProfileNotFoundError):
-    """A profile name that names no profile; carries the name and the suggestion, if any."""
-
-    def __init__(self, message: str, names: Sequence[str], suggestions: Sequence[str | None]) -> None:
-        super().__init__(message)
-        self.names = tuple(names)
-        self.suggestions = tuple(suggestions)
-
-    @property
-    def name(self) -> str:
-        """The (first) unknown name as the user typed it."""
-        return self.names[0]
-
-    @property
-    def suggestion(self) -> str | None:
-        """The closest known profile name for the (first) unknown name, if one is close enough."""
-        return self.suggestions[0]
-
-
 def suggest_profile(name: object, known: Iterable[str]) -> str | None:
     """The known profile name closest to ``name`` (after normalisation), or ``None``."""
     text = name if isinstance(name, str) else str(name)
@@ -163,42 +144,35 @@ def suggest_profile(name: object, known: Iterable[str]) -> str | None:
     return close[0] if close else None
 
 
-def _unknown_phrase(name: object, suggestion: str | None) -> str:
-    hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
-    return f"no such profile: {shown(name)}{hint}"
-
-
-def no_such_profile(name: object, known: Iterable[str]) -> UnknownProfileError:
+def no_such_profile(name: object, known: Iterable[str]) -> ProfileNotFoundError:
     """The one "no such profile" error, e.g. ``no such profile: 'alpah' (did you mean 'alpha'?)``.
 
     ``name`` is what the user typed (shown as typed, cut to a short prefix); ``known`` the names
     that do exist. Return value is an exception: ``raise no_such_profile(...)``, or print its
-    ``str()``. A subclass of ``ProfileNotFoundError`` (so of ``ProfileError``): hermesd's CLI turns
-    it into ``hermesd: error: …`` and exit status 2.
+    ``str()``. A ``ProfileNotFoundError`` (so a ``ProfileError``): hermesd's CLI turns it into
+    ``hermesd: error: …`` and exit status 2.
     """
     suggestion = suggest_profile(name, known)
-    text = name if isinstance(name, str) else str(name)
-    return UnknownProfileError(_unknown_phrase(name, suggestion), [text], [suggestion])
+    hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
+    return ProfileNotFoundError(f"no such profile: {shown(name)}{hint}")
 
 
 def resolve_profile_names(raw_names: Iterable[object], known: Iterable[str]) -> list[str]:
     """Canonical names for ``raw_names``, after checking every one (nothing acts before all are known).
 
     An invalid name raises :class:`InvalidNameError`; unknown names raise one
-    :class:`UnknownProfileError` naming each of them (``no such profile: 'a'; no such profile: 'b'
+    :class:`ProfileNotFoundError` naming each of them (``no such profile: 'a'; no such profile: 'b'
     (did you mean 'bb'?)``). ``known`` holds canonical names (``default`` included when it counts).
     """
     known_set = set(known)
     out: list[str] = []
-    unknown: list[tuple[str, str | None]] = []
+    unknown: list[str] = []
     for raw in raw_names:
         canon = parse_profile_name(raw)
         if canon in known_set:
             out.append(canon)
         else:
-            text = raw if isinstance(raw, str) else str(raw)
-            unknown.append((text, suggest_profile(text, known_set)))
+            unknown.append(str(no_such_profile(raw, known_set)))
     if unknown:
-        message = "; ".join(_unknown_phrase(n, s) for n, s in unknown)
-        raise UnknownProfileError(message, [n for n, _ in unknown], [s for _, s in unknown])
+        raise ProfileNotFoundError("; ".join(unknown))
     return out

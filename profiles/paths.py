@@ -71,19 +71,7 @@ def hermes_home(env: Mapping[str, str] | None = None) -> Path:
 def resolve_root(env: Mapping[str, str] | None = None) -> Path:
     """The Hermes root for ``env`` (see the module docstring for the three cases)."""
     e = _env(env)
-    native = native_default_home(e)
-    raw = e.get("HERMES_HOME", "").strip()
-    if not raw:
-        return native
-    env_path = Path(raw)
-    try:
-        env_path.resolve().relative_to(native.resolve())
-        return native
-    except ValueError:
-        pass
-    if env_path.parent.name == PROFILES_DIRNAME:
-        return env_path.parent.parent
-    return env_path
+    return _root_of(e.get("HERMES_HOME", "").strip(), e)
 
 
 def upstream_root(env: Mapping[str, str] | None = None) -> Path:
@@ -95,8 +83,11 @@ def upstream_root(env: Mapping[str, str] | None = None) -> Path:
     exists for the predictions that must equal upstream's (the active profile).
     """
     e = _env(env)
-    native = native_default_home(e)
-    raw = e.get("HERMES_HOME", "")
+    return _root_of(e.get("HERMES_HOME", ""), e)
+
+
+def _root_of(raw: str, env: Mapping[str, str]) -> Path:
+    native = native_default_home(env)
     if not raw:
         return native
     env_path = Path(raw)
@@ -133,11 +124,6 @@ def existing_root(root: Path | str | None, env: Mapping[str, str] | None = None)
     return base
 
 
-def profiles_dir(root: Path | str | None = None, env: Mapping[str, str] | None = None) -> Path:
-    """``<root>/profiles``: the one folder that holds every named profile."""
-    return root_or_env(root, env) / PROFILES_DIRNAME
-
-
 def get_profile_dir(
     name: str, root: Path | str | None = None, env: Mapping[str, str] | None = None
 ) -> Path:
@@ -152,8 +138,3 @@ def get_profile_dir(
 def active_profile_path(root: Path | str | None = None, env: Mapping[str, str] | None = None) -> Path:
     """``<root>/active_profile``: the sticky default written by ``profile use``."""
     return root_or_env(root, env) / ACTIVE_PROFILE_FILE
-
-
-def hermesd_dir(root: Path | str | None = None, env: Mapping[str, str] | None = None) -> Path:
-    """``<root>/.hermesd``: hermesd's own state, never cloned, exported or served."""
-    return root_or_env(root, env) / HERMESD_DIRNAME

@@ -154,16 +154,6 @@ class RouteParse:
         """Every issue as one line (``profile route #N 'name' (form): …`` for per-rule issues)."""
         return tuple(i.message for i in self.issues)
 
-    @property
-    def both_forms(self) -> bool:
-        """True when config.yaml has the top-level and the nested list (Hermes ignores the nested one)."""
-        return {FORM_TOP, FORM_NESTED} <= self.forms
-
-    @property
-    def loader_error(self) -> str | None:
-        """Why upstream's config loader would raise (the gateway would not start), if it would."""
-        return next((i.message for i in self.issues if i.code == "loader_error"), None)
-
 
 # --------------------------------------------------------------------------- where the list comes from
 
@@ -198,11 +188,10 @@ def route_source(config: object = MISSING, gateway_json: object = MISSING) -> Ro
             top = doc.get("profile_routes")
             section = doc.get("gateway")
             nested = section.get("profile_routes") if isinstance(section, Mapping) else None
-            if top is not None:
-                forms.add(FORM_TOP)
             if nested is not None:
                 forms.add(FORM_NESTED)
             if top is not None:
+                forms.add(FORM_TOP)
                 chosen, yaml_form, key = top, FORM_TOP, "profile_routes"
                 if nested is not None:
                     issues.append(RouteIssue(
@@ -213,14 +202,13 @@ def route_source(config: object = MISSING, gateway_json: object = MISSING) -> Ro
                 chosen, yaml_form, key = nested, FORM_NESTED, "gateway.profile_routes"
             if isinstance(chosen, list):
                 yaml_routes = chosen
-            elif chosen is not None:
-                issues.append(RouteIssue(
-                    "not_a_list",
-                    f"{key} must be a list, got {type(chosen).__name__}; Hermes loads no routes from config.yaml",
-                    form=yaml_form,
-                ))
-                yaml_form = None
             else:
+                if chosen is not None:
+                    issues.append(RouteIssue(
+                        "not_a_list",
+                        f"{key} must be a list, got {type(chosen).__name__}; Hermes loads no routes from config.yaml",
+                        form=yaml_form,
+                    ))
                 yaml_form = None
     if isinstance(gateway_json, Mapping) and gateway_json.get("profile_routes") is not None:
         forms.add(FORM_JSON)

@@ -217,8 +217,6 @@ def serves_home(pid: int, home: Path, profile: str | None = None, argv: list[str
     user's) serves nothing here.
     ``argv`` replaces the live command line (a confinement shim not yet exec'd: what it will run).
     """
-    # Imported here: the probe imports this module for every check, and needs these only for a live PID.
-
     profile = profile or home_profile(home)
     args = argv if argv is not None else proc_argv(pid)
     if not runs_gateway(args):

@@ -48,7 +48,6 @@ HOST_RECORD = "host-gateway.json"
 # What a multiplexing gateway writes into gateway_state.json (and ``identify`` answers): the
 # profiles it serves; an empty list (or none) means "only the profile that launched it".
 SERVED_KEY = "served_profiles"
-STANDALONE_REASON_KEY = "multiplex_standalone_reason"
 
 # The event-loop watchdog's verdict in gateway_state.json before it exits 75.
 WATCHDOG_REASON = "loop_liveness_watchdog"

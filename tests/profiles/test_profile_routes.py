@@ -131,7 +131,7 @@ def test_top_level_wins_and_both_forms_are_flagged() -> None:
     }
     parsed = parse_profile_routes(config)
     assert [r.name for r in parsed.routes] == ["top"]
-    assert parsed.both_forms and parsed.forms == {FORM_TOP, FORM_NESTED}
+    assert parsed.forms == {FORM_TOP, FORM_NESTED}
     assert any("only the top-level" in w for w in parsed.warnings)
 
 
