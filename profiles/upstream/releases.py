@@ -168,6 +168,9 @@ STATE_KEYS = (
     "restart_requested", "start_time", "updated_at",
 )
 
+# upstream's DEFAULT_HEARTBEAT_INTERVAL_S (gateway/shutdown_watchdog.py), on every release that beats.
+HEARTBEAT_INTERVAL_S = 30.0
+
 
 def _release(
     release: str, *, flag: bool = False, fatal: int | None = None, port: int | None = None,
@@ -177,7 +180,7 @@ def _release(
     return Contract(
         release=release, supported=supported, external_supervisor_flag=flag, exit_restart=75,
         exit_fatal_config=fatal, port_in_use_exit=port, unmarked_sigterm_state=unmarked,
-        marker_polled=polled, heartbeat=heartbeat, heartbeat_interval_s=30.0 if heartbeat else None,
+        marker_polled=polled, heartbeat=heartbeat, heartbeat_interval_s=HEARTBEAT_INTERVAL_S if heartbeat else None,
         s6_pins_default=s6, respawn_storm_breaker=storm, multiplexing=mux, lazy_installs_env=True,
     )
 

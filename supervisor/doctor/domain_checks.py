@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from profiles.upstream.releases import HEARTBEAT_INTERVAL_S
 from supervisor import ownership
 from supervisor.control.client import Client, ControlError, DaemonNotAnswering, DaemonNotRunning
 from supervisor.doctor.scan import Scan
@@ -87,7 +88,7 @@ def check_limits(scan: Scan) -> None:
     for f in _cgroup_findings(str(scan.root), configured):
         scan.add(f.severity, f.code, None, f.message, f.fix or "nothing to do")
     for prof in scan.profiles:
-        warning = hung_after_warning(scan.config.hung_for(prof.name).hung_after)
+        warning = hung_after_warning(scan.config.hung_for(prof.name).hung_after, HEARTBEAT_INTERVAL_S)
         if warning:
             scan.add(WARNING, "hung_after_too_short", prof.name, warning,
                      f"raise hung_after for {prof.name!r} in hermesd.yaml (or set it to null to turn it off)")

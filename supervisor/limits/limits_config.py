@@ -26,7 +26,6 @@ from dataclasses import dataclass
 __all__ = [
     "DEFAULT_HUNG_AFTER",
     "DEFAULT_STARTUP_GRACE",
-    "HEARTBEAT_PERIOD",
     "MIN_MEMORY_MAX",
     "HungSettings",
     "Limits",
@@ -44,7 +43,6 @@ __all__ = [
     "parse_tasks_max",
 ]
 
-HEARTBEAT_PERIOD = 30.0  # upstream's DEFAULT_HEARTBEAT_INTERVAL_S (gateway/shutdown_watchdog.py)
 DEFAULT_HUNG_AFTER = 120.0  # four heartbeat periods: three missed beats plus the one in flight
 # Upstream writes its first heartbeat only once ``running``, after connecting every platform in
 # turn, each for up to 30 s (``_PLATFORM_CONNECT_TIMEOUT_SECS_DEFAULT``); 300 s covers eight.
@@ -210,7 +208,7 @@ def parse_startup_grace(value: object, key: str) -> float | None:
     return _seconds(value, key)
 
 
-def hung_after_warning(hung_after: float | None, heartbeat_period: float = HEARTBEAT_PERIOD) -> str | None:
+def hung_after_warning(hung_after: float | None, heartbeat_period: float) -> str | None:
     """For doctor: a ``hung_after`` that healthy gateways cannot meet.
 
     Not an error, because test gateways beat faster than upstream's fixed 30 s; against the real

@@ -130,8 +130,9 @@ def test_merge_hung():
 
 
 def test_hung_after_warning():
-    assert hung_after_warning(120) is None and hung_after_warning(None) is None
-    assert "heartbeat period" in hung_after_warning(20)
+    assert hung_after_warning(120, 30.0) is None and hung_after_warning(None, 30.0) is None
+    assert "heartbeat period" in hung_after_warning(20, 30.0)
+    assert hung_after_warning(20, 10.0) is None
 
 
 def test_format_size():
