@@ -566,6 +566,7 @@ class Finding:
     missing: tuple[str, ...]
     install: str | None
     hint: str = ""
+    specs: tuple[str, ...] = ()  # what pip would install for it (not shown: ``install`` is the command)
 
     def to_json(self) -> dict[str, Any]:
         return {"profile": self.profile, "platform": self.platform, "missing": list(self.missing),
@@ -609,13 +610,13 @@ def requirement_findings(root: Path, *, profiles: Sequence[str] | None = None,
     Raises :class:`supervisor.childspec.GatewayCommandError` when there is no gateway command, and
     ``supervisor.config.ConfigError`` for a broken hermesd.yaml. Asks the interpreter at most once.
     """
-    return [f for f, _ in collect(Path(root), profiles, command, env)[0]]
+    return collect(Path(root), profiles, command, env)[0]
 
 
 def collect(root: Path, profiles: Sequence[str] | None, command: Sequence[str] | None,
-            env: Mapping[str, str] | None) -> tuple[list[tuple[Finding, PlatformCheck]], Facts | None]:
-    """:func:`requirement_findings` with each finding's check, and the interpreter's facts (None when
-    no chosen profile enables a platform, so the interpreter was not asked)."""
+            env: Mapping[str, str] | None) -> tuple[list[Finding], Facts | None]:
+    """:func:`requirement_findings`, and the interpreter's facts (None when no chosen profile enables
+    a platform, so the interpreter was not asked)."""
     base = dict(os.environ if env is None else env)
     cfg = config_mod.load(Layout(root).config)
     if command is None:
@@ -624,7 +625,7 @@ def collect(root: Path, profiles: Sequence[str] | None, command: Sequence[str] |
     if profiles is not None:
         wanted = set(profiles)
         served = [(n, h) for n, h in served if n in wanted]
-    out: list[tuple[Finding, PlatformCheck]] = []
+    out: list[Finding] = []
     facts: Facts | None = None
     for name, home in served:
         try:
@@ -637,6 +638,5 @@ def collect(root: Path, profiles: Sequence[str] | None, command: Sequence[str] |
                                         extra=cfg.child_environment(name))
         report = check_requirements(command, reqs, env=child_env)
         facts = report.facts
-        for c in report.missing:
-            out.append((Finding(name, c.platform, c.missing, c.install, c.hint), c))
+        out += [Finding(name, c.platform, c.missing, c.install, c.hint, c.specs) for c in report.missing]
     return out, facts
