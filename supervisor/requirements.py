@@ -431,7 +431,7 @@ def _ask(command: Sequence[str], interp: list[str], qtext: str, env: dict[str, s
     facts = Facts(
         interpreter=tuple(interp),
         executable=r.get("executable") if isinstance(r.get("executable"), str) else None,
-        version=version.strip() if version else None,
+        version=version,
         dist_name=r.get("dist_name") if isinstance(r.get("dist_name"), str) else None,
         version_error=verror,
         modules={str(k): bool(v) for k, v in (r.get("modules") or {}).items()},
