@@ -282,31 +282,30 @@ class _Reader:
     def domains(self, body: dict[str, yaml.Node], prefix: str) -> dict[str, Any]:
         """``isolation``, ``limits``, ``hung_after`` and ``startup_grace``, at the top or for one profile."""
         from supervisor.limits.limits_config import (  # lazy: see above
-            LimitsConfigError,
             parse_hung_after,
             parse_limits,
             parse_startup_grace,
         )
 
-        out: dict[str, Any] = {}
-        parsers: dict[str, Any] = {"isolation": parse_isolation, "limits": parse_limits}
-        for key, parse in parsers.items():
-            if key in body:
-                try:
-                    out[key] = parse(_construct(body[key]), prefix + key)
-                except (IsolationConfigError, LimitsConfigError) as exc:
-                    sub = str(getattr(exc, "key", "") or "")[len(prefix + key) + 1 :]
-                    raise self.fail_at(body[key], tuple(p for p in sub.split(".") if p), str(exc), "") from None
-        hung: dict[str, float | None] = {}
-        for key, parse in (("hung_after", parse_hung_after), ("startup_grace", parse_startup_grace)):
-            if key in body:
-                try:
-                    hung[key] = parse(_construct(body[key]), prefix + key)
-                except LimitsConfigError as exc:
-                    raise self.fail_at(body[key], (), str(exc), "") from None
+        out: dict[str, Any] = {key: self.section(parse, body[key], prefix + key)
+                               for key, parse in (("isolation", parse_isolation), ("limits", parse_limits))
+                               if key in body}
+        hung = {key: self.section(parse, body[key], prefix + key)
+                for key, parse in (("hung_after", parse_hung_after), ("startup_grace", parse_startup_grace))
+                if key in body}
         if hung:
             out["hung"] = hung
         return out
+
+    def section(self, parse: Callable[[object, str], Any], node: yaml.Node, key: str) -> Any:
+        """``parse`` (an isolation or limits parser) on ``node``; its error at the line of the key it names."""
+        from supervisor.limits.limits_config import LimitsConfigError  # lazy: see above
+
+        try:
+            return parse(_construct(node), key)
+        except (IsolationConfigError, LimitsConfigError) as exc:
+            sub = str(getattr(exc, "key", "") or "")[len(key) + 1 :]
+            raise self.fail_at(node, tuple(p for p in sub.split(".") if p), str(exc), "") from None
 
     def kanban(self, node: yaml.Node) -> dict[str, Any]:
         """``kanban: {dispatcher: PROFILE | off, workers_per_profile: N, worker_limits: {...},
@@ -326,14 +325,9 @@ class _Reader:
             out["kanban_requests_per_minute"] = self.integer(body["requests_per_minute"],
                                                              "kanban.requests_per_minute", minimum=1)
         if "worker_limits" in body:
-            from supervisor.limits.limits_config import LimitsConfigError, parse_limits  # lazy: see above
+            from supervisor.limits.limits_config import parse_limits  # lazy: see above
 
-            try:
-                out["kanban_worker_limits"] = parse_limits(_construct(body["worker_limits"]), "kanban.worker_limits")
-            except LimitsConfigError as exc:
-                sub = str(getattr(exc, "key", "") or "")[len("kanban.worker_limits") + 1 :]
-                raise self.fail_at(body["worker_limits"], tuple(p for p in sub.split(".") if p), str(exc), "") \
-                    from None
+            out["kanban_worker_limits"] = self.section(parse_limits, body["worker_limits"], "kanban.worker_limits")
         if "dispatcher" not in body:
             return out
         value = self.scalar(body["dispatcher"], "kanban.dispatcher")

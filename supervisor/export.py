@@ -40,7 +40,7 @@ import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +60,7 @@ from supervisor.requirements import interpreter_facts, release_contract
 from supervisor.service import env_line, hermesd_command, systemd_quote
 
 if TYPE_CHECKING:
+    from profiles.upstream.releases import Contract
     from supervisor.config import Config
 
 FORMATS = ("systemd", "compose", "kubernetes")
@@ -70,9 +71,6 @@ UNIT_PREFIX = "hermes-gw-"
 # version ("unsupported Compose file version: 1.0"); 3.8 is the newest it knows and has every key
 # the export writes ('init' needs 3.7). docker-compose 1.29 accepts it, Compose v2 ignores it.
 COMPOSE_FILE_VERSION = "3.8"
-
-if TYPE_CHECKING:
-    from profiles.upstream.releases import Contract
 
 
 class ExportError(ValueError):
@@ -86,17 +84,17 @@ class Gateway:
     name: str
     home: Path
     stop_timeout: float
-    extra_env: Mapping[str, str] = field(default_factory=dict)
-    has_env_file: bool = False
+    extra_env: Mapping[str, str]
+    has_env_file: bool
     # what a container gets instead: only the default profile's container mounts the root's board,
-    # so a named profile's never dispatches (None: same as extra_env)
-    container_env: Mapping[str, str] | None = None
+    # so a named profile's never dispatches
+    container_env: Mapping[str, str]
     # owner (uid, gid) of the profile folder: a Compose service runs as it, so what the gateway
     # writes through the bind mount stays the owner's and the gateway is not root unless the folder is
-    owner: tuple[int, int] | None = None
+    owner: tuple[int, int] | None
     # hermesd.yaml's hung_after for the profile (None: hung detection off): the heartbeat age at which
     # the engine's liveness probe fails, as hermesd would kill the gateway for it
-    hung_after: float | None = None
+    hung_after: float | None
 
     @property
     def stop_seconds(self) -> int:
@@ -138,6 +136,8 @@ def collect(root: Path, rules: ReleaseRules | None = None) -> list[Gateway]:
     problems = [f"profile {name!r}: {hold.kind.value}: {hold.message}" for name, hold in holds.items() if hold]
     if problems:
         raise ExportError("cannot export; hermesd itself would hold these profiles:\n  " + "\n  ".join(problems))
+    if not facts:
+        raise ExportError(f"no profile to export under {root}")
     return [Gateway(f.name, f.home, cfg.stop_timeout_for(f.name, f.drain_s), cfg.child_environment(f.name),
                     (f.home / ".env").is_file(), _container_environment(cfg, f.name), _owner(f.home),
                     cfg.hung_for(f.name).hung_after)
@@ -169,16 +169,11 @@ def _owner(home: Path) -> tuple[int, int] | None:
 
 
 def _environment(gw: Gateway, home: str, *, container: bool = False) -> dict[str, str]:
-    extra = gw.container_env if container and gw.container_env is not None else gw.extra_env
-    return {"HERMES_HOME": home, **FIXED_ENV, **extra}
+    return {"HERMES_HOME": home, **FIXED_ENV, **(gw.container_env if container else gw.extra_env)}
 
 
 def _container_home(gw: Gateway) -> str:
     return CONTAINER_ROOT if gw.name == "default" else f"{CONTAINER_ROOT}/profiles/{gw.name}"
-
-
-def _argv(command: Sequence[str], gw: Gateway, contract: Contract | None = None) -> list[str]:
-    return child_argv(list(command), gw.name, contract)
 
 
 def _local_contract(command: Sequence[str]) -> Contract | None:
@@ -202,7 +197,7 @@ def render_systemd(gateways: Sequence[Gateway], *, root: Path, gateway_command: 
     out = {}
     for gw in gateways:
         unit = f"{UNIT_PREFIX}{gw.name}.service"
-        exec_start = " ".join(systemd_quote(a) for a in _argv(gateway_command, gw, contract))
+        exec_start = " ".join(systemd_quote(a) for a in child_argv(list(gateway_command), gw.name, contract))
         exec_stop = " ".join(systemd_quote(a) for a in [*hermesd, "_planned-stop", str(gw.home)])
         env = _environment(gw, str(gw.home))
         lines = [
@@ -264,7 +259,7 @@ def render_compose(gateways: Sequence[Gateway], *, root: Path, image: str) -> st
         # An id the image's /etc/passwd does not know gets HOME=/, where it can create nothing, and
         # upstream keeps its credential locks under ~/.local/state: /tmp is writable by any id.
         svc["environment"] = {**_environment(gw, home, container=True), "HOME": "/tmp"}
-        svc["command"] = _argv(["hermes"], gw)
+        svc["command"] = child_argv(["hermes"], gw.name)
         volumes: list[dict[str, str]] = [{"type": "bind", "source": str(gw.home), "target": home}]
         volumes += [{"type": "tmpfs", "target": f"{home}/{d}"} for d in ("profiles", ".hermesd")
                     if gw.name == "default" and (gw.home / d).is_dir()]
@@ -347,7 +342,7 @@ def render_kubernetes(gateways: Sequence[Gateway], *, image: str, storage: str) 
         container = {
             "name": "gateway",
             "image": image,
-            "command": _argv(["hermes"], gw),
+            "command": child_argv(["hermes"], gw.name),
             "env": [{"name": k, "value": v} for k, v in _environment(gw, home, container=True).items()],
             # Required when the profile has a .env (a forgotten Secret fails loudly), optional otherwise.
             "envFrom": [{"secretRef": {"name": f"{name}-env", "optional": not gw.has_env_file}}],
@@ -429,13 +424,9 @@ def export_files(fmt: str, root: Path, *, image: str = DEFAULT_IMAGE, storage: s
         # exported units run without hermesd's confinement: the default gateway sees every profile
         gateways = collect(root, ReleaseRules.of(contract, contract.release if contract else None,
                                                  default_hidden=False))
-        if not gateways:
-            raise ExportError(f"no profile to export under {root}")
         return render_systemd(gateways, root=root, gateway_command=gateway_command,
                               hermesd=hermesd or hermesd_command(), contract=contract)
     gateways = collect(root)
-    if not gateways:
-        raise ExportError(f"no profile to export under {root}")
     _warn_dispatcher_lost(gateways)
     if fmt == "compose":
         return {"compose.yaml": render_compose(gateways, root=root, image=image)}

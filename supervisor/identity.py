@@ -36,25 +36,6 @@ from supervisor.tags import TAG_PROFILE, TAG_ROOT
 
 CGROUP_PROFILE_PREFIX = "profile-"  # supervisor.limits.cgroup.PROFILE_PREFIX (a test keeps the two equal)
 
-__all__ = [
-    "Ident",
-    "boot_id",
-    "find_gateway",
-    "find_tagged",
-    "gateway_of",
-    "is_gateway_cmdline",
-    "open_pidfd",
-    "owned_by_us",
-    "proc_cmdline",
-    "proc_environ",
-    "proc_start_time",
-    "profile_of_home",
-    "prove_gateway",
-    "send_signal",
-    "session_id",
-    "verify",
-]
-
 
 def boot_id() -> str:
     """Changes on every boot; start times from another boot mean nothing."""
@@ -66,7 +47,6 @@ def boot_id() -> str:
 
 proc_cmdline = gf.proc_argv
 proc_environ = gf.proc_env
-_parse_environ = gf.parse_environ
 
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -171,17 +151,12 @@ def verify(ident: Ident, *, home: Path, root: Path, profile: str) -> bool:
     )
 
 
-def profile_of_home(home: Path) -> str:
-    """The profile a home belongs to: ``<root>/profiles/NAME`` is NAME, anything else the root's ``default``."""
-    return gf.home_profile(home)
-
-
 def gateway_of(home: Path, profile: str | None = None) -> Ident | None:
     """The gateway ``home``'s ``gateway.pid`` names, if that process is proven to be this home's."""
     rec = gf.read_pid_record(home)
     if rec is None:
         return None
-    return prove_gateway(rec.pid, rec.start_time, home=home, profile=profile or profile_of_home(home))
+    return prove_gateway(rec.pid, rec.start_time, home=home, profile=profile or gf.home_profile(home))
 
 
 def find_gateway(root: Path, home: Path, profile: str) -> Ident | None:
@@ -269,7 +244,7 @@ def find_tagged(root: Path, profile: str | None = None) -> Iterator[tuple[int, s
             continue
         if not owned_by_us(pid):
             continue
-        env = _parse_environ(raw)
+        env = gf.parse_environ(raw)
         name = env.get(TAG_PROFILE)
         if env.get(TAG_ROOT) == want and name and (profile is None or name == profile):
             yield pid, name, env

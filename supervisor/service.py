@@ -256,16 +256,6 @@ def write_contrib(directory: Path) -> None:
         path.write_text(text, encoding="utf-8")
 
 
-# --------------------------------------------------------------------------- upstream units
-
-
-def upstream_unit_warnings(root: Path, service_dirs: Sequence[Path] | None = None) -> list[str]:
-    """Upstream ``hermes-gateway*.service`` / ``ai.hermes.gateway*.plist`` units that would run a
-    gateway of this root beside hermesd, each with its fix (the doctor's own check, reused)."""
-    return [f"{f.message}; fix: {f.fix}" for f in doctor.diagnose(root, service_dirs=service_dirs)
-            if f.code == "upstream_service_installed"]
-
-
 # --------------------------------------------------------------------------- command
 
 
@@ -329,8 +319,9 @@ def install_service(root: Path, *, manager: str | None = None, system: bool = Fa
         raise UserError(f"refusing to overwrite {path}: it was not written by hermesd install-service "
                         "(move it away, or choose another place with --dest)")
 
-    warnings = upstream_unit_warnings(root)
-
+    # Upstream hermes-gateway*.service / ai.hermes.gateway*.plist units that would run a gateway of
+    # this root beside hermesd, each with its fix (the doctor's own check, reused).
+    warnings = [f"{f.message}; fix: {f.fix}" for f in doctor.diagnose(root) if f.code == "upstream_service_installed"]
     try:
         up = Client(Layout(root)).ping(wait=2.0)
     except (DaemonNotAnswering, ControlError, OSError, ValueError):

@@ -32,7 +32,7 @@ def _pin(home: Path) -> tuple[Ident, int] | None:
     none runs). ``gateway.pid`` is the profile's own file: a PID it names that is not this
     profile's gateway (another profile's, hermesd's) is never signalled, and the real one is still
     found by the tags hermesd gave it."""
-    name = identity.profile_of_home(home)
+    name = gf.home_profile(home)
     root = home.parent.parent if name != DEFAULT_PROFILE else home
     ident = identity.find_gateway(root.resolve(), home, name)
     if ident is None:

@@ -36,10 +36,6 @@ script runs plain ``hermes -p NAME``). They are listed as the profile's alias wi
 :func:`adopt_wrapper` rewrites one as a hermesd wrapper keeping its name and target.
 :func:`non_routing_wrappers` is what ``hermesd doctor`` calls: the aliases of a root whose
 ``gateway`` verbs would bypass hermesd.
-
-API: ``create_wrapper``, ``remove_wrapper``, ``list_wrappers``, ``aliases_for_profile``,
-``all_wrappers`` (hermesd + upstream-style, for a root), ``non_routing_wrappers(root, env)``,
-``adopt_wrapper(info, root)``, ``alias_collision``, ``read_wrapper``, ``read_upstream_wrapper``.
 """
 
 from __future__ import annotations
@@ -84,11 +80,6 @@ class WrapperInfo:
     profile: str
     root: Path
     kind: str = KIND_HERMESD
-
-    @property
-    def routes_gateway_verbs(self) -> bool:
-        """Whether ``ALIAS gateway start|stop|restart|status`` go to hermesd while it runs."""
-        return self.kind == KIND_HERMESD
 
 
 def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -375,7 +366,7 @@ def non_routing_wrappers(
     ``hermesd profile alias PROFILE --adopt --name ALIAS --root ROOT`` (or ``alias --adopt`` for all).
     ``env`` is the environment the user's shell would run them in (default: this process's).
     """
-    return [w for w in upstream_style_wrappers(root, directory, env) if not w.routes_gateway_verbs]
+    return upstream_style_wrappers(root, directory, env)
 
 
 def aliases_for_profile(

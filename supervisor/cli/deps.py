@@ -29,7 +29,7 @@ from supervisor.exits import Failure, UserError
 from supervisor.layout import Layout
 
 if TYPE_CHECKING:
-    from supervisor.requirements import Facts, Finding, PlatformCheck
+    from supervisor.requirements import Facts, Finding
 
 HELP = "install the libraries the profiles' enabled platforms need, into the gateway's interpreter"
 EXAMPLE = "hermesd install-deps coder --dry-run"
@@ -46,7 +46,7 @@ def register(commands: Commands) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the command, install nothing")
 
 
-def _collect(root: Path, names: list[str] | None) -> tuple[list[tuple[Finding, PlatformCheck]], Facts | None]:
+def _collect(root: Path, names: list[str] | None) -> tuple[list[Finding], Facts | None]:
     from supervisor import childspec, requirements  # run-time only (see cli/__init__)
     from supervisor import config as config_mod  # run-time only (see cli/__init__)
 
@@ -58,9 +58,9 @@ def _collect(root: Path, names: list[str] | None) -> tuple[list[tuple[Finding, P
         raise UserError(f"hermesd.yaml: {exc}") from None
 
 
-def _describe(found: list[tuple[Finding, PlatformCheck]]) -> list[str]:
+def _describe(found: list[Finding]) -> list[str]:
     lines = []
-    for finding, _check in found:
+    for finding in found:
         hint = f" ({finding.hint})" if finding.hint else ""
         lines.append(f"  {finding.profile}: {finding.platform} (missing: {', '.join(finding.missing)}){hint}")
     return lines
@@ -105,7 +105,7 @@ def cmd_install_deps(args: argparse.Namespace) -> int:
         return 0
     print("missing:")
     print("\n".join(_describe(found)))
-    specs = merge_specs(c.specs for _f, c in found)
+    specs = merge_specs(f.specs for f in found)
     command = install_command(facts, specs) if facts is not None else None
     if command is None:
         print("pip cannot install what is missing; see the hints above", file=sys.stderr)
@@ -113,12 +113,12 @@ def cmd_install_deps(args: argparse.Namespace) -> int:
     print(command)
     if args.dry_run:
         return 0
-    affected = sorted({f.profile for f, _c in found})
+    affected = sorted({f.profile for f in found})
     with _install_lock(root):
         # Another invocation may have installed it while we waited: check again (the cache sees
         # the changed site-packages and asks the interpreter afresh).
         found, facts = _collect(root, names)
-        specs = merge_specs(c.specs for _f, c in found)
+        specs = merge_specs(f.specs for f in found)
         command = install_command(facts, specs) if facts is not None else None
         if command is None or facts is None:
             return _finish(root, names, affected, installed=False)

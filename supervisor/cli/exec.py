@@ -212,9 +212,7 @@ def prepare(root: Path, raw_name: str, base_env: Mapping[str, str], *, kind: str
     if not plan.runnable:
         raise Failure(f"profile {name}: isolation: {plan.reason}", EXIT_CANNOT_CONFINE)
     limits = cfg.worker_limits_for(name) if kind == "worker" else cfg.limits_for(name)
-    nice = None
-    if limits.cpu_weight:
-        nice = nice_for_weight(limits.cpu_weight)
+    nice = nice_for_weight(limits.cpu_weight) if limits.cpu_weight else None
     return Prepared(name, plan, env, nice, root=root, limits=limits, kind=kind)
 
 

@@ -25,8 +25,6 @@ import resource
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["SelfCheck", "Snapshot", "drift", "fd_budget_problem", "raise_fd_limit", "restore", "snapshot"]
-
 log = logging.getLogger("hermesd")
 
 RLIMITS: tuple[tuple[str, int], ...] = tuple(

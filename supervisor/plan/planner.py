@@ -519,23 +519,24 @@ class Planner(OtherGateways):
         now = self.wall()
         self._out.append(m.Save())
         if kind is ExitKind.PLANNED:
-            why = c.stop_reason or "stopped by hermesd"
-            p.last_exit = exit_record(code, sig, now, kind, why, uptime)
-            log.info("profile %s: PID %d stopped (%s): %s", p.name, c.ident.pid, what, why)
-            self._emit("exited", p.name, pid=c.ident.pid, code=code, signal=signame(sig), kind=kind.value,
-                       reason=why, uptime_s=round(uptime, 1))
+            decision = None
+            reason = c.stop_reason or "stopped by hermesd"
+            log.info("profile %s: PID %d stopped (%s): %s", p.name, c.ident.pid, what, reason)
+        else:
+            decision = decide(kind, failures=p.failures, uptime=uptime, policy=self.settings.policy, rng=self.rng)
+            p.failures = decision.failures
+            reason = f"{decision.reason}: {detail}" if detail else decision.reason
+            if kind is not ExitKind.SPAWN_ERROR:
+                log.warning("profile %s: PID %d %s after %.1fs: %s", p.name, c.ident.pid, what, uptime, reason)
+        p.last_exit = {"code": code, "signal": signame(sig), "at": now, "kind": kind.value, "reason": reason,
+                       "description": what, "uptime_s": round(uptime, 1)}
+        self._emit("exited", p.name, pid=c.ident.pid or None, code=code, signal=signame(sig), kind=kind.value,
+                   reason=reason, uptime_s=round(uptime, 1))
+        if decision is None:
             if c.then_restart:
                 p.restarts += 1
                 p.failures = 0
             return
-        decision = decide(kind, failures=p.failures, uptime=uptime, policy=self.settings.policy, rng=self.rng)
-        p.failures = decision.failures
-        reason = f"{decision.reason}: {detail}" if detail else decision.reason
-        p.last_exit = exit_record(code, sig, now, kind, reason, uptime)
-        if kind is not ExitKind.SPAWN_ERROR:
-            log.warning("profile %s: PID %d %s after %.1fs: %s", p.name, c.ident.pid, what, uptime, reason)
-        self._emit("exited", p.name, pid=c.ident.pid or None, code=code, signal=signame(sig), kind=kind.value,
-                   reason=reason, uptime_s=round(uptime, 1))
         if decision.action is Action.RESTART:
             if kind is not ExitKind.SPAWN_ERROR:
                 p.restarts += 1
@@ -556,19 +557,6 @@ class Planner(OtherGateways):
 
     def _emit(self, event_type: str, profile: str | None, **fields: Any) -> None:
         self._out.append(m.Emit({"type": event_type, "profile": profile, **fields}))
-
-
-def exit_record(code: int | None, sig: int | None, when: float, kind: ExitKind, reason: str,
-                uptime: float | None = None) -> dict[str, Any]:
-    return {
-        "code": code,
-        "signal": signame(sig),
-        "at": when,
-        "kind": kind.value,
-        "reason": reason,
-        "description": describe_exit(code, sig) if kind is not ExitKind.SPAWN_ERROR else "could not be started",
-        "uptime_s": round(uptime, 1) if uptime is not None else None,
-    }
 
 
 def signame(sig: int | None) -> str | int | None:

@@ -109,8 +109,8 @@ def test_recognised_as_the_profiles_alias_and_flagged_for_doctor(world: World) -
     (world.bin / "pip").write_text('#!/bin/sh\nexec python -m pip "$@"\n')  # unrelated: ignored
     found = {(w.alias, w.profile, w.kind) for w in all_wrappers(world.root, env=world.env)}
     assert found == {("al", "alpha", KIND_UPSTREAM), ("alpha", "alpha", KIND_UPSTREAM), ("beta", "beta", KIND_HERMESD)}
-    assert [(w.alias, w.routes_gateway_verbs) for w in non_routing_wrappers(world.root, world.env)] == [
-        ("al", False), ("alpha", False)
+    assert [(w.alias, w.kind) for w in non_routing_wrappers(world.root, world.env)] == [
+        ("al", KIND_UPSTREAM), ("alpha", KIND_UPSTREAM)
     ]
     # Upstream's own map sees all three (hermesd's wrapper contains 'hermes -p beta' too).
     assert world.upstream_alias_map() == {"alpha": "al", "beta": "beta"}
