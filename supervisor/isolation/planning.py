@@ -39,11 +39,7 @@ from supervisor.isolation import shared_board
 from supervisor.isolation.isolation_config import IsolationSettings
 from supervisor.isolation.probing import Probe, best_mechanism
 
-__all__ = ["MECHANISMS", "PLAN_VERSION", "Access", "Plan", "PlanInputs", "UserIds", "hides_other_profiles",
-           "make_plan"]
-
 PLAN_VERSION = 1
-MECHANISMS = ("namespace+landlock", "landlock", "off", "unavailable")
 CONFIG_NAME = "hermesd.yaml"
 PROFILES_DIR = "profiles"
 SHARED_DIR = "shared"
@@ -110,7 +106,7 @@ class Plan:
     profile: str
     root: str
     home: str
-    mechanism: str  # one of MECHANISMS
+    mechanism: str  # namespace+landlock | landlock | off | unavailable
     reason: str  # why this mechanism (one line)
     userns: bool = False  # unshare a user namespace first (hermesd is not root)
     hide: tuple[str, ...] = ()

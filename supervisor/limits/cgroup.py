@@ -51,47 +51,6 @@ from typing import Literal
 
 from supervisor.limits.limits_config import Limits
 
-__all__ = [
-    "EXEC_PREFIX",
-    "FIX_DELEGATE",
-    "FIX_SUBGROUP",
-    "FIX_UNIFIED",
-    "FIX_USER_CONTROLLERS",
-    "LEAF",
-    "PROFILE_PREFIX",
-    "SWEPT_PREFIXES",
-    "WANTED",
-    "WORKER_PREFIX",
-    "Detection",
-    "DirFacts",
-    "Events",
-    "Finding",
-    "HostFacts",
-    "Layout",
-    "MigrateAll",
-    "Mkdir",
-    "Mount",
-    "Step",
-    "Write",
-    "detect",
-    "doctor_findings",
-    "instance_name",
-    "leaf_plan",
-    "limit_hit",
-    "locate",
-    "mechanism",
-    "mechanisms",
-    "memory_pressure_findings",
-    "parse_events",
-    "parse_mountinfo",
-    "parse_proc_cgroup",
-    "profile_dir",
-    "profile_plan",
-    "session_dir",
-    "session_setup_plan",
-    "setup_plan",
-]
-
 WANTED = ("memory", "pids", "cpu")
 LEAF = "supervisor"  # hermesd's own leaf; the name DelegateSubgroup= must use
 PROFILE_PREFIX = "profile-"  # profile names may be "supervisor": the prefix keeps them apart
