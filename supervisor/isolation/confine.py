@@ -46,8 +46,6 @@ except ImportError:  # pragma: no cover - the -S shim: `profiles` sits next to `
     sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     from profiles import beneath
 
-__all__ = ["ConfineError", "apply"]
-
 _TMPFS_FLAGS = k.MS_NOSUID | k.MS_NODEV | k.MS_NOEXEC
 _DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty", "ptmx")
 _DEV_DIRS = ("pts", "shm", "mqueue")

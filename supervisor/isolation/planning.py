@@ -31,7 +31,7 @@ signals, so it would hide files without being a boundary.
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +39,7 @@ from supervisor.isolation import shared_board
 from supervisor.isolation.isolation_config import IsolationSettings
 from supervisor.isolation.probing import Probe, best_mechanism
 
-__all__ = ["MECHANISMS", "PLAN_VERSION", "Access", "Plan", "PlanInputs", "UserIds", "hides_other_profiles",
-           "make_plan"]
-
 PLAN_VERSION = 1
-MECHANISMS = ("namespace+landlock", "landlock", "off", "unavailable")
 CONFIG_NAME = "hermesd.yaml"
 PROFILES_DIR = "profiles"
 SHARED_DIR = "shared"
@@ -110,7 +106,7 @@ class Plan:
     profile: str
     root: str
     home: str
-    mechanism: str  # one of MECHANISMS
+    mechanism: str  # namespace+landlock | landlock | off | unavailable
     reason: str  # why this mechanism (one line)
     userns: bool = False  # unshare a user namespace first (hermesd is not root)
     hide: tuple[str, ...] = ()
@@ -190,40 +186,16 @@ class Plan:
             "gaps_severe": [g.lstrip("!") for g in self.gaps_severe()],  # the summary's "(N severe)"
         }
 
-    # --- serialisation -----------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         """Everything ``enter`` needs, as plain JSON (also the explanation fields)."""
-        return {
-            "version": PLAN_VERSION,
-            "profile": self.profile,
-            "root": self.root,
-            "home": self.home,
-            "mechanism": self.mechanism,
-            "reason": self.reason,
-            "userns": self.userns,
-            "hide": list(self.hide),
-            "expose": [{"path": a.path, "access": a.access, "optional": a.optional, "why": a.why}
-                       for a in self.expose],
-            "read_only": list(self.read_only),
-            "blank": list(self.blank),
-            "links": [list(x) for x in self.links],
-            "placeholders": list(self.placeholders),
-            "ensure_dirs": list(self.ensure_dirs),
-            "ensure_files": list(self.ensure_files),
-            "ensure_links": [list(x) for x in self.ensure_links],
-            "landlock_abi": self.landlock_abi,
-            "landlock_fs": self.landlock_fs,
-            "scopes": list(self.scopes),
-            "private_dev": self.private_dev,
-            "keep_caps": None if self.keep_caps is None else list(self.keep_caps),
-            "syscall_filter": self.syscall_filter,
-            "proc_read_only": self.proc_read_only,
-            "user": None if self.user is None else {
-                "name": self.user.name, "uid": self.user.uid, "gid": self.user.gid,
-                "groups": list(self.user.groups)},
-            "channels": dict(self.channels),
-            "gaps": list(self.gaps),
-        }
+        return {"version": PLAN_VERSION, **_plain(asdict(self)), "channels": dict(self.channels)}
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with every tuple a list, as JSON would read it back."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return [_plain(v) for v in value] if isinstance(value, tuple | list) else value
 
 
 # --- the planner ----------------------------------------------------------------------------

@@ -24,8 +24,6 @@ from supervisor.isolation import confine, kernel, syscalls
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["LANDLOCK_FEATURES", "Probe", "doctor_lines", "landlock_features", "probe"]
-
 # What each Landlock ABI version adds (kernel version that introduced it).
 LANDLOCK_FEATURES: tuple[tuple[int, str, str], ...] = (
     (1, "5.13", "file-system rules on whole hierarchies; ptrace of processes outside the domain denied"),

@@ -20,8 +20,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["RateLimit", "too_many_workers"]
-
 
 def too_many_workers(running: int, per_profile: int, assignee: str) -> str | None:
     """Why another worker of ``assignee`` is refused (``running`` of its workers run now), or None."""

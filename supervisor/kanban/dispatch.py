@@ -29,9 +29,6 @@ from profiles.fileio import load_yaml_mapping
 from supervisor.identity import proc_environ
 from supervisor.tags import TAG_PROFILE, TAG_ROOT
 
-__all__ = ["DISPATCH_ENV", "HANDOFF_ENV", "OFF", "Holder", "dispatcher_env", "handoff_dir", "holder",
-           "kanban_findings", "lock_path", "lock_pids"]
-
 DISPATCH_ENV = "HERMES_KANBAN_DISPATCH_IN_GATEWAY"
 # The restricted socket a dispatching gateway's messenger uses (supervisor.kanban.handoff).
 HANDOFF_ENV = "HERMESD_KANBAN_SOCKET"

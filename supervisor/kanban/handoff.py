@@ -53,8 +53,6 @@ from supervisor.kanban.bounds import RateLimit
 from supervisor.kanban.dispatch import HANDOFF_ENV, LAUNCHER_NAME, OFF, SOCKET_NAME, handoff_dir
 from supervisor.limits.procfs import read_stat
 
-__all__ = ["MAX_REQUEST", "Handoff", "is_descendant", "launcher_text"]
-
 log = logging.getLogger("hermesd")
 
 MAX_REQUEST = 16 * 1024  # upstream's worker argv and per-task variables fit many times over

@@ -27,8 +27,6 @@ from supervisor.kanban.workers import WORKER_TAG
 from supervisor.limits.procfs import read_stat
 from supervisor.tags import TAG_PROFILE, TAG_ROOT
 
-__all__ = ["CACHE_S", "Snapshot", "Worker", "root_of_home", "scan_workers", "snapshot"]
-
 CACHE_S = 0.25
 _cache: dict[str, tuple[float, Snapshot]] = {}
 

@@ -36,8 +36,6 @@ from supervisor.kanban.dispatch import HANDOFF_ENV
 from supervisor.kanban.workers import task_env
 from supervisor.layout import Layout
 
-__all__ = ["main"]
-
 PID_HANDOVER_S = 10.0
 
 

@@ -47,8 +47,6 @@ from profiles.safeio import Beneath
 from supervisor.kanban.bounds import too_many_workers
 from supervisor.kanban.worklog import LogError, log_parts
 
-__all__ = ["TASK_VARIABLES", "WORKER_TAG", "Running", "WorkerError", "Workers", "check_argv", "task_env"]
-
 # Upstream's per-task variables (hermes_cli/kanban_db.py, _default_spawn): all a worker needs
 # from its dispatcher.
 TASK_VARIABLES = ("HERMES_TENANT", "TERMINAL_CWD", "TERMINAL_TIMEOUT", "TERMINAL_MAX_FOREGROUND_TIMEOUT")

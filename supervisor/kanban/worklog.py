@@ -25,8 +25,6 @@ from pathlib import Path
 from profiles import safeio
 from profiles.safeio import UnsafeFileError
 
-__all__ = ["LogError", "log_parts", "open_log"]
-
 # Upstream's task ids (kanban_db: "t_" + hex) and board slugs (_BOARD_SLUG_RE: 1-64 lowercase
 # alphanumerics, hyphens, underscores, not starting with - or _). Dots are refused outright, so
 # neither can be "." or "..".

@@ -46,51 +46,10 @@ import hashlib
 import posixpath
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from supervisor.limits.limits_config import Limits
-
-__all__ = [
-    "EXEC_PREFIX",
-    "FIX_DELEGATE",
-    "FIX_SUBGROUP",
-    "FIX_UNIFIED",
-    "FIX_USER_CONTROLLERS",
-    "LEAF",
-    "PROFILE_PREFIX",
-    "SWEPT_PREFIXES",
-    "WANTED",
-    "WORKER_PREFIX",
-    "Detection",
-    "DirFacts",
-    "Events",
-    "Finding",
-    "HostFacts",
-    "Layout",
-    "MigrateAll",
-    "Mkdir",
-    "Mount",
-    "Step",
-    "Write",
-    "detect",
-    "doctor_findings",
-    "instance_name",
-    "leaf_plan",
-    "limit_hit",
-    "locate",
-    "mechanism",
-    "mechanisms",
-    "memory_pressure_findings",
-    "parse_events",
-    "parse_mountinfo",
-    "parse_proc_cgroup",
-    "profile_dir",
-    "profile_plan",
-    "session_dir",
-    "session_setup_plan",
-    "setup_plan",
-]
 
 WANTED = ("memory", "pids", "cpu")
 LEAF = "supervisor"  # hermesd's own leaf; the name DelegateSubgroup= must use
@@ -335,11 +294,10 @@ def detect(f: HostFacts, instance: str) -> Detection:
         )
     mount = lay.mount
     assert mount is not None
-    kill = _kill_mode(f)
-    base_kw = {"kind": lay.kind, "v1_controllers": v1, "kill": kill, "top": mount.mount_point}
+    common = Detection(lay.kind, False, kill=_kill_mode(f), top=mount.mount_point, v1_controllers=v1)
 
     def unusable(problem: str, fix: str | None) -> Detection:
-        return Detection(usable=False, missing={c: problem for c in WANTED}, problems=(problem,), fix=fix, **base_kw)  # type: ignore[arg-type]
+        return replace(common, missing={c: problem for c in WANTED}, problems=(problem,), fix=fix)
 
     if "ro" in mount.options or "ro" in mount.super_options:
         return unusable(
@@ -370,11 +328,10 @@ def detect(f: HostFacts, instance: str) -> Detection:
             f"hermesd runs in its unit's top cgroup {lay.cgroup}: enabling controllers there would stop systemd "
             "from restarting or reloading the unit (cgroup v2 allows no processes beside enabled controllers)"
         )
-        return Detection(
-            usable=True, via="delegated", base=own.path,
+        return replace(
+            common, usable=True, via="delegated", base=own.path,
             missing={c: "the unit has no DelegateSubgroup=" for c in WANTED}, problems=tuple(problems),
             fix=FIX_SUBGROUP,
-            **base_kw,  # type: ignore[arg-type]
         )
     elif f.euid == 0:
         if f.top is None or not f.top.exists:
@@ -442,10 +399,10 @@ def detect(f: HostFacts, instance: str) -> Detection:
             fix = FIX_USER_CONTROLLERS
         else:
             problems.extend(missing.values())
-    return Detection(
-        usable=True, via=via, base=base, create_base=create, leaf=leaf, controllers=frozenset(usable_ctl),
+    return replace(
+        common, usable=True, via=via, base=base, create_base=create, leaf=leaf, controllers=frozenset(usable_ctl),
         enable_top=tuple(enable_top), enable_base=tuple(enable_base), missing=missing, problems=tuple(problems),
-        fix=fix, **base_kw,  # type: ignore[arg-type]
+        fix=fix,
     )
 
 

@@ -40,22 +40,6 @@ from supervisor.limits.cgroup import (
     parse_proc_cgroup,
 )
 
-__all__ = [
-    "CgroupError",
-    "apply",
-    "attach",
-    "attach_all",
-    "current_cgroup",
-    "dir_facts",
-    "gather_facts",
-    "kill",
-    "populated",
-    "procs",
-    "read_events",
-    "remove",
-    "usage",
-]
-
 _CAP = 1 << 20
 
 

@@ -37,6 +37,7 @@ import resource
 import stat
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,49 +61,44 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 class Counters:
     """Counts since this daemon started. Event-derived ones are a pure fold over the journal."""
 
-    events: dict[str, int] = field(default_factory=dict)
-    exits: dict[tuple[str, str], int] = field(default_factory=dict)  # (profile, kind)
-    starts: dict[str, int] = field(default_factory=dict)
-    holds: dict[tuple[str, str], int] = field(default_factory=dict)  # (profile, kind)
-    hung_kills: dict[str, int] = field(default_factory=dict)
-    limit_kills: dict[tuple[str, str], int] = field(default_factory=dict)  # (profile, limit)
-    config: dict[str, int] = field(default_factory=lambda: {"applied": 0, "rejected": 0})
-    control: dict[tuple[str, str], int] = field(default_factory=dict)  # (verb, outcome)
-    hooks: dict[str, int] = field(default_factory=dict)
+    events: Counter[str] = field(default_factory=Counter)
+    exits: Counter[tuple[str, str]] = field(default_factory=Counter)  # (profile, kind)
+    starts: Counter[str] = field(default_factory=Counter)
+    holds: Counter[tuple[str, str]] = field(default_factory=Counter)  # (profile, kind)
+    hung_kills: Counter[str] = field(default_factory=Counter)
+    limit_kills: Counter[tuple[str, str]] = field(default_factory=Counter)  # (profile, limit)
+    config: Counter[str] = field(default_factory=lambda: Counter({"applied": 0, "rejected": 0}))
+    control: Counter[tuple[str, str]] = field(default_factory=Counter)  # (verb, outcome)
+    hooks: Counter[str] = field(default_factory=Counter)
     journal_failed: int = 0
 
     def observe(self, event: Mapping[str, Any]) -> None:
         """Count one event (what the daemon emitted, or a line replayed from the journal)."""
         t = str(event.get("type"))
-        self.events[t] = self.events.get(t, 0) + 1
+        self.events[t] += 1
         p = event.get("profile")
-        if t == "config_applied":
-            self.config["applied"] += 1
-        elif t == "config_rejected":
-            self.config["rejected"] += 1
+        if t in ("config_applied", "config_rejected"):
+            self.config[t.removeprefix("config_")] += 1
         if not isinstance(p, str):
             return
         if t == "exited":
-            key = (p, str(event.get("kind")))
-            self.exits[key] = self.exits.get(key, 0) + 1
+            self.exits[p, str(event.get("kind"))] += 1
         elif t == "started":
-            self.starts[p] = self.starts.get(p, 0) + 1
+            self.starts[p] += 1
         elif t == "held":
-            key = (p, str(event.get("kind")))
-            self.holds[key] = self.holds.get(key, 0) + 1
+            self.holds[p, str(event.get("kind"))] += 1
         elif t == "hung_kill":
-            self.hung_kills[p] = self.hung_kills.get(p, 0) + 1
+            self.hung_kills[p] += 1
         elif t == "limit_kill":
-            key = (p, str(event.get("limit")))
-            self.limit_kills[key] = self.limit_kills.get(key, 0) + 1
+            self.limit_kills[p, str(event.get("limit"))] += 1
 
     def control_request(self, verb: str, outcome: str) -> None:
         """One control request; unknown verbs count as ``other`` (a client cannot mint series)."""
         key = (verb if verb in CONTROL_VERBS else "other", outcome if outcome in CONTROL_OUTCOMES else "error")
-        self.control[key] = self.control.get(key, 0) + 1
+        self.control[key] += 1
 
     def hook_outcome(self, outcome: str) -> None:
-        self.hooks[outcome] = self.hooks.get(outcome, 0) + 1
+        self.hooks[outcome] += 1
 
     def event_counts(self) -> dict[str, Any]:
         """The event-derived part, for comparing a live daemon against a journal replay."""
