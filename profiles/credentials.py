@@ -23,24 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from profiles.envfile import read_env_file
-from profiles.errors import ProfileConfigError
 from profiles.fileio import as_mapping, decode_text, parse_yaml, read_cached
 from profiles.safeio import home_file
 from profiles.upstream.platforms import PortBinding, View, credentials_of, ports_of
-
-__all__ = [
-    "Credential",
-    "PortBinding",
-    "ProfileConfigError",
-    "credential_kinds",
-    "fingerprint",
-    "load_config",
-    "profile_credentials",
-    "profile_ports",
-    "read_env_file",
-    "shared_config",
-    "view_of",
-]
 
 ENV_FILE = ".env"
 OP_ENV_FILE = ".op.env"  # upstream loads it after .env, without override (1Password's bootstrap token)

@@ -196,11 +196,16 @@ def compose_yaml(text: str, path: Path, loader: type[YamlLoader] = _Loader) -> t
 
 def parse_yaml(text: str, path: Path) -> object:
     """Parse YAML ``text`` read from ``path``, bounded; a syntax error names the file and line."""
+    return parse_yaml_tree(text, path)[0]
+
+
+def parse_yaml_tree(text: str, path: Path) -> tuple[object, yaml.Node | None]:
+    """:func:`parse_yaml`'s document and the node tree it was built from, for an edit that keeps the text."""
     ldr, node = compose_yaml(text, path)
     try:
         if node is None:
-            return None
-        return ldr.construct_document(node)
+            return None, None
+        return ldr.construct_document(node), node
     except yaml.MarkedYAMLError as exc:
         problem, line = _syntax_error(exc, text)
         raise ProfileConfigError(path, f"invalid YAML: {problem}", line=line) from None

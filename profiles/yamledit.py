@@ -17,12 +17,7 @@ from pathlib import Path
 import yaml
 
 from profiles.errors import ProfileConfigError
-from profiles.fileio import parse_yaml
-
-try:
-    _Loader: type = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover - PyYAML built without libyaml
-    _Loader = yaml.SafeLoader
+from profiles.fileio import parse_yaml, parse_yaml_tree
 
 
 class EditRefused(ValueError):
@@ -47,7 +42,7 @@ def _node_for(root: yaml.Node, key: str) -> tuple[yaml.Node, yaml.Node] | None:
 def set_key(text: str, section: str, key: str, value: bool | int | str, *, where: str = "config.yaml") -> str:
     """``text`` with ``section.key`` set to ``value`` (see the module docstring); unchanged when already so."""
     hand = f"add by hand under '{section}:' the line '  {key}: {_scalar_text(value)}'"
-    before = parse_yaml(text, Path(where)) if text.strip() else None
+    before, root = parse_yaml_tree(text, Path(where))
     if before is None:
         before = {}
     if not isinstance(before, dict):
@@ -55,7 +50,6 @@ def set_key(text: str, section: str, key: str, value: bool | int | str, *, where
     current = before.get(section)
     if isinstance(current, dict) and current.get(key) == value and type(current.get(key)) is type(value):
         return text
-    root = yaml.compose(text, Loader=_Loader) if text.strip() else None
     if root is not None and (not isinstance(root, yaml.MappingNode) or root.flow_style):
         raise EditRefused(f"{where} is written as a one-line mapping; {hand}")
     lines = text.splitlines(keepends=True)

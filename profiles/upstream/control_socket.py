@@ -18,6 +18,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from profiles.upstream.multiplex import others_served
+
 SOCKET_NAME = "gateway.sock"
 POINTER_NAME = "gateway.sock.path"  # names the socket in the temp folder when the home's path is too long
 PROTOCOL = 1
@@ -44,7 +46,7 @@ class Identity:
 
     def serves_others(self, profile: str) -> tuple[str, ...]:
         """Profiles besides ``profile`` this gateway says it serves."""
-        return tuple(sorted({s for s in self.served or () if s != profile}))
+        return others_served(list(self.served or ()), profile) or ()
 
     def to_json(self) -> dict[str, Any]:
         return {"pid": self.pid, "start_time": self.start_time, "hermes_home": self.hermes_home,

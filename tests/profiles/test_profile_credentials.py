@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 
 from profiles.credentials import (
     Credential,
-    PortBinding,
-    ProfileConfigError,
     credential_kinds,
     fingerprint,
     load_config,
     profile_credentials,
     profile_ports,
 )
+from profiles.errors import ProfileConfigError
+from profiles.upstream.platforms import PortBinding
 
 SALT = b"test-salt"
 HERE = Path(__file__).resolve().parent

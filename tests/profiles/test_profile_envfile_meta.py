@@ -12,8 +12,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from profiles.credentials import read_env_file
-from profiles.envfile import parse_env_text
+from profiles.envfile import parse_env_text, read_env_file
 from profiles.errors import ProfileConfigError, ProfileNotFoundError
 from profiles.meta import read_profile_meta, write_profile_meta
 

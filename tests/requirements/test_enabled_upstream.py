@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from profiles.credentials import load_config, read_env_file, view_of
+from profiles.credentials import load_config, view_of
+from profiles.envfile import read_env_file
 from profiles.upstream.platforms import PLATFORMS, enabled_platforms, requirements_of
 from tests.profiles.oracle_profiles import Profile, ask_upstream, oracle_python
 
