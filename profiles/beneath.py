@@ -22,8 +22,6 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the sh
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["first_link", "makedirs_under", "open_at", "open_under", "split"]
-
 # openat2(2): the number is the same on every architecture (allocated after the tables were unified).
 SYS_OPENAT2 = 437
 RESOLVE_NO_MAGICLINKS = 0x02

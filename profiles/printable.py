@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["printable", "printable_lines", "printable_tree"]
-
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 

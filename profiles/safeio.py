@@ -47,38 +47,6 @@ from pathlib import Path
 
 from profiles import beneath as beneath_mod
 
-__all__ = [
-    "Beneath",
-    "LinkRefusedError",
-    "UnsafeFileError",
-    "at",
-    "beneath",
-    "chmod",
-    "chown",
-    "describe_size",
-    "home_file",
-    "link_on_path",
-    "lstat",
-    "makedirs",
-    "mkdir",
-    "move",
-    "open_append",
-    "open_beneath",
-    "open_dir",
-    "read_if_changed",
-    "read_operator_file",
-    "read_regular",
-    "read_regular_or_none",
-    "readlink",
-    "rename",
-    "replace_bytes",
-    "replace_with_copy",
-    "symlink",
-    "temp_folder",
-    "under",
-    "unlink",
-]
-
 _KINDS = {
     stat.S_IFDIR: "a directory",
     stat.S_IFCHR: "a character device",

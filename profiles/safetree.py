@@ -43,18 +43,6 @@ from profiles import beneath as beneath_mod
 from profiles import safeio
 from profiles.safeio import Beneath, LinkRefusedError, UnsafeFileError
 
-__all__ = [
-    "Entry",
-    "TooDeepError",
-    "copy_tree",
-    "link_stays_inside",
-    "open_entry",
-    "remove_tree",
-    "set_mode",
-    "set_owner",
-    "walk",
-]
-
 MAX_DEPTH = 512  # no profile needs more; a walk never holds more descriptors than this
 COPY_MAX_DEPTH = 128
 _LIST = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC

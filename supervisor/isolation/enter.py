@@ -48,8 +48,6 @@ else:  # pragma: no cover - script mode (-S): siblings are importable from sys.p
         decode_plan,
     )
 
-__all__ = ["EXIT_CANNOT_CONFINE", "EXIT_CANNOT_EXEC", "EXIT_NOT_FOUND", "exec_in_place", "main"]
-
 
 def _initial_environ() -> dict[bytes, bytes]:
     """The environment this process was started with, byte for byte, in order."""

@@ -20,8 +20,6 @@ from profiles import safeio
 from supervisor.isolation import shared_board
 from supervisor.isolation.planning import ROOT_AUTH, SHARED_DIR, UserIds
 
-__all__ = ["credential_lock_dir", "discover_install_paths", "resolve_user"]
-
 _SYSTEM_PREFIXES = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc")
 _PATH_IN_TEXT = re.compile(r"""['"](/[^'"\n]+)['"]""")
 

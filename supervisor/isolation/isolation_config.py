@@ -30,8 +30,6 @@ from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
 
-__all__ = ["MODES", "IsolationConfigError", "IsolationSettings", "merge_isolation", "parse_isolation"]
-
 MODES = ("auto", "off", "required")
 _KEYS = ("mode", "kanban", "shared_auth", "root_auth", "user", "read_only", "hide")
 _USER_RE_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")

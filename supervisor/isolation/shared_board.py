@@ -46,8 +46,6 @@ from pathlib import Path
 
 from profiles import safeio
 
-__all__ = ["BOARD_DIR", "KANBAN_DIR", "LINKS", "KanbanBusyError", "layout", "migrate", "open_by"]
-
 KANBAN_DIR = "kanban"
 BOARD_DIR = "kanban/default-board"
 # Root-level names upstream uses for the default board, each linked into BOARD_DIR.

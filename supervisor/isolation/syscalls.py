@@ -28,8 +28,6 @@ import ctypes
 import os
 import sys
 
-__all__ = ["ARCHES", "DENIED", "build_program", "install", "supported"]
-
 # struct seccomp_data: nr (u32), arch (u32), instruction_pointer (u64), args[6] (u64 each).
 _OFF_NR, _OFF_ARCH, _OFF_ARGS = 0, 4, 16
 _RET_ALLOW = 0x7FFF0000

@@ -54,16 +54,6 @@ from profiles.upstream.process import GatewayState
 from supervisor.limits.limits_config import HungSettings
 from supervisor.limits.procfs import state_letter
 
-__all__ = [
-    "STOPPED_STATES",
-    "Hung",
-    "HungCheck",
-    "beat_age",
-    "check_hung",
-    "observe",
-    "watchdog_fired",
-]
-
 STOPPED_STATES = frozenset("Tt")
 _TOLERANCE = 1.0  # seconds: /proc start times have tick (10 ms) resolution, clocks are read apart
 _EPSILON = 0.005  # timers may fire a hair early; never hand back a deadline that is "now"

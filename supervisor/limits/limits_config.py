@@ -23,26 +23,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = [
-    "DEFAULT_HUNG_AFTER",
-    "DEFAULT_STARTUP_GRACE",
-    "MIN_MEMORY_MAX",
-    "HungSettings",
-    "Limits",
-    "LimitsConfigError",
-    "LimitsSpec",
-    "format_size",
-    "hung_after_warning",
-    "merge_hung",
-    "merge_limits",
-    "parse_cpu_weight",
-    "parse_hung_after",
-    "parse_limits",
-    "parse_size",
-    "parse_startup_grace",
-    "parse_tasks_max",
-]
-
 DEFAULT_HUNG_AFTER = 120.0  # four heartbeat periods: three missed beats plus the one in flight
 # Upstream writes its first heartbeat only once ``running``, after connecting every platform in
 # turn, each for up to 30 s (``_PLATFORM_CONNECT_TIMEOUT_SECS_DEFAULT``); 300 s covers eight.

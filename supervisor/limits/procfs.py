@@ -16,22 +16,6 @@ import os
 import time
 from dataclasses import dataclass
 
-__all__ = [
-    "CLK_TCK",
-    "PAGE_SIZE",
-    "ProcStat",
-    "environ_has",
-    "host_memory_total",
-    "read_stat",
-    "rollup_bytes",
-    "scan",
-    "start_clock",
-    "state_letter",
-    "swap_in_use",
-    "thread_ids",
-    "vm_swap_bytes",
-]
-
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 PROC = "/proc"

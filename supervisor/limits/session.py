@@ -39,8 +39,6 @@ from supervisor.limits.tree import Breach, Pace, TreeSample, build_trees, check_
 from supervisor.limits.watcher import freeze_and_kill, measure
 from supervisor.prctl import become_subreaper
 
-__all__ = ["Session", "open_session"]
-
 
 @dataclass
 class Session:

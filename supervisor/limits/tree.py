@@ -58,19 +58,6 @@ from typing import Literal, Protocol
 
 from supervisor.limits.limits_config import Limits, format_size
 
-__all__ = [
-    "Breach",
-    "Pace",
-    "TreeSample",
-    "build_trees",
-    "check_tree",
-    "is_hot",
-    "needs_exact",
-    "next_scan",
-    "nice_for_weight",
-    "summarize",
-]
-
 EXACT_FRACTION = 0.9  # measure PSS when the cheap upper bound reaches this share of memory_max
 
 

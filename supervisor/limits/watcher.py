@@ -29,17 +29,6 @@ from supervisor.limits.limits_config import Limits
 from supervisor.limits.tree import TreeSample, build_trees, needs_exact, nice_for_weight, summarize
 from supervisor.tags import TAG_PROFILE, TAG_ROOT, TAG_TOKEN, verified_profile
 
-__all__ = [
-    "CgroupRoot",
-    "ProcRoot",
-    "TreeUsage",
-    "TreeWatcher",
-    "apply_nice",
-    "freeze_and_kill",
-    "measure",
-    "tree_usage",
-]
-
 _TAG_ROOT = f"{TAG_ROOT}=".encode()
 _TAG_PROFILE = f"{TAG_PROFILE}=".encode()
 _TAG_TOKEN = f"{TAG_TOKEN}=".encode()

@@ -27,10 +27,7 @@ from profiles.errors import ProfileError
 from profiles.names import normalize_name, validate_profile_name
 from supervisor.observe.events import EVENT_TYPES
 from supervisor.observe.journal import JournalSettings
-from supervisor.observe.values import ObserveConfigError, integer, line_of, mapping, number, render_path
-
-__all__ = ["Hook", "MetricsSettings", "ObserveConfigError", "ObserveSettings", "line_of", "parse_hooks",
-           "parse_journal", "parse_metrics", "parse_sections", "render_path"]
+from supervisor.observe.values import ObserveConfigError, integer, mapping, number, render_path
 
 DEFAULT_TIMEOUT = 10.0
 MAX_TIMEOUT = 3600.0

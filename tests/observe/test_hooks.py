@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from supervisor.observe.hooks import HookRunner, hook_environment, matches
-from supervisor.observe.observe_config import Hook, ObserveConfigError, line_of, parse_hooks
+from supervisor.observe.observe_config import Hook, ObserveConfigError, parse_hooks
+from supervisor.observe.values import line_of
 from tests.harness import wait_for
 
 # No account's home: a hook that wrote there would fail here, never touch the real one.
