@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from profiles.snapshot import ProfileFacts
-from profiles.upstream.process import GatewayState, stop_timeout
+from profiles.upstream.process import GatewayState
 from supervisor.plan import model as m
 from supervisor.plan import words
 from supervisor.plan.model import Child, Ident, Profile
@@ -36,6 +36,7 @@ from supervisor.plan.policy import (
     classify_exit,
     decide,
     describe_exit,
+    stop_timeout_for,
 )
 from supervisor.plan.verdict import Candidate, Hold, HoldKind, ReleaseRules, judge
 
@@ -67,12 +68,7 @@ class Settings:
         return name not in self.disabled
 
     def stop_timeout_for(self, name: str, facts: ProfileFacts | None) -> float:
-        own = self.stop_timeouts.get(name)
-        if own is not None:
-            return own
-        if self.stop_timeout is not None:
-            return self.stop_timeout
-        return stop_timeout(facts.drain_s if facts is not None else 0.0)
+        return stop_timeout_for(self.stop_timeouts.get(name), self.stop_timeout, facts.drain_s if facts else 0.0)
 
 
 class Planner(OtherGateways):

@@ -14,7 +14,7 @@ import random
 import signal
 from dataclasses import dataclass
 
-from profiles.upstream.process import Exit, GatewayState
+from profiles.upstream.process import Exit, GatewayState, stop_timeout
 
 
 class ExitKind(enum.Enum):
@@ -44,6 +44,13 @@ _LIMIT_EXITS = {"memory_limit": ExitKind.MEMORY_LIMIT, "tasks_limit": ExitKind.T
 def limit_exit(limit: str | None) -> ExitKind | None:
     """The exit kind of a tree killed for the limit ``limit`` names (None: no limit, or not one of ours)."""
     return _LIMIT_EXITS.get(limit or "")
+
+
+def stop_timeout_for(own: float | None, everyone: float | None, drain_s: float) -> float:
+    """Seconds from SIGTERM to SIGKILL: the profile's setting, the global one, or upstream's rule."""
+    if own is not None:
+        return own
+    return everyone if everyone is not None else stop_timeout(drain_s)
 
 
 @dataclass(frozen=True, slots=True)
