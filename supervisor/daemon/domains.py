@@ -148,10 +148,9 @@ class Domains:
             except cgroup_io.CgroupError as exc:
                 log.warning("profile %s: PID %d not moved into its cgroup (%s)", name, ident.pid, exc)
                 d = None
-        root = lim.CgroupRoot(d) if d is not None else lim.ProcRoot(ident.pid, ident.start_time)
         if limits.cpu_weight and "cpu" not in det.controllers:
             lim.apply_nice([ident.pid], limits.cpu_weight)
-        self.trees[name] = _Tree(ident, root, d, events, *_start_clock(ident.pid))
+        self.trees[name] = _tree(ident, d, events)
 
     def member_of(self, name: str, pid: int) -> bool | None:
         """Whether ``pid`` is in the cgroup of ``name``'s running gateway (``None``: the gateway has
@@ -179,8 +178,7 @@ class Domains:
             except cgroup_io.CgroupError as exc:
                 log.warning("profile %s: adopted PID %d not moved into its cgroup (%s)", name, ident.pid, exc)
                 d = None
-        root = lim.CgroupRoot(d) if d is not None else lim.ProcRoot(ident.pid, ident.start_time)
-        self.trees[name] = _Tree(ident, root, d, cgroup_io.read_events(d) if d else None, *_start_clock(ident.pid))
+        self.trees[name] = _tree(ident, d, cgroup_io.read_events(d) if d else None)
 
     # ------------------------------------------------------------------------- ends
 
@@ -311,7 +309,9 @@ class Domains:
             lim.teardown(self.cgroups)
 
 
-def _start_clock(pid: int) -> tuple[float, float | None]:
-    """When ``pid`` started, on the monotonic clock (now, if it is already gone) and the wall clock."""
-    clock = procfs.start_clock(pid)
-    return (clock[0], clock[1]) if clock is not None else (time.monotonic(), None)
+def _tree(ident: Ident, d: str | None, events: Events | None) -> _Tree:
+    """``ident``'s tree (cgroup ``d``'s members, else its descendants) and when it started, on the
+    monotonic clock (now, if it is already gone) and the wall clock."""
+    root = lim.CgroupRoot(d) if d is not None else lim.ProcRoot(ident.pid, ident.start_time)
+    clock = procfs.start_clock(ident.pid)
+    return _Tree(ident, root, d, events, *((clock[0], clock[1]) if clock is not None else (time.monotonic(), None)))
