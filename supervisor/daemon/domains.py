@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from supervisor import limits as lim
-from supervisor import ownership
 from supervisor.isolation import install, shared_board
 from supervisor.isolation.isolation_config import IsolationSettings
 from supervisor.isolation.planning import Plan, PlanInputs, make_plan
@@ -107,26 +106,11 @@ class Domains:
                 grants: tuple[tuple[Path, str], ...] = (), placeholders: tuple[Path, ...] = ()) -> Prepared | str:
         """The command to spawn for ``name`` under its confinement, or why it cannot be started."""
         facts, det, _ = self._host()
-        user = None
-        if isolation.user:
-            try:
-                user = install.resolve_user(isolation.user)
-            except (KeyError, ValueError, OSError) as exc:
-                return f"isolation user {isolation.user!r}: {exc}"
-            if os.geteuid() == 0:
-                trouble = ownership.problems(home, user)
-                if trouble:
-                    fix = (f"; run '{ownership.fix_command(name, user, self.root)}' (it shows what it changes and "
-                           "asks first)" if any(t.startswith(str(home)) for t in trouble) else "")
-                    return f"isolation user {user.name}: {'; '.join(trouble)}{fix}"
-        plan = make_plan(PlanInputs(
-            root=self.root, profile=name, home=home, probe=facts, settings=isolation,
-            hermesd_dir=self.layout.dir, control_socket=self.layout.socket, other_homes=other_homes,
-            install_paths=self.install_paths, lock_dir=install.credential_lock_dir(env),
-            user_home=Path(env["HOME"]) if env.get("HOME") else None, user_ids=user,
-            kanban_layout=shared_board.layout(self.root), grants=grants, placeholders=placeholders,
-            linked=install.linked_channels(self.root),
-        ))
+        plan = gateway_plan(self.layout, name, home, env, probe=facts, isolation=isolation, other_homes=other_homes,
+                            install_paths=self.install_paths, grants=grants, placeholders=placeholders,
+                            check_owner=True)
+        if isinstance(plan, str):
+            return plan
         self.plans[name] = plan
         if not plan.runnable:
             return f"isolation: {plan.reason}"
@@ -307,6 +291,36 @@ class Domains:
     def teardown(self) -> None:
         if self.cgroups is not None:
             lim.teardown(self.cgroups)
+
+
+def gateway_plan(layout: Layout, name: str, home: Path, env: Mapping[str, str], *, probe: Probe,
+                 isolation: IsolationSettings, other_homes: tuple[Path, ...], install_paths: tuple[Path, ...],
+                 grants: tuple[tuple[Path, str], ...] = (), placeholders: tuple[Path, ...] = (),
+                 check_owner: bool = False) -> Plan | str:
+    """``name``'s confinement plan, for its gateway and for ``hermesd exec`` alike, or why there is none:
+    its isolation user is unknown, or (``check_owner``, as root) cannot use the profile's files."""
+    user = None
+    if isolation.user:
+        try:
+            user = install.resolve_user(isolation.user)
+        except (KeyError, ValueError, OSError) as exc:
+            return f"isolation user {isolation.user!r}: {exc}"
+        if check_owner and os.geteuid() == 0:
+            from supervisor import ownership  # lazy: hermesd exec, which plans too, never checks (~8 ms)
+
+            trouble = ownership.problems(home, user)
+            if trouble:
+                fix = (f"; run '{ownership.fix_command(name, user, layout.root)}' (it shows what it changes and "
+                       "asks first)" if any(t.startswith(str(home)) for t in trouble) else "")
+                return f"isolation user {user.name}: {'; '.join(trouble)}{fix}"
+    return make_plan(PlanInputs(
+        root=layout.root, profile=name, home=home, probe=probe, settings=isolation,
+        hermesd_dir=layout.dir, control_socket=layout.socket, other_homes=other_homes,
+        install_paths=install_paths, lock_dir=install.credential_lock_dir(env),
+        user_home=Path(env["HOME"]) if env.get("HOME") else None, user_ids=user,
+        kanban_layout=shared_board.layout(layout.root), grants=grants, placeholders=placeholders,
+        linked=install.linked_channels(layout.root),
+    ))
 
 
 def _tree(ident: Ident, d: str | None, events: Events | None) -> _Tree:
