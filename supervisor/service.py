@@ -52,21 +52,17 @@ USAGE_EXIT = 2  # hermesd's exit status for a usage or configuration error (supe
 
 
 def hermesd_command() -> list[str]:
-    """An absolute command that runs this very hermesd, for a unit or a hook to call.
+    """An absolute command that runs this very hermesd, for a unit, a hook or ``hermesd start`` to call.
 
     The ``hermesd`` script being run, else the one installed beside this interpreter (a venv's
-    ``bin/``), else one on ``PATH``, else this interpreter with ``-m supervisor``. Symlinks are not
-    resolved: a venv's ``python`` is a symlink whose target has no hermesd installed.
+    ``bin/``), else this interpreter with ``-m supervisor``; never one found on ``PATH``, which may
+    be another installation. A script (``ps`` and ``pgrep`` name it) must be executable. Symlinks
+    are not resolved: a venv's ``python`` is a symlink whose target has no hermesd installed.
     """
-    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
-    if argv0 is not None and argv0.name == "hermesd" and argv0.is_file():
-        return [str(argv0.absolute())]
-    sibling = Path(sys.executable).parent / "hermesd"
-    if sibling.is_file() and os.access(sibling, os.X_OK):
-        return [str(sibling)]
-    found = shutil.which("hermesd")
-    if found:
-        return [os.path.abspath(found)]
+    run = [Path(sys.argv[0]).absolute()] if sys.argv and Path(sys.argv[0]).name == "hermesd" else []
+    for script in (*run, Path(sys.executable).parent / "hermesd"):
+        if script.is_file() and os.access(script, os.X_OK):
+            return [str(script)]
     return [sys.executable, "-m", "supervisor"]
 
 
