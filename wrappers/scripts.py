@@ -53,8 +53,8 @@ from pathlib import Path
 
 from profiles import safeio
 from profiles.errors import InvalidNameError, WrapperError
-from profiles.names import DEFAULT_PROFILE, normalize_name, parse_profile_name, validate_alias_name
-from profiles.paths import resolve_root, user_home
+from profiles.names import normalize_name, parse_profile_name, validate_alias_name
+from profiles.paths import get_profile_dir, resolve_root, user_home
 
 WRAPPER_DIR_ENV = "HERMESD_WRAPPER_DIR"
 MARKER = "hermesd-wrapper"
@@ -141,10 +141,6 @@ def _check_root(root: Path) -> Path:
     return root
 
 
-def _home_of(profile: str, root: Path) -> Path:
-    return root if profile == DEFAULT_PROFILE else root / "profiles" / profile
-
-
 def render_posix_wrapper(profile: str, root: Path, hermes: str, hermesd: str) -> str:
     """The POSIX ``sh`` script for ``profile`` under ``root`` (see the module docstring)."""
     q = shlex.quote
@@ -155,7 +151,7 @@ def render_posix_wrapper(profile: str, root: Path, hermes: str, hermesd: str) ->
         f"# {_marker_line(profile, root)}\n"
         f"# Runs Hermes profile {profile!r} confined as its gateway is (hermesd exec); gateway {verbs} go to\n"
         f"# hermesd while it supervises this root.\n"
-        f"HERMES_HOME={q(str(_home_of(profile, root)))}\n"
+        f"HERMES_HOME={q(str(get_profile_dir(profile, root)))}\n"
         "export HERMES_HOME\n"
         'case "$1" in\n'
         "  gateway)\n"
@@ -187,7 +183,7 @@ def _bat_quote(text: str) -> str:
 def render_bat_wrapper(profile: str, root: Path, hermes: str, hermesd: str) -> str:
     """The Windows ``.bat`` script for ``profile`` under ``root`` (CRLF line endings)."""
     root = _check_root(Path(root))
-    home = str(_home_of(profile, root)).replace("%", "%%")
+    home = str(get_profile_dir(profile, root)).replace("%", "%%")
     verb_lines = [f'if /I "%~2"=="{verb}" set "HERMESD_VERB={verb}"' for verb in GATEWAY_VERBS]
     lines = [
         "@echo off",
