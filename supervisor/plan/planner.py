@@ -27,8 +27,9 @@ from profiles.upstream.process import GatewayState
 from supervisor.plan import model as m
 from supervisor.plan import words
 from supervisor.plan.model import Child, Ident, Profile
-from supervisor.plan.others import OUTSIDE, OtherGateways
+from supervisor.plan.others import OtherGateways
 from supervisor.plan.policy import (
+    OUTSIDE,
     Action,
     ExitFacts,
     ExitKind,
@@ -36,6 +37,7 @@ from supervisor.plan.policy import (
     classify_exit,
     decide,
     describe_exit,
+    signame,
     stop_timeout_for,
 )
 from supervisor.plan.verdict import Candidate, Hold, HoldKind, ReleaseRules, judge
@@ -553,14 +555,3 @@ class Planner(OtherGateways):
 
     def _emit(self, event_type: str, profile: str | None, **fields: Any) -> None:
         self._out.append(m.Emit({"type": event_type, "profile": profile, **fields}))
-
-
-def signame(sig: int | None) -> str | int | None:
-    if sig is None:
-        return None
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return sig
-
-

@@ -99,17 +99,28 @@ def classify_exit(f: ExitFacts) -> ExitKind:
     return ExitKind.CRASH
 
 
+def signame(sig: int | None) -> str | int | None:
+    """``SIGKILL`` for 9; a number no signal has stays a number."""
+    if sig is None:
+        return None
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return sig
+
+
 def describe_exit(code: int | None, sig: int | None) -> str:
     """``exit 1``, ``killed by SIGKILL`` or ``gone (not our child)``, for status and logs."""
     if sig is not None:
-        try:
-            return f"killed by {signal.Signals(sig).name}"
-        except ValueError:
-            return f"killed by signal {sig}"
+        name = signame(sig)
+        return f"killed by {name}" if isinstance(name, str) else f"killed by signal {sig}"
     if code is not None:
         return f"exit {code}"
     return "exited (adopted: status unknown)"
 
+
+# The reason a profile stays down after a clean exit hermesd did not ask for (the planner's ``down``).
+OUTSIDE = "stopped outside hermesd (clean exit it did not ask for)"
 
 # Consecutive quick "attach" exits (75 before the gateway ever ran) after which hermesd stops trying:
 # another gateway serves the profile, and each restart would only ask it again.
@@ -180,7 +191,7 @@ def decide(
     if kind is ExitKind.CONFIG_ERROR:
         return Decision(Action.HOLD, 0.0, failures, "configuration error: fix the profile's files")
     if kind is ExitKind.EXTERNAL_STOP:
-        return Decision(Action.STOP, 0.0, 0, "stopped outside hermesd (clean exit it did not ask for)")
+        return Decision(Action.STOP, 0.0, 0, OUTSIDE)
     if uptime >= policy.healthy_after:
         failures = 0
     if kind is ExitKind.ATTACHED and failures + 1 >= ATTACH_LOOP:
