@@ -123,8 +123,7 @@ class Planner(OtherGateways):
         self.settings, self.root_hold = settings, root_hold
         if changed:
             for p in self.profiles.values():
-                if p.runtime_hold is not None and p.runtime_hold.kind in _CURED_BY_CONFIG:
-                    p.runtime_hold = None
+                _cure(p)
         return self._done()
 
     def set_served(self, served: Sequence[tuple[str, Path]]) -> list[m.Action]:
@@ -159,8 +158,7 @@ class Planner(OtherGateways):
                 log.info("profile %s: files changed", name)
             if facts.problems:
                 log.error("profile %s: %s", name, "; ".join(facts.problems))
-            if p.runtime_hold is not None and p.runtime_hold.kind in _CURED_BY_CONFIG:
-                p.runtime_hold = None
+            _cure(p)
             # Another profile's files decide whether a gateway folds it in (gateway.standalone).
             for q in self.profiles.values():
                 if q.runtime_hold is not None and q.runtime_hold.kind is HoldKind.MULTIPLEXING:
@@ -269,9 +267,7 @@ class Planner(OtherGateways):
         self._conclude(p, c, facts, code=code, sig=sig, detail=c.kill_detail or (detail if killed_for is None else ""))
         if unconfined is not None and not c.stop_requested:
             p.runtime_hold = Hold(HoldKind.ISOLATION, unconfined)
-            if p.retry_at is not None:
-                p.retry_at = p.retry_at_wall = None
-                self._out.append(m.Cancel(name, "retry"))
+            self._cancel_retry(p)
         return self._done()
 
     def gateway_reported(self, name: str, pid: int, state: str | None,
@@ -331,12 +327,9 @@ class Planner(OtherGateways):
     def request_start(self, name: str) -> tuple[str, list[m.Action]]:
         p = self.profiles[name]
         p.down = None
-        if p.runtime_hold is not None and p.runtime_hold.kind in _CURED_BY_CONFIG:
-            p.runtime_hold = None
+        _cure(p)
         p.failures = 0
-        if p.retry_at is not None:
-            p.retry_at = p.retry_at_wall = None
-            self._out.append(m.Cancel(name, "retry"))
+        self._cancel_retry(p)
         self._out.append(m.Save())
         actions = self._done()
         state, reason = self.state_of(p)
@@ -379,9 +372,7 @@ class Planner(OtherGateways):
             self._out += [m.Save(), m.Finish()]
             return self._take()
         for p in self.profiles.values():
-            if p.retry_at is not None:
-                p.retry_at = p.retry_at_wall = None
-                self._out.append(m.Cancel(p.name, "retry"))
+            self._cancel_retry(p)
         return self._done()
 
     # ------------------------------------------------------------------------- the step
@@ -444,9 +435,8 @@ class Planner(OtherGateways):
             return
         if not want or hold is not None or p.facts is None:
             p.queued = False
-            if not want and p.retry_at is not None:
-                p.retry_at = p.retry_at_wall = None
-                self._out.append(m.Cancel(p.name, "retry"))
+            if not want:
+                self._cancel_retry(p)
             return
         if p.retry_at is None:
             p.queued = True
@@ -488,9 +478,12 @@ class Planner(OtherGateways):
 
     def _forget_gone(self) -> None:
         for name in [n for n, p in self.profiles.items() if not p.present and p.child is None and not p.spawning]:
-            p = self.profiles.pop(name)
-            if p.retry_at is not None:
-                self._out.append(m.Cancel(name, "retry"))
+            self._cancel_retry(self.profiles.pop(name))
+
+    def _cancel_retry(self, p: Profile) -> None:
+        if p.retry_at is not None:
+            p.retry_at = p.retry_at_wall = None
+            self._out.append(m.Cancel(p.name, "retry"))
 
     def _stop(self, p: Profile, *, graceful: bool = False, then_restart: bool = False, why: str = "") -> None:
         c = p.child
@@ -555,3 +548,9 @@ class Planner(OtherGateways):
 
     def _emit(self, event_type: str, profile: str | None, **fields: Any) -> None:
         self._out.append(m.Emit({"type": event_type, "profile": profile, **fields}))
+
+
+def _cure(p: Profile) -> None:
+    """Files, settings or the operator's start changed: a run-time hold they may cure goes."""
+    if p.runtime_hold is not None and p.runtime_hold.kind in _CURED_BY_CONFIG:
+        p.runtime_hold = None
