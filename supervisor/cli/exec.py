@@ -232,8 +232,8 @@ def run(prepared: Prepared, command: list[str], *, log: tuple[Path, str] | None 
             if os.read(hold_r, 1) != b"1":  # the parent is gone: never run outside the session
                 os._exit(EXIT_CANNOT_CONFINE)
             os.close(hold_r)
-            if prepared.nice is not None and (session is None or session.dir is None
-                                              or "cpu" not in _controllers(session)):
+            if prepared.nice is not None and (session is None or session.dir is None or session.det is None
+                                              or "cpu" not in session.det.controllers):
                 # raising priority needs CAP_SYS_NICE: keep the current one then
                 with contextlib.suppress(PermissionError):
                     os.setpriority(os.PRIO_PROCESS, 0, prepared.nice)
@@ -280,10 +280,6 @@ def _open_session(prepared: Prepared) -> Session | None:
     if prepared.kind != "worker" and lim.memory_max is None and lim.tasks_max is None and lim.cpu_weight is None:
         return None
     return open_session(prepared.root, prepared.profile, prepared.kind, lim)
-
-
-def _controllers(session: Session) -> frozenset[str]:
-    return session.det.controllers if session.det is not None else frozenset()
 
 
 def _worker_log(log: tuple[Path, str]) -> Callable[[], None]:
