@@ -183,11 +183,9 @@ class Planner(OtherGateways):
         self._emit("adopted", name, pid=ident.pid)
         log.info("profile %s: adopted running gateway PID %d", name, ident.pid)
         if stopping:
-            log.info("profile %s: finishing the %s the previous hermesd began", name,
-                     "restart" if then_restart else "stop")
-            self._stop(p, then_restart=then_restart,
-                       why="finishing the restart the previous hermesd began" if then_restart
-                       else "finishing the stop the previous hermesd began")
+            why = f"finishing the {'restart' if then_restart else 'stop'} the previous hermesd began"
+            log.info("profile %s: %s", name, why)
+            self._stop(p, then_restart=then_restart, why=why)
         return self._take()
 
     def ended_while_down(self, name: str, ident: Ident, started_wall: float, *, stopping: bool,
