@@ -209,9 +209,7 @@ def read_wrapper(path: Path) -> WrapperInfo | None:
     """The wrapper info if ``path`` is a wrapper hermesd wrote, else ``None`` (binaries included)."""
     path = Path(path)
     head = _head(path, _READ_LIMIT)
-    if head is None:
-        return None
-    if b"\0" in head:
+    if head is None or b"\0" in head:
         return None
     text = head.decode("utf-8", "replace")
     for line in text.splitlines()[:4]:
