@@ -34,7 +34,7 @@ from profiles.snapshot import read_profile
 from supervisor import config as config_mod
 from supervisor import doctor
 from supervisor.control.client import Client, ControlError, DaemonNotAnswering
-from supervisor.exits import UserError
+from supervisor.exits import EXIT_USAGE, UserError
 from supervisor.layout import Layout
 
 MARK = "written by hermesd install-service"
@@ -45,7 +45,6 @@ PLIST_NAME = f"{LAUNCHD_LABEL}.plist"
 WATCHDOG_SEC = 60
 STOP_MARGIN = 30  # seconds on top of the slowest gateway's own stop timeout
 DEFAULT_STOP_TIMEOUT = 300  # for the generic contrib units, which cannot see the profiles
-USAGE_EXIT = 2  # hermesd's exit status for a usage or configuration error (supervisor.cli.main)
 
 
 # --------------------------------------------------------------------------- what to run
@@ -168,9 +167,9 @@ def render_systemd_unit(
         "KillSignal=SIGTERM",
         "Restart=on-failure",
         "RestartSec=5",
-        f"# Exit {USAGE_EXIT} is a usage or configuration error (or another hermesd already holds the root):",
+        f"# Exit {EXIT_USAGE} is a usage or configuration error (or another hermesd already holds the root):",
         "# restarting cannot fix it.",
-        f"RestartPreventExitStatus={USAGE_EXIT}",
+        f"RestartPreventExitStatus={EXIT_USAGE}",
         "# At least the slowest gateway's stop timeout (max(60, agent.restart_drain_timeout + 30) s, or",
         "# stop_timeout in hermesd.yaml) plus a margin: hermesd stops its gateways in parallel. If it",
         "# runs out, systemd SIGKILLs hermesd only and the gateways still stopping finish on their own.",
