@@ -256,12 +256,7 @@ def run(prepared: Prepared, command: list[str], *, log: tuple[Path, str] | None 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, forward)
     if session is None:
-        while True:
-            try:
-                _, status = os.waitpid(pid, 0)
-            except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
-                continue
-            return exit_code(status)
+        return exit_code(os.waitpid(pid, 0)[1])  # a signal forwarded meanwhile: retried (PEP 475)
     try:
         status, breach = session.wait(pid)
     finally:
