@@ -332,10 +332,9 @@ def upstream_style_wrappers(
     e = _env(env)
     if not upstream_wrappers_apply(root, e):
         return []
-    folders: list[Path] = []
-    for folder in (Path(directory) if directory is not None else wrapper_dir(e), upstream_wrapper_dir(e)):
-        if not any(_same_root(folder, f) for f in folders):
-            folders.append(folder)
+    own = Path(directory) if directory is not None else wrapper_dir(e)
+    upstream = upstream_wrapper_dir(e)
+    folders = [own] if _same_root(own, upstream) else [own, upstream]
     found: list[WrapperInfo] = []
     for folder in folders:
         found.extend(info for entry in _entries(folder) if (info := read_upstream_wrapper(entry, root)) is not None)
