@@ -29,13 +29,10 @@ explicitly so tests never write into the real one.
 
 **Upstream-style wrappers.** ``hermes profile create alpha`` writes ``~/.local/bin/alpha``
 containing ``exec hermes -p alpha "$@"`` (no marker). They are recognised exactly as upstream's
-``build_alias_map`` does (an extensionless regular file, first 8 KiB valid UTF-8, the first
-token after ``hermes -p ``), and belong to the root the user's environment resolves to (the
-script runs plain ``hermes -p NAME``). They are listed as the profile's alias with
-``kind="upstream"``, removed with their profile, re-pointed on rename, and
+``build_alias_map`` does (:func:`read_upstream_wrapper`), and belong to the root the user's
+environment resolves to (the script runs plain ``hermes -p NAME``). They are listed as the
+profile's alias with ``kind="upstream"``, removed with their profile, re-pointed on rename, and
 :func:`adopt_wrapper` rewrites one as a hermesd wrapper keeping its name and target.
-:func:`non_routing_wrappers` is what ``hermesd doctor`` calls: the aliases of a root whose
-``gateway`` verbs would bypass hermesd.
 """
 
 from __future__ import annotations
