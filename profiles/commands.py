@@ -80,25 +80,21 @@ def fail(message: str, code: int = EXIT_USAGE) -> int:
     return code
 
 
-def guard(handler: Handler, ctx: Context) -> Callable[[argparse.Namespace], int]:
-    """Turn user-facing errors into one stderr line and exit status 2 (OS failures: 1)."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return handler(args, ctx)
-        except ProfileError as exc:
-            return fail(str(exc))
-        except PermissionError as exc:
-            where = f" {exc.filename}" if exc.filename else ""
-            return fail(f"permission denied:{where} (run as the user that owns the root)")
-        except OSError as exc:
-            where = f": {exc.filename}" if exc.filename else ""
-            return fail(f"{exc.strerror or exc}{where}", EXIT_FAILURE)
-        except KeyboardInterrupt:
-            print(file=sys.stderr)
-            return 130
-
-    return run
+def guard(handler: Handler, args: argparse.Namespace, ctx: Context) -> int:
+    """Run ``handler``; user-facing errors become one stderr line and exit status 2 (OS failures: 1)."""
+    try:
+        return handler(args, ctx)
+    except ProfileError as exc:
+        return fail(str(exc))
+    except PermissionError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        return fail(f"permission denied:{where} (run as the user that owns the root)")
+    except OSError as exc:
+        where = f": {exc.filename}" if exc.filename else ""
+        return fail(f"{exc.strerror or exc}{where}", EXIT_FAILURE)
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
 
 
 def _root(args: argparse.Namespace) -> Path:

@@ -25,12 +25,11 @@ from profiles.errors import ProfileConfigError, ProfileError
 from profiles.fileio import MAX_PROFILE_FILE, compose_yaml
 from profiles.names import normalize_name, validate_profile_name
 from profiles.safeio import UnsafeFileError, read_operator_file
-from profiles.upstream.process import stop_timeout as upstream_stop_timeout
 from supervisor.childspec import forbidden_extra_env
 from supervisor.isolation.isolation_config import IsolationConfigError, merge_isolation, parse_isolation
 from supervisor.kanban.dispatch import dispatcher_env
 from supervisor.observe.values import line_of
-from supervisor.plan.policy import RestartPolicy
+from supervisor.plan.policy import RestartPolicy, stop_timeout_for
 
 if TYPE_CHECKING:
     from supervisor.isolation.isolation_config import IsolationPartial, IsolationSettings
@@ -124,13 +123,7 @@ class Config:
                 **dispatcher_env(self.kanban_dispatcher, name)}
 
     def stop_timeout_for(self, name: str, drain_s: float) -> float:
-        """Seconds from SIGTERM to SIGKILL: the profile's setting, the global one, or upstream's rule."""
-        own = self.for_profile(name).stop_timeout
-        if own is not None:
-            return own
-        if self.stop_timeout is not None:
-            return self.stop_timeout
-        return upstream_stop_timeout(drain_s)
+        return stop_timeout_for(self.for_profile(name).stop_timeout, self.stop_timeout, drain_s)
 
 
 def load(path: Path) -> Config:

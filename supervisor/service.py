@@ -34,7 +34,7 @@ from profiles.snapshot import read_profile
 from supervisor import config as config_mod
 from supervisor import doctor
 from supervisor.control.client import Client, ControlError, DaemonNotAnswering
-from supervisor.exits import UserError
+from supervisor.exits import EXIT_USAGE, UserError
 from supervisor.layout import Layout
 
 MARK = "written by hermesd install-service"
@@ -45,28 +45,23 @@ PLIST_NAME = f"{LAUNCHD_LABEL}.plist"
 WATCHDOG_SEC = 60
 STOP_MARGIN = 30  # seconds on top of the slowest gateway's own stop timeout
 DEFAULT_STOP_TIMEOUT = 300  # for the generic contrib units, which cannot see the profiles
-USAGE_EXIT = 2  # hermesd's exit status for a usage or configuration error (supervisor.cli.main)
 
 
 # --------------------------------------------------------------------------- what to run
 
 
 def hermesd_command() -> list[str]:
-    """An absolute command that runs this very hermesd, for a unit or a hook to call.
+    """An absolute command that runs this very hermesd, for a unit, a hook or ``hermesd start`` to call.
 
     The ``hermesd`` script being run, else the one installed beside this interpreter (a venv's
-    ``bin/``), else one on ``PATH``, else this interpreter with ``-m supervisor``. Symlinks are not
-    resolved: a venv's ``python`` is a symlink whose target has no hermesd installed.
+    ``bin/``), else this interpreter with ``-m supervisor``; never one found on ``PATH``, which may
+    be another installation. A script (``ps`` and ``pgrep`` name it) must be executable. Symlinks
+    are not resolved: a venv's ``python`` is a symlink whose target has no hermesd installed.
     """
-    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
-    if argv0 is not None and argv0.name == "hermesd" and argv0.is_file():
-        return [str(argv0.absolute())]
-    sibling = Path(sys.executable).parent / "hermesd"
-    if sibling.is_file() and os.access(sibling, os.X_OK):
-        return [str(sibling)]
-    found = shutil.which("hermesd")
-    if found:
-        return [os.path.abspath(found)]
+    run = [Path(sys.argv[0]).absolute()] if sys.argv and Path(sys.argv[0]).name == "hermesd" else []
+    for script in (*run, Path(sys.executable).parent / "hermesd"):
+        if script.is_file() and os.access(script, os.X_OK):
+            return [str(script)]
     return [sys.executable, "-m", "supervisor"]
 
 
@@ -172,9 +167,9 @@ def render_systemd_unit(
         "KillSignal=SIGTERM",
         "Restart=on-failure",
         "RestartSec=5",
-        f"# Exit {USAGE_EXIT} is a usage or configuration error (or another hermesd already holds the root):",
+        f"# Exit {EXIT_USAGE} is a usage or configuration error (or another hermesd already holds the root):",
         "# restarting cannot fix it.",
-        f"RestartPreventExitStatus={USAGE_EXIT}",
+        f"RestartPreventExitStatus={EXIT_USAGE}",
         "# At least the slowest gateway's stop timeout (max(60, agent.restart_drain_timeout + 30) s, or",
         "# stop_timeout in hermesd.yaml) plus a margin: hermesd stops its gateways in parallel. If it",
         "# runs out, systemd SIGKILLs hermesd only and the gateways still stopping finish on their own.",

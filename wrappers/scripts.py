@@ -29,13 +29,10 @@ explicitly so tests never write into the real one.
 
 **Upstream-style wrappers.** ``hermes profile create alpha`` writes ``~/.local/bin/alpha``
 containing ``exec hermes -p alpha "$@"`` (no marker). They are recognised exactly as upstream's
-``build_alias_map`` does (an extensionless regular file, first 8 KiB valid UTF-8, the first
-token after ``hermes -p ``), and belong to the root the user's environment resolves to (the
-script runs plain ``hermes -p NAME``). They are listed as the profile's alias with
-``kind="upstream"``, removed with their profile, re-pointed on rename, and
+``build_alias_map`` does (:func:`read_upstream_wrapper`), and belong to the root the user's
+environment resolves to (the script runs plain ``hermes -p NAME``). They are listed as the
+profile's alias with ``kind="upstream"``, removed with their profile, re-pointed on rename, and
 :func:`adopt_wrapper` rewrites one as a hermesd wrapper keeping its name and target.
-:func:`non_routing_wrappers` is what ``hermesd doctor`` calls: the aliases of a root whose
-``gateway`` verbs would bypass hermesd.
 """
 
 from __future__ import annotations
@@ -53,8 +50,8 @@ from pathlib import Path
 
 from profiles import safeio
 from profiles.errors import InvalidNameError, WrapperError
-from profiles.names import DEFAULT_PROFILE, normalize_name, parse_profile_name, validate_alias_name
-from profiles.paths import resolve_root, user_home
+from profiles.names import normalize_name, parse_profile_name, validate_alias_name
+from profiles.paths import get_profile_dir, resolve_root, user_home
 
 WRAPPER_DIR_ENV = "HERMESD_WRAPPER_DIR"
 MARKER = "hermesd-wrapper"
@@ -141,10 +138,6 @@ def _check_root(root: Path) -> Path:
     return root
 
 
-def _home_of(profile: str, root: Path) -> Path:
-    return root if profile == DEFAULT_PROFILE else root / "profiles" / profile
-
-
 def render_posix_wrapper(profile: str, root: Path, hermes: str, hermesd: str) -> str:
     """The POSIX ``sh`` script for ``profile`` under ``root`` (see the module docstring)."""
     q = shlex.quote
@@ -155,7 +148,7 @@ def render_posix_wrapper(profile: str, root: Path, hermes: str, hermesd: str) ->
         f"# {_marker_line(profile, root)}\n"
         f"# Runs Hermes profile {profile!r} confined as its gateway is (hermesd exec); gateway {verbs} go to\n"
         f"# hermesd while it supervises this root.\n"
-        f"HERMES_HOME={q(str(_home_of(profile, root)))}\n"
+        f"HERMES_HOME={q(str(get_profile_dir(profile, root)))}\n"
         "export HERMES_HOME\n"
         'case "$1" in\n'
         "  gateway)\n"
@@ -187,7 +180,7 @@ def _bat_quote(text: str) -> str:
 def render_bat_wrapper(profile: str, root: Path, hermes: str, hermesd: str) -> str:
     """The Windows ``.bat`` script for ``profile`` under ``root`` (CRLF line endings)."""
     root = _check_root(Path(root))
-    home = str(_home_of(profile, root)).replace("%", "%%")
+    home = str(get_profile_dir(profile, root)).replace("%", "%%")
     verb_lines = [f'if /I "%~2"=="{verb}" set "HERMESD_VERB={verb}"' for verb in GATEWAY_VERBS]
     lines = [
         "@echo off",
@@ -213,9 +206,7 @@ def read_wrapper(path: Path) -> WrapperInfo | None:
     """The wrapper info if ``path`` is a wrapper hermesd wrote, else ``None`` (binaries included)."""
     path = Path(path)
     head = _head(path, _READ_LIMIT)
-    if head is None:
-        return None
-    if b"\0" in head:
+    if head is None or b"\0" in head:
         return None
     text = head.decode("utf-8", "replace")
     for line in text.splitlines()[:4]:
@@ -338,10 +329,9 @@ def upstream_style_wrappers(
     e = _env(env)
     if not upstream_wrappers_apply(root, e):
         return []
-    folders: list[Path] = []
-    for folder in (Path(directory) if directory is not None else wrapper_dir(e), upstream_wrapper_dir(e)):
-        if not any(_same_root(folder, f) for f in folders):
-            folders.append(folder)
+    own = Path(directory) if directory is not None else wrapper_dir(e)
+    upstream = upstream_wrapper_dir(e)
+    folders = [own] if _same_root(own, upstream) else [own, upstream]
     found: list[WrapperInfo] = []
     for folder in folders:
         found.extend(info for entry in _entries(folder) if (info := read_upstream_wrapper(entry, root)) is not None)

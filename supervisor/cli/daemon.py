@@ -14,7 +14,6 @@ import contextlib
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from profiles import safeio
@@ -30,14 +29,6 @@ from supervisor.lockholder import owner_pid
 # --------------------------------------------------------------------------- start / stop (daemon)
 
 
-def _daemon_argv(root: str) -> list[str]:
-    """The daemon's command line: the ``hermesd`` script when installed, so ``ps`` and ``pgrep`` name it."""
-    script = Path(sys.executable).parent / "hermesd"
-    if script.is_file() and os.access(script, os.X_OK):
-        return [sys.executable, str(script), "run", "--root", root]
-    return [sys.executable, "-m", "supervisor", "run", "--root", root]
-
-
 def cmd_start(args: argparse.Namespace) -> int:
     if args.profiles:
         return _per_profile(args, "start")
@@ -47,6 +38,7 @@ def cmd_start(args: argparse.Namespace) -> int:
 
     from supervisor import logs  # run-time only (see above)
     from supervisor.daemon.pidlock import AlreadyRunning, PidLock  # run-time only (see above)
+    from supervisor.service import hermesd_command  # run-time only (see above)
 
     root = root_of(args)
     layout = layout_of(args)
@@ -62,7 +54,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         with os.fdopen(logfd, "ab") as logf:
             os.fchmod(logfd, 0o600)
             proc = subprocess.Popen(
-                [*_daemon_argv(str(root)), "--lock-fd", str(lock.fd)],
+                [*hermesd_command(), "run", "--root", str(root), "--lock-fd", str(lock.fd)],
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True, cwd="/",
                 pass_fds=(lock.fd,),
             )

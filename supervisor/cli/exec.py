@@ -2,10 +2,9 @@
 
 Why it exists: a profile is a trust domain (it cannot read, change or signal another). A user typing
 ``hermes -p coder chat`` in a shell, an alias, a kanban worker or a test must get the same walls as
-``coder``'s gateway, or the
-confinement only covers half of what an agent of that profile can do. So this command builds what
-the daemon builds before a spawn, from the same inputs (:mod:`supervisor.daemon.domains`
-``prepare``):
+``coder``'s gateway, or the confinement only covers half of what an agent of that profile can do. So
+this command builds what the daemon builds before a spawn, from the same inputs
+(:func:`supervisor.daemon.domains.gateway_plan`):
 
 * the environment contract of :func:`supervisor.childspec.child_env` (hermesd.yaml's
   ``environment``, upstream's fixed variables, credentials scrubbed) *minus* hermesd's identity
@@ -38,6 +37,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -134,20 +134,17 @@ def cmd_exec(args: argparse.Namespace) -> int:
     return code
 
 
+@dataclass(frozen=True, slots=True)
 class Prepared:
     """Everything ``exec`` applies, computed before any fork (so errors are plain messages)."""
 
-    __slots__ = ("env", "kind", "limits", "nice", "plan", "profile", "root")
-
-    def __init__(self, profile: str, plan: Plan, env: dict[str, str], nice: int | None, *, root: Path | None = None,
-                 limits: Limits | None = None, kind: str = "exec") -> None:
-        self.profile = profile
-        self.plan = plan
-        self.env = env
-        self.nice = nice
-        self.root = root
-        self.limits = limits  # the session's limits (None: none)
-        self.kind = kind
+    profile: str
+    plan: Plan
+    env: dict[str, str]
+    nice: int | None
+    root: Path
+    limits: Limits  # the session's
+    kind: str
 
 
 def prepare(root: Path, raw_name: str, base_env: Mapping[str, str], *, kind: str = "exec") -> Prepared:
@@ -165,8 +162,8 @@ def prepare(root: Path, raw_name: str, base_env: Mapping[str, str], *, kind: str
         child_env,
         resolve_gateway_command,
     )
-    from supervisor.isolation import install, shared_board  # run-time only (see cli/__init__)
-    from supervisor.isolation.planning import PlanInputs, make_plan  # run-time only (see cli/__init__)
+    from supervisor.daemon.domains import gateway_plan  # run-time only (see cli/__init__)
+    from supervisor.isolation import install  # run-time only (see cli/__init__)
     from supervisor.isolation.probing import probe  # run-time only (see cli/__init__)
     from supervisor.isolation.shim_argv import EXIT_CANNOT_CONFINE  # run-time only (see cli/__init__)
     from supervisor.limits.tree import nice_for_weight  # run-time only (see cli/__init__)
@@ -194,26 +191,15 @@ def prepare(root: Path, raw_name: str, base_env: Mapping[str, str], *, kind: str
         install_paths = tuple(install.discover_install_paths(gateway))
     except GatewayCommandError:
         install_paths = ()  # no hermes here: only the command the user named has to run
-    isolation = cfg.isolation_for(name)
-    user = None
-    if isolation.user:
-        try:
-            user = install.resolve_user(isolation.user)
-        except (KeyError, ValueError, OSError) as exc:
-            raise Failure(f"profile {name}: isolation user {isolation.user!r}: {exc}", EXIT_CANNOT_CONFINE) from None
-    plan = make_plan(PlanInputs(
-        root=root, profile=name, home=home, probe=probe(), settings=isolation,
-        hermesd_dir=layout.dir, control_socket=layout.socket,
-        other_homes=tuple(h for n, h in homes.items() if n != name),
-        install_paths=install_paths, lock_dir=install.credential_lock_dir(env),
-        user_home=Path(env["HOME"]) if env.get("HOME") else None, user_ids=user,
-        kanban_layout=shared_board.layout(root), linked=install.linked_channels(root),
-    ))
+    plan = gateway_plan(layout, name, home, env, probe=probe(), isolation=cfg.isolation_for(name),
+                        other_homes=tuple(h for n, h in homes.items() if n != name), install_paths=install_paths)
+    if isinstance(plan, str):
+        raise Failure(f"profile {name}: {plan}", EXIT_CANNOT_CONFINE)
     if not plan.runnable:
         raise Failure(f"profile {name}: isolation: {plan.reason}", EXIT_CANNOT_CONFINE)
     limits = cfg.worker_limits_for(name) if kind == "worker" else cfg.limits_for(name)
     nice = nice_for_weight(limits.cpu_weight) if limits.cpu_weight else None
-    return Prepared(name, plan, env, nice, root=root, limits=limits, kind=kind)
+    return Prepared(name, plan, env, nice, root, limits, kind)
 
 
 def exit_code(status: int) -> int:
@@ -246,8 +232,8 @@ def run(prepared: Prepared, command: list[str], *, log: tuple[Path, str] | None 
             if os.read(hold_r, 1) != b"1":  # the parent is gone: never run outside the session
                 os._exit(EXIT_CANNOT_CONFINE)
             os.close(hold_r)
-            if prepared.nice is not None and (session is None or session.dir is None
-                                              or "cpu" not in _controllers(session)):
+            if prepared.nice is not None and (session is None or session.dir is None or session.det is None
+                                              or "cpu" not in session.det.controllers):
                 # raising priority needs CAP_SYS_NICE: keep the current one then
                 with contextlib.suppress(PermissionError):
                     os.setpriority(os.PRIO_PROCESS, 0, prepared.nice)
@@ -270,12 +256,7 @@ def run(prepared: Prepared, command: list[str], *, log: tuple[Path, str] | None 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, forward)
     if session is None:
-        while True:
-            try:
-                _, status = os.waitpid(pid, 0)
-            except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
-                continue
-            return exit_code(status)
+        return exit_code(os.waitpid(pid, 0)[1])  # a signal forwarded meanwhile: retried (PEP 475)
     try:
         status, breach = session.wait(pid)
     finally:
@@ -291,15 +272,9 @@ def _open_session(prepared: Prepared) -> Session | None:
     from supervisor.limits.session import open_session  # run-time only (see cli/__init__)
 
     lim = prepared.limits
-    if prepared.root is None or lim is None:
-        return None
     if prepared.kind != "worker" and lim.memory_max is None and lim.tasks_max is None and lim.cpu_weight is None:
         return None
     return open_session(prepared.root, prepared.profile, prepared.kind, lim)
-
-
-def _controllers(session: Session) -> frozenset[str]:
-    return session.det.controllers if session.det is not None else frozenset()
 
 
 def _worker_log(log: tuple[Path, str]) -> Callable[[], None]:

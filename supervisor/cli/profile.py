@@ -118,7 +118,7 @@ def declare(commands: Commands, context: Context | None) -> None:
         def handler(args: argparse.Namespace) -> int:
             from profiles import commands as verbs  # run-time only (see cli/__init__)
 
-            return verbs.guard(getattr(verbs, verb), context or _supervisor_context())(args)
+            return verbs.guard(getattr(verbs, verb), args, context or _supervisor_context())
 
         return handler
 

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from supervisor import limits as lim
-from supervisor import ownership
 from supervisor.isolation import install, shared_board
 from supervisor.isolation.isolation_config import IsolationSettings
 from supervisor.isolation.planning import Plan, PlanInputs, make_plan
@@ -107,26 +106,11 @@ class Domains:
                 grants: tuple[tuple[Path, str], ...] = (), placeholders: tuple[Path, ...] = ()) -> Prepared | str:
         """The command to spawn for ``name`` under its confinement, or why it cannot be started."""
         facts, det, _ = self._host()
-        user = None
-        if isolation.user:
-            try:
-                user = install.resolve_user(isolation.user)
-            except (KeyError, ValueError, OSError) as exc:
-                return f"isolation user {isolation.user!r}: {exc}"
-            if os.geteuid() == 0:
-                trouble = ownership.problems(home, user)
-                if trouble:
-                    fix = (f"; run '{ownership.fix_command(name, user, self.root)}' (it shows what it changes and "
-                           "asks first)" if any(t.startswith(str(home)) for t in trouble) else "")
-                    return f"isolation user {user.name}: {'; '.join(trouble)}{fix}"
-        plan = make_plan(PlanInputs(
-            root=self.root, profile=name, home=home, probe=facts, settings=isolation,
-            hermesd_dir=self.layout.dir, control_socket=self.layout.socket, other_homes=other_homes,
-            install_paths=self.install_paths, lock_dir=install.credential_lock_dir(env),
-            user_home=Path(env["HOME"]) if env.get("HOME") else None, user_ids=user,
-            kanban_layout=shared_board.layout(self.root), grants=grants, placeholders=placeholders,
-            linked=install.linked_channels(self.root),
-        ))
+        plan = gateway_plan(self.layout, name, home, env, probe=facts, isolation=isolation, other_homes=other_homes,
+                            install_paths=self.install_paths, grants=grants, placeholders=placeholders,
+                            check_owner=True)
+        if isinstance(plan, str):
+            return plan
         self.plans[name] = plan
         if not plan.runnable:
             return f"isolation: {plan.reason}"
@@ -148,10 +132,9 @@ class Domains:
             except cgroup_io.CgroupError as exc:
                 log.warning("profile %s: PID %d not moved into its cgroup (%s)", name, ident.pid, exc)
                 d = None
-        root = lim.CgroupRoot(d) if d is not None else lim.ProcRoot(ident.pid, ident.start_time)
         if limits.cpu_weight and "cpu" not in det.controllers:
             lim.apply_nice([ident.pid], limits.cpu_weight)
-        self.trees[name] = _Tree(ident, root, d, events, *_start_clock(ident.pid))
+        self.trees[name] = _tree(ident, d, events)
 
     def member_of(self, name: str, pid: int) -> bool | None:
         """Whether ``pid`` is in the cgroup of ``name``'s running gateway (``None``: the gateway has
@@ -179,8 +162,7 @@ class Domains:
             except cgroup_io.CgroupError as exc:
                 log.warning("profile %s: adopted PID %d not moved into its cgroup (%s)", name, ident.pid, exc)
                 d = None
-        root = lim.CgroupRoot(d) if d is not None else lim.ProcRoot(ident.pid, ident.start_time)
-        self.trees[name] = _Tree(ident, root, d, cgroup_io.read_events(d) if d else None, *_start_clock(ident.pid))
+        self.trees[name] = _tree(ident, d, cgroup_io.read_events(d) if d else None)
 
     # ------------------------------------------------------------------------- ends
 
@@ -311,7 +293,39 @@ class Domains:
             lim.teardown(self.cgroups)
 
 
-def _start_clock(pid: int) -> tuple[float, float | None]:
-    """When ``pid`` started, on the monotonic clock (now, if it is already gone) and the wall clock."""
-    clock = procfs.start_clock(pid)
-    return (clock[0], clock[1]) if clock is not None else (time.monotonic(), None)
+def gateway_plan(layout: Layout, name: str, home: Path, env: Mapping[str, str], *, probe: Probe,
+                 isolation: IsolationSettings, other_homes: tuple[Path, ...], install_paths: tuple[Path, ...],
+                 grants: tuple[tuple[Path, str], ...] = (), placeholders: tuple[Path, ...] = (),
+                 check_owner: bool = False) -> Plan | str:
+    """``name``'s confinement plan, for its gateway and for ``hermesd exec`` alike, or why there is none:
+    its isolation user is unknown, or (``check_owner``, as root) cannot use the profile's files."""
+    user = None
+    if isolation.user:
+        try:
+            user = install.resolve_user(isolation.user)
+        except (KeyError, ValueError, OSError) as exc:
+            return f"isolation user {isolation.user!r}: {exc}"
+        if check_owner and os.geteuid() == 0:
+            from supervisor import ownership  # lazy: hermesd exec, which plans too, never checks (~8 ms)
+
+            trouble = ownership.problems(home, user)
+            if trouble:
+                fix = (f"; run '{ownership.fix_command(name, user, layout.root)}' (it shows what it changes and "
+                       "asks first)" if any(t.startswith(str(home)) for t in trouble) else "")
+                return f"isolation user {user.name}: {'; '.join(trouble)}{fix}"
+    return make_plan(PlanInputs(
+        root=layout.root, profile=name, home=home, probe=probe, settings=isolation,
+        hermesd_dir=layout.dir, control_socket=layout.socket, other_homes=other_homes,
+        install_paths=install_paths, lock_dir=install.credential_lock_dir(env),
+        user_home=Path(env["HOME"]) if env.get("HOME") else None, user_ids=user,
+        kanban_layout=shared_board.layout(layout.root), grants=grants, placeholders=placeholders,
+        linked=install.linked_channels(layout.root),
+    ))
+
+
+def _tree(ident: Ident, d: str | None, events: Events | None) -> _Tree:
+    """``ident``'s tree (cgroup ``d``'s members, else its descendants) and when it started, on the
+    monotonic clock (now, if it is already gone) and the wall clock."""
+    root = lim.CgroupRoot(d) if d is not None else lim.ProcRoot(ident.pid, ident.start_time)
+    clock = procfs.start_clock(ident.pid)
+    return _Tree(ident, root, d, events, *((clock[0], clock[1]) if clock is not None else (time.monotonic(), None)))

@@ -14,14 +14,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from supervisor.plan import model as m
+from supervisor.plan.policy import OUTSIDE
 from supervisor.plan.verdict import Hold, HoldKind
 
 if TYPE_CHECKING:
     from supervisor.plan.model import Profile
 
 log = logging.getLogger("hermesd")
-
-OUTSIDE = "stopped outside hermesd (clean exit it did not ask for)"
 
 
 class OtherGateways:

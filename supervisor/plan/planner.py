@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from profiles.snapshot import ProfileFacts
-from profiles.upstream.process import GatewayState, stop_timeout
+from profiles.upstream.process import GatewayState
 from supervisor.plan import model as m
 from supervisor.plan import words
 from supervisor.plan.model import Child, Ident, Profile
-from supervisor.plan.others import OUTSIDE, OtherGateways
+from supervisor.plan.others import OtherGateways
 from supervisor.plan.policy import (
+    OUTSIDE,
     Action,
     ExitFacts,
     ExitKind,
@@ -36,6 +37,8 @@ from supervisor.plan.policy import (
     classify_exit,
     decide,
     describe_exit,
+    signame,
+    stop_timeout_for,
 )
 from supervisor.plan.verdict import Candidate, Hold, HoldKind, ReleaseRules, judge
 
@@ -67,12 +70,7 @@ class Settings:
         return name not in self.disabled
 
     def stop_timeout_for(self, name: str, facts: ProfileFacts | None) -> float:
-        own = self.stop_timeouts.get(name)
-        if own is not None:
-            return own
-        if self.stop_timeout is not None:
-            return self.stop_timeout
-        return stop_timeout(facts.drain_s if facts is not None else 0.0)
+        return stop_timeout_for(self.stop_timeouts.get(name), self.stop_timeout, facts.drain_s if facts else 0.0)
 
 
 class Planner(OtherGateways):
@@ -125,8 +123,7 @@ class Planner(OtherGateways):
         self.settings, self.root_hold = settings, root_hold
         if changed:
             for p in self.profiles.values():
-                if p.runtime_hold is not None and p.runtime_hold.kind in _CURED_BY_CONFIG:
-                    p.runtime_hold = None
+                _cure(p)
         return self._done()
 
     def set_served(self, served: Sequence[tuple[str, Path]]) -> list[m.Action]:
@@ -161,8 +158,7 @@ class Planner(OtherGateways):
                 log.info("profile %s: files changed", name)
             if facts.problems:
                 log.error("profile %s: %s", name, "; ".join(facts.problems))
-            if p.runtime_hold is not None and p.runtime_hold.kind in _CURED_BY_CONFIG:
-                p.runtime_hold = None
+            _cure(p)
             # Another profile's files decide whether a gateway folds it in (gateway.standalone).
             for q in self.profiles.values():
                 if q.runtime_hold is not None and q.runtime_hold.kind is HoldKind.MULTIPLEXING:
@@ -187,11 +183,9 @@ class Planner(OtherGateways):
         self._emit("adopted", name, pid=ident.pid)
         log.info("profile %s: adopted running gateway PID %d", name, ident.pid)
         if stopping:
-            log.info("profile %s: finishing the %s the previous hermesd began", name,
-                     "restart" if then_restart else "stop")
-            self._stop(p, then_restart=then_restart,
-                       why="finishing the restart the previous hermesd began" if then_restart
-                       else "finishing the stop the previous hermesd began")
+            why = f"finishing the {'restart' if then_restart else 'stop'} the previous hermesd began"
+            log.info("profile %s: %s", name, why)
+            self._stop(p, then_restart=then_restart, why=why)
         return self._take()
 
     def ended_while_down(self, name: str, ident: Ident, started_wall: float, *, stopping: bool,
@@ -271,9 +265,7 @@ class Planner(OtherGateways):
         self._conclude(p, c, facts, code=code, sig=sig, detail=c.kill_detail or (detail if killed_for is None else ""))
         if unconfined is not None and not c.stop_requested:
             p.runtime_hold = Hold(HoldKind.ISOLATION, unconfined)
-            if p.retry_at is not None:
-                p.retry_at = p.retry_at_wall = None
-                self._out.append(m.Cancel(name, "retry"))
+            self._cancel_retry(p)
         return self._done()
 
     def gateway_reported(self, name: str, pid: int, state: str | None,
@@ -333,12 +325,9 @@ class Planner(OtherGateways):
     def request_start(self, name: str) -> tuple[str, list[m.Action]]:
         p = self.profiles[name]
         p.down = None
-        if p.runtime_hold is not None and p.runtime_hold.kind in _CURED_BY_CONFIG:
-            p.runtime_hold = None
+        _cure(p)
         p.failures = 0
-        if p.retry_at is not None:
-            p.retry_at = p.retry_at_wall = None
-            self._out.append(m.Cancel(name, "retry"))
+        self._cancel_retry(p)
         self._out.append(m.Save())
         actions = self._done()
         state, reason = self.state_of(p)
@@ -381,9 +370,7 @@ class Planner(OtherGateways):
             self._out += [m.Save(), m.Finish()]
             return self._take()
         for p in self.profiles.values():
-            if p.retry_at is not None:
-                p.retry_at = p.retry_at_wall = None
-                self._out.append(m.Cancel(p.name, "retry"))
+            self._cancel_retry(p)
         return self._done()
 
     # ------------------------------------------------------------------------- the step
@@ -446,9 +433,8 @@ class Planner(OtherGateways):
             return
         if not want or hold is not None or p.facts is None:
             p.queued = False
-            if not want and p.retry_at is not None:
-                p.retry_at = p.retry_at_wall = None
-                self._out.append(m.Cancel(p.name, "retry"))
+            if not want:
+                self._cancel_retry(p)
             return
         if p.retry_at is None:
             p.queued = True
@@ -490,9 +476,12 @@ class Planner(OtherGateways):
 
     def _forget_gone(self) -> None:
         for name in [n for n, p in self.profiles.items() if not p.present and p.child is None and not p.spawning]:
-            p = self.profiles.pop(name)
-            if p.retry_at is not None:
-                self._out.append(m.Cancel(name, "retry"))
+            self._cancel_retry(self.profiles.pop(name))
+
+    def _cancel_retry(self, p: Profile) -> None:
+        if p.retry_at is not None:
+            p.retry_at = p.retry_at_wall = None
+            self._out.append(m.Cancel(p.name, "retry"))
 
     def _stop(self, p: Profile, *, graceful: bool = False, then_restart: bool = False, why: str = "") -> None:
         c = p.child
@@ -559,12 +548,7 @@ class Planner(OtherGateways):
         self._out.append(m.Emit({"type": event_type, "profile": profile, **fields}))
 
 
-def signame(sig: int | None) -> str | int | None:
-    if sig is None:
-        return None
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return sig
-
-
+def _cure(p: Profile) -> None:
+    """Files, settings or the operator's start changed: a run-time hold they may cure goes."""
+    if p.runtime_hold is not None and p.runtime_hold.kind in _CURED_BY_CONFIG:
+        p.runtime_hold = None

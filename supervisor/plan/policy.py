@@ -14,7 +14,7 @@ import random
 import signal
 from dataclasses import dataclass
 
-from profiles.upstream.process import Exit, GatewayState
+from profiles.upstream.process import Exit, GatewayState, stop_timeout
 
 
 class ExitKind(enum.Enum):
@@ -44,6 +44,13 @@ _LIMIT_EXITS = {"memory_limit": ExitKind.MEMORY_LIMIT, "tasks_limit": ExitKind.T
 def limit_exit(limit: str | None) -> ExitKind | None:
     """The exit kind of a tree killed for the limit ``limit`` names (None: no limit, or not one of ours)."""
     return _LIMIT_EXITS.get(limit or "")
+
+
+def stop_timeout_for(own: float | None, everyone: float | None, drain_s: float) -> float:
+    """Seconds from SIGTERM to SIGKILL: the profile's setting, the global one, or upstream's rule."""
+    if own is not None:
+        return own
+    return everyone if everyone is not None else stop_timeout(drain_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,17 +99,28 @@ def classify_exit(f: ExitFacts) -> ExitKind:
     return ExitKind.CRASH
 
 
+def signame(sig: int | None) -> str | int | None:
+    """``SIGKILL`` for 9; a number no signal has stays a number."""
+    if sig is None:
+        return None
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return sig
+
+
 def describe_exit(code: int | None, sig: int | None) -> str:
     """``exit 1``, ``killed by SIGKILL`` or ``gone (not our child)``, for status and logs."""
     if sig is not None:
-        try:
-            return f"killed by {signal.Signals(sig).name}"
-        except ValueError:
-            return f"killed by signal {sig}"
+        name = signame(sig)
+        return f"killed by {name}" if isinstance(name, str) else f"killed by signal {sig}"
     if code is not None:
         return f"exit {code}"
     return "exited (adopted: status unknown)"
 
+
+# The reason a profile stays down after a clean exit hermesd did not ask for (the planner's ``down``).
+OUTSIDE = "stopped outside hermesd (clean exit it did not ask for)"
 
 # Consecutive quick "attach" exits (75 before the gateway ever ran) after which hermesd stops trying:
 # another gateway serves the profile, and each restart would only ask it again.
@@ -173,7 +191,7 @@ def decide(
     if kind is ExitKind.CONFIG_ERROR:
         return Decision(Action.HOLD, 0.0, failures, "configuration error: fix the profile's files")
     if kind is ExitKind.EXTERNAL_STOP:
-        return Decision(Action.STOP, 0.0, 0, "stopped outside hermesd (clean exit it did not ask for)")
+        return Decision(Action.STOP, 0.0, 0, OUTSIDE)
     if uptime >= policy.healthy_after:
         failures = 0
     if kind is ExitKind.ATTACHED and failures + 1 >= ATTACH_LOOP:

@@ -260,6 +260,5 @@ def judge(candidates: Sequence[Candidate], root_hold: Hold | None = None,
         lost |= newly_lost
     for name, conflict in conflicts.items():
         if out.get(name) is None:
-            kind = HoldKind.CREDENTIAL_CONFLICT if conflict.claim.kind == "credential" else HoldKind.PORT_CONFLICT
-            out[name] = Hold(kind, conflict.message)
+            out[name] = Hold(HoldKind(conflict.reason), conflict.message)
     return out

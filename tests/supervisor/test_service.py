@@ -173,6 +173,8 @@ def test_hermesd_command_prefers_the_script_being_run(tmp_path, monkeypatch):
     script.parent.mkdir()
     script.write_text("#!/bin/sh\n")
     monkeypatch.setattr(sys, "argv", [str(script), "install-service"])
+    assert service.hermesd_command() != [str(script)]  # not executable: no command can run it
+    script.chmod(0o755)
     assert service.hermesd_command() == [str(script)]
 
 
