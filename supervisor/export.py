@@ -56,8 +56,9 @@ from supervisor.childspec import GatewayCommandError, child_argv, resolve_gatewa
 from supervisor.kanban.dispatch import DISPATCH_ENV
 from supervisor.layout import Layout
 from supervisor.plan.verdict import Candidate, ReleaseRules, judge
+from supervisor.program import hermesd_command
 from supervisor.requirements import interpreter_facts, release_contract
-from supervisor.service import env_line, hermesd_command, systemd_quote
+from supervisor.service import env_line, systemd_quote
 
 if TYPE_CHECKING:
     from profiles.upstream.releases import Contract

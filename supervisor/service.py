@@ -36,6 +36,7 @@ from supervisor import doctor
 from supervisor.control.client import Client, ControlError, DaemonNotAnswering
 from supervisor.exits import EXIT_USAGE, UserError
 from supervisor.layout import Layout
+from supervisor.program import hermesd_command
 
 MARK = "written by hermesd install-service"
 UNIT_NAME = "hermesd.service"
@@ -48,21 +49,6 @@ DEFAULT_STOP_TIMEOUT = 300  # for the generic contrib units, which cannot see th
 
 
 # --------------------------------------------------------------------------- what to run
-
-
-def hermesd_command() -> list[str]:
-    """An absolute command that runs this very hermesd, for a unit, a hook or ``hermesd start`` to call.
-
-    The ``hermesd`` script being run, else the one installed beside this interpreter (a venv's
-    ``bin/``), else this interpreter with ``-m supervisor``; never one found on ``PATH``, which may
-    be another installation. A script (``ps`` and ``pgrep`` name it) must be executable. Symlinks
-    are not resolved: a venv's ``python`` is a symlink whose target has no hermesd installed.
-    """
-    run = [Path(sys.argv[0]).absolute()] if sys.argv and Path(sys.argv[0]).name == "hermesd" else []
-    for script in (*run, Path(sys.executable).parent / "hermesd"):
-        if script.is_file() and os.access(script, os.X_OK):
-            return [str(script)]
-    return [sys.executable, "-m", "supervisor"]
 
 
 def stop_budget(root: Path) -> int:

@@ -38,7 +38,7 @@ def cmd_start(args: argparse.Namespace) -> int:
 
     from supervisor import logs  # run-time only (see above)
     from supervisor.daemon.pidlock import AlreadyRunning, PidLock  # run-time only (see above)
-    from supervisor.service import hermesd_command  # run-time only (see above)
+    from supervisor.program import hermesd_command  # run-time only (see above)
 
     root = root_of(args)
     layout = layout_of(args)

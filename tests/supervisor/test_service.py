@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import service
+from supervisor import program, service
 from supervisor.cli.main import build_parser
 from supervisor.exits import UserError
 from tests.supervisor.test_contrib import systemd_verify
@@ -162,7 +162,7 @@ def test_missing_root_is_a_user_error(tmp_path, home):
 
 
 def test_hermesd_command_is_absolute_and_runnable():
-    command = service.hermesd_command()
+    command = program.hermesd_command()
     assert Path(command[0]).is_absolute() and Path(command[0]).exists()
     done = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0 and "hermesd" in done.stdout
@@ -173,9 +173,9 @@ def test_hermesd_command_prefers_the_script_being_run(tmp_path, monkeypatch):
     script.parent.mkdir()
     script.write_text("#!/bin/sh\n")
     monkeypatch.setattr(sys, "argv", [str(script), "install-service"])
-    assert service.hermesd_command() != [str(script)]  # not executable: no command can run it
+    assert program.hermesd_command() != [str(script)]  # not executable: no command can run it
     script.chmod(0o755)
-    assert service.hermesd_command() == [str(script)]
+    assert program.hermesd_command() == [str(script)]
 
 
 @pytest.mark.parametrize(("arg", "word"), [
