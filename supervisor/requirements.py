@@ -61,7 +61,6 @@ from supervisor import childspec
 from supervisor import config as config_mod
 from supervisor.hermes_release import (
     HermesVersionError,
-    detect_version,
     interpreter_argv,
     run_capped,
     version_from_flag,
@@ -388,8 +387,7 @@ def _ask_any(command: Sequence[str], env: dict[str, str], qtext: str, timeout: f
         return Facts(tuple(command), error=str(exc), version_error=str(exc)), []
     if interp is None:  # a binary launcher: only its version can be asked
         try:
-            return Facts(tuple(command), version=detect_version(command, env=env,
-                                                                timeout=min(timeout, VERSION_FLAG_TIMEOUT)),
+            return Facts(tuple(command), version=version_from_flag(command, env, min(timeout, VERSION_FLAG_TIMEOUT)),
                          error=f"{command[0]} is not a Python script: its libraries cannot be checked"), []
         except HermesVersionError as exc:
             return Facts(tuple(command), error=str(exc), version_error=str(exc)), []
