@@ -73,8 +73,6 @@ def gateway_python(root: Path, env: Mapping[str, str]) -> list[str]:
     cfg = config_mod.load(Layout(root).config)
     command = childspec.resolve_gateway_command(cfg.command, env.get("PATH"))
     interp = interpreter_argv(command, env.get("PATH"))
-    if interp is None and Path(command[0]).name.startswith("python"):
-        interp = [command[0]]  # [python, script]: the command is its own interpreter
     if interp is None:
         raise HermesVersionError(f"the gateway command {command[0]} is not a Python script, so hermes-agent's own "
                                  "profile code cannot run in its interpreter; point 'command' in hermesd.yaml at "
