@@ -42,7 +42,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -269,12 +269,13 @@ def release_contract(facts: Facts) -> Contract | Unsupported | None:
 
 
 @dataclass(frozen=True, slots=True)
-class PlatformCheck:
+class Finding:
     """One platform's verdict: ``state`` is ``ok``, ``missing`` or ``unknown`` (interpreter not asked).
 
     ``missing`` names what is absent (modules, ``node (program)``, pins not satisfied); ``specs``
     what pip would install for it; ``install`` the full command, or None when pip cannot help
-    (a program, a sidecar); ``hint`` upstream's own advice for that case.
+    (a program, a sidecar); ``hint`` upstream's own advice for that case. ``profile``: whose files
+    enable the platform, where :func:`collect` checked a profile (doctor, ``install-deps``).
     """
 
     platform: str
@@ -283,6 +284,7 @@ class PlatformCheck:
     specs: tuple[str, ...] = ()
     install: str | None = None
     hint: str = ""
+    profile: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"platform": self.platform, "missing": list(self.missing), "install": self.install,
@@ -294,10 +296,10 @@ class Report:
     """Every checked platform, and the one command that installs everything pip can."""
 
     facts: Facts
-    platforms: dict[str, PlatformCheck]
+    platforms: dict[str, Finding]
 
     @property
-    def missing(self) -> list[PlatformCheck]:
+    def missing(self) -> list[Finding]:
         return [c for c in self.platforms.values() if c.state == "missing"]
 
     @property
@@ -503,11 +505,11 @@ def _shown(imports: Sequence[str], absent: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def check(req: Requirement, facts: Facts, *, path_env: str | None = None) -> PlatformCheck:
+def check(req: Requirement, facts: Facts, *, path_env: str | None = None) -> Finding:
     """What ``req`` lacks in the interpreter ``facts`` describe, and how to install it (pure but for
     the ``X_OK`` test of a program in the profile's own folders)."""
     if not facts.ok or not facts.modules:
-        return PlatformCheck(req.platform, "unknown", hint=facts.error or "")
+        return Finding(req.platform, "unknown", hint=facts.error or "")
     missing: list[str] = []
     specs: list[str] = []
     feature_specs = facts.lazy_deps.get(req.feature or "") or LAZY_FEATURES.get(req.feature or "", ())
@@ -534,11 +536,11 @@ def check(req: Requirement, facts: Facts, *, path_env: str | None = None) -> Pla
             missing.append(f"plugins/{rel}")
             not_pip += 1
     if not missing:
-        return PlatformCheck(req.platform, "ok")
+        return Finding(req.platform, "ok")
     merged = merge_specs([[s for s in specs if not facts.satisfied.get(s, False)]])
     hint = req.hint if not_pip else ""  # pip cannot install a program or a sidecar: upstream's advice
-    return PlatformCheck(req.platform, "missing", tuple(dict.fromkeys(missing)), merged,
-                         install_command(facts, merged), hint)
+    return Finding(req.platform, "missing", tuple(dict.fromkeys(missing)), merged,
+                   install_command(facts, merged), hint)
 
 
 def check_requirements(command: Sequence[str], requirements: Iterable[Requirement], *,
@@ -553,22 +555,6 @@ def check_requirements(command: Sequence[str], requirements: Iterable[Requiremen
 
 
 # ----------------------------------------------------------------------------- per profile
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One enabled platform of one profile that lacks a requirement (what ``doctor`` reports)."""
-
-    profile: str
-    platform: str
-    missing: tuple[str, ...]
-    install: str | None
-    hint: str = ""
-    specs: tuple[str, ...] = ()  # what pip would install for it (not shown: ``install`` is the command)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"profile": self.profile, "platform": self.platform, "missing": list(self.missing),
-                "install": self.install, **({"hint": self.hint} if self.hint else {})}
 
 
 def profile_requirements(home: Path, env: Mapping[str, str] | None, cfg: Mapping[str, Any] | None) -> list[Requirement]:
@@ -636,5 +622,5 @@ def collect(root: Path, profiles: Sequence[str] | None, command: Sequence[str] |
                                         extra=cfg.child_environment(name))
         report = check_requirements(command, reqs, env=child_env)
         facts = report.facts
-        out += [Finding(name, c.platform, c.missing, c.install, c.hint, c.specs) for c in report.missing]
+        out += [replace(c, profile=name) for c in report.missing]
     return out, facts
