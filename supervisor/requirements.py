@@ -303,12 +303,8 @@ class Report:
         return [c for c in self.platforms.values() if c.state == "missing"]
 
     @property
-    def specs(self) -> tuple[str, ...]:
-        return merge_specs(c.specs for c in self.missing)
-
-    @property
     def install(self) -> str | None:
-        return install_command(self.facts, self.specs)
+        return install_command(self.facts, merge_specs(c.specs for c in self.missing))
 
 
 # ----------------------------------------------------------------------------- asking the interpreter
@@ -570,16 +566,18 @@ def missing_for_profile(command: Sequence[str] | None, home: Path, env_file: Map
 
     For the daemon's reader thread (it may run the interpreter once, when its cache is stale).
     """
-    if not command:
-        return []
+    report = _profile_report(command, home, env_file, cfg, child_env) if command else None
+    return [c.to_json() for c in report.missing] if report is not None else []
+
+
+def _profile_report(command: Sequence[str], home: Path, env_file: Mapping[str, str] | None,
+                    cfg: Mapping[str, Any] | None, child_env: Mapping[str, str] | None) -> Report | None:
+    """The platforms ``home``'s files enable, checked; None when they enable none or cannot be read."""
     try:
         reqs = profile_requirements(home, env_file, cfg)
     except Exception:  # malformed files are reported as file problems elsewhere
-        return []
-    if not reqs:
-        return []
-    report = check_requirements(command, reqs, env=child_env)
-    return [c.to_json() for c in report.missing]
+        return None
+    return check_requirements(command, reqs, env=child_env) if reqs else None
 
 
 def requirement_findings(root: Path, *, profiles: Sequence[str] | None = None,
@@ -612,15 +610,9 @@ def collect(root: Path, profiles: Sequence[str] | None, command: Sequence[str] |
     out: list[Finding] = []
     facts: Facts | None = None
     for name, home in served:
-        try:
-            reqs = profile_requirements(home, None, None)
-        except Exception:
-            continue
-        if not reqs:
-            continue
-        child_env = childspec.child_env(base, root=root, profile=name, home=home,
-                                        extra=cfg.child_environment(name))
-        report = check_requirements(command, reqs, env=child_env)
-        facts = report.facts
-        out += [replace(c, profile=name) for c in report.missing]
+        child_env = childspec.child_env(base, root=root, profile=name, home=home, extra=cfg.child_environment(name))
+        report = _profile_report(command, home, None, None, child_env)
+        if report is not None:
+            facts = report.facts
+            out += [replace(c, profile=name) for c in report.missing]
     return out, facts
