@@ -364,7 +364,7 @@ def interpreter_facts(command: Sequence[str], *, env: Mapping[str, str] | None =
             facts, stamps, expires = hit
             if (stamps and _stamps(stamps) == stamps) or (not stamps and now < expires):
                 return facts
-    facts, paths = _ask_any(command, env, qtext, timeout)
+    facts, paths = _ask(command, env, qtext, timeout)
     with _CACHE_LOCK:
         # An answer stays valid while the interpreter's sys.path folders are unchanged; a failure
         # (no interpreter, a binary launcher) is asked again after FAILURE_TTL_S.
@@ -378,27 +378,17 @@ def interpreter_facts(command: Sequence[str], *, env: Mapping[str, str] | None =
 VERSION_FLAG_TIMEOUT = 5.0
 
 
-def _ask_any(command: Sequence[str], env: dict[str, str], qtext: str, timeout: float) -> tuple[Facts, list[str]]:
+def _ask(command: Sequence[str], env: dict[str, str], qtext: str, timeout: float) -> tuple[Facts, list[str]]:
+    interp: list[str] | None = None
     try:
         interp = interpreter_argv(command, env.get("PATH"))
-    except HermesVersionError as exc:
-        return Facts(tuple(command), error=str(exc), version_error=str(exc)), []
-    if interp is None:  # a binary launcher: only its version can be asked
-        try:
+        if interp is None:  # a binary launcher: only its version can be asked
             return Facts(tuple(command), version=version_from_flag(command, env, min(timeout, VERSION_FLAG_TIMEOUT)),
                          error=f"{command[0]} is not a Python script: its libraries cannot be checked"), []
-        except HermesVersionError as exc:
-            return Facts(tuple(command), error=str(exc), version_error=str(exc)), []
-    return _ask(command, interp, qtext, env, timeout)
-
-
-def _ask(command: Sequence[str], interp: list[str], qtext: str, env: dict[str, str],
-         timeout: float) -> tuple[Facts, list[str]]:
-    shown = " ".join(interp)
-    try:
         _code, text = run_capped([*interp, "-c", PROBE, qtext], env, timeout)
     except HermesVersionError as exc:
-        return Facts(tuple(interp), error=str(exc), version_error=str(exc)), []
+        return Facts(tuple(interp or command), error=str(exc), version_error=str(exc)), []
+    shown = " ".join(interp)
     line = next((ln for ln in text.splitlines() if ln.startswith(_MARK)), None)
     if line is None:
         # Not Python after all (a shell wrapper that execs hermes): its version is still knowable.
