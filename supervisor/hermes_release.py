@@ -91,16 +91,14 @@ def _head(path: str) -> bytes:
     """The first bytes of ``path`` (never blocking on a FIFO, never reading a device)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise HermesVersionError(f"the gateway command {path} is not a regular file")
+            return os.read(fd, _HEAD_BYTES)
+        finally:
+            os.close(fd)
     except OSError as e:
         raise HermesVersionError(f"cannot read the gateway command {path}: {e.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise HermesVersionError(f"the gateway command {path} is not a regular file")
-        return os.read(fd, _HEAD_BYTES)
-    except OSError as e:
-        raise HermesVersionError(f"cannot read the gateway command {path}: {e.strerror}") from None
-    finally:
-        os.close(fd)
 
 
 def version_from_flag(command: Sequence[str], env: dict[str, str], timeout: float) -> str:

@@ -68,7 +68,7 @@ def check_runtime_files(scan: Scan) -> None:
                     f"make sure no gateway runs for {prof.name!r}, then remove {pid_path}",
                 )
             elif live is None:
-                why = _stale_reason(gf.read_pid_record(prof.home))
+                why = _stale_reason(rec)
                 scan.add(
                     WARNING, "stale_pid_file", prof.name,
                     f"{pid_path} {why}: left by a gateway that died without cleaning up. With a dead PID "
