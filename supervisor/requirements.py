@@ -83,7 +83,7 @@ _MARK = "HERMESD-FACTS "
 PROBE = r"""
 import json, os, sys, shutil
 q = json.loads(sys.argv[1])
-r = {"executable": sys.executable, "python": "%d.%d.%d" % tuple(sys.version_info[:3])}
+r = {"executable": sys.executable}
 r["paths"] = [p for p in sys.path if p and os.path.isdir(p)]
 import importlib.util
 from importlib.machinery import PathFinder
@@ -144,8 +144,8 @@ try:
             target = getattr(node, "target", None) or (getattr(node, "targets", None) or [None])[0]
             if getattr(target, "id", None) == "LAZY_DEPS" and node.value is not None:
                 lazy = {k: list(v) for k, v in ast.literal_eval(node.value).items() if k.startswith("platform.")}
-except BaseException as e:
-    r["lazy_error"] = "%s: %s" % (type(e).__name__, e)
+except BaseException:
+    pass
 r["lazy_deps"] = lazy
 try:
     from importlib.metadata import distribution, version, PackageNotFoundError
@@ -437,15 +437,11 @@ def _ask(command: Sequence[str], env: dict[str, str], qtext: str, timeout: float
 
 def merge_specs(groups: Iterable[Iterable[str]]) -> tuple[str, ...]:
     """Specs in order, one per distribution (the first one named wins)."""
-    out: list[str] = []
-    seen: set[str] = set()
+    out: dict[str, str] = {}
     for group in groups:
         for spec in group:
-            k = dist_key(spec)
-            if k not in seen:
-                seen.add(k)
-                out.append(spec)
-    return tuple(out)
+            out.setdefault(dist_key(spec), spec)
+    return tuple(out.values())
 
 
 def install_command(facts: Facts, specs: Sequence[str]) -> str | None:

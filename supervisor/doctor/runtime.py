@@ -22,9 +22,6 @@ from wrappers.scripts import non_routing_wrappers
 if TYPE_CHECKING:
     from profiles.upstream.files import PidRecord
 
-SYSTEMD_PREFIX = "hermes-gateway"
-LAUNCHD_PREFIX = "ai.hermes.gateway"
-
 
 def service_profile_name(filename: str) -> str | None:
     """The profile an upstream service file is for, from its name alone; ``None`` if not one.
@@ -33,7 +30,7 @@ def service_profile_name(filename: str) -> str | None:
     ``ai.hermes.gateway.plist`` serve the root (``default``), ``hermes-gateway-<name>.service``
     and ``ai.hermes.gateway-<name>.plist`` serve profile ``<name>``.
     """
-    for prefix, suffix in ((SYSTEMD_PREFIX, ".service"), (LAUNCHD_PREFIX, ".plist")):
+    for prefix, suffix in (("hermes-gateway", ".service"), ("ai.hermes.gateway", ".plist")):
         if not filename.endswith(suffix):
             continue
         stem = filename[: -len(suffix)]
