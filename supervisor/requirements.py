@@ -25,11 +25,6 @@ The answer is cached per interpreter (and PATH and question), and stays valid wh
 every directory on that interpreter's ``sys.path`` is unchanged: ``pip install`` adds a
 ``*.dist-info`` folder to site-packages, which changes its mtime, so the next question after an
 install asks again, and a daemon with twenty profiles otherwise asks once.
-
-:func:`check` (pure) turns one platform's :class:`~profiles.upstream.platforms.Requirement` and
-those facts into what is missing and the exact command that installs it into *that* interpreter.
-:func:`check_requirements` does both for a list of requirements; :func:`requirement_findings` is
-the data ``doctor`` shows, one finding per profile and platform.
 """
 
 from __future__ import annotations
