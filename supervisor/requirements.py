@@ -521,13 +521,12 @@ def check(req: Requirement, facts: Facts, *, path_env: str | None = None) -> Fin
 
 
 def check_requirements(command: Sequence[str], requirements: Iterable[Requirement], *,
-                       env: Mapping[str, str] | None = None, timeout: float = 15.0) -> Report:
+                       env: Mapping[str, str] | None = None) -> Report:
     """Check each requirement against ``command``'s interpreter (asked once, cached)."""
     reqs = list(requirements)
     env = dict(os.environ if env is None else env)
     facts = interpreter_facts(command, env=env, modules=[m for r in reqs for m in r.imports],
-                              programs=[p.name for r in reqs for p in r.programs if "/" not in p.name],
-                              timeout=timeout)
+                              programs=[p.name for r in reqs for p in r.programs if "/" not in p.name])
     return Report(facts, {r.platform: check(r, facts, path_env=env.get("PATH")) for r in reqs})
 
 
