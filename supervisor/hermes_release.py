@@ -1,30 +1,18 @@
-"""Which hermes-agent release a gateway command runs, asked of that command's own interpreter.
+"""Which interpreter a gateway command runs under, and how hermesd runs a child to ask it something.
 
-API (the daemon calls it once per start, and again when hermesd.yaml's ``command`` changes; doctor
-and status call it when the daemon is down)::
-
-    detect_version(command, *, env=None, timeout=10.0) -> str
-        ``command`` is the resolved gateway command prefix (``[".../bin/hermes"]`` or
-        ``[python, "-m", "hermes_cli.main"]``); ``env`` the environment the child would get (its
-        PATH decides ``#!/usr/bin/env python3``). Returns the version string (``"0.19.0"``); raises
-        HermesVersionError with one line naming the command and what went wrong. Then
-        ``profiles.upstream.releases.contract_for(version)`` says how to run it.
-
-How: the interpreter is the one the command would use (the hermes script's ``#!`` line, or the
-``python`` before ``-m``); it runs a tiny ``-c`` snippet that imports ``hermes_cli`` (its
-``__version__`` is what the code that will run says, and it is what ``hermes --version`` prints) and,
-as a cross-check, reads the distribution metadata. About 65 ms; ``hermes --version`` itself takes
-250-400 ms, so it is only the fallback, for a command whose interpreter cannot be read (a binary
-launcher) or is not Python (a shell wrapper that execs hermes). The child runs in its own session
-with stdin closed and output to a temporary file (a detached grandchild holding a pipe open cannot
-make hermesd wait); at the deadline its whole process group is SIGKILLed, so a broken interpreter
-can never hang hermesd.
+:func:`interpreter_argv` reads the interpreter from the command (the hermes script's ``#!`` line, or
+the ``python`` before ``-m``); :func:`supervisor.requirements.interpreter_facts` asks it for the
+hermes-agent release (about 65 ms). ``hermes --version`` itself takes 250-400 ms, so
+:func:`version_from_flag` is only the fallback, for a command whose interpreter cannot be read (a
+binary launcher) or is not Python (a shell wrapper that execs hermes). :func:`run_capped` runs the
+child in its own session with stdin closed and output to a temporary file (a detached grandchild
+holding a pipe open cannot make hermesd wait); at the deadline its whole process group is
+SIGKILLed, so a broken interpreter can never hang hermesd.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -40,57 +28,14 @@ from supervisor import childspec
 from supervisor import config as config_mod
 from supervisor.layout import Layout
 
-_MARK = "HERMESD-VERSION "
-# Prints one marked JSON line; never raises (a failure is reported in the JSON).
-SNIPPET = (
-    "import json,sys\n"
-    "r={'python':'%d.%d.%d'%sys.version_info[:3]}\n"
-    "try:\n"
-    " import hermes_cli\n"
-    " r['module']=getattr(hermes_cli,'__version__',None)\n"
-    "except BaseException as e:\n"
-    " r['error']='%s: %s'%(type(e).__name__,e)\n"
-    "try:\n"
-    " from importlib.metadata import version\n"
-    " r['dist']=version('hermes-agent')\n"
-    "except BaseException:\n"
-    " pass\n"
-    f"print({_MARK!r}+json.dumps(r))\n"
-)
 _HEAD_BYTES = 1024
 _OUTPUT_CAP = 64 * 1024
 _VERSION_LINE = re.compile(r"Hermes Agent v?(\S+)")
+_PYTHON_NAME = re.compile(r"python[0-9.]*")
 
 
 class HermesVersionError(RuntimeError):
     """The installed release could not be read; the message is one line for doctor and status."""
-
-
-def detect_version(command: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 10.0) -> str:
-    """The hermes-agent version ``command`` runs (see the module docstring)."""
-    env = dict(os.environ if env is None else env)
-    interp = interpreter_argv(command, env.get("PATH"))
-    if interp is None:
-        return version_from_flag(command, env, timeout)
-    _code, text = run_capped([*interp, "-c", SNIPPET], env, timeout)
-    line = next((ln for ln in text.splitlines() if ln.startswith(_MARK)), None)
-    shown = " ".join(interp)
-    if line is None:
-        # Not a Python interpreter (a shell wrapper that sets things up and execs hermes, say): ask
-        # the command itself; its answer (or its failure) is what the gateway would do too.
-        return version_from_flag(command, env, timeout)
-    try:
-        info = json.loads(line[len(_MARK):])
-    except ValueError:
-        raise HermesVersionError(f"{shown} printed an unreadable version line: {line[:200]}") from None
-    version = info.get("module") or info.get("dist")
-    if not isinstance(version, str) or not version.strip():
-        why = info.get("error") or "hermes_cli has no __version__ and hermes-agent no metadata"
-        raise HermesVersionError(f"{shown} (the interpreter of {command[0]}) cannot load hermes-agent: {why}")
-    return version.strip()
-
-
-_PYTHON_NAME = re.compile(r"python[0-9.]*")
 
 
 def interpreter_argv(command: Sequence[str], path_env: str | None) -> list[str] | None:
@@ -128,8 +73,6 @@ def gateway_python(root: Path, env: Mapping[str, str]) -> list[str]:
     cfg = config_mod.load(Layout(root).config)
     command = childspec.resolve_gateway_command(cfg.command, env.get("PATH"))
     interp = interpreter_argv(command, env.get("PATH"))
-    if interp is None and Path(command[0]).name.startswith("python"):
-        interp = [command[0]]  # [python, script]: the command is its own interpreter
     if interp is None:
         raise HermesVersionError(f"the gateway command {command[0]} is not a Python script, so hermes-agent's own "
                                  "profile code cannot run in its interpreter; point 'command' in hermesd.yaml at "
@@ -148,16 +91,14 @@ def _head(path: str) -> bytes:
     """The first bytes of ``path`` (never blocking on a FIFO, never reading a device)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise HermesVersionError(f"the gateway command {path} is not a regular file")
+            return os.read(fd, _HEAD_BYTES)
+        finally:
+            os.close(fd)
     except OSError as e:
         raise HermesVersionError(f"cannot read the gateway command {path}: {e.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise HermesVersionError(f"the gateway command {path} is not a regular file")
-        return os.read(fd, _HEAD_BYTES)
-    except OSError as e:
-        raise HermesVersionError(f"cannot read the gateway command {path}: {e.strerror}") from None
-    finally:
-        os.close(fd)
 
 
 def version_from_flag(command: Sequence[str], env: dict[str, str], timeout: float) -> str:

@@ -25,11 +25,6 @@ The answer is cached per interpreter (and PATH and question), and stays valid wh
 every directory on that interpreter's ``sys.path`` is unchanged: ``pip install`` adds a
 ``*.dist-info`` folder to site-packages, which changes its mtime, so the next question after an
 install asks again, and a daemon with twenty profiles otherwise asks once.
-
-:func:`check` (pure) turns one platform's :class:`~profiles.upstream.platforms.Requirement` and
-those facts into what is missing and the exact command that installs it into *that* interpreter.
-:func:`check_requirements` does both for a list of requirements; :func:`requirement_findings` is
-the data ``doctor`` shows, one finding per profile and platform.
 """
 
 from __future__ import annotations
@@ -42,7 +37,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +56,6 @@ from supervisor import childspec
 from supervisor import config as config_mod
 from supervisor.hermes_release import (
     HermesVersionError,
-    detect_version,
     interpreter_argv,
     run_capped,
     version_from_flag,
@@ -84,7 +78,7 @@ _MARK = "HERMESD-FACTS "
 PROBE = r"""
 import json, os, sys, shutil
 q = json.loads(sys.argv[1])
-r = {"executable": sys.executable, "python": "%d.%d.%d" % tuple(sys.version_info[:3])}
+r = {"executable": sys.executable}
 r["paths"] = [p for p in sys.path if p and os.path.isdir(p)]
 import importlib.util
 from importlib.machinery import PathFinder
@@ -145,8 +139,8 @@ try:
             target = getattr(node, "target", None) or (getattr(node, "targets", None) or [None])[0]
             if getattr(target, "id", None) == "LAZY_DEPS" and node.value is not None:
                 lazy = {k: list(v) for k, v in ast.literal_eval(node.value).items() if k.startswith("platform.")}
-except BaseException as e:
-    r["lazy_error"] = "%s: %s" % (type(e).__name__, e)
+except BaseException:
+    pass
 r["lazy_deps"] = lazy
 try:
     from importlib.metadata import distribution, version, PackageNotFoundError
@@ -270,12 +264,13 @@ def release_contract(facts: Facts) -> Contract | Unsupported | None:
 
 
 @dataclass(frozen=True, slots=True)
-class PlatformCheck:
+class Finding:
     """One platform's verdict: ``state`` is ``ok``, ``missing`` or ``unknown`` (interpreter not asked).
 
     ``missing`` names what is absent (modules, ``node (program)``, pins not satisfied); ``specs``
     what pip would install for it; ``install`` the full command, or None when pip cannot help
-    (a program, a sidecar); ``hint`` upstream's own advice for that case.
+    (a program, a sidecar); ``hint`` upstream's own advice for that case. ``profile``: whose files
+    enable the platform, where :func:`collect` checked a profile (doctor, ``install-deps``).
     """
 
     platform: str
@@ -284,6 +279,7 @@ class PlatformCheck:
     specs: tuple[str, ...] = ()
     install: str | None = None
     hint: str = ""
+    profile: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"platform": self.platform, "missing": list(self.missing), "install": self.install,
@@ -295,19 +291,15 @@ class Report:
     """Every checked platform, and the one command that installs everything pip can."""
 
     facts: Facts
-    platforms: dict[str, PlatformCheck]
+    platforms: dict[str, Finding]
 
     @property
-    def missing(self) -> list[PlatformCheck]:
+    def missing(self) -> list[Finding]:
         return [c for c in self.platforms.values() if c.state == "missing"]
 
     @property
-    def specs(self) -> tuple[str, ...]:
-        return merge_specs(c.specs for c in self.missing)
-
-    @property
     def install(self) -> str | None:
-        return install_command(self.facts, self.specs)
+        return install_command(self.facts, merge_specs(c.specs for c in self.missing))
 
 
 # ----------------------------------------------------------------------------- asking the interpreter
@@ -367,7 +359,7 @@ def interpreter_facts(command: Sequence[str], *, env: Mapping[str, str] | None =
             facts, stamps, expires = hit
             if (stamps and _stamps(stamps) == stamps) or (not stamps and now < expires):
                 return facts
-    facts, paths = _ask_any(command, env, qtext, timeout)
+    facts, paths = _ask(command, env, qtext, timeout)
     with _CACHE_LOCK:
         # An answer stays valid while the interpreter's sys.path folders are unchanged; a failure
         # (no interpreter, a binary launcher) is asked again after FAILURE_TTL_S.
@@ -381,28 +373,17 @@ def interpreter_facts(command: Sequence[str], *, env: Mapping[str, str] | None =
 VERSION_FLAG_TIMEOUT = 5.0
 
 
-def _ask_any(command: Sequence[str], env: dict[str, str], qtext: str, timeout: float) -> tuple[Facts, list[str]]:
+def _ask(command: Sequence[str], env: dict[str, str], qtext: str, timeout: float) -> tuple[Facts, list[str]]:
+    interp: list[str] | None = None
     try:
         interp = interpreter_argv(command, env.get("PATH"))
-    except HermesVersionError as exc:
-        return Facts(tuple(command), error=str(exc), version_error=str(exc)), []
-    if interp is None:  # a binary launcher: only its version can be asked
-        try:
-            return Facts(tuple(command), version=detect_version(command, env=env,
-                                                                timeout=min(timeout, VERSION_FLAG_TIMEOUT)),
+        if interp is None:  # a binary launcher: only its version can be asked
+            return Facts(tuple(command), version=version_from_flag(command, env, min(timeout, VERSION_FLAG_TIMEOUT)),
                          error=f"{command[0]} is not a Python script: its libraries cannot be checked"), []
-        except HermesVersionError as exc:
-            return Facts(tuple(command), error=str(exc), version_error=str(exc)), []
-    return _ask(command, interp, qtext, env, timeout)
-
-
-def _ask(command: Sequence[str], interp: list[str], qtext: str, env: dict[str, str],
-         timeout: float) -> tuple[Facts, list[str]]:
-    shown = " ".join(interp)
-    try:
         _code, text = run_capped([*interp, "-c", PROBE, qtext], env, timeout)
     except HermesVersionError as exc:
-        return Facts(tuple(interp), error=str(exc), version_error=str(exc)), []
+        return Facts(tuple(interp or command), error=str(exc), version_error=str(exc)), []
+    shown = " ".join(interp)
     line = next((ln for ln in text.splitlines() if ln.startswith(_MARK)), None)
     if line is None:
         # Not Python after all (a shell wrapper that execs hermes): its version is still knowable.
@@ -451,15 +432,11 @@ def _ask(command: Sequence[str], interp: list[str], qtext: str, env: dict[str, s
 
 def merge_specs(groups: Iterable[Iterable[str]]) -> tuple[str, ...]:
     """Specs in order, one per distribution (the first one named wins)."""
-    out: list[str] = []
-    seen: set[str] = set()
+    out: dict[str, str] = {}
     for group in groups:
         for spec in group:
-            k = dist_key(spec)
-            if k not in seen:
-                seen.add(k)
-                out.append(spec)
-    return tuple(out)
+            out.setdefault(dist_key(spec), spec)
+    return tuple(out.values())
 
 
 def install_command(facts: Facts, specs: Sequence[str]) -> str | None:
@@ -505,11 +482,11 @@ def _shown(imports: Sequence[str], absent: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def check(req: Requirement, facts: Facts, *, path_env: str | None = None) -> PlatformCheck:
+def check(req: Requirement, facts: Facts, *, path_env: str | None = None) -> Finding:
     """What ``req`` lacks in the interpreter ``facts`` describe, and how to install it (pure but for
     the ``X_OK`` test of a program in the profile's own folders)."""
     if not facts.ok or not facts.modules:
-        return PlatformCheck(req.platform, "unknown", hint=facts.error or "")
+        return Finding(req.platform, "unknown", hint=facts.error or "")
     missing: list[str] = []
     specs: list[str] = []
     feature_specs = facts.lazy_deps.get(req.feature or "") or LAZY_FEATURES.get(req.feature or "", ())
@@ -536,41 +513,24 @@ def check(req: Requirement, facts: Facts, *, path_env: str | None = None) -> Pla
             missing.append(f"plugins/{rel}")
             not_pip += 1
     if not missing:
-        return PlatformCheck(req.platform, "ok")
+        return Finding(req.platform, "ok")
     merged = merge_specs([[s for s in specs if not facts.satisfied.get(s, False)]])
     hint = req.hint if not_pip else ""  # pip cannot install a program or a sidecar: upstream's advice
-    return PlatformCheck(req.platform, "missing", tuple(dict.fromkeys(missing)), merged,
-                         install_command(facts, merged), hint)
+    return Finding(req.platform, "missing", tuple(dict.fromkeys(missing)), merged,
+                   install_command(facts, merged), hint)
 
 
 def check_requirements(command: Sequence[str], requirements: Iterable[Requirement], *,
-                       env: Mapping[str, str] | None = None, timeout: float = 15.0) -> Report:
+                       env: Mapping[str, str] | None = None) -> Report:
     """Check each requirement against ``command``'s interpreter (asked once, cached)."""
     reqs = list(requirements)
     env = dict(os.environ if env is None else env)
     facts = interpreter_facts(command, env=env, modules=[m for r in reqs for m in r.imports],
-                              programs=[p.name for r in reqs for p in r.programs if "/" not in p.name],
-                              timeout=timeout)
+                              programs=[p.name for r in reqs for p in r.programs if "/" not in p.name])
     return Report(facts, {r.platform: check(r, facts, path_env=env.get("PATH")) for r in reqs})
 
 
 # ----------------------------------------------------------------------------- per profile
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One enabled platform of one profile that lacks a requirement (what ``doctor`` reports)."""
-
-    profile: str
-    platform: str
-    missing: tuple[str, ...]
-    install: str | None
-    hint: str = ""
-    specs: tuple[str, ...] = ()  # what pip would install for it (not shown: ``install`` is the command)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"profile": self.profile, "platform": self.platform, "missing": list(self.missing),
-                "install": self.install, **({"hint": self.hint} if self.hint else {})}
 
 
 def profile_requirements(home: Path, env: Mapping[str, str] | None, cfg: Mapping[str, Any] | None) -> list[Requirement]:
@@ -586,16 +546,18 @@ def missing_for_profile(command: Sequence[str] | None, home: Path, env_file: Map
 
     For the daemon's reader thread (it may run the interpreter once, when its cache is stale).
     """
-    if not command:
-        return []
+    report = _profile_report(command, home, env_file, cfg, child_env) if command else None
+    return [c.to_json() for c in report.missing] if report is not None else []
+
+
+def _profile_report(command: Sequence[str], home: Path, env_file: Mapping[str, str] | None,
+                    cfg: Mapping[str, Any] | None, child_env: Mapping[str, str] | None) -> Report | None:
+    """The platforms ``home``'s files enable, checked; None when they enable none or cannot be read."""
     try:
         reqs = profile_requirements(home, env_file, cfg)
     except Exception:  # malformed files are reported as file problems elsewhere
-        return []
-    if not reqs:
-        return []
-    report = check_requirements(command, reqs, env=child_env)
-    return [c.to_json() for c in report.missing]
+        return None
+    return check_requirements(command, reqs, env=child_env) if reqs else None
 
 
 def requirement_findings(root: Path, *, profiles: Sequence[str] | None = None,
@@ -628,15 +590,9 @@ def collect(root: Path, profiles: Sequence[str] | None, command: Sequence[str] |
     out: list[Finding] = []
     facts: Facts | None = None
     for name, home in served:
-        try:
-            reqs = profile_requirements(home, None, None)
-        except Exception:
-            continue
-        if not reqs:
-            continue
-        child_env = childspec.child_env(base, root=root, profile=name, home=home,
-                                        extra=cfg.child_environment(name))
-        report = check_requirements(command, reqs, env=child_env)
-        facts = report.facts
-        out += [Finding(name, c.platform, c.missing, c.install, c.hint, c.specs) for c in report.missing]
+        child_env = childspec.child_env(base, root=root, profile=name, home=home, extra=cfg.child_environment(name))
+        report = _profile_report(command, home, None, None, child_env)
+        if report is not None:
+            facts = report.facts
+            out += [replace(c, profile=name) for c in report.missing]
     return out, facts

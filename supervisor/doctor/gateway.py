@@ -10,6 +10,7 @@ that (:mod:`supervisor.codeid`, the rule ``status`` applies).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from profiles.upstream import files as gf
 from profiles.upstream.releases import Unsupported, newer_than_known_note
@@ -110,9 +111,9 @@ def duplicate_guard_problem(command: list[str]) -> str | None:
             "a second gateway beside hermesd's (hermesd then stops its own, to keep one)")
 
 
-def _interpreter_of(command: list[str], env: object) -> str:
+def _interpreter_of(command: list[str], env: Mapping[str, str]) -> str:
     try:
-        interp = interpreter_argv(command, getattr(env, "get", lambda _k: None)("PATH"))
+        interp = interpreter_argv(command, env.get("PATH"))
     except HermesVersionError:
         interp = None
     return interp[0] if interp else "/path/to/python"

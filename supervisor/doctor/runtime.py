@@ -22,9 +22,6 @@ from wrappers.scripts import non_routing_wrappers
 if TYPE_CHECKING:
     from profiles.upstream.files import PidRecord
 
-SYSTEMD_PREFIX = "hermes-gateway"
-LAUNCHD_PREFIX = "ai.hermes.gateway"
-
 
 def service_profile_name(filename: str) -> str | None:
     """The profile an upstream service file is for, from its name alone; ``None`` if not one.
@@ -33,7 +30,7 @@ def service_profile_name(filename: str) -> str | None:
     ``ai.hermes.gateway.plist`` serve the root (``default``), ``hermes-gateway-<name>.service``
     and ``ai.hermes.gateway-<name>.plist`` serve profile ``<name>``.
     """
-    for prefix, suffix in ((SYSTEMD_PREFIX, ".service"), (LAUNCHD_PREFIX, ".plist")):
+    for prefix, suffix in (("hermes-gateway", ".service"), ("ai.hermes.gateway", ".plist")):
         if not filename.endswith(suffix):
             continue
         stem = filename[: -len(suffix)]
@@ -68,7 +65,7 @@ def check_runtime_files(scan: Scan) -> None:
                     f"make sure no gateway runs for {prof.name!r}, then remove {pid_path}",
                 )
             elif live is None:
-                why = _stale_reason(gf.read_pid_record(prof.home))
+                why = _stale_reason(rec)
                 scan.add(
                     WARNING, "stale_pid_file", prof.name,
                     f"{pid_path} {why}: left by a gateway that died without cleaning up. With a dead PID "

@@ -1,9 +1,9 @@
 """Each fact hermesd relies on, measured on the selected ``hermes`` and compared with its declared row.
 
 The hermes under test is ``HERMESD_TEST_HERMES`` (default: the one in the test venv); its release
-is read with ``supervisor.hermes_release.detect_version`` and its expected contract is the measured
-row of ``profiles.upstream.releases.KNOWN`` (a release newer than every row is compared with the
-newest one, which is how a new upstream release is checked). ``scripts/test-releases.sh`` runs this
+is read with ``supervisor.requirements.interpreter_facts`` (as the daemon reads it) and its expected
+contract is the measured row of ``profiles.upstream.releases.KNOWN`` (a release newer than every row
+is compared with the newest one, which is how a new upstream release is checked). ``scripts/test-releases.sh`` runs this
 module against every release; with ``HERMESD_CONTRACT_REPORT=<file>`` the raw measurements are
 written there as JSON (the findings table is built from them).
 
@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from profiles.upstream.releases import KNOWN, PID_RECORD_KEYS, STATE_KEYS, Contract, Line, Multiplexing, contract_for
-from supervisor.hermes_release import detect_version
+from supervisor.requirements import interpreter_facts
 from tests.releases import measure as m
 from tests.releases.gateway import Sandbox, poll, selected_hermes
 
@@ -38,7 +38,9 @@ REPORT_ENV = "HERMESD_CONTRACT_REPORT"
 def version() -> str:
     if not HERMES.exists():
         pytest.fail(f"{HERMES} is missing: install '.[test]', or point HERMESD_TEST_HERMES at a release's bin/hermes")
-    return detect_version([str(HERMES)])
+    found = interpreter_facts([str(HERMES)]).version
+    assert found is not None, f"cannot read the release of {HERMES}"
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -80,13 +82,13 @@ def test_version_detection_is_cheap_and_agrees_with_hermes_version(version, fact
     times = []
     for _ in range(3):
         t0 = time.monotonic()
-        assert detect_version([str(HERMES)]) == version
+        assert interpreter_facts([str(HERMES)], fresh=True).version == version
         times.append(time.monotonic() - t0)
     t0 = time.monotonic()
     shown = subprocess.run([str(HERMES), "--version"], capture_output=True, text=True, timeout=60,
                            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent"}).stdout
     flag_s = time.monotonic() - t0
-    facts["version_detection"] = {"snippet_s": round(min(times), 3), "hermes_version_flag_s": round(flag_s, 3),
+    facts["version_detection"] = {"probe_s": round(min(times), 3), "hermes_version_flag_s": round(flag_s, 3),
                                   "hermes_version_first_line": shown.splitlines()[0] if shown else None}
     assert f"v{version}" in shown
     assert min(times) < 2.0

@@ -15,8 +15,6 @@ import pytest
 
 from profiles.upstream import files as gf
 from profiles.upstream.process import proc_start_time
-from profiles.upstream.releases import contract_for
-from supervisor.hermes_release import detect_version
 from supervisor.requirements import interpreter_facts, release_contract
 from tests.harness import pid_alive, tagged_pids, wait_for, write_config
 
@@ -67,7 +65,7 @@ def test_real_gateways_end_to_end(real_root, hermesd_factory):
     assert row["last_exit"]["code"] == 0  # planned stop: marker + SIGTERM → clean exit
     assert d.row("coder")["pid"] == pids["coder"] and d.row("default")["pid"] == pids["default"]
     pids["writer"] = row["pid"]
-    args = contract_for(detect_version([str(HERMES)])).gateway_args  # no --external-supervisor before 0.19.0
+    args = release_contract(interpreter_facts([str(HERMES)])).gateway_args  # no --external-supervisor before 0.19.0
     assert gf.read_pid_record(homes["default"]).argv[-len(args):] == args
 
     # SIGKILL hermesd, start a new one: every child adopted, none duplicated
