@@ -324,7 +324,10 @@ def upstream_style_wrappers(
 ) -> list[WrapperInfo]:
     """Upstream-style wrappers acting on ``root``: in hermesd's wrapper folder and upstream's ``~/.local/bin``.
 
-    Empty when ``env`` resolves to another root (those scripts run that root's profiles).
+    Their ``gateway`` verbs bypass hermesd (``NAME gateway restart`` stops the supervised gateway and
+    runs one in the foreground), so doctor lists them, with ``hermesd profile alias --adopt`` as the fix.
+    Empty when ``env`` (the user's shell's; default this process's) resolves to another root (those
+    scripts run that root's profiles).
     """
     e = _env(env)
     if not upstream_wrappers_apply(root, e):
@@ -344,19 +347,6 @@ def all_wrappers(
     """Every alias of ``root``'s profiles: hermesd's wrappers and upstream-style ones, sorted by alias."""
     found = list_wrappers(directory, root, env) + upstream_style_wrappers(root, directory, env)
     return sorted(found, key=lambda w: (w.alias, w.kind, str(w.path)))
-
-
-def non_routing_wrappers(
-    root: Path, env: Mapping[str, str] | None = None, directory: Path | None = None
-) -> list[WrapperInfo]:
-    """For ``hermesd doctor``: the aliases of ``root`` whose ``gateway`` verbs bypass hermesd.
-
-    These are upstream-style wrappers (``exec hermes -p NAME``): ``NAME gateway restart`` then
-    stops the supervised gateway and runs one in the foreground. Fix for each:
-    ``hermesd profile alias PROFILE --adopt --name ALIAS --root ROOT`` (or ``alias --adopt`` for all).
-    ``env`` is the environment the user's shell would run them in (default: this process's).
-    """
-    return upstream_style_wrappers(root, directory, env)
 
 
 def aliases_for_profile(

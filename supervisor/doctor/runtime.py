@@ -17,7 +17,7 @@ from supervisor.identity import gateway_of
 from supervisor.isolation import install
 from supervisor.plan.verdict import ERROR, WARNING
 from supervisor.tags import TAG_ROOT
-from wrappers.scripts import non_routing_wrappers
+from wrappers.scripts import upstream_style_wrappers
 
 if TYPE_CHECKING:
     from profiles.upstream.files import PidRecord
@@ -223,7 +223,7 @@ def check_wrappers(scan: Scan) -> None:
     """Aliases written by ``hermes profile create`` run ``hermes -p NAME`` directly: their gateway verbs
     stop the supervised gateway and run another in the foreground, behind hermesd's back."""
     served = {p.name for p in scan.profiles}
-    for w in non_routing_wrappers(scan.root, env=scan.env):
+    for w in upstream_style_wrappers(scan.root, env=scan.env):
         if w.profile not in served:
             continue
         scan.add(

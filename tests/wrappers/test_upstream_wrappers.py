@@ -27,9 +27,9 @@ from wrappers.scripts import (
     adopt_wrapper,
     all_wrappers,
     create_wrapper,
-    non_routing_wrappers,
     read_upstream_wrapper,
     read_wrapper,
+    upstream_style_wrappers,
 )
 
 up = pytest.importorskip("hermes_cli.profiles")
@@ -109,7 +109,7 @@ def test_recognised_as_the_profiles_alias_and_flagged_for_doctor(world: World) -
     (world.bin / "pip").write_text('#!/bin/sh\nexec python -m pip "$@"\n')  # unrelated: ignored
     found = {(w.alias, w.profile, w.kind) for w in all_wrappers(world.root, env=world.env)}
     assert found == {("al", "alpha", KIND_UPSTREAM), ("alpha", "alpha", KIND_UPSTREAM), ("beta", "beta", KIND_HERMESD)}
-    assert [(w.alias, w.kind) for w in non_routing_wrappers(world.root, world.env)] == [
+    assert [(w.alias, w.kind) for w in upstream_style_wrappers(world.root, env=world.env)] == [
         ("al", KIND_UPSTREAM), ("alpha", KIND_UPSTREAM)
     ]
     # Upstream's own map sees all three (hermesd's wrapper contains 'hermes -p beta' too).
@@ -122,8 +122,8 @@ def test_other_roots_do_not_claim_upstream_aliases(world: World, tmp_path: Path)
     other = tmp_path / "other-root"
     (other / "profiles" / "alpha").mkdir(parents=True)
     # `exec hermes -p alpha` resolves alpha under the root the environment names, not `other`.
-    assert non_routing_wrappers(other, world.env) == []
-    assert [w.alias for w in non_routing_wrappers(world.root, world.env)] == ["alpha"]
+    assert upstream_style_wrappers(other, env=world.env) == []
+    assert [w.alias for w in upstream_style_wrappers(world.root, env=world.env)] == ["alpha"]
 
 
 def test_delete_removes_upstream_aliases_like_upstream(world: World) -> None:
@@ -191,13 +191,13 @@ def test_collisions_with_upstream_wrappers(world: World) -> None:
 def test_adopt_keeps_name_and_target(world: World) -> None:
     world.profile("alpha")
     world.upstream_alias("al", "alpha")
-    [info] = non_routing_wrappers(world.root, world.env)
+    [info] = upstream_style_wrappers(world.root, env=world.env)
     path = adopt_wrapper(info, world.root, env=world.env)
     assert path == world.bin / "al"
     adopted = read_wrapper(path)
     assert adopted is not None and (adopted.alias, adopted.profile, adopted.root) == ("al", "alpha", world.root)
     assert os.access(path, os.X_OK)
-    assert non_routing_wrappers(world.root, world.env) == []
+    assert upstream_style_wrappers(world.root, env=world.env) == []
 
 
 # --------------------------------------------------------------------------- through the CLI
@@ -241,7 +241,7 @@ def test_alias_adopt_verb(world: World, cli) -> None:
     assert rc == 0 and "Adopted alias 'alpha'" in out
     rc, out, err = cli("alias", "--adopt")
     assert rc == 1 and "Adopted alias 'bb'" in out and "'ghost'" in err
-    assert [w.alias for w in non_routing_wrappers(world.root, world.env)] == ["ghosty"]
+    assert [w.alias for w in upstream_style_wrappers(world.root, env=world.env)] == ["ghosty"]
     rc, out, _ = cli("alias", "alpha", "--adopt")
     assert rc == 0 and "nothing to adopt" in out
     rc, _, err = cli("alias", "alpha", "--adopt", "--remove")
@@ -280,6 +280,6 @@ def test_adopt_keeps_the_hermes_the_alias_ran(world: World, tmp_path: Path) -> N
     (other / "hermes").chmod(0o755)
     world.bin.mkdir(parents=True, exist_ok=True)
     (world.bin / "alpha").write_text(f'#!/bin/sh\nexec {other / "hermes"} -p alpha "$@"\n')
-    [info] = non_routing_wrappers(world.root, world.env)
+    [info] = upstream_style_wrappers(world.root, env=world.env)
     text = adopt_wrapper(info, world.root, env=world.env).read_text()
     assert f'exec {other / "hermes"} -p alpha "$@"' in text and "hermesd-wrapper" in text
