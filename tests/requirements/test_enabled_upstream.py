@@ -42,6 +42,7 @@ def test_every_platform_has_an_enable_rule_and_upstream_knows_it() -> None:
     upstream = {p.value for p in Platform} - {"local"} | {e.name for e in platform_registry.plugin_entries()}
     assert set(NAMES) == upstream, "the registry must list exactly upstream's platforms"
     assert all(p.enabled is not None for p in PLATFORMS)
+    assert all(p.needs is not None for p in PLATFORMS)  # every row has its _NEEDS entry (a KeyError if not)
 
 
 def write_home(base: Path, name: str, env: dict[str, str], cfg: dict[str, Any] | None, auth: Any = None) -> Profile:
