@@ -31,7 +31,7 @@ signals, so it would hide files without being a boundary.
 from __future__ import annotations
 
 import posixpath
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -188,11 +188,13 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         """Everything ``enter`` needs, as plain JSON (also the explanation fields)."""
-        return {"version": PLAN_VERSION, **_plain(asdict(self)), "channels": dict(self.channels)}
+        return {"version": PLAN_VERSION, **_plain(self), "channels": dict(self.channels)}
 
 
 def _plain(value: Any) -> Any:
     """``value`` with every tuple a list, as JSON would read it back."""
+    if is_dataclass(value) and not isinstance(value, type):  # not asdict: it deep-copies every leaf (20x slower)
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     return [_plain(v) for v in value] if isinstance(value, tuple | list) else value
