@@ -9,6 +9,7 @@ as surely as a top-level one, and nothing is imported to find out.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -227,6 +228,14 @@ def test_module_names_are_unique():
     twice = {name: sorted(mods) for name, mods in seen.items() if len(mods) > 1}
     assert not twice, f"module names used twice: {twice}"
 
+
+
+def test_only_a_package_init_declares_all():
+    """``__all__`` declares what a package's ``__init__`` re-exports; nothing star-imports a module,
+    so a list in one would only repeat its public names, and go stale with the next rename."""
+    listed = [str(path.relative_to(REPO)) for path in _modules().values()
+              if path.name != "__init__.py" and re.search(r"^__all__\b", path.read_text(), re.M)]
+    assert not listed, f"__all__ outside a package's __init__.py: {listed}"
 
 def _unexplained_lazy_imports(path: Path, rel: str) -> list[str]:
     lines = path.read_text(encoding="utf-8").splitlines()
