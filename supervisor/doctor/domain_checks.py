@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from profiles.upstream.releases import HEARTBEAT_INTERVAL_S
+from profiles.upstream.process import HEARTBEAT_INTERVAL_S
 from supervisor import ownership
 from supervisor.control.client import Client, ControlError, DaemonNotAnswering, DaemonNotRunning
 from supervisor.doctor.scan import Scan
