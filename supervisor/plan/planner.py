@@ -376,10 +376,12 @@ class Planner(OtherGateways):
     # ------------------------------------------------------------------------- the step
 
     def _judge(self) -> dict[str, Hold | None]:
+        # A gateway whose profile is no longer wanted is stopped by this very step (judged first).
         candidates = [
             Candidate(p.facts, p.name, active=p.child is not None or p.retry_at is not None or p.kept is not None,
                       running=p.child is not None, wants=self.wants(p) and p.runtime_hold is None,
-                      in_use=p.child.claims if p.child is not None else p.kept or ())
+                      in_use=p.child.claims if p.child is not None else p.kept or (),
+                      doing=words.doing(p) if self.wants(p) or p.child is None else "stopping")
             for name in [*self.order, *(n for n in self.profiles if n not in self.order)]
             if (p := self.profiles.get(name)) is not None and (p.present or p.child is not None)
         ]

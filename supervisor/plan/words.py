@@ -28,6 +28,17 @@ def state_of(p: Profile, *, enabled: bool, shutting_down: bool) -> tuple[str, st
     return "stopped", _not_wanted(p, enabled=enabled, shutting_down=shutting_down) or (p.down or "stopped") + foreign
 
 
+def doing(p: Profile) -> str:
+    """One word for what ``p``'s gateway process is doing (a conflict it wins names it by this word):
+    ``starting``, ``running``, ``stopping`` or ``restarting``; ``running`` when it has none."""
+    c = p.child
+    if c is None or (c.ready and not c.stop_requested):
+        return "running"
+    if c.stop_requested:
+        return "restarting" if c.then_restart else "stopping"
+    return "starting"
+
+
 def why_down(p: Profile, *, enabled: bool, shutting_down: bool) -> str:
     """Why a running gateway is being stopped for good."""
     return _not_wanted(p, enabled=enabled, shutting_down=shutting_down) or p.down or "stopped by hermesd"

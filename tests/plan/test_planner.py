@@ -197,6 +197,29 @@ def test_held_is_announced_once_per_incident():
     assert [e["type"] for e in w.events if e["profile"] == "beta"][:3] == ["held", "released", "started"]
 
 
+def test_a_conflict_names_its_holder_by_what_its_gateway_does():
+    """The holder is named "(running)" only while its gateway runs: starting, restarting and stopping are said."""
+    w = World.make(("alpha", "beta"), auto_ready=False, claims={"alpha": (TOKEN,), "beta": (TOKEN,)})
+
+    def holder() -> str:
+        hold = w.planner.profiles["beta"].hold
+        assert hold is not None
+        return hold.message.split("'alpha' ", 1)[1].split(",")[0]
+
+    assert holder() == "(starting)"
+    w.ready("alpha")
+    assert holder() == "(running)"
+    w.run(w.planner.request_restart("alpha")[1])
+    assert holder() == "(restarting)"
+    w.obey_stops()
+    w.ready("alpha")
+    w.run(w.planner.request_stop("alpha")[1])
+    assert holder() == "(stopping)"
+    w.obey_stops()
+    assert w.planner.profiles["beta"].hold is None and w.state("beta") == "starting"
+    assert [e["type"] for e in w.events if e["profile"] == "beta"].count("held") == 1  # one incident
+
+
 def test_spawn_failure_backs_off_and_retries():
     w = World.make(("default",))
     w.fail_next.add("default")
