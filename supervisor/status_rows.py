@@ -147,6 +147,7 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
             live = identity.find_gateway(root, home, name)
         pid = live.pid if live is not None else None
         down = rec.get("down") if isinstance(rec.get("down"), str) else None
+        held = _saved_hold(rec) if pid is None else None
         started = identity.proc_start_wall(pid) if pid else None
         code = codeid.view(home, pid, started_wall=started, installed=installed,
                            recorded=state_mod.recorded_code(rec, pid, identity.proc_start_time(pid) if pid else None))
@@ -154,7 +155,7 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
             name, home,
             state="running" if pid else "stopped",
             reason=(why + (" (gateway running unsupervised)" if pid else ""))
-            + (f"; {down}" if down else ""),
+            + (f"; {down}" if down else "") + (f"; when it last ran it held this profile: {held}" if held else ""),
             pid=pid,
             started_at=started,
             uptime_s=round(max(0.0, time.time() - started), 1) if started is not None else None,
@@ -171,6 +172,15 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
                        "installed_code": installed.code.to_json() if installed is not None else None},
         "profiles": rows,
     }
+
+
+def _saved_hold(rec: dict[str, Any]) -> str | None:
+    """``kind: message`` of the hold the state file records for a profile (hermesd's own file, still
+    checked field by field), or ``None``."""
+    hold = rec.get("hold")
+    if not isinstance(hold, dict) or not isinstance(hold.get("kind"), str) or not isinstance(hold.get("message"), str):
+        return None
+    return f"{hold['kind']}: {hold['message']}"
 
 
 def _add_offline_requirements(root: Path, rows: list[dict[str, Any]]) -> None:
