@@ -71,7 +71,7 @@ def read_exit(env: Mapping[str, str], layout: Layout, name: str, home: Path | No
 
 def note(layout: Layout, name: str, pid: int, code: int | None, sig: int | None, kind: str) -> None:
     """hermesd's line in the child's log after its end: how it ended and how the planner classified it."""
-    logs.note(layout.beneath(layout.child_log(name)), f"hermesd: PID {pid} {describe_exit(code, sig)} ({kind})")
+    logs.note(layout.beneath(layout.child_log(name)), f"hermesd: PID {pid} {describe_exit(code, sig, kind)} ({kind})")
 
 
 def who_serves(env: Mapping[str, str], home: Path, child_log: Beneath | Path) -> str:

@@ -506,7 +506,7 @@ class Planner(OtherGateways):
         """Classify the end of ``c`` and decide: restart now or later, hold, or stay down."""
         kind = classify_exit(facts)
         uptime = max(0.0, self.clock() - c.started)
-        what = describe_exit(code, sig) if kind is not ExitKind.SPAWN_ERROR else "could not be started"
+        what = describe_exit(code, sig, kind) if kind is not ExitKind.SPAWN_ERROR else "could not be started"
         now = self.wall()
         self._out.append(m.Save())
         if kind is ExitKind.PLANNED:

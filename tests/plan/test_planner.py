@@ -220,6 +220,22 @@ def test_a_conflict_names_its_holder_by_what_its_gateway_does():
     assert [e["type"] for e in w.events if e["profile"] == "beta"].count("held") == 1  # one incident
 
 
+def test_a_stop_during_start_up_reads_as_a_stop_not_a_kill():
+    """The gateway took the stop's SIGTERM before upstream's handler was installed: a stop, in every word."""
+    from supervisor.observe.events import summary
+
+    w = World.make(("default",), auto_ready=False)
+    w.run(w.planner.request_stop("default")[1])
+    w.exit("default", None, signal.SIGTERM)
+    last = w.planner.profiles["default"].last_exit
+    assert last["kind"] == "planned" and last["description"] == "stopped by SIGTERM"
+    exited = next(e for e in w.events if e["type"] == "exited")
+    assert summary(exited).startswith(f"PID {exited['pid']} stopped by SIGTERM after ")
+    w.run(w.planner.request_start("default")[1])
+    w.exit("default", None, signal.SIGTERM)  # nobody asked: that is a kill
+    assert w.planner.profiles["default"].last_exit["description"] == "killed by SIGTERM"
+
+
 def test_spawn_failure_backs_off_and_retries():
     w = World.make(("default",))
     w.fail_next.add("default")
