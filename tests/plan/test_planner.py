@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 
+from supervisor.plan import words
 from supervisor.plan.verdict import HoldKind
 from tests.plan.world import TOKEN, World, facts
 
@@ -360,6 +361,41 @@ def test_removed_folder_stops_and_forgets_the_profile():
     assert "a" not in w.planner.profiles and "a" not in w.alive
 
 
+def test_a_restart_names_the_files_that_changed(tmp_path):
+    """The reason names the files whose content changed (read as the daemon reads them), no other."""
+    import dataclasses
+
+    from profiles.snapshot import read_profile
+
+    folder = tmp_path / "a"
+    folder.mkdir()
+    w = World.make(("default", "a"))
+
+    def edit(*files: tuple[str, str], specs: dict[str, str] | None = None) -> list[str]:
+        for name, text in files:
+            (folder / name).write_text(text)
+        if specs is not None:
+            w.run(w.planner.set_settings(dataclasses.replace(w.planner.settings, specs=specs), None))
+        read = read_profile("a", folder, b"salt")
+        w.run(w.planner.set_facts("a", dataclasses.replace(read, home=facts("a").home)))
+        w.obey_stops()
+        return [e["reason"] for e in w.events if e["type"] == "exited" and e["profile"] == "a"]
+
+    edit((".env", "OPENAI_API_KEY=x\n"), ("config.yaml", "model: one\n"))
+    before = len(edit())
+    assert edit(("config.yaml", "model: two\n"))[before:] == ["restarting: its config.yaml changed"]
+    assert edit(("config.yaml", "# a comment only\nmodel: two\n"))[before:] == \
+        ["restarting: its config.yaml changed"]  # the comment restarted nothing
+    assert edit((".env", "OPENAI_API_KEY=y\n"))[before + 1:] == ["restarting: its .env changed"]
+    assert edit(("config.yaml", "model: three\n"), (".op.env", "A=1\n"))[before + 2:] == \
+        ["restarting: its config.yaml and .op.env changed"]
+    assert edit(specs={"a": "new"})[before + 3:] == ["restarting: its settings in hermesd.yaml changed"]
+    then = read_profile("a", folder, b"salt").digest
+    (folder / ".env").write_text("OPENAI_API_KEY=z\n")
+    now = read_profile("a", folder, b"salt").digest
+    assert words.what_changed(f"{then}/s1", f"{now}/s2") == "its .env and its settings in hermesd.yaml changed"
+
+
 def test_hung_kill_is_recorded_and_backs_off_like_a_crash():
     from supervisor.plan.policy import ExitKind
 
@@ -387,7 +423,7 @@ def test_a_restart_says_why_in_its_exit_event():
     w.run(w.planner.request_stop("a")[1])
     w.obey_stops()
     reasons = [e["reason"] for e in w.events if e["type"] == "exited" and e["profile"] == "a"]
-    assert reasons == ["restarting: its files (.env, config.yaml) changed",
+    assert reasons == ["restarting: its files changed",  # digests that are no file's: not more than that
                        "restarting: its settings in hermesd.yaml changed",
                        "restarted by the operator", "stopped by operator"]
     assert w.planner.profiles["a"].last_exit["reason"] == "stopped by operator"
