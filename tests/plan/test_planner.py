@@ -259,15 +259,38 @@ def test_foreign_gateway_holds_until_it_exits():
 
 
 def test_outside_stop_is_taken_back_after_the_foreign_gateway_exits():
-    """``hermes gateway restart`` from an upstream wrapper: a clean stop, then its own gateway, then it ends."""
+    """``hermes gateway restart`` from an upstream wrapper: a clean stop, then its own gateway (found only
+    later), then it ends. While it serves the profile, the profile is held for it, as the docs say."""
     w = World.make(("default",))
     w.exit("default", 0, None, "stopped")
     assert w.state("default") == "stopped"
     w.run(w.planner.foreign("default", 555))
     state, reason = w.planner.state_of(w.planner.profiles["default"])
-    assert state == "stopped" and "PID 555" in reason
+    assert state == "held" and reason.startswith("foreign_gateway: ") and "PID 555" in reason
     w.run(w.planner.foreign_gone("default"))
     assert "default" in w.alive
+
+
+def test_a_gateway_replaced_from_outside_is_held_for_its_replacement():
+    """``hermes gateway run --replace``: the replacement stops ours (a clean exit, "stopped") and serves the
+    profile as ours ends. Held foreign_gateway at once, never "stays down until started"; taken back after."""
+    from supervisor.observe.events import summary
+
+    w = World.make(("default",))
+    ident = w.alive.pop("default")
+    w.run(w.planner.child_exited("default", ident, 0, None, "stopped", replaced_by=555))
+    p = w.planner.profiles["default"]
+    assert w.state("default") == "held" and p.hold.kind is HoldKind.FOREIGN_GATEWAY and "PID 555" in p.hold.message
+    assert p.down is None and p.last_exit["reason"] == "replaced by a gateway hermesd did not start (PID 555)"
+    said = [summary(e) for e in w.events if e["type"] in ("exited", "stopped", "foreign", "held")]
+    assert said[-3:] == [said[-3], "a gateway hermesd did not start holds the profile (PID 555)",
+                         f"held (foreign_gateway): {p.hold.message}"]
+    assert not any("stays down until started" in line for line in said)
+    w.run(w.planner.foreign_gone("default"))
+    assert "default" in w.alive and w.state("default") == "running"
+    ident = w.alive.pop("default")
+    w.run(w.planner.child_exited("default", ident, 0, None, "stopped"))  # hermes gateway stop: nobody replaced it
+    assert w.state("default") == "stopped" and w.planner.profiles["default"].hold is None
 
 
 def test_exit_78_holds_until_the_files_change():

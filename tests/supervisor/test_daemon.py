@@ -189,6 +189,61 @@ def test_foreign_gateway_is_held_then_taken_over(fake_root, hermesd_factory):
     assert sys.executable
 
 
+# Upstream's ``gateway run --replace`` (gateway/run.py start_gateway) as far as the running gateway sees it:
+# a takeover marker naming it, SIGTERM, a wait until it is gone, then this process runs the gateway itself
+# (its gateway.pid seconds later: a second gateway found beside ours before that is the other path to the
+# same hold, hermesd's own rival check, and would not show what the exit alone tells).
+REPLACER = r"""
+import json, os, signal, sys, time
+from datetime import UTC, datetime
+home = os.environ["HERMES_HOME"]
+with open(os.path.join(home, "gateway.pid")) as fh:
+    rec = json.load(fh)
+with open(os.path.join(home, ".gateway-takeover.json"), "w") as fh:
+    json.dump({"target_pid": rec["pid"], "target_start_time": rec.get("start_time"), "replacer_pid": os.getpid(),
+               "replacer_hermes_home": home, "written_at": datetime.now(UTC).isoformat()}, fh)
+os.kill(rec["pid"], signal.SIGTERM)
+deadline = time.monotonic() + 30
+while os.path.exists(f"/proc/{rec['pid']}") and time.monotonic() < deadline:
+    time.sleep(0.02)
+time.sleep(3)  # the real gateway's imports and start-up, before it writes its gateway.pid
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def test_a_gateway_replaced_from_outside_is_held_then_taken_back(fake_root, hermesd_factory):
+    """``hermes -p coder gateway run --replace`` beside hermesd: its SIGTERM (with upstream's takeover
+    marker) ends hermesd's gateway cleanly; coder is then held for the replacement (``foreign_gateway``,
+    as the docs say), the journal never says it "stays down until started", and when the replacement
+    exits hermesd runs coder again."""
+    import subprocess
+    import sys
+
+    coder = homes(fake_root)["coder"]
+    d = hermesd_factory(fake_root)
+    ours = d.wait_running("coder")["coder"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERMESD_")}
+    env["HERMES_HOME"] = str(coder)
+    replacer = subprocess.Popen([sys.executable, "-c", REPLACER, *fake_gateway_command(), "-p", "coder", "gateway",
+                                 "run"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    try:
+        row = d.wait_state("coder", "held", timeout=30)
+        assert row["hold"]["kind"] == "foreign_gateway" and f"PID {replacer.pid}" in row["reason"], row
+        assert "replaced" in row["last_exit"]["reason"] and not pid_alive(ours), d.cli("events", "coder").stdout
+        assert row["pid"] is None  # hermesd runs nothing beside it
+        journal = d.cli("events", "coder").stdout
+        assert "stays down until started" not in journal and "(external_stop): replaced by" in journal, journal
+        replacer.send_signal(signal.SIGINT)
+        replacer.wait(30)
+        back = wait_for(lambda: (r := d.row("coder"))["state"] == "running" and r, 30, what="coder taken back")
+        assert back["pid"] not in (ours, replacer.pid)
+    finally:
+        if replacer.poll() is None:
+            replacer.kill()
+            replacer.wait()
+
+
 def test_status_offline_and_exit_codes(fake_root, hermesd_factory):
     d = hermesd_factory(fake_root)
     d.wait_running("default", "coder", "writer")
