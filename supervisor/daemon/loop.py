@@ -223,7 +223,7 @@ class Daemon:
             if fd is None:
                 continue
             self.pinned.adopt(s.name, s.ident, fd, self.handle_adopted_exit)
-            self.domains.adopt(s.name, s.ident)
+            self.domains.adopt(s.name, s.ident, isolation=s.isolation)
             self.guard.start(s.name)
             self.execute(self.planner.adopt(s.name, s.home, s.ident, s.started_wall or self.wall(),
                                             stopping=s.stopping, then_restart=s.then_restart, code=s.code))
@@ -542,7 +542,7 @@ class Daemon:
         if self.ready and self.notifier.enabled:
             self.notifier.status(summary(self.planner))  # repeats are dropped by the notifier
         self.state_problem = adoption.save(self.layout, self.boot, self.planner, self.wall(),
-                                           self.in_force.release.dist_info, self.state_problem)
+                                           self.in_force.release.dist_info, self.state_problem, self.domains.isolation)
 
     def _emit(self, event: dict[str, Any]) -> None:
         """Journal, count and hand to hooks one event (stamped with time, sequence and our PID)."""

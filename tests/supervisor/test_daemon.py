@@ -9,6 +9,9 @@ import re
 import signal
 import socket
 import time
+from pathlib import Path
+
+import pytest
 
 from profiles.upstream import files as gf
 from profiles.upstream.process import proc_start_time
@@ -163,6 +166,35 @@ def test_adoption_after_sigkill(fake_root, hermesd_factory):
     os.kill(before["coder"], signal.SIGKILL)
     row = wait_for(lambda: (r := d2.row("coder"))["state"] == "running" and r["pid"] != before["coder"] and r)
     assert row["restarts"] == 1
+
+
+def test_adopted_gateways_keep_the_isolation_they_were_started_under(fake_root, hermesd_factory):
+    """After hermesd's crash its gateways are adopted, still confined: ``status`` (text and ``--json``)
+    says so, with the confinement each was started under, recorded then. Not what hermesd.yaml asks
+    for now: coder's entry is set to ``off`` while hermesd is down, and the adopted coder keeps running
+    confined (an adopted gateway is not restarted for settings), which is what status must say."""
+    from supervisor.isolation.probing import probe
+
+    if probe().landlock_abi < 1:
+        pytest.skip("this kernel has no Landlock: nothing is confined to show")
+    d = hermesd_factory(fake_root)
+    before = d.wait_running("default", "coder", "writer")
+    started_under = {n: d.row(n)["isolation"] for n in before}
+    assert all(iso and iso["mechanism"] in ("landlock", "namespace+landlock") for iso in started_under.values())
+    lines = [ln for ln in d.cli("status").stdout.splitlines() if ln.startswith("  isolation  ")]
+    assert lines
+    d.kill9()
+    write_config(fake_root, profiles={"coder": {"isolation": "off"}})
+    d2 = hermesd_factory(fake_root)
+    assert d2.wait_running("default", "coder", "writer") == before
+    assert all(d2.row(n)["adopted"] for n in before)
+    assert {n: d2.row(n)["isolation"] for n in before} == started_under
+    assert [ln for ln in d2.cli("status").stdout.splitlines() if ln.startswith("  isolation  ")] == lines
+    assert "NoNewPrivs:\t1" in Path(f"/proc/{before['coder']}/status").read_text()  # and it is: still confined
+    os.kill(before["coder"], signal.SIGKILL)  # its next gateway starts under what hermesd.yaml says now
+    row = wait_for(lambda: (r := d2.row("coder"))["pid"] not in (None, before["coder"]) and r["state"] == "running"
+                   and r, 20, what="coder restarted")
+    assert row["isolation"]["mechanism"] == "off"
 
 
 def test_foreign_gateway_is_held_then_taken_over(fake_root, hermesd_factory):
