@@ -149,8 +149,9 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
         down = rec.get("down") if isinstance(rec.get("down"), str) else None
         held = _saved_hold(rec) if pid is None else None
         started = identity.proc_start_wall(pid) if pid else None
+        ticks = identity.proc_start_time(pid) if pid else None
         code = codeid.view(home, pid, started_wall=started, installed=installed,
-                           recorded=state_mod.recorded_code(rec, pid, identity.proc_start_time(pid) if pid else None))
+                           recorded=state_mod.recorded_code(rec, pid, ticks))
         rows.append(make_row(
             name, home,
             state="running" if pid else "stopped",
@@ -164,6 +165,7 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
             should_run=down is None,
             down=down,
             code=code.to_json() if code is not None else None,
+            isolation=state_mod.recorded_isolation(rec, pid, ticks),
         ))
     _add_offline_requirements(root, rows)
     return {

@@ -184,6 +184,8 @@ def test_adopted_gateways_keep_the_isolation_they_were_started_under(fake_root, 
     lines = [ln for ln in d.cli("status").stdout.splitlines() if ln.startswith("  isolation  ")]
     assert lines
     d.kill9()
+    offline = json.loads(d.cli("status", "--json").stdout)  # no daemon: the same, from the state file
+    assert {r["name"]: r["isolation"] for r in offline["profiles"]} == started_under
     write_config(fake_root, profiles={"coder": {"isolation": "off"}})
     d2 = hermesd_factory(fake_root)
     assert d2.wait_running("default", "coder", "writer") == before
