@@ -439,7 +439,9 @@ def cmd_alias(args: argparse.Namespace, ctx: Context) -> int:
     canon: str | None = None
     if args.profile_name is not None:
         canon = parse_profile_name(args.profile_name)
-        if canon not in profile_names(root):
+        # A profile whose folder went by hand may still have aliases: --remove takes them (doctor's fix).
+        gone_with_aliases = args.remove and bool(aliases_for_profile(canon, root, folder, include_upstream=True))
+        if canon not in profile_names(root) and not gone_with_aliases:
             existing_profile_home(args.profile_name, root)  # raises: no such profile (did you mean …)
     if args.list:
         shown = [w for w in all_wrappers(root, folder) if canon is None or w.profile == canon]
