@@ -216,7 +216,7 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
     if notes:
         lines.append("")
         lines.extend(notes)
-    domains = domain_lines(doc["profiles"])
+    domains = domain_lines(doc["profiles"], supervised=bool(sup.get("running")))
     if domains:
         lines.append("")
         lines.extend(domains)
@@ -246,9 +246,10 @@ def _limit_words(r: dict[str, Any]) -> str | None:
     return ", ".join(parts) + how
 
 
-def domain_lines(rows: list[dict[str, Any]]) -> list[str]:
+def domain_lines(rows: list[dict[str, Any]], *, supervised: bool = True) -> list[str]:
     """Compact lines for what ``--json`` details per profile: its confinement (one line per distinct
-    plan, naming its profiles), its resource limits and use, the kanban dispatcher and workers."""
+    plan, naming its profiles), its resource limits and use, the kanban dispatcher and workers.
+    ``supervised``: a daemon holds the root (with none, a gateway hermesd started is nobody's child)."""
     out = []
     plans: dict[str, list[str]] = {}
     for r in rows:
@@ -261,7 +262,8 @@ def domain_lines(rows: list[dict[str, Any]]) -> list[str]:
         given = r.get("kanban")
         k: dict[str, Any] = given if isinstance(given, dict) else {}
         if k.get("dispatcher"):
-            who = "hermesd's child" if k.get("dispatcher_supervised") else "not hermesd's child"
+            who = ("hermesd's child" if supervised else "started by hermesd, unsupervised while hermesd is not running"
+                   ) if k.get("dispatcher_supervised") else "not hermesd's child"
             out.append(f"  kanban     {r['name']}: dispatcher (PID {k.get('dispatcher_pid')}, {who})")
         for w in k.get("workers") or []:
             tree = w.get("tree")

@@ -164,14 +164,16 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
         live = lives[name]
         pid = live.pid if live is not None else None
         down = rec.get("down") if isinstance(rec.get("down"), str) else None
+        held = _saved_hold(rec) if pid is None else None
         started = identity.proc_start_wall(pid) if pid else None
+        ticks = identity.proc_start_time(pid) if pid else None
         code = codeid.view(home, pid, started_wall=started, installed=installed,
-                           recorded=state_mod.recorded_code(rec, pid, identity.proc_start_time(pid) if pid else None))
+                           recorded=state_mod.recorded_code(rec, pid, ticks))
         rows.append(make_row(
             name, home,
             state="running" if pid else "stopped",
             reason=(why + (" (gateway running unsupervised)" if pid else ""))
-            + (f"; {down}" if down else ""),
+            + (f"; {down}" if down else "") + (f"; when it last ran it held this profile: {held}" if held else ""),
             pid=pid,
             started_at=started,
             uptime_s=round(max(0.0, time.time() - started), 1) if started is not None else None,
@@ -181,6 +183,7 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
             down=down,
             code=code.to_json() if code is not None else None,
             api=checks.get(name),
+            isolation=state_mod.recorded_isolation(rec, pid, ticks),
         ))
     _add_offline_requirements(root, rows)
     return {
@@ -212,6 +215,15 @@ def _offline_api_checks(gateways: dict[str, tuple[Path, Ident | None]]) -> dict[
                                            for live, port in targets.values())))
 
     return {name: found.to_json() for name, found in zip(targets, asyncio.run(every()), strict=True)}
+
+
+def _saved_hold(rec: dict[str, Any]) -> str | None:
+    """``kind: message`` of the hold the state file records for a profile (hermesd's own file, still
+    checked field by field), or ``None``."""
+    hold = rec.get("hold")
+    if not isinstance(hold, dict) or not isinstance(hold.get("kind"), str) or not isinstance(hold.get("message"), str):
+        return None
+    return f"{hold['kind']}: {hold['message']}"
 
 
 def _add_offline_requirements(root: Path, rows: list[dict[str, Any]]) -> None:

@@ -27,10 +27,22 @@ from supervisor.exits import EXIT_NOT_ANSWERING, Failure, UserError
 from supervisor.lockholder import owner_pid
 from supervisor.readiness import judge
 
+# How long ``start``, ``stop`` and ``restart`` wait by default for named profiles (or, for ``stop``,
+# the whole daemon) to reach their state: one rule, so a gateway slow to come up is waited for alike
+# whether it is started or restarted. Long on purpose: a stop may take a gateway's whole stop timeout
+# (max(60, drain + 30) s) and a start on a loaded machine, with platforms to connect, over a minute;
+# the timeout ends the waiting only, never the operation, which the daemon carries on.
+PROFILE_WAIT_S = 600.0
+# How long ``hermesd start`` without names waits for the daemon itself: its control socket and its
+# first start pass, not the gateways (they keep starting, and ``status`` shows them).
+DAEMON_READY_S = 60.0
+
 # --------------------------------------------------------------------------- start / stop (daemon)
 
 
 def cmd_start(args: argparse.Namespace) -> int:
+    if args.timeout is None:
+        args.timeout = PROFILE_WAIT_S if args.profiles else DAEMON_READY_S
     if args.profiles:
         return _per_profile(args, "start")
     # Only starting the daemon spawns it, writes its log and takes its lock: stop and restart load
@@ -237,13 +249,14 @@ def register(commands: Commands) -> None:
                      "start the daemon in the background, or start named profiles and wait until they serve",
                      "hermesd start coder")
     p.add_argument("profiles", nargs="*", metavar="PROFILE")
-    _wait_options(p, 60.0, "seconds to wait for the daemon to be ready, or for the profiles to run")
+    _wait_options(p, None, "seconds to wait for the profiles to run, or for the daemon to be ready "
+                           f"(default {PROFILE_WAIT_S:g} for profiles, {DAEMON_READY_S:g} for the daemon)")
 
     p = commands.add("stop", cmd_stop, "stop named profiles (kept stopped) and wait, or every child and the daemon",
                      "hermesd stop coder")
     p.add_argument("profiles", nargs="*", metavar="PROFILE")
     p.add_argument("--keep-children", action="store_true", help="exit the daemon but leave gateways running")
-    _wait_options(p, 600.0, "seconds to wait for the profiles (or the daemon) to stop")
+    _wait_options(p, PROFILE_WAIT_S, "seconds to wait for the profiles (or the daemon) to stop")
 
     p = commands.add("restart", cmd_restart,
                      "restart named profiles and wait until they serve again; no other child is touched",
@@ -253,7 +266,7 @@ def register(commands: Commands) -> None:
     p.add_argument("--graceful", action="store_true", help="drain first (SIGUSR1; the gateway exits 75)")
     p.add_argument("--force", action="store_true",
                    help="restart even when the profile's files would keep the new gateway from starting")
-    _wait_options(p, 600.0, "seconds to wait for the profiles to run again")
+    _wait_options(p, PROFILE_WAIT_S, "seconds to wait for the profiles to run again")
     p.add_argument("--rolling", action="store_true",
                    help="one at a time, each health-gated as 'hermesd upgrade' does; stop at the first failure")
     add_gate_options(p)
@@ -261,6 +274,8 @@ def register(commands: Commands) -> None:
     p.add_argument("--json", action="store_true", help="with --rolling: one JSON document on stdout")
 
 
-def _wait_options(p: argparse.ArgumentParser, timeout: float, help_: str) -> None:
-    p.add_argument("--timeout", type=float, default=timeout, help=f"{help_} (default {timeout:g})")
+def _wait_options(p: argparse.ArgumentParser, timeout: float | None, help_: str) -> None:
+    """``--timeout`` (``None``: the command picks its default, which ``help_`` then states) and ``--no-wait``."""
+    p.add_argument("--timeout", type=float, default=timeout,
+                   help=help_ if timeout is None else f"{help_} (default {timeout:g})")
     p.add_argument("--no-wait", action="store_true", help="return once the daemon accepted the request")

@@ -225,7 +225,7 @@ class Daemon:
             if fd is None:
                 continue
             self.pinned.adopt(s.name, s.ident, fd, self.handle_adopted_exit)
-            self.domains.adopt(s.name, s.ident)
+            self.domains.adopt(s.name, s.ident, isolation=s.isolation)
             self.guard.start(s.name)
             self.execute(self.planner.adopt(s.name, s.home, s.ident, s.started_wall or self.wall(),
                                             stopping=s.stopping, then_restart=s.then_restart, code=s.code))
@@ -371,11 +371,12 @@ class Daemon:
         p = self.planner.profiles.get(name)
         cause = self.domains.exit_cause(name, ident)
         self.domains.forget(name, ident)
+        asked = p is not None and p.child is not None and p.child.ident == ident and p.child.stop_requested
         r = exit_report.read_exit(self.env, self.layout, name, p.home if p is not None else None, ident, code=code,
-                            cause=cause)
+                                  cause=cause, requested=asked)
         actions = self.planner.child_exited(name, ident, code, sig, r.gateway_state, r.restart_requested,
                                             killed_for=cause, detail=r.detail, unconfined=r.unconfined,
-                                            stated=r.stated)
+                                            stated=r.stated, replaced_by=r.replaced_by)
         if p is not None:
             exit_report.note(self.layout, name, ident.pid, code, sig, (p.last_exit or {}).get("kind") or "?")
         self.execute(actions)
@@ -546,7 +547,7 @@ class Daemon:
         if self.ready and self.notifier.enabled:
             self.notifier.status(summary(self.planner))  # repeats are dropped by the notifier
         self.state_problem = adoption.save(self.layout, self.boot, self.planner, self.wall(),
-                                           self.in_force.release.dist_info, self.state_problem)
+                                           self.in_force.release.dist_info, self.state_problem, self.domains.isolation)
 
     def _emit(self, event: dict[str, Any]) -> None:
         """Journal, count and hand to hooks one event (stamped with time, sequence and our PID)."""

@@ -124,3 +124,34 @@ def test_a_platform_blocked_by_another_gateway_s_lock_is_a_lock_conflict(tmp_pat
         in render(doc(mine), now=0).splitlines()
     stale = make_row("coder", tmp_path, state="running", should_run=True, pid=os.getpid() + 1)
     assert stale["lock_conflicts"] == [] and stale["gateway_state"] is None
+
+
+def test_with_the_daemon_down_the_text_says_what_is_true(tmp_path):
+    """No daemon: a profile it held says it was held (not merely "stopped"), and a dispatcher it
+    started is no longer anybody's child."""
+    from supervisor import identity
+    from supervisor import state as state_mod
+    from supervisor.layout import Layout
+    from supervisor.status import render
+    from supervisor.status_rows import offline_document
+    from tests.harness import make_root
+
+    root = make_root(tmp_path)
+    layout = Layout(root)
+    layout.ensure()
+    hold = {"kind": "credential_conflict", "message": "telegram bot token (fingerprint ab12) is also configured "
+                                                      "in profile 'coder' (running), which keeps it"}
+    state_mod.save(layout.beneath(layout.state), identity.boot_id(), 1,
+                   {"writer": {"home": str(root / "profiles" / "writer"), "hold": hold},
+                    "coder": {"home": str(root / "profiles" / "coder"), "hold": "junk"}}, 0.0)
+    rows = {r["name"]: r for r in offline_document(root)["profiles"]}
+    assert rows["writer"]["state"] == "stopped"
+    assert rows["writer"]["reason"] == f"hermesd is not running; when it last ran it held this profile: " \
+                                       f"credential_conflict: {hold['message']}"
+    assert rows["coder"]["reason"] == "hermesd is not running"  # a junk record adds nothing
+    rows["default"]["kanban"] = {"dispatcher": True, "dispatcher_pid": 41, "dispatcher_supervised": True,
+                                 "workers": []}
+    down = render(doc(*rows.values(), running=False), now=0).splitlines()
+    assert "  kanban     default: dispatcher (PID 41, started by hermesd, unsupervised while hermesd is not " \
+           "running)" in down
+    assert "  kanban     default: dispatcher (PID 41, hermesd's child)" in render(doc(*rows.values()), now=0)
