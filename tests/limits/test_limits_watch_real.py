@@ -101,7 +101,7 @@ def test_fork_bomb_is_contained_by_watch(trees, tmp_path):
     """A tree forking towards 300 processes (half of the forks setsid) under tasks_max 100: the
     enforcer, paced as the daemon would be, sees the breach, freezes and kills every member."""
     pidfile = tmp_path / "bomb.pids"
-    reaper, gw = trees.under_subreaper(FORK_BOMB, str(pidfile), "300", "0.25")
+    reaper, gw = trees.under_subreaper(FORK_BOMB, str(pidfile), "300", "0.5")
     start = wait_for(lambda: procfs.read_stat(gw) and procfs.read_stat(gw).start, what="the bomb to start")
     root = ProcRoot(gw, start)
     limits = {"a": Limits(tasks_max=100)}
