@@ -55,6 +55,22 @@ def swarm(deployment: Deployment) -> Iterator[None]:
                     docker("network", "rm", nid, check=False)
 
 
+def task_report(service: str) -> str:
+    """What swarm says about a service's tasks and their containers' health checks: a task that never
+    turns healthy fails with the cause (a rejected task, a crash loop, a failing check), not only a
+    timeout."""
+    lines = [docker("service", "ps", "--no-trunc", "--format",
+                    "{{.Name}} {{.CurrentState}} error={{.Error}}", service, check=False).stdout.strip()]
+    for cid in containers(f"com.docker.swarm.service.name={service}", all_states=True):
+        state = inspect(cid)["State"]
+        checks = state.get("Health", {}).get("Log", [])[-2:]
+        lines.append(f"{cid[:12]} {state.get('Status')} exit={state.get('ExitCode')} "
+                     f"health={[(c.get('ExitCode'), c.get('Output', '')[-300:]) for c in checks]}")
+        logs = docker("logs", "--tail", "20", cid, check=False)
+        lines.append((logs.stdout + logs.stderr)[-2000:])
+    return "\n".join(lines)
+
+
 @dataclass
 class Stack:
     name: str
@@ -87,7 +103,11 @@ def stack(swarm: None, deployment: Deployment) -> Iterator[Stack]:
                 health = inspect(running[0])["State"].get("Health", {}).get("Status")
                 return running[0] if health == "healthy" else None
 
-            found[profile] = wait_for(healthy_task, timeout=BRING_UP, interval=1.0, what=f"{service} to be healthy")
+            try:
+                found[profile] = wait_for(healthy_task, timeout=BRING_UP, interval=1.0,
+                                          what=f"{service} to be healthy")
+            except AssertionError as timed_out:
+                raise AssertionError(f"{timed_out}\n{task_report(service)}") from None
             gateways[profile] = serving_gateway(found[profile], deployment.home(profile))
         print(f"\nstack of three gateways healthy in {time.monotonic() - started:.1f}s")
         yield Stack(name, done.stdout + done.stderr, found, gateways)
