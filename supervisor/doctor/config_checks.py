@@ -7,9 +7,8 @@ import shlex
 import stat
 from pathlib import Path
 
-import yaml
-
-from profiles.fileio import MAX_PROFILE_FILE
+from profiles.errors import ProfileConfigError
+from profiles.fileio import MAX_PROFILE_FILE, parse_yaml
 from profiles.safeio import read_operator_file
 from profiles.upstream.process import LOCK_VARIABLES, lock_dir
 from supervisor import config as config_mod
@@ -129,8 +128,8 @@ def check_env_permissions(scan: Scan) -> None:
 def _command_as_written(path: Path) -> list[str] | bool | None:
     """``command`` from a hermesd.yaml that failed validation; ``False`` when it is not even YAML."""
     try:
-        data = yaml.safe_load(read_operator_file(path, MAX_PROFILE_FILE).decode("utf-8"))
-    except (OSError, ValueError, yaml.YAMLError):  # ValueError: UnicodeDecodeError, impossible dates
+        data = parse_yaml(read_operator_file(path, MAX_PROFILE_FILE).decode("utf-8"), path)
+    except (OSError, ValueError, ProfileConfigError):  # ValueError: UnicodeDecodeError
         return False
     command = data.get("command") if isinstance(data, dict) else None
     if isinstance(command, str):
