@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from profiles.printable import printable
 from supervisor import limits as lim
 from supervisor.isolation import install, shared_board
 from supervisor.isolation.isolation_config import IsolationSettings
@@ -89,8 +90,8 @@ class Domains:
 
         try:
             shared_board.migrate(self.root)
-        except shared_board.KanbanBusyError as exc:
-            log.warning("kanban board not moved to its shared folder yet: %s", exc)
+        except (shared_board.BoardNotMovedError, OSError) as exc:  # the profile's files: never the fleet's end
+            log.warning("kanban board not moved to its shared folder: %s", printable(str(exc)))
 
     def _host(self) -> tuple[Probe, lim.Detection, lim.TreeWatcher]:
         """What :meth:`start` found; every spawn and adoption comes after it (a status request may not)."""
