@@ -290,6 +290,10 @@ class Daemon:
                 self.pinned.kill_group(a.ident)
                 self.domains.kill_tree(a.name, a.ident)
                 child.kill_strays(self.root, a.name, keep=set(), salt=self.salt)
+            elif isinstance(a, m.Release):  # SIGKILLed and still there: stop waiting for it
+                self.pinned.release(a.ident)
+                self.guard.stop(a.name)
+                self.domains.forget(a.name, a.ident)
             elif isinstance(a, m.Sweep):
                 self.domains.sweep(a.name)  # its cgroup, exact and cheap: before a respawn joins it
                 # The tag sweep after the respawn decision: the /proc scan stays off the restart path.
