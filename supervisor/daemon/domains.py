@@ -229,6 +229,30 @@ class Domains:
                 log.warning("leftovers in %s not killed (%s)", path, exc)
         return killed
 
+    def end_exec_sessions(self, name: str) -> list[int]:
+        """The operator stops ``name``: its ``hermesd exec`` sessions (aliases included) end with it,
+        and with them whatever their commands left running (a ``setsid`` + ``env -i`` orphan is
+        still the session cgroup's). Returns the PIDs killed."""
+        det = self.cgroups
+        if det is None or det.base is None:
+            return []
+        try:
+            entries = os.listdir(det.base)
+        except OSError:
+            return []
+        killed: list[int] = []
+        for d in cgroup.sessions_of(det, entries, "exec", name):
+            try:
+                if cgroup_io.populated(d) is not False:
+                    killed += cgroup_io.procs(d)
+                    cgroup_io.kill(d)
+                cgroup_io.remove(d, timeout=1.0)  # its keeper, if alive, finds it gone: nothing left to end
+            except (cgroup_io.CgroupError, OSError) as exc:
+                log.warning("profile %s: exec session %s not ended (%s)", name, d, exc)
+        if killed:
+            log.info("profile %s stopped: ended its exec session(s), %d process(es): %s", name, len(killed), killed)
+        return killed
+
     def end_session(self, kind: str, name: str, keeper: int) -> None:
         """A session's keeper has ended (a kanban worker's, maybe killed before it could clean up):
         kill what is left in the session's cgroup and remove it."""

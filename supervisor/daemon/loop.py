@@ -496,7 +496,9 @@ class Daemon:
         return self._decided(self.planner.request_start(name))
 
     def stop_profile(self, name: str) -> str:
-        return self._decided(self.planner.request_stop(name))
+        result = self._decided(self.planner.request_stop(name))
+        self.domains.end_exec_sessions(name)  # a profile cannot outlive its stop in a session of its own
+        return result
 
     async def restart_profile(self, name: str, *, graceful: bool, force: bool) -> str:
         await self.reads.read(name)  # judge the files as they are now, not as the last event left them
