@@ -21,8 +21,10 @@ from hypothesis import strategies as st
 
 from profiles import fileio
 from profiles.errors import ProfileConfigError
+from profiles.info import read_distribution
 from profiles.meta import read_profile_meta
 from profiles.snapshot import read_profile
+from profiles.yamledit import set_key
 from supervisor import config as config_mod
 
 F = Path("/p/config.yaml")
@@ -87,11 +89,27 @@ def _hermesd_yaml(tmp: Path, text: str) -> str:
     return str(caught.value)
 
 
+def _distribution(tmp: Path, text: str) -> str:
+    (tmp / "distribution.yaml").write_text(text)
+    with pytest.raises(ProfileConfigError) as caught:
+        read_distribution(tmp)
+    return str(caught.value)
+
+
+def _adopted(tmp: Path, text: str) -> str:
+    """``hermesd adopt`` editing a config.yaml in place (it keeps the text, so it composes the tree)."""
+    with pytest.raises(ProfileConfigError) as caught:
+        set_key(text, "gateway", "standalone", True, where=str(tmp / "config.yaml"))
+    return str(caught.value)
+
+
 # file kind -> (its name, how hermesd reads it and what it says)
 KINDS: dict[str, tuple[str, Callable[[Path, str], str]]] = {
     "config.yaml": ("config.yaml", _profile_config),
     "profile.yaml": ("profile.yaml", _profile_meta),
     "hermesd.yaml": ("hermesd.yaml", _hermesd_yaml),
+    "distribution.yaml": ("distribution.yaml", _distribution),
+    "config.yaml edited by adopt": ("config.yaml", _adopted),
 }
 
 
