@@ -328,22 +328,16 @@ class Planner(OtherGateways):
         return self._done()
 
     def _release(self, p: Profile) -> list[m.Action]:
-        """The child was SIGKILLed ``KILL_WAIT`` seconds ago and has not ended: it is in uninterruptible
-        sleep (a stuck file system, a frozen cgroup). Its SIGKILL is pending, so it ends the moment
-        it wakes, without running anything of its own; hermesd stops waiting for it, so that a stop,
-        a restart or hermesd's own exit ends in bounded time, and says which PID is left."""
-        c = p.child
-        if c is None or not (c.stop_requested or c.killed_for is not None):
+        """SIGKILLed ``KILL_WAIT`` s ago and still there (uninterruptible sleep): its SIGKILL stays pending and
+        ends it when it wakes; stop waiting, so that no stop, restart or exit waits on the kernel forever."""
+        if (c := p.child) is None or not (c.stop_requested or c.killed_for is not None):
             return []
-        detail = (f"PID {c.ident.pid} did not end {KILL_WAIT:g}s after SIGKILL (uninterruptible sleep?); "
-                  "hermesd stopped waiting for it: it ends when it wakes")
+        detail = f"PID {c.ident.pid} did not end {KILL_WAIT:g}s after SIGKILL (uninterruptible sleep?); left behind"
         log.error("profile %s: %s", p.name, detail)
-        if c.stop_requested:  # a planned end's record says why it was stopped: add what is left of it
-            c.stop_reason = f"{c.stop_reason or 'stopped by hermesd'}; {detail}"
-        p.child = None
+        c.stop_reason, p.child = f"{c.stop_reason or 'stopped by hermesd'}; {detail}", None  # a planned end's record
         self._out += [m.Release(p.name, c.ident), m.Cancel(p.name, "start_slot"), m.Sweep(p.name)]
-        facts = ExitFacts(None, signal.SIGKILL, c.stop_requested, None, False, c.killed_for, False)
-        self._conclude(p, c, facts, sig=signal.SIGKILL, detail=detail)
+        self._conclude(p, c, ExitFacts(None, signal.SIGKILL, c.stop_requested, None, False, c.killed_for, False),
+                       sig=signal.SIGKILL, detail=detail)
         return self._done()
 
     # ------------------------------------------------------------------------- inputs: the operator
