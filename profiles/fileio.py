@@ -4,7 +4,9 @@ Profile files belong to whoever can write the profile, and the supervisor reads 
 that serves every profile, so reading is bounded three ways: only regular files of a capped size
 (:mod:`profiles.safeio`), YAML whose aliases cannot expand past a node budget (a 612-byte
 "billion laughs" document is a tree of 10⁹ nodes to anything that walks it, such as a digest or a
-deep copy), and no nesting deeper than Python's stack can walk. Every refusal is a
+deep copy), and no nesting deeper than a fixed limit, found from the parser's events before a
+composer builds anything (libyaml's composer recurses in C: 150,000 levels of ``[`` in 300 KB kill
+the process with SIGSEGV, which no ``except`` can catch). Every refusal is a
 :class:`ProfileConfigError` naming the file (and the line, when YAML knows it), because a person
 fixing a broken ``config.yaml`` needs the line more than the parser's internals.
 
@@ -82,74 +84,71 @@ def read_text(where: Beneath | Path, limit: int = MAX_PROFILE_FILE) -> str:
     return decode_text(data, spot)
 
 
-def _check_size(node: yaml.Node, path: Path) -> None:
-    """Refuse a document whose alias-expanded tree exceeds the node budget or the depth limit, or
-    that refers to itself.
+def _check_events(text: str, path: Path, loader: type[YamlLoader]) -> None:
+    """Refuse a document nested deeper than the depth limit, expanding past the node budget, or with
+    an alias inside the node it names, from the parser's events, before any composer sees them.
 
-    Almost every file is a plain tree (no alias), which one cheap pass accepts; the expanded count
-    runs only for a document with a node reached twice, or one the pass cannot accept, and is what
-    words every refusal.
+    The composers recurse once per level (libyaml's in C, so a 300 KB ``[[[…`` overflows the C stack
+    and kills the process; PyYAML's own in Python), while the parsers keep their stacks on the heap
+    and this walk keeps one frame per open collection: nothing here recurses. An alias counts as the
+    whole node it names, its size and its height, so an alias chain is as deep and as large as its
+    expansion; the walk stops at the first event past a limit, so a bomb costs a few hundred events.
     """
-    if not _plain_tree_within_limits(node):
-        _check_expanded(node, path)
+    parser = loader(text)
+    try:
+        _walk_events(parser, path)
+    except yaml.YAMLError:
+        pass  # the composer meets the same error at the same event and words it (see compose_yaml)
+    finally:
+        parser.dispose()
 
 
-def _plain_tree_within_limits(node: yaml.Node) -> bool:
-    """Whether no node is reached twice and the tree is within both limits. A plain tree's expanded
-    size is its node count, so :func:`_check_expanded` would accept it; False decides nothing."""
-    seen: set[int] = set()
-    stack: list[tuple[yaml.Node, int]] = [(node, 1)]
-    while stack:
-        current, depth = stack.pop()
-        key = id(current)
-        if depth > MAX_YAML_DEPTH or key in seen or len(seen) >= MAX_YAML_NODES:
-            return False
-        seen.add(key)
-        if isinstance(current, yaml.MappingNode):
-            for pair in current.value:
-                stack.append((pair[0], depth + 1))
-                stack.append((pair[1], depth + 1))
-        elif isinstance(current, yaml.SequenceNode):
-            stack.extend([(c, depth + 1) for c in current.value])
-    return True
-
-
-def _check_expanded(node: yaml.Node, path: Path) -> None:
-    """Count every node as often as aliases make it appear, in time linear in the distinct nodes
-    (sizes are memoised per node object), so the check itself cannot be the bomb."""
-    sizes: dict[int, int] = {}
-    active: set[int] = set()
-    stack: list[tuple[yaml.Node, int, bool]] = [(node, 1, False)]
-    while stack:
-        current, depth, done = stack.pop()
-        key = id(current)
-        if done:
-            active.discard(key)
-            sizes[key] = 1 + sum(sizes[id(c)] for c in _children(current))
-            if sizes[key] > MAX_YAML_NODES:
-                raise _refusal(current, path, f"expands to more than {MAX_YAML_NODES:,} nodes (alias bomb?)")
+def _walk_events(parser: YamlLoader, path: Path) -> None:
+    named: dict[str, tuple[int, int] | None] = {}  # anchor -> (height, expanded size); None while open
+    frames: list[tuple[str | None, int, int]] = []  # per open collection: anchor, count and peak before it
+    level = count = peak = 0  # open collections; nodes so far, aliases expanded; deepest level in this frame
+    get_event, max_depth, max_nodes = parser.get_event, MAX_YAML_DEPTH, MAX_YAML_NODES
+    while True:
+        event: Any = get_event()  # a NodeEvent carries the anchor; the kind is tested below
+        kind = type(event)
+        if kind is yaml.ScalarEvent:
+            count += 1
+            depth = level + 1
+            if event.anchor is not None:
+                named[event.anchor] = (1, 1)
+        elif kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
+            frames.append((event.anchor, count, peak))
+            count += 1
+            level = depth = peak = level + 1
+            if event.anchor is not None:
+                named[event.anchor] = None
+        elif kind is yaml.MappingEndEvent or kind is yaml.SequenceEndEvent:
+            anchor, before, outer = frames.pop()
+            if anchor is not None:
+                named[anchor] = (peak - level + 1, count - before)
+            level -= 1
+            peak = max(peak, outer)
             continue
-        if key in sizes:
+        elif kind is yaml.AliasEvent:
+            if event.anchor in named and named[event.anchor] is None:
+                raise _refusal(event, path, "an alias refers to the node that contains it")
+            height, size = named.get(event.anchor) or (1, 1)  # an undefined alias is the composer's to word
+            count += size
+            depth = level + height
+        elif kind is yaml.StreamEndEvent:
+            return
+        else:  # stream and document boundaries
             continue
-        if key in active:
-            raise _refusal(current, path, "an alias refers to the node that contains it")
-        if depth > MAX_YAML_DEPTH:
-            raise _refusal(current, path, f"nested more than {MAX_YAML_DEPTH} levels deep")
-        active.add(key)
-        stack.append((current, depth, True))
-        stack.extend((c, depth + 1, False) for c in _children(current) if id(c) not in sizes)
+        if depth > peak:
+            peak = depth
+        if depth > max_depth:
+            raise _refusal(event, path, f"nested more than {max_depth} levels deep")
+        if count > max_nodes:
+            raise _refusal(event, path, f"expands to more than {max_nodes:,} nodes (alias bomb?)")
 
 
-def _children(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    if isinstance(node, yaml.MappingNode):
-        return [n for pair in node.value for n in pair]
-    return []
-
-
-def _refusal(node: yaml.Node, path: Path, problem: str) -> ProfileConfigError:
-    mark = getattr(node, "start_mark", None)
+def _refusal(event: yaml.NodeEvent, path: Path, problem: str) -> ProfileConfigError:
+    mark = event.start_mark
     return ProfileConfigError(path, f"refused YAML: {problem}", line=mark.line + 1 if mark is not None else None)
 
 
@@ -172,6 +171,7 @@ def _syntax_error(exc: yaml.MarkedYAMLError, text: str) -> tuple[str, int | None
 
 def compose_yaml(text: str, path: Path, loader: type[YamlLoader] = _Loader) -> tuple[YamlLoader, yaml.Node | None]:
     """The bounded node tree of ``text`` and a loader positioned to construct it; errors name file and line."""
+    _check_events(text, path, loader)
     ldr = loader(text)
     try:
         node = ldr.get_single_node()
@@ -182,15 +182,6 @@ def compose_yaml(text: str, path: Path, loader: type[YamlLoader] = _Loader) -> t
     except yaml.YAMLError as exc:
         ldr.dispose()
         raise ProfileConfigError(path, f"invalid YAML: {exc}") from None
-    except RecursionError:
-        ldr.dispose()
-        raise ProfileConfigError(path, "refused YAML: nested too deeply") from None
-    if node is not None:
-        try:
-            _check_size(node, path)
-        except ProfileConfigError:
-            ldr.dispose()
-            raise
     return ldr, node
 
 

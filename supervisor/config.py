@@ -12,7 +12,6 @@ them 30-40 ms (measured).
 
 from __future__ import annotations
 
-import math
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -24,6 +23,21 @@ import yaml
 from profiles.errors import ProfileConfigError, ProfileError
 from profiles.fileio import MAX_PROFILE_FILE, compose_yaml
 from profiles.names import normalize_name, validate_profile_name
+from profiles.numbers import (
+    FACTOR,
+    HEALTHY_AFTER,
+    INITIAL_DELAY,
+    JITTER,
+    KANBAN_RATE,
+    KANBAN_WORKERS,
+    LOG_BACKUPS,
+    LOG_MAX_BYTES,
+    MAX_DELAY,
+    MAX_STARTING,
+    STOP_TIMEOUT,
+    Bound,
+)
+from profiles.printable import printable
 from profiles.safeio import UnsafeFileError, read_operator_file
 from supervisor.childspec import forbidden_extra_env
 from supervisor.isolation.isolation_config import IsolationConfigError, merge_isolation, parse_isolation
@@ -192,25 +206,25 @@ class _Reader:
             raise self.fail(node, key, "expected a single value")
         return _construct(node)
 
-    def number(self, node: yaml.Node, key: str, *, minimum: float = 0.0, nullable: bool = False) -> float | None:
+    def number(self, node: yaml.Node, key: str, bound: Bound, *, nullable: bool = False) -> float | None:
+        """A number within ``bound`` (NaN and infinities are outside every one)."""
         value = self.scalar(node, key)
         if value is None and nullable:
             return None
-        if (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
-                or value < minimum):
-            raise self.fail(node, key, f"expected a finite number >= {minimum:g}, got {value!r}")
-        return float(value)
+        if not bound.holds(value):
+            raise self.fail(node, key, bound.refusal(value))
+        return float(value)  # type: ignore[arg-type]
 
-    def integer(self, node: yaml.Node, key: str, *, minimum: int) -> int:
+    def integer(self, node: yaml.Node, key: str, bound: Bound) -> int:
         value = self.scalar(node, key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.fail(node, key, f"expected a whole number >= {minimum}, got {value!r}")
+        if not isinstance(value, int) or not bound.holds(value):
+            raise self.fail(node, key, bound.refusal(value, whole=True))
         return value
 
     def boolean(self, node: yaml.Node, key: str) -> bool:
         value = self.scalar(node, key)
         if not isinstance(value, bool):
-            raise self.fail(node, key, f"expected true or false, got {value!r}")
+            raise self.fail(node, key, f"expected true or false, got {printable(repr(value), 40)}")
         return value
 
     def environment(self, node: yaml.Node, key: str) -> dict[str, str]:
@@ -246,19 +260,19 @@ class _Reader:
         if "restart" in top:
             kwargs["restart"] = self.restart(top["restart"])
         if "stop_timeout" in top:
-            kwargs["stop_timeout"] = self.number(top["stop_timeout"], "stop_timeout", minimum=0.1, nullable=True)
+            kwargs["stop_timeout"] = self.number(top["stop_timeout"], "stop_timeout", STOP_TIMEOUT, nullable=True)
         if "logs" in top:
             logs = self.mapping(top["logs"], "logs", {"max_bytes", "backups"})
             if "max_bytes" in logs:
-                kwargs["log_max_bytes"] = self.integer(logs["max_bytes"], "logs.max_bytes", minimum=4096)
+                kwargs["log_max_bytes"] = self.integer(logs["max_bytes"], "logs.max_bytes", LOG_MAX_BYTES)
             if "backups" in logs:
-                kwargs["log_backups"] = self.integer(logs["backups"], "logs.backups", minimum=0)
+                kwargs["log_backups"] = self.integer(logs["backups"], "logs.backups", LOG_BACKUPS)
         if "environment" in top:
             kwargs["environment"] = self.environment(top["environment"], "environment")
         if "profiles" in top:
             kwargs["profiles"] = self.profiles(top["profiles"])
         if "max_starting" in top:
-            kwargs["max_starting"] = self.integer(top["max_starting"], "max_starting", minimum=1)
+            kwargs["max_starting"] = self.integer(top["max_starting"], "max_starting", MAX_STARTING)
         kwargs.update(self.domains(top, ""))
         if "kanban" in top:
             kwargs.update(self.kanban(top["kanban"]))
@@ -313,10 +327,10 @@ class _Reader:
         out: dict[str, Any] = {}
         if "workers_per_profile" in body:
             out["kanban_workers_per_profile"] = self.integer(body["workers_per_profile"], "kanban.workers_per_profile",
-                                                             minimum=1)
+                                                             KANBAN_WORKERS)
         if "requests_per_minute" in body:
             out["kanban_requests_per_minute"] = self.integer(body["requests_per_minute"],
-                                                             "kanban.requests_per_minute", minimum=1)
+                                                             "kanban.requests_per_minute", KANBAN_RATE)
         if "worker_limits" in body:
             from supervisor.limits.limits_config import parse_limits  # lazy: see above
 
@@ -327,7 +341,8 @@ class _Reader:
         if value is False or (isinstance(value, str) and value.strip().lower() == "off"):
             return {**out, "kanban_dispatcher": "off"}
         if not isinstance(value, str):
-            raise self.fail(body["dispatcher"], "kanban.dispatcher", f"expected a profile name or off, got {value!r}")
+            raise self.fail(body["dispatcher"], "kanban.dispatcher",
+                            f"expected a profile name or off, got {printable(repr(value), 40)}")
         try:
             return {**out, "kanban_dispatcher": validate_profile_name(normalize_name(value))}
         except ProfileError as exc:
@@ -340,17 +355,10 @@ class _Reader:
         return ConfigError(f"{self.path}{where}: {key}{': ' + problem if problem else ''}")
 
     def restart(self, node: yaml.Node) -> RestartPolicy:
-        fields: dict[str, Callable[[yaml.Node, str], float | None]] = {
-            "initial_delay": lambda n, k: self.number(n, k, minimum=0.0),
-            "max_delay": lambda n, k: self.number(n, k, minimum=0.0),
-            "factor": lambda n, k: self.number(n, k, minimum=1.0),
-            "jitter": lambda n, k: self.number(n, k, minimum=0.0),
-            "healthy_after": lambda n, k: self.number(n, k, minimum=0.0),
-        }
+        fields = {"initial_delay": INITIAL_DELAY, "max_delay": MAX_DELAY, "factor": FACTOR, "jitter": JITTER,
+                  "healthy_after": HEALTHY_AFTER}
         raw = self.mapping(node, "restart", set(fields))
-        values = {name: fields[name](vnode, f"restart.{name}") for name, vnode in raw.items()}
-        if values.get("jitter", 0.0) and values["jitter"] >= 1:  # type: ignore[operator]
-            raise self.fail(raw["jitter"], "restart.jitter", "expected a fraction below 1 (0.1 = ±10 %)")
+        values = {name: self.number(vnode, f"restart.{name}", fields[name]) for name, vnode in raw.items()}
         return RestartPolicy(**values)  # type: ignore[arg-type]
 
     def profiles(self, node: yaml.Node) -> dict[str, ProfileSettings]:
@@ -370,7 +378,7 @@ class _Reader:
                 environment=self.environment(body["environment"], f"{key}.environment")
                 if "environment" in body
                 else {},
-                stop_timeout=self.number(body["stop_timeout"], f"{key}.stop_timeout", minimum=0.1)
+                stop_timeout=self.number(body["stop_timeout"], f"{key}.stop_timeout", STOP_TIMEOUT)
                 if "stop_timeout" in body
                 else None,
             )

@@ -23,6 +23,7 @@ from typing import Any
 
 from profiles.discovery import upstream_active_profile, upstream_root
 from profiles.errors import ProfileError
+from profiles.numbers import PID, START_TIME
 from profiles.paths import PROFILES_DIRNAME
 from profiles.safeio import Beneath, beneath, home_file, read_regular_or_none, replace_bytes
 from profiles.upstream.process import DEFAULT_PROFILE, proc_start_time, profile_in_argv, runs_gateway
@@ -75,9 +76,7 @@ def _json_object(data: bytes) -> dict[str, Any] | None:
 
 
 def _as_pid(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value if 0 < value < 1 << 22 else None
+    return value if isinstance(value, int) and PID.holds(value) else None
 
 
 def read_pid_record(home: Path) -> PidRecord | None:
@@ -99,7 +98,7 @@ def read_pid_record(home: Path) -> PidRecord | None:
     argv = obj.get("argv")
     return PidRecord(
         pid,
-        start if isinstance(start, int) and not isinstance(start, bool) else None,
+        start if isinstance(start, int) and START_TIME.holds(start) else None,
         tuple(str(a) for a in argv) if isinstance(argv, list) else (),
     )
 

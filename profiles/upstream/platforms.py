@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from profiles.numbers import PORT
 from profiles.safeio import home_file, lstat
 from profiles.upstream.apiserver import API_SERVER
 from profiles.upstream.bools import TRUTHY, coerce_bool
@@ -509,8 +510,9 @@ def _line(v: View) -> list[Found]:
 
 
 def _listen(name: str, port: int | None, host: object) -> PortBinding | None:
-    """A listener on a fixed port; port 0 asks for any free port, which is nobody's to claim."""
-    if port is None or port == 0:
+    """A listener on a fixed port; port 0 asks for any free port, which is nobody's to claim, and a
+    number outside :data:`profiles.numbers.PORT` is no port upstream can listen on."""
+    if port is None or port == 0 or not PORT.holds(port):
         return None
     return PortBinding(name, port, None if host in (None, "", "0.0.0.0", "::") else str(host))
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from profiles.numbers import DRAIN
 from profiles.upstream.bools import coerce_bool, multiplex_override
 
 DEFAULT_PROFILE = "default"
@@ -146,14 +148,26 @@ def stop_timeout(drain_seconds: float) -> float:
 
 
 def drain_seconds(config: Mapping[str, Any]) -> float:
-    """``agent.restart_drain_timeout`` from a parsed ``config.yaml`` (0 when absent or not a number)."""
+    """``agent.restart_drain_timeout`` from a parsed ``config.yaml``, as upstream reads it (absent, not
+    a number or below 0: 0), within :data:`profiles.numbers.DRAIN` (upstream waits any time; hermesd
+    waits at most the bound, so that a profile cannot make a stop last forever)."""
+    return DRAIN.clamp(drain_as_written(config))
+
+
+def drain_as_written(config: Mapping[str, Any]) -> float:
+    """``agent.restart_drain_timeout`` as upstream's ``parse_restart_drain_timeout`` reads it: a number
+    (or its text), 0 when absent or not one, never below 0; unbounded, NaN read as 0."""
     agent = config.get("agent")
     value = agent.get("restart_drain_timeout", 0) if isinstance(agent, Mapping) else 0
+    if isinstance(value, bool):  # upstream parses its text, "True": not a number
+        return 0.0
     try:
         seconds = float(value or 0)
-    except (TypeError, ValueError, OverflowError):
+    except OverflowError:  # an integer past float's range: upstream parses its digits as infinity
+        seconds = math.inf if value > 0 else 0.0
+    except (TypeError, ValueError):
         return 0.0
-    return seconds if 0.0 < seconds < float("inf") else 0.0
+    return 0.0 if math.isnan(seconds) else max(0.0, seconds)
 
 
 # The three variables that decide where upstream keeps its per-user credential locks: every

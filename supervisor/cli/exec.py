@@ -267,14 +267,16 @@ def run(prepared: Prepared, command: list[str], *, log: tuple[Path, str] | None 
 
 
 def _open_session(prepared: Prepared) -> Session | None:
-    """The session's domain (supervisor.limits.session), or None when the profile has no limits
-    to hold it to and is not a kanban worker (nothing to count, nothing to kill)."""
+    """The session's domain (supervisor.limits.session): a cgroup wherever profiles get one, limits
+    or not, so that nothing the command starts (a ``setsid`` + ``env -i`` orphan included) outlives
+    the session or its profile's stop. None only for a profile without limits where no cgroup can be
+    made: its own process tree would then be watched for nothing to enforce."""
     from supervisor.limits.session import open_session  # run-time only (see cli/__init__)
 
     lim = prepared.limits
-    if prepared.kind != "worker" and lim.memory_max is None and lim.tasks_max is None and lim.cpu_weight is None:
-        return None
-    return open_session(prepared.root, prepared.profile, prepared.kind, lim)
+    limited = prepared.kind == "worker" or not (lim.memory_max is None and lim.tasks_max is None
+                                                and lim.cpu_weight is None)
+    return open_session(prepared.root, prepared.profile, prepared.kind, lim, tree_without_cgroup=limited)
 
 
 def _worker_log(log: tuple[Path, str]) -> Callable[[], None]:

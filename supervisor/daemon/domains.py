@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from profiles.printable import printable
 from supervisor import limits as lim
 from supervisor.isolation import install, shared_board
 from supervisor.isolation.isolation_config import IsolationSettings
@@ -89,8 +90,8 @@ class Domains:
 
         try:
             shared_board.migrate(self.root)
-        except shared_board.KanbanBusyError as exc:
-            log.warning("kanban board not moved to its shared folder yet: %s", exc)
+        except (shared_board.BoardNotMovedError, OSError) as exc:  # the profile's files: never the fleet's end
+            log.warning("kanban board not moved to its shared folder: %s", printable(str(exc)))
 
     def _host(self) -> tuple[Probe, lim.Detection, lim.TreeWatcher]:
         """What :meth:`start` found; every spawn and adoption comes after it (a status request may not)."""
@@ -226,6 +227,30 @@ class Domains:
                 cgroup_io.kill(path)
             except cgroup_io.CgroupError as exc:
                 log.warning("leftovers in %s not killed (%s)", path, exc)
+        return killed
+
+    def end_exec_sessions(self, name: str) -> list[int]:
+        """The operator stops ``name``: its ``hermesd exec`` sessions (aliases included) end with it,
+        and with them whatever their commands left running (a ``setsid`` + ``env -i`` orphan is
+        still the session cgroup's). Returns the PIDs killed."""
+        det = self.cgroups
+        if det is None or det.base is None:
+            return []
+        try:
+            entries = os.listdir(det.base)
+        except OSError:
+            return []
+        killed: list[int] = []
+        for d in cgroup.sessions_of(det, entries, "exec", name):
+            try:
+                if cgroup_io.populated(d) is not False:
+                    killed += cgroup_io.procs(d)
+                    cgroup_io.kill(d)
+                cgroup_io.remove(d, timeout=1.0)  # its keeper, if alive, finds it gone: nothing left to end
+            except (cgroup_io.CgroupError, OSError) as exc:
+                log.warning("profile %s: exec session %s not ended (%s)", name, d, exc)
+        if killed:
+            log.info("profile %s stopped: ended its exec session(s), %d process(es): %s", name, len(killed), killed)
         return killed
 
     def end_session(self, kind: str, name: str, keeper: int) -> None:

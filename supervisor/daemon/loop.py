@@ -290,6 +290,10 @@ class Daemon:
                 self.pinned.kill_group(a.ident)
                 self.domains.kill_tree(a.name, a.ident)
                 child.kill_strays(self.root, a.name, keep=set(), salt=self.salt)
+            elif isinstance(a, m.Release):  # SIGKILLed and still there: stop waiting for it
+                self.pinned.release(a.ident)
+                self.guard.stop(a.name)
+                self.domains.forget(a.name, a.ident)
             elif isinstance(a, m.Sweep):
                 self.domains.sweep(a.name)  # its cgroup, exact and cheap: before a respawn joins it
                 # The tag sweep after the respawn decision: the /proc scan stays off the restart path.
@@ -492,7 +496,9 @@ class Daemon:
         return self._decided(self.planner.request_start(name))
 
     def stop_profile(self, name: str) -> str:
-        return self._decided(self.planner.request_stop(name))
+        result = self._decided(self.planner.request_stop(name))
+        self.domains.end_exec_sessions(name)  # a profile cannot outlive its stop in a session of its own
+        return result
 
     async def restart_profile(self, name: str, *, graceful: bool, force: bool) -> str:
         await self.reads.read(name)  # judge the files as they are now, not as the last event left them

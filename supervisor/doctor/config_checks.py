@@ -7,11 +7,12 @@ import shlex
 import stat
 from pathlib import Path
 
-import yaml
-
-from profiles.fileio import MAX_PROFILE_FILE
+from profiles.errors import ProfileConfigError
+from profiles.fileio import MAX_PROFILE_FILE, parse_yaml
+from profiles.numbers import DRAIN
+from profiles.printable import printable
 from profiles.safeio import read_operator_file
-from profiles.upstream.process import LOCK_VARIABLES, lock_dir
+from profiles.upstream.process import LOCK_VARIABLES, drain_as_written, lock_dir, stop_timeout
 from supervisor import config as config_mod
 from supervisor.childspec import GatewayCommandError, child_env, resolve_gateway_command
 from supervisor.doctor.scan import DEFAULT, Scan
@@ -126,11 +127,30 @@ def check_env_permissions(scan: Scan) -> None:
             )
 
 
+def check_drain_bounds(scan: Scan) -> None:
+    """A drain longer than hermesd waits: the profile runs, but its stops, restarts and exports use
+    :data:`profiles.numbers.DRAIN`'s bound instead (a profile must not make a stop last forever)."""
+    for prof in scan.profiles:
+        config = prof.config
+        if config is None or drain_as_written(config) <= DRAIN.high:
+            continue
+        agent = config.get("agent")
+        written = agent.get("restart_drain_timeout") if isinstance(agent, dict) else None
+        scan.add(
+            WARNING, "drain_timeout_clamped", prof.name,
+            f"{prof.home / 'config.yaml'}: agent.restart_drain_timeout is {printable(repr(written), 40)}; hermesd "
+            f"waits at most {DRAIN.high:g} s for a drain (a stop timeout of {stop_timeout(DRAIN.high):g} s), and "
+            "its exports say the same",
+            f"set agent.restart_drain_timeout to at most {DRAIN.high:g}, or stop_timeout for profile "
+            f"{prof.name!r} in hermesd.yaml",
+        )
+
+
 def _command_as_written(path: Path) -> list[str] | bool | None:
     """``command`` from a hermesd.yaml that failed validation; ``False`` when it is not even YAML."""
     try:
-        data = yaml.safe_load(read_operator_file(path, MAX_PROFILE_FILE).decode("utf-8"))
-    except (OSError, ValueError, yaml.YAMLError):  # ValueError: UnicodeDecodeError, impossible dates
+        data = parse_yaml(read_operator_file(path, MAX_PROFILE_FILE).decode("utf-8"), path)
+    except (OSError, ValueError, ProfileConfigError):  # ValueError: UnicodeDecodeError
         return False
     command = data.get("command") if isinstance(data, dict) else None
     if isinstance(command, str):

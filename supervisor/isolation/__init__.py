@@ -4,7 +4,8 @@ Self-contained; each piece is imported from its module. The daemon and the CLI c
 
 1. At daemon start and in ``doctor``: ``probing.probe()`` (~3 ms, two short forks) and
    ``doctor_lines``; ``shared_board.migrate(root)`` moves a legacy ``<root>/kanban.db`` into
-   ``kanban/default-board/`` (``KanbanBusyError`` while a process has it open: retry next start).
+   ``kanban/default-board/`` (``BoardNotMovedError`` naming the file, ``KanbanBusyError`` while a
+   process has it open: logged, retried at the next start).
 2. Reading hermesd.yaml: ``isolation_config.parse_isolation`` per level, ``merge_isolation``.
 3. Before every spawn: ``planning.make_plan`` (pure, microseconds; inputs from :mod:`install`).
    ``plan.runnable`` False: hold the profile with ``plan.reason``. Else spawn

@@ -30,6 +30,9 @@ from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
 
+from profiles.numbers import USER_ID
+from profiles.printable import printable
+
 MODES = ("auto", "off", "required")
 _KEYS = ("mode", "kanban", "shared_auth", "root_auth", "user", "read_only", "hide")
 _USER_RE_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
@@ -69,12 +72,12 @@ def _mode(value: object, key: str) -> str:
         return "off"
     if isinstance(value, str) and value.strip().lower() in MODES:
         return value.strip().lower()
-    raise IsolationConfigError(key, f"expected one of {', '.join(MODES)}, got {value!r}")
+    raise IsolationConfigError(key, f"expected one of {', '.join(MODES)}, got {printable(repr(value), 40)}")
 
 
 def _bool(value: object, key: str) -> bool:
     if not isinstance(value, bool):
-        raise IsolationConfigError(key, f"expected true or false, got {value!r}")
+        raise IsolationConfigError(key, f"expected true or false, got {printable(repr(value), 40)}")
     return value
 
 
@@ -96,11 +99,11 @@ def _paths(value: object, key: str) -> tuple[str, ...]:
 def _user(value: object, key: str) -> str | None:
     if value is None:
         return None
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+    if isinstance(value, int) and USER_ID.holds(value):
         return str(value)
     if isinstance(value, str) and value and set(value) <= _USER_RE_CHARS and not value.startswith("-"):
         return value
-    raise IsolationConfigError(key, f"expected an account name or uid, got {value!r}")
+    raise IsolationConfigError(key, f"expected an account name or uid, got {printable(repr(value), 40)}")
 
 
 def parse_isolation(value: object, key: str = "isolation") -> IsolationPartial:

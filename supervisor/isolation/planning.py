@@ -310,7 +310,8 @@ def make_plan(inp: PlanInputs) -> Plan:
         else:
             channels["kanban"] = f"blocked: {root}/kanban.db is {inp.kanban_layout}"
             gaps.append(f"kanban board unusable for named profiles until {root}/kanban.db is migrated into"
-                        f" {shared_board.BOARD_DIR}/ (layout: {inp.kanban_layout}; stop the gateways, then migrate)")
+                        f" {shared_board.BOARD_DIR}/ (layout: {inp.kanban_layout}; hermesd moves it when it starts"
+                        " and no process has it open; its log says why it did not)")
         gaps.append("kanban board shared: this profile can read and change every task, comment, workspace and"
                     " worker log on it, and a task it assigns to another profile is a prompt that profile's"
                     " agent runs with its own credentials")

@@ -35,6 +35,14 @@ Cost: a one-time move of an existing ``<root>/kanban.db`` (:func:`migrate`, only
 has it open) and four links in the root that a user sees in ``ls -a``. A root whose board is
 still a plain file is ``legacy``: named profiles cannot reach it under confinement until it is
 migrated (the plan says so; ``doctor`` should too).
+
+The root is the default profile's home, so everything there is the profile's to change, also
+while hermesd (as root) moves it: the database is opened beneath the root without following a
+link, checked through that descriptor (a regular file that SQLite could open), and only renamed,
+never opened by path (SQLite would follow a link planted a moment later, and create its target);
+the sidecars move with it instead of being checkpointed into it, which is what SQLite itself
+expects of a database copied with its ``-wal``. Whatever the profile puts there is an error naming
+the file (:class:`BoardNotMovedError`) that leaves the board where it is: the fleet starts anyway.
 """
 
 from __future__ import annotations
@@ -53,7 +61,14 @@ LINKS = ("kanban.db", "kanban.db.init.lock", "kanban.db.dispatch.lock", ".scratc
 _SIDECARS = ("-wal", "-shm", "-journal")
 
 
-class KanbanBusyError(RuntimeError):
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 database (an empty file is one too)
+
+
+class BoardNotMovedError(RuntimeError):
+    """The legacy board stays in the root, for the reason given (naming the file)."""
+
+
+class KanbanBusyError(BoardNotMovedError):
     """The legacy board is open by some process; migrating it now could lose writes."""
 
 
@@ -64,15 +79,17 @@ def link_target(name: str) -> str:
 
 def layout(root: Path) -> str:
     """``linked`` (the design above), ``absent`` (no board yet), ``legacy`` (a plain kanban.db in
-    the root) or ``foreign`` (``kanban.db`` is something else: a link elsewhere, a folder)."""
-    try:
-        st = os.lstat(root / "kanban.db")
-    except FileNotFoundError:
+    the root) or ``foreign`` (``kanban.db`` is something else: a link elsewhere, a folder, or a name
+    that changed between two looks at it)."""
+    where = safeio.at(root, "kanban.db")
+    st = safeio.lstat(where)
+    if st is None:
         return "absent"
-    except OSError:
-        return "foreign"
     if stat.S_ISLNK(st.st_mode):
-        return "linked" if os.readlink(root / "kanban.db") == link_target("kanban.db") else "foreign"
+        try:
+            return "linked" if safeio.readlink(where) == link_target("kanban.db") else "foreign"
+        except OSError:  # no longer a link (EINVAL) or gone: the profile is changing it right now
+            return "foreign"
     return "legacy" if stat.S_ISREG(st.st_mode) else "foreign"
 
 
@@ -89,14 +106,9 @@ def ensure_links(root: Path) -> None:
             safeio.symlink(safeio.at(root, name), link_target(name))
 
 
-def open_by(paths: list[Path]) -> list[int]:
-    """PIDs (readable by us) with any of ``paths`` open, found through ``/proc/*/fd``."""
-    wanted = set()
-    for p in paths:
-        with contextlib.suppress(OSError):
-            st = os.stat(p)
-            wanted.add((st.st_dev, st.st_ino))
-    if not wanted:
+def open_by(files: set[tuple[int, int]]) -> list[int]:
+    """PIDs (readable by us) with any of ``files`` (``(st_dev, st_ino)``) open, found through ``/proc/*/fd``."""
+    if not files:
         return []
     me, found = os.getpid(), []
     for entry in os.scandir("/proc"):
@@ -112,7 +124,7 @@ def open_by(paths: list[Path]) -> list[int]:
                     st = os.stat(fd.path)
                 except OSError:
                     continue
-                if (st.st_dev, st.st_ino) in wanted:
+                if (st.st_dev, st.st_ino) in files:
                     found.append(int(entry.name))
                     break
     return found
@@ -122,10 +134,11 @@ def migrate(root: Path) -> str:
     """Move a legacy ``<root>/kanban.db`` into the board folder and link it; return the layout after.
 
     Refuses (:class:`KanbanBusyError`, naming the PIDs) while any process has the database or a
-    sidecar open: stop the gateways and any ``hermes kanban`` first. The WAL is checkpointed
-    into the database before the move, so only the main file moves; a crash half-way leaves
-    either the old layout or the new one plus a missing link, both of which this function
-    finishes on the next call.
+    sidecar open: stop the gateways and any ``hermes kanban`` first; and
+    (:class:`BoardNotMovedError`, naming the file) a database that is not one, a sidecar that is not
+    a regular file, or a name replaced while it moves. The sidecars move first and the database
+    last, so a crash half-way leaves the old layout (to finish on the next call) or the new one
+    without its links (which the next call adds).
     """
     state = layout(root)
     if state == "absent":
@@ -135,31 +148,77 @@ def migrate(root: Path) -> str:
         if state == "linked":
             ensure_links(root)
         return state
-    db = root / "kanban.db"
-    busy = open_by([db, *(db.with_name(db.name + s) for s in _SIDECARS)])
-    if busy:
-        raise KanbanBusyError(f"{db} is open by PID {', '.join(map(str, sorted(busy)))}: stop those first")
-    import sqlite3  # lazy: the planner imports this module for its constants only
-
-    conn = sqlite3.connect(str(db), isolation_level=None)
+    db = safeio.at(root, "kanban.db")
+    fd = _open_database(db)
     try:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        st = os.fstat(fd)
+        sidecars = {suffix: _sidecar(db.sibling(f"kanban.db{suffix}")) for suffix in _SIDECARS}
+        busy = open_by({(st.st_dev, st.st_ino), *(i for i in sidecars.values() if i is not None)})
+        if busy:
+            raise KanbanBusyError(f"{db} is open by PID {', '.join(map(str, sorted(busy)))}: stop those first")
+        board = safeio.at(root, BOARD_DIR)
+        safeio.makedirs(board)
+        target = board / "kanban.db"
+        if safeio.lstat(target) is not None:
+            raise BoardNotMovedError(f"{target.path} already exists beside a legacy {db}: move one of them by hand")
+        for suffix, ident in sidecars.items():
+            if ident is not None:
+                _move_checked(db.sibling(f"kanban.db{suffix}"), board / f"kanban.db{suffix}", ident)
+        _move_checked(db, target, (st.st_dev, st.st_ino))
     finally:
-        conn.close()
-    board = safeio.at(root, BOARD_DIR)
-    safeio.makedirs(board)
-    target = board / "kanban.db"
-    if safeio.lstat(target) is not None:
-        raise KanbanBusyError(f"{target} already exists beside a legacy {db}: move one of them by hand")
-    safeio.move(safeio.at(root, "kanban.db"), target)
-    for suffix in _SIDECARS:  # left empty or absent by the checkpoint; keep them with the db
-        with contextlib.suppress(FileNotFoundError):
-            safeio.move(safeio.at(root, f"kanban.db{suffix}"), board / f"kanban.db{suffix}")
+        os.close(fd)
     for name in LINKS[1:]:  # lock files and the sentinel carry no data: drop the root copies
-        st = safeio.lstat(safeio.at(root, name))
-        if st is not None and not stat.S_ISLNK(st.st_mode):
+        where = safeio.at(root, name)
+        old = safeio.lstat(where)
+        if old is not None and not stat.S_ISLNK(old.st_mode):
             if name == ".scratch_tip_shown":
                 os.close(safeio.open_beneath(board / name, os.O_WRONLY | os.O_CREAT, 0o644))
-            safeio.unlink(safeio.at(root, name))
+            safeio.unlink(where)
     ensure_links(root)
     return layout(root)
+
+
+def _open_database(db: safeio.Beneath) -> int:
+    """``db`` opened beneath the root without a link, and shown by its first bytes to be a database
+    SQLite can open (or an empty file, which SQLite takes for a new one)."""
+    try:
+        fd = safeio.open_beneath(db, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:  # a link (LinkRefusedError says so), or gone since layout() looked
+        raise BoardNotMovedError(f"{db}: cannot open it to move it: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BoardNotMovedError(f"{db} is not a regular file")
+        head = os.pread(fd, len(SQLITE_HEADER), 0)
+        if head and head != SQLITE_HEADER:
+            raise BoardNotMovedError(f"{db} is not an SQLite database (it does not start with "
+                                     f"'SQLite format 3'); left where it is: remove or restore it")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _sidecar(where: safeio.Beneath) -> tuple[int, int] | None:
+    """The identity of a database sidecar in the root, ``None`` when there is none; anything but a
+    regular file there is refused (SQLite would follow a link by its name)."""
+    st = safeio.lstat(where)
+    if st is None:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise BoardNotMovedError(f"{where} is not a regular file: remove it, then start hermesd again")
+    return st.st_dev, st.st_ino
+
+
+def _move_checked(source: safeio.Beneath, dest: safeio.Beneath, ident: tuple[int, int]) -> None:
+    """Rename ``source`` (the file hermesd checked, ``ident``) to ``dest``, and make sure that is what
+    arrived: the profile can swap the name between the check and the rename. A link that arrived
+    instead is removed (never followed); anything else is left and named."""
+    safeio.move(source, dest)
+    st = safeio.lstat(dest)
+    if st is not None and stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == ident:
+        return
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        safeio.unlink(dest)
+    raise BoardNotMovedError(f"{source} was replaced while hermesd moved it into {dest.path}; "
+                             "start hermesd again once nothing changes it")

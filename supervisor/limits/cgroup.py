@@ -61,7 +61,9 @@ PROFILE_PREFIX = "profile-"  # profile names may be "supervisor": the prefix kee
 # children, and each session needs limits of its own.
 EXEC_PREFIX = "exec."
 WORKER_PREFIX = "worker."
-SWEPT_PREFIXES = (PROFILE_PREFIX, WORKER_PREFIX)  # killed at hermesd's exit; exec sessions are the operator's
+# Killed at hermesd's exit: every profile's tree, kanban worker and exec session (a profile's agent
+# may run in a session too: nothing of a profile outlives a stop of the fleet).
+SWEPT_PREFIXES = (PROFILE_PREFIX, WORKER_PREFIX, EXEC_PREFIX)
 _V1_CONTROLLERS = frozenset(
     {"cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "net_cls", "net_prio", "blkio", "perf_event",
      "hugetlb", "pids", "rdma", "misc"}
@@ -475,6 +477,15 @@ def session_dir(det: Detection, kind: str, name: str, pid: int) -> str | None:
     if not det.usable or det.base is None or not _component(name):
         return None
     return posixpath.join(det.base, f"{prefix}{name}.{pid}")
+
+
+def sessions_of(det: Detection, entries: list[str], kind: str, name: str) -> list[str]:
+    """The cgroups among ``entries`` (the names in the base) of ``name``'s sessions of ``kind``: a
+    profile name holds no dot, so ``exec.<name>.<pid>`` is never another profile's."""
+    prefix = {"exec": EXEC_PREFIX, "worker": WORKER_PREFIX}[kind] + name + "."
+    if not det.usable or det.base is None or not _component(name):
+        return []
+    return [posixpath.join(det.base, e) for e in sorted(entries) if e.startswith(prefix) and e[len(prefix):].isdigit()]
 
 
 def session_setup_plan(det: Detection) -> list[Step]:

@@ -23,14 +23,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from profiles.numbers import CPU_WEIGHT, HUNG_AFTER, MEMORY_MAX, STARTUP_GRACE, TASKS_MAX, Bound
+
 DEFAULT_HUNG_AFTER = 120.0  # four heartbeat periods: three missed beats plus the one in flight
 # Upstream writes its first heartbeat only once ``running``, after connecting every platform in
 # turn, each for up to 30 s (``_PLATFORM_CONNECT_TIMEOUT_SECS_DEFAULT``); 300 s covers eight.
 DEFAULT_STARTUP_GRACE = 300.0
-MIN_MEMORY_MAX = 1 << 20  # below 1 MiB nothing runs: almost surely a missing unit ("512" for "512M")
-_MAX_BYTES = 1 << 60  # 1 EiB: anything larger is a typo, and "max" says "no limit"
-_MAX_TASKS = 1 << 22  # the kernel's PID_MAX_LIMIT: more tasks cannot exist
-_MIN_SECONDS = 0.1
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 # 512M, 512 M, 1.5G, 2GiB, 2Gi, 2GB, 512m, 4096 (bytes). Binary units, as systemd's MemoryMax=.
@@ -134,10 +132,10 @@ def parse_size(value: object, key: str) -> int | None:
         raise LimitsConfigError(key, _SIZE_HINT + _describe(value))
     if size < 0:
         raise LimitsConfigError(key, f"must not be negative, got {_describe(value)}")
-    if size < MIN_MEMORY_MAX:
+    if size < MEMORY_MAX.low:
         hint = f" (did you mean {value}M?)" if _is_number(value) and size > 0 else ""
         raise LimitsConfigError(key, f"{format_size(size)} is below the 1M minimum{hint}")
-    if size > _MAX_BYTES:
+    if size > MEMORY_MAX.high:
         raise LimitsConfigError(key, f"{_describe(value)} is over 1 EiB; write max for no limit")
     return size
 
@@ -151,9 +149,10 @@ def parse_tasks_max(value: object, key: str) -> int | None:
     if not isinstance(value, int) or isinstance(value, bool):
         raise LimitsConfigError(key, f"expected a whole number of tasks (threads) or max, got {_describe(value)}")
     if value < 1:
-        raise LimitsConfigError(key, f"expected a whole number >= 1, got {value}")
-    if value > _MAX_TASKS:
-        raise LimitsConfigError(key, f"{value} is over the kernel's {_MAX_TASKS} tasks; write max for no limit")
+        raise LimitsConfigError(key, f"expected a whole number >= 1, got {_describe(value)}")
+    if not TASKS_MAX.holds(value):
+        raise LimitsConfigError(key, f"{_describe(value)} is over the kernel's {TASKS_MAX.high} tasks; "
+                                     "write max for no limit")
     return value
 
 
@@ -163,29 +162,28 @@ def parse_cpu_weight(value: object, key: str) -> int | None:
         return None
     if isinstance(value, float) and math.isfinite(value) and value == int(value):
         value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 10000:
-        raise LimitsConfigError(key, f"expected a whole number from 1 to 10000 (default 100), got {_describe(value)}")
+    if not isinstance(value, int) or not CPU_WEIGHT.holds(value):
+        raise LimitsConfigError(key, f"expected a whole number from {CPU_WEIGHT.low} to {CPU_WEIGHT.high} "
+                                     f"(default 100), got {_describe(value)}")
     return value
 
 
-def _seconds(value: object, key: str) -> float | None:
+def _seconds(value: object, key: str, bound: Bound) -> float | None:
     if value is None:
         return None
-    if not _is_number(value) or not math.isfinite(value):  # type: ignore[arg-type]
-        raise LimitsConfigError(key, f"expected a number in seconds, or null to turn it off; got {_describe(value)}")
-    if value < _MIN_SECONDS:  # type: ignore[operator]
-        raise LimitsConfigError(key, f"expected at least {_MIN_SECONDS:g} seconds, or null to turn it off; got {value}")
+    if not bound.holds(value):
+        raise LimitsConfigError(key, f"expected {bound.expected()}, or null to turn it off; got {_describe(value)}")
     return float(value)  # type: ignore[arg-type]
 
 
 def parse_hung_after(value: object, key: str) -> float | None:
     """``hung_after``: seconds a running gateway's heartbeat may age before it is killed; ``None``: off."""
-    return _seconds(value, key)
+    return _seconds(value, key, HUNG_AFTER)
 
 
 def parse_startup_grace(value: object, key: str) -> float | None:
     """``startup_grace``: seconds a new gateway has to write its first heartbeat; ``None``: unbounded."""
-    return _seconds(value, key)
+    return _seconds(value, key, STARTUP_GRACE)
 
 
 def hung_after_warning(hung_after: float | None, heartbeat_period: float) -> str | None:

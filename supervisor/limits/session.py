@@ -196,11 +196,13 @@ def _zombie_children(keep: int) -> list[int]:
     return out
 
 
-def open_session(root: Path, name: str, kind: str, limits: Limits, *, keeper: int | None = None) -> Session:
+def open_session(root: Path, name: str, kind: str, limits: Limits, *, keeper: int | None = None,
+                 tree_without_cgroup: bool = True) -> Session | None:
     """Make the session's cgroup (the profile's limits written on it) or say why there is none.
 
     ``kind``: ``exec`` or ``worker``. Never raises for a cgroup problem: the session is then
-    watched as a process tree and :attr:`Session.note` says so.
+    watched as a process tree and :attr:`Session.note` says so, or, with ``tree_without_cgroup``
+    False (no limits to enforce), there is no session (``None``).
     """
     keeper = os.getpid() if keeper is None else keeper
     det = lim.detect_only(str(root))
@@ -218,5 +220,7 @@ def open_session(root: Path, name: str, kind: str, limits: Limits, *, keeper: in
             with contextlib.suppress(OSError, cgroup_io.CgroupError):
                 cgroup_io.remove(d, timeout=0.0)
     if session.dir is None:
+        if not tree_without_cgroup:
+            return None
         become_subreaper()
     return session

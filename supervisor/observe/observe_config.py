@@ -25,12 +25,13 @@ from typing import Any
 
 from profiles.errors import ProfileError
 from profiles.names import normalize_name, validate_profile_name
+from profiles.numbers import EVENTS_BACKUPS, EVENTS_MAX_BYTES, HOOK_AFTER_FAILURES, HOOK_TIMEOUT, METRICS_PORT
+from profiles.printable import printable
 from supervisor.observe.events import EVENT_TYPES
 from supervisor.observe.journal import JournalSettings
 from supervisor.observe.values import ObserveConfigError, integer, mapping, number, render_path
 
 DEFAULT_TIMEOUT = 10.0
-MAX_TIMEOUT = 3600.0
 MAX_COMMAND = 8192
 _HOOK_KEYS = {"name", "on", "command", "timeout", "after_failures", "profiles"}
 
@@ -81,9 +82,9 @@ def parse_journal(value: object) -> JournalSettings:
     raw = mapping(value, ("events",), {"max_bytes", "backups"})
     kwargs = {}
     if "max_bytes" in raw:
-        kwargs["max_bytes"] = integer(raw["max_bytes"], ("events", "max_bytes"), minimum=4096)
+        kwargs["max_bytes"] = integer(raw["max_bytes"], ("events", "max_bytes"), EVENTS_MAX_BYTES)
     if "backups" in raw:
-        kwargs["backups"] = integer(raw["backups"], ("events", "backups"), minimum=0, maximum=1000)
+        kwargs["backups"] = integer(raw["backups"], ("events", "backups"), EVENTS_BACKUPS)
     return JournalSettings(**kwargs)
 
 
@@ -120,10 +121,10 @@ def parse_hook(item: object, path: tuple[str | int, ...]) -> Hook:
         raise ObserveConfigError((*path, "name"), "expected a short one-line name")
     timeout = DEFAULT_TIMEOUT
     if "timeout" in raw:
-        timeout = number(raw["timeout"], (*path, "timeout"), minimum=0.0, maximum=MAX_TIMEOUT)
+        timeout = number(raw["timeout"], (*path, "timeout"), HOOK_TIMEOUT)
     after = None
     if raw.get("after_failures") is not None:
-        after = integer(raw["after_failures"], (*path, "after_failures"), minimum=1)
+        after = integer(raw["after_failures"], (*path, "after_failures"), HOOK_AFTER_FAILURES)
         if "backoff" not in on and "*" not in on:
             raise ObserveConfigError((*path, "after_failures"), "applies to backoff events only: add backoff to 'on'")
     profiles = None
@@ -194,8 +195,8 @@ def parse_metrics(value: object, path: tuple[str | int, ...] = ("metrics",)) -> 
             raise ObserveConfigError(where, "a unix socket needs an absolute path of at most 107 bytes")
         return MetricsSettings(listen=listen, unix_path=sock)
     host, sep, port_text = listen.rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ObserveConfigError(where, f"expected HOST:PORT with a port 1-65535, got {listen!r}")
+    if not sep or not port_text.isdigit() or len(port_text) > 5 or not METRICS_PORT.holds(int(port_text)):
+        raise ObserveConfigError(where, f"expected HOST:PORT with a port 1-65535, got {printable(repr(listen), 60)}")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if host in ("", "*"):
         host = "0.0.0.0"

@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from profiles.numbers import Bound
+
 
 class ObserveConfigError(ValueError):
     """One key of ``events:``/``hooks:``/``metrics:`` is wrong; ``str()`` is ``key: problem``."""
@@ -54,14 +56,13 @@ def mapping(value: object, path: tuple[str | int, ...], allowed: set[str]) -> Ma
     return value
 
 
-def integer(value: object, path: tuple[str | int, ...], *, minimum: int, maximum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (maximum and value > maximum):
-        top = f" and <= {maximum}" if maximum else ""
-        raise ObserveConfigError(path, f"expected a whole number >= {minimum}{top}, got {value!r}")
+def integer(value: object, path: tuple[str | int, ...], bound: Bound) -> int:
+    if not isinstance(value, int) or not bound.holds(value):
+        raise ObserveConfigError(path, bound.refusal(value, whole=True))
     return value
 
 
-def number(value: object, path: tuple[str | int, ...], *, minimum: float, maximum: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not minimum < value <= maximum:
-        raise ObserveConfigError(path, f"expected a number > {minimum:g} and <= {maximum:g}, got {value!r}")
-    return float(value)
+def number(value: object, path: tuple[str | int, ...], bound: Bound) -> float:
+    if not bound.holds(value):
+        raise ObserveConfigError(path, bound.refusal(value))
+    return float(value)  # type: ignore[arg-type]

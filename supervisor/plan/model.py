@@ -108,6 +108,16 @@ class KillTree:
 
 
 @dataclass(frozen=True, slots=True)
+class Release:
+    """Stop waiting for the child ``ident``: SIGKILLed ``KILL_WAIT`` seconds ago, it has not ended
+    (uninterruptible sleep, a frozen cgroup). Its pin is dropped; its pending SIGKILL ends it the
+    moment it wakes, before it runs another instruction of its own."""
+
+    name: str
+    ident: Ident
+
+
+@dataclass(frozen=True, slots=True)
 class Sweep:
     """Kill what is left of a profile's previous gateway (processes tagged with it, except the child)."""
 
@@ -119,7 +129,7 @@ class Schedule:
     """Call the planner's ``timer(name, timer)`` after ``delay`` seconds, replacing a pending one."""
 
     name: str
-    timer: str  # "retry" | "kill" | "start_slot"
+    timer: str  # "retry" | "kill" | "release" | "start_slot"
     delay: float
 
 
@@ -154,4 +164,4 @@ class Finish:
     """Shutdown is complete: every child is gone (or is to be left running)."""
 
 
-Action = Spawn | Signal | KillTree | Sweep | Schedule | Cancel | WatchForeign | Save | Emit | Finish
+Action = Spawn | Signal | KillTree | Release | Sweep | Schedule | Cancel | WatchForeign | Save | Emit | Finish

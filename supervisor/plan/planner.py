@@ -29,6 +29,7 @@ from supervisor.plan import words
 from supervisor.plan.model import Child, Ident, Profile
 from supervisor.plan.others import OtherGateways
 from supervisor.plan.policy import (
+    KILL_WAIT,
     OUTSIDE,
     Action,
     ExitFacts,
@@ -261,7 +262,7 @@ class Planner(OtherGateways):
             return []
         c = p.child
         p.child = None
-        self._out += [m.Cancel(name, "kill"), m.Cancel(name, "start_slot"), m.Sweep(name)]
+        self._out += [m.Cancel(name, "kill"), m.Cancel(name, "release"), m.Cancel(name, "start_slot"), m.Sweep(name)]
         if c.killed_for is None and killed_for is not None:
             c.killed_for, c.kill_detail = killed_for, detail
         facts = ExitFacts(code, sig, c.stop_requested, gateway_state, restart_requested, c.killed_for, stated)
@@ -300,7 +301,7 @@ class Planner(OtherGateways):
         p.child.killed_for, p.child.kill_detail = kind, detail
         log.warning("profile %s: killing PID %d: %s", name, ident.pid, detail)
         self._emit("hung_kill" if kind is ExitKind.HUNG else "limit_kill", name, pid=ident.pid, **event)
-        self._out += [m.KillTree(name, ident), m.Save()]
+        self._out += [m.KillTree(name, ident), m.Schedule(name, "release", KILL_WAIT), m.Save()]
         return self._take()
 
     def timer(self, name: str, which: str) -> list[m.Action]:
@@ -316,12 +317,27 @@ class Planner(OtherGateways):
             if c is None or not (c.stop_requested or c.killed_for is not None):
                 return []
             log.warning("profile %s: PID %d did not stop in time; SIGKILL to its tree", name, c.ident.pid)
-            self._out.append(m.KillTree(name, c.ident))
+            self._out += [m.KillTree(name, c.ident), m.Schedule(name, "release", KILL_WAIT)]
             return self._take()
+        elif which == "release":
+            return self._release(p)
         elif which == "start_slot":
             if p.child is None or p.child.ready:
                 return []
             p.child.ready = True  # not "running" yet, but it no longer holds back other start-ups
+        return self._done()
+
+    def _release(self, p: Profile) -> list[m.Action]:
+        """SIGKILLed ``KILL_WAIT`` s ago and still there (uninterruptible sleep): its SIGKILL stays pending and
+        ends it when it wakes; stop waiting, so that no stop, restart or exit waits on the kernel forever."""
+        if (c := p.child) is None or not (c.stop_requested or c.killed_for is not None):
+            return []
+        detail = f"PID {c.ident.pid} did not end {KILL_WAIT:g}s after SIGKILL (uninterruptible sleep?); left behind"
+        log.error("profile %s: %s", p.name, detail)
+        c.stop_reason, p.child = f"{c.stop_reason or 'stopped by hermesd'}; {detail}", None  # a planned end's record
+        self._out += [m.Release(p.name, c.ident), m.Cancel(p.name, "start_slot"), m.Sweep(p.name)]
+        self._conclude(p, c, ExitFacts(None, signal.SIGKILL, c.stop_requested, None, False, c.killed_for, False),
+                       sig=signal.SIGKILL, detail=detail)
         return self._done()
 
     # ------------------------------------------------------------------------- inputs: the operator

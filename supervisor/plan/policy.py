@@ -46,6 +46,12 @@ def limit_exit(limit: str | None) -> ExitKind | None:
     return _LIMIT_EXITS.get(limit or "")
 
 
+# Seconds a SIGKILLed gateway gets to end before hermesd stops waiting for it (model.Release): an
+# ordinary process ends within milliseconds, a large one within a second or two; one still there
+# after this is in uninterruptible sleep, and a stop must not wait for the kernel forever.
+KILL_WAIT = 10.0
+
+
 def stop_timeout_for(own: float | None, everyone: float | None, drain_s: float) -> float:
     """Seconds from SIGTERM to SIGKILL: the profile's setting, the global one, or upstream's rule."""
     if own is not None:

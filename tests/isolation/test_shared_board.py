@@ -107,7 +107,8 @@ def test_legacy_board_migrates_only_when_idle(tree: Tree) -> None:
         import time
 
         deadline = time.monotonic() + 10
-        while not shared_board.open_by([db]) and time.monotonic() < deadline:
+        st = db.stat()
+        while not shared_board.open_by({(st.st_dev, st.st_ino)}) and time.monotonic() < deadline:
             time.sleep(0.02)
         with pytest.raises(shared_board.KanbanBusyError, match=f"PID {holder.pid}"):
             shared_board.migrate(root)

@@ -368,3 +368,17 @@ def test_cgroup_names_stay_below_the_base() -> None:
     assert session_dir(det, "worker", "coder", 42) == "/sys/fs/cgroup/hermesd-x/worker.coder.42"
     for bad in ("../../x", "a/b", "", ".hidden", "a\0b"):
         assert profile_dir(det, bad) is None and session_dir(det, "exec", bad, 1) is None
+
+
+def test_a_profiles_sessions_are_its_own_and_no_other_cgroup() -> None:
+    """What ``hermesd stop coder`` ends: coder's exec sessions, never coder-2's, a worker's, the
+    profile's own cgroup or a name that only starts like a session."""
+    from supervisor.limits.cgroup import Detection, sessions_of
+
+    det = Detection("unified", True, via="root", base="/b")
+    entries = ["exec.coder.42", "exec.coder.7", "exec.coder-2.42", "worker.coder.42", "profile-coder",
+               "exec.coder.42x", "exec.coder.", "exec.coder", "supervisor"]
+    assert sessions_of(det, entries, "exec", "coder") == ["/b/exec.coder.42", "/b/exec.coder.7"]
+    assert sessions_of(det, entries, "worker", "coder") == ["/b/worker.coder.42"]
+    assert sessions_of(det, entries, "exec", "../b") == []
+    assert sessions_of(Detection("none", False), entries, "exec", "coder") == []

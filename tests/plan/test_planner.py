@@ -450,3 +450,48 @@ def test_a_restart_says_why_in_its_exit_event():
                        "restarting: its settings in hermesd.yaml changed",
                        "restarted by the operator", "stopped by operator"]
     assert w.planner.profiles["a"].last_exit["reason"] == "stopped by operator"
+
+
+def test_a_child_that_survives_sigkill_is_let_go_so_a_stop_ends():
+    """A gateway in uninterruptible sleep ignores even SIGKILL until it wakes (issue 33): the stop
+    kills it at its timeout, waits ``KILL_WAIT`` more, then stops waiting (the SIGKILL stays pending
+    and ends it when it wakes), records which PID is left, and a shutdown finishes."""
+    from supervisor.plan.policy import KILL_WAIT
+
+    w = World.make(("default", "a"), stop_timeout=5)
+    w.unkillable.add("a")
+    stuck = w.alive["a"]
+    w.run(w.planner.shutdown(keep_children=False))
+    w.exit("default", 0, None, "stopped")  # default obeys; a ignores SIGTERM
+    w.advance(5)
+    assert w.kills == [("a", stuck)] and "a" in w.alive and not w.finished
+    w.advance(KILL_WAIT - 0.5)
+    assert not w.finished and w.released == []
+    w.advance(0.5)
+    assert w.released == [stuck] and w.finished and not w.problems
+    last = w.planner.profiles["a"].last_exit
+    assert last["kind"] == "planned" and f"PID {stuck.pid} did not end" in last["reason"], last
+
+
+def test_a_per_profile_stop_and_a_hung_kill_end_too():
+    from supervisor.plan.policy import KILL_WAIT, ExitKind
+
+    w = World.make(("default", "a"), stop_timeout=5)
+    w.unkillable.update({"default", "a"})
+    stuck = w.alive["a"]
+    w.run(w.planner.request_stop("a")[1])
+    w.advance(5 + KILL_WAIT)
+    assert w.state("a") == "stopped" and w.released == [stuck]
+    hung = w.alive["default"]
+    w.run(w.planner.kill_for("default", hung, ExitKind.HUNG, "heartbeat 130s old"))
+    w.advance(KILL_WAIT)
+    assert w.released == [stuck, hung]
+    assert w.planner.profiles["default"].last_exit["kind"] == "hung"
+    assert w.alive["default"] != hung and not w.problems  # restarted like any hung kill (a new child)
+
+
+def test_a_child_that_ends_after_its_sigkill_is_not_released():
+    w = World.make(("default",), stop_timeout=5)
+    w.run(w.planner.request_stop("default")[1])
+    w.advance(5)  # the world's child dies at the SIGKILL
+    assert ("default", "release") not in w.timers and w.released == [] and w.state("default") == "stopped"

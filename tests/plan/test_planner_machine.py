@@ -16,7 +16,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from supervisor.plan.policy import ExitKind
+from supervisor.plan.policy import KILL_WAIT, ExitKind
 from tests.plan.world import TOKEN, World, facts
 
 NAMES = ("default", "a", "b")
@@ -29,6 +29,7 @@ class PlannerMachine(RuleBasedStateMachine):
         self.w = World.make(NAMES, max_starting=slots, auto_ready=auto_ready, stop_timeout=5)
         self.version = 0
         self.immediate: dict[tuple[str, float], int] = {}  # respawns at once after an exit, per instant
+        self.shutdown_at: float | None = None
 
     # ------------------------------------------------------------------ the world
 
@@ -63,6 +64,11 @@ class PlannerMachine(RuleBasedStateMachine):
     def killed_for_a_reason(self, name: str, kind: ExitKind) -> None:
         if name in self.w.alive:
             self.w.run(self.w.planner.kill_for(name, self.w.alive[name], kind, "test"))
+
+    @rule(name=st.sampled_from(NAMES), stuck=st.booleans())
+    def sigkill_stops_working(self, name: str, stuck: bool) -> None:
+        """The profile's gateway enters (or leaves) uninterruptible sleep: a SIGKILL does not end it."""
+        (self.w.unkillable.add if stuck else self.w.unkillable.discard)(name)
 
     @rule(seconds=st.sampled_from([0.5, 1, 3, 9, 31, 100]))
     def time_passes(self, seconds: float) -> None:
@@ -122,6 +128,7 @@ class PlannerMachine(RuleBasedStateMachine):
     @precondition(lambda self: not self.w.planner.shutting_down)
     @rule(keep=st.booleans())
     def shutdown(self, keep: bool) -> None:
+        self.shutdown_at = self.w.now
         self.w.run(self.w.planner.shutdown(keep_children=keep))
 
     # ------------------------------------------------------------------ invariants
@@ -168,6 +175,14 @@ class PlannerMachine(RuleBasedStateMachine):
         planner = self.w.planner
         if planner.shutting_down and not planner.keep_children and not self.w.alive:
             assert self.w.finished
+
+    @invariant()
+    def shutdown_ends_in_bounded_time_whatever_the_children_do(self) -> None:
+        """SIGTERM ignored, SIGKILL ineffective (uninterruptible sleep): the stop timeout (5 s here)
+        plus ``KILL_WAIT`` after hermesd is told to stop, it has finished."""
+        if self.shutdown_at is not None and not self.w.planner.keep_children \
+                and self.w.now - self.shutdown_at >= 5 + KILL_WAIT:
+            assert self.w.finished, (self.w.alive, self.w.timers)
 
 
 TestPlannerMachine = PlannerMachine.TestCase

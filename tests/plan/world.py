@@ -48,6 +48,8 @@ class World:
     pids: Any = field(default_factory=lambda: itertools.count(100))
     problems: list[str] = field(default_factory=list)
     auto_ready: bool = True  # a started gateway reports "running" at once
+    unkillable: set[str] = field(default_factory=set)  # profiles whose child survives SIGKILL (D state)
+    released: list[Ident] = field(default_factory=list)
 
     @classmethod
     def make(cls, names: tuple[str, ...] = ("default", "a", "b"), *, auto_ready: bool = True,
@@ -88,6 +90,9 @@ class World:
             elif isinstance(a, m.KillTree):
                 self._check_target(a.name, a.ident, "kill")
                 self.kills.append((a.name, a.ident))
+            elif isinstance(a, m.Release):
+                self._check_target(a.name, a.ident, "release")
+                self.released.append(self.alive.pop(a.name))  # SIGKILL pending: it never acts again
             elif isinstance(a, m.Schedule):
                 self.timers[(a.name, a.timer)] = self.now + a.delay
             elif isinstance(a, m.Cancel):
@@ -123,15 +128,16 @@ class World:
             del self.timers[key]
             name, which = key
             self.run(self.planner.timer(name, which))
-            if which == "kill" and name in self.alive and any(
+            if which == "kill" and name in self.alive and name not in self.unkillable and any(
                     k == (name, self.alive[name]) for k in self.kills):
                 self.exit(name, None, signal.SIGKILL)
         self.now = end
 
     def obey_stops(self) -> None:
-        """Children that were asked to stop do so (exit 0 after a planned stop, 75 after SIGUSR1)."""
+        """Children that were asked to stop do so (exit 0 after a planned stop, 75 after SIGUSR1), but
+        for those in uninterruptible sleep (``unkillable``), which handle no signal."""
         for name, ident, sig in list(self.signals):
-            if self.alive.get(name) == ident:
+            if self.alive.get(name) == ident and name not in self.unkillable:
                 self.exit(name, 75 if sig == signal.SIGUSR1 else 0, None, "stopped")
 
     def state(self, name: str) -> str:
