@@ -135,6 +135,7 @@ class Plan:
     # The namespace's private tmpfs areas, each with the plan's paths below it put back first.
     private: tuple[tuple[str, tuple[str, ...]], ...] = ()
     tmpdir: str = ""  # the private temporary folder; the shim sets TMPDIR to it where it is not /tmp
+    writable_setting: tuple[str, ...] = ()  # isolation.writable as expanded (explanation: status names them)
     blank: tuple[str, ...] = ()  # files replaced by an empty read-only file
     links: tuple[tuple[str, str], ...] = ()  # (path, relative target) recreated inside hidden areas
     placeholders: tuple[str, ...] = ()  # empty read-only folders inside hidden areas (names only)
@@ -174,6 +175,8 @@ class Plan:
             bits.append(f"as {self.user.name}")
         bits.append("signals scoped" if "signal" in self.scopes else "signals NOT scoped")
         bits.append("shares " + (", ".join(shared) if shared else "nothing"))
+        tmp = "/tmp (private)" if self.tmpdir == "/tmp" else f"TMPDIR ({self.tmpdir})"
+        bits.append("writes only " + ", ".join(("its home", tmp, *self.writable_setting)))
         if self.gaps:  # the same count as the list status --json shows
             severe = self.gaps_severe()
             named = ""
@@ -540,7 +543,7 @@ def make_plan(inp: PlanInputs) -> Plan:
                     " task's assignee (in the assignee's own domain, only upstream's worker command)")
     user = inp.user_ids if s.user else None
     root_without_account = p.is_root and user is None
-    gaps.append(("!" if root_without_account or not namespace else "")
+    gaps.append(("!" if user is None else "")  # an account of its own is one those services do not obey
                 + "unix sockets stay reachable by path (Landlock cannot restrict connecting to one): a service"
                 " listening on one that runs commands for whoever connects (the D-Bus and systemd of "
                 + ("root" if root_without_account else "the account") + ", a container engine's socket such as"
@@ -559,6 +562,7 @@ def make_plan(inp: PlanInputs) -> Plan:
         writable=tuple(dict.fromkeys(writable)),
         private=tuple(private),
         tmpdir=tmpdir,
+        writable_setting=tuple(extra_rw),
         blank=tuple(blank),
         links=tuple(links),
         placeholders=tuple(sorted({_norm(x) for x in inp.placeholders if namespace and _norm(x) != home

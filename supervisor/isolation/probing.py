@@ -299,11 +299,9 @@ def doctor_lines(p: Probe) -> list[tuple[str, str]]:
         else:
             out.append(("warning", f"mount namespaces: unshare(CLONE_NEWNS) failed as root: {p.mount_namespace_error}"
                                    " (a container without CAP_SYS_ADMIN or a seccomp filter?)"))
-        out.append(("info", "hermesd runs as root, so a profile without its own account (`isolation: {user: NAME}`)"
-                            " runs as root: its writes are walled like any profile's, but root's services (systemd,"
-                            " D-Bus, a container engine) obey it through their sockets, and it can read every"
-                            " account's files outside the hidden folders; give each profile an account for a real"
-                            " trust boundary"))
+        out.append(("info", "hermesd runs as root: a profile without an account of its own (`isolation: {user:"
+                            " NAME}`) runs as root too, which walls its writes but not what root's services do for"
+                            " it; give each profile an account for a real trust boundary"))
     if p.user_namespace:
         out.append(("ok" if not p.is_root else "info",
                     "unprivileged user namespaces: available (hermesd without root can use a private mount"

@@ -350,7 +350,10 @@ def test_doctor_text_names_the_fix() -> None:
     assert "CONFIG_SECURITY_LANDLOCK=y" in text(NO_LL)
     assert "cannot scope signals" in text(dataclasses.replace(ROOT_FULL, landlock_abi=5))
     assert tuple(lvl for lvl, t in doctor_lines(USER_LL) if t.startswith("isolation:")) == ("warning", )
-    assert "isolation.user" not in text(USER_NS) and "own account" in text(ROOT_FULL)
+    assert "isolation: {user" not in text(USER_NS) and "an account of its own" in text(ROOT_FULL)
+    assert "read-only to it (shell start-up files, ~/.ssh, units, cron, interpreters)" in text(ROOT_FULL)
+    assert "no private /tmp" in text(USER_LL) and "no private /tmp" not in text(USER_NS)
+    assert "writes:" not in text(NO_LL)
 
 
 def test_wrap_and_unwrap() -> None:
