@@ -7,16 +7,19 @@ Order matters and is the reason this module exists:
    real file system (before anything is hidden; idempotent, never replaces a file).
 2. Mount namespace (``namespace+landlock``): unshare (a user namespace too when not root), make
    every mount a slave (nothing we mount leaks out, host mounts still arrive), open every path to
-   put back *before* covering it, then per hidden area: an empty tmpfs, a skeleton of folders
-   with the real modes, the put-back paths bind-mounted from the open descriptors, the board
-   links, and the tmpfs made read-only. Then read-only binds, blanked files, and (root without
-   an account) a minimal ``/dev`` and read-only ``/proc/sys`` and ``/sys``.
+   put back *before* covering it; first the private areas (a writable tmpfs over ``/tmp`` and
+   ``/dev/shm``, with what the plan needs below them put back), then per hidden area: an empty
+   tmpfs, a skeleton of folders with the real modes, the put-back paths bind-mounted from the open
+   descriptors, the board links, and the tmpfs made read-only. Then read-only binds, blanked
+   files, and (root without an account) a minimal ``/dev`` and read-only ``/proc/sys`` and ``/sys``.
 3. ``chdir(home)``: after the mounts, so the working folder is the namespace's view, never an
    inode of the hidden root that hermesd's own cwd might pin.
 4. Account switch (``user``), or capability drop (root without an account).
-5. ``PR_SET_NO_NEW_PRIVS`` and the Landlock domain: all file-system rights on ``/`` when the
-   namespace did the hiding (Landlock then forbids undoing the mounts, scopes signals and
-   abstract sockets and blocks ptrace), or rules carved around the hidden areas (Landlock alone).
+5. Under Landlock alone, the private temporary folder in the home (as the profile's account).
+   ``PR_SET_NO_NEW_PRIVS`` and the Landlock domain: reads on ``/`` when the namespace did the
+   hiding, or carved around the hidden areas (Landlock alone); writes only on the plan's writable
+   paths, the read-write put-backs and the process's own output files (Landlock also forbids
+   undoing the mounts, scopes signals and abstract sockets and blocks ptrace).
 6. The process-control filter (:mod:`syscalls`): last, so nothing above runs under it.
 
 Every failure raises :class:`ConfineError` with one line naming the step and path.

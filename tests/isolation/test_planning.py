@@ -402,3 +402,21 @@ def test_the_summary_counts_the_gaps_status_lists() -> None:
         assert (f"{len(listed)} gap(s), {len(severe)} severe: " in p.summary()) == bool(severe)
         if severe:  # the first severe gap is named, up to its explanation in brackets
             assert severe[0].split(" (", 1)[0] in p.summary(), (p.summary(), severe)
+
+
+# --- install discovery --------------------------------------------------------------------------------
+def test_scripts_on_the_command_line_and_pythonpath_count_as_code(tmp_path: Path) -> None:
+    """What the gateway runs beyond its interpreter is read-only like it (and kept in a private
+    /tmp): a script named by absolute path, the folders of the child's PYTHONPATH."""
+    from supervisor.isolation.install import discover_install_paths, environment_code_paths
+
+    script = tmp_path / "gw.sh"
+    script.write_text("#!/bin/sh\n")
+    site = tmp_path / "site"
+    site.mkdir()
+    found = discover_install_paths(["/bin/sh", str(script), "gateway", "run", "/no/such/file"])
+    assert script in found and Path("/no/such/file") not in found
+    assert not [p for p in found if str(p).startswith(("/usr", "/bin"))]  # the system's: every profile reads only
+    env = {"PYTHONPATH": f"{site}:relative:/usr/lib/python3/dist-packages:{tmp_path / 'missing'}"}
+    assert environment_code_paths(env) == (site,)
+    assert environment_code_paths({}) == ()
