@@ -32,7 +32,7 @@ from profiles.discovery import (
 )
 from profiles.errors import ProfileError
 from profiles.info import ProfileSummary, list_profiles, read_distribution, show_profile
-from profiles.lifecycle import create_profile, delete_profile, rename_profile
+from profiles.lifecycle import create_profile, delete_profile, refuse_running, rename_profile
 from profiles.meta import read_profile_meta, write_profile_meta
 from profiles.names import DEFAULT_PROFILE, parse_profile_name
 from profiles.paths import existing_root, hermes_home
@@ -339,6 +339,7 @@ def cmd_delete(args: argparse.Namespace, ctx: Context) -> int:
         raise UsageError("cannot delete the default profile: it is the root folder itself")
     home = existing_profile_home(args.profile_name, root)
     stop = _stopper(args, ctx)
+    refuse_running(canon, home, stop)  # before the name is typed: a refusal after it wastes the confirmation
     if not args.yes:
         print(f"This permanently deletes profile {canon!r} at {home} (config, keys, memories, sessions).")
         for w in aliases_for_profile(canon, root, _alias_dir(args), include_upstream=True):
@@ -438,7 +439,9 @@ def cmd_alias(args: argparse.Namespace, ctx: Context) -> int:
     canon: str | None = None
     if args.profile_name is not None:
         canon = parse_profile_name(args.profile_name)
-        if canon not in profile_names(root):
+        # A profile whose folder went by hand may still have aliases: --remove takes them (doctor's fix).
+        gone_with_aliases = args.remove and bool(aliases_for_profile(canon, root, folder, include_upstream=True))
+        if canon not in profile_names(root) and not gone_with_aliases:
             existing_profile_home(args.profile_name, root)  # raises: no such profile (did you mean …)
     if args.list:
         shown = [w for w in all_wrappers(root, folder) if canon is None or w.profile == canon]

@@ -64,7 +64,7 @@ from profiles.names import DEFAULT_PROFILE, parse_profile_name, shown
 from profiles.paths import ACTIVE_PROFILE_FILE, HERMESD_DIRNAME, PROFILES_DIRNAME, root_or_env
 from profiles.safeio import Beneath
 from profiles.upstream import calls
-from profiles.upstream.files import HEARTBEAT_FILE, RUNTIME_TOP_FILES, live_gateway
+from profiles.upstream.files import HEARTBEAT_FILE, RUNTIME_TOP_FILES, PidRecord, live_gateway
 from wrappers.scripts import (
     KIND_UPSTREAM,
     adopt_wrapper,
@@ -277,15 +277,22 @@ def create_profile(
 # --------------------------------------------------------------------------- delete / rename
 
 
-def _ensure_stopped(name: str, home: Path, stop_gateway: StopGateway | None) -> None:
+def refuse_running(name: str, home: Path, stop_gateway: StopGateway | None) -> PidRecord | None:
+    """Raise :class:`GatewayRunningError` when a gateway runs for ``home`` and nothing may stop it;
+    else the running gateway's record, if any. ``profile delete`` asks this before its confirmation,
+    so nobody types a profile's name only to be refused."""
     record = live_gateway(home)
-    if record is None:
-        return
-    if stop_gateway is None:
+    if record is not None and stop_gateway is None:
         raise GatewayRunningError(
             f"a gateway is running for profile {name!r} (pid {record.pid}); stop it first "
             "(or pass --stop to have hermesd stop it)"
         )
+    return record
+
+
+def _ensure_stopped(name: str, home: Path, stop_gateway: StopGateway | None) -> None:
+    if refuse_running(name, home, stop_gateway) is None or stop_gateway is None:
+        return
     stop_gateway(name, home)
     again = live_gateway(home)
     if again is not None:

@@ -53,7 +53,8 @@ class ProfileFacts:
 
     ``problems`` names every unreadable or malformed file (file and line, never a value); when it
     is non-empty, ``env``/``config`` may be missing and ``claims`` is empty. ``digest`` changes
-    exactly when the effective content changes (comments and formatting do not count).
+    exactly when the effective content changes (comments and formatting do not count); it is one
+    ``file=digest`` per file, comma-separated (:func:`changed_files` names the files that differ).
     """
 
     name: str
@@ -91,6 +92,19 @@ def digest_of(obj: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def changed_files(before: str, after: str) -> list[str] | None:
+    """The files whose content differs between two :attr:`ProfileFacts.digest`, or ``None`` when
+    either is not one digest per file (a profile whose files could not be read)."""
+    def files(digest: str) -> dict[str, str] | None:
+        parts = [p.partition("=") for p in digest.split(",")]
+        return {f: d for f, sep, d in parts} if all(sep for _f, sep, _d in parts) else None
+
+    then, now = files(before), files(after)
+    if then is None or now is None:
+        return None
+    return [f for f in dict.fromkeys([*then, *now]) if then.get(f) != now.get(f)]
+
+
 def read_profile(name: str, home: Path, salt: bytes) -> ProfileFacts:
     """Read ``home``'s ``.env`` and ``config.yaml``; never raises for anything the files contain."""
     home = Path(home)
@@ -122,6 +136,7 @@ def read_profile(name: str, home: Path, salt: bytes) -> ProfileFacts:
     platforms = enabled_platforms(view)
     return ProfileFacts(
         name, home, env, config, (), tuple(claims), tuple(env_overrides(env, config)), tuple(platforms),
-        drain_seconds(config), digest_of({"env": env, "config": config, "op_env": op_env}),
+        drain_seconds(config), ",".join(f"{f}={digest_of(v)}" for f, v in ((ENV_FILE, env), (CONFIG_FILE, config),
+                                                                              (OP_ENV_FILE, op_env))),
         standalone=standalone(config), parked=parked, op_env=op_env,
     )

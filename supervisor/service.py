@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import plistlib
 import pwd
+import shlex
 import shutil
 import subprocess
 import sys
@@ -44,6 +45,7 @@ TEMPLATE_UNIT_NAME = "hermesd@.service"
 LAUNCHD_LABEL = "ai.hermesd"
 PLIST_NAME = f"{LAUNCHD_LABEL}.plist"
 WATCHDOG_SEC = 60
+SYSTEMD_BOOTED = "/run/systemd/system"  # exists exactly when systemd is PID 1 (sd_booted(3))
 STOP_MARGIN = 30  # seconds on top of the slowest gateway's own stop timeout
 DEFAULT_STOP_TIMEOUT = 300  # for the generic contrib units, which cannot see the profiles
 
@@ -268,6 +270,43 @@ def _written_by_us(path: Path) -> bool:
         return False
 
 
+def _unreachable(ctl: Sequence[str]) -> str | None:
+    """What ``systemctl`` says when it cannot reach the manager it would enable the unit with (None: it answers).
+
+    Asked before anything is written. ``systemctl --user`` talks to the account's own manager over
+    the bus a login session provides (under ``$XDG_RUNTIME_DIR``); after ``sudo -i``, ``su`` or in
+    cron there is none, and systemctl says no more than "Failed to connect to bus: No medium found".
+    """
+    try:
+        done = subprocess.run([*ctl, "show", "--property=Version"], capture_output=True, text=True, timeout=30,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    if done.returncode == 0:
+        return None
+    return " ".join((done.stderr.strip() or done.stdout.strip() or f"exit status {done.returncode}").split())
+
+
+def _no_manager(why: str, root: Path, *, account: str, system: bool) -> str:
+    """The refusal when no manager answers: what happened, and the next step."""
+    tool = "systemctl" if system else "systemctl --user"
+    if system or not os.path.isdir(SYSTEMD_BOOTED):
+        where = ("this machine does not run systemd (no " + SYSTEMD_BOOTED + ")" if not os.path.isdir(SYSTEMD_BOOTED)
+                 else "it refuses you (a --system unit needs root)")
+        return (f"systemd does not answer ({tool}: {why}): {where}; nothing was written. Write the unit with "
+                "--dest DIR and install it by hand where systemd runs, or run 'hermesd run' under this machine's "
+                "own service manager (contrib/ has an s6 service)")
+    session = ("XDG_RUNTIME_DIR is not set here, as after 'sudo -i', 'su' or in cron" if not os.environ.get(
+        "XDG_RUNTIME_DIR") else f"XDG_RUNTIME_DIR={os.environ['XDG_RUNTIME_DIR']} holds no manager of yours")
+    sudo = "" if os.geteuid() == 0 else "sudo "
+    run_as = "" if account == "root" else f" --run-as {shlex.quote(account)}"
+    return (f"no systemd user manager answers for {account} ({tool}: {why}; {session}); nothing was written. "
+            "A user unit needs the account's own systemd, which a login session starts. Either install a system "
+            f"unit instead: {sudo}hermesd install-service --system{run_as} --root {shlex.quote(str(root))}; or run "
+            f"'loginctl enable-linger {account}' (its manager then runs from boot and outlives logins), log in as "
+            f"{account} (ssh or a console, not su) and run 'hermesd install-service' again")
+
+
 def install_service(root: Path, *, manager: str | None = None, system: bool = False, run_as: str | None = None,
                     dest: str | None = None, dry_run: bool = False) -> int:
     """``hermesd install-service``: write hermesd's unit (or launchd agent) for ``root``, enable and start it.
@@ -310,14 +349,18 @@ def install_service(root: Path, *, manager: str | None = None, system: bool = Fa
     if up and not _under_service(int(up["pid"])):
         warnings.append(f"hermesd is already running for {root} (PID {up['pid']}) outside the service manager; "
                         "run 'hermesd stop --keep-children' first, so the service's hermesd adopts the gateways")
+    account = os.environ.get("USER") or _owner(Path.home()) or "$USER"
+    run_steps = not dry_run and not dest and shutil.which(steps[0][0]) is not None
+    if run_steps and manager == "systemd":
+        why = _unreachable(ctl)
+        if why is not None:
+            raise UserError(_no_manager(why, root, account=account, system=system))
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    account = os.environ.get("USER") or _owner(Path.home()) or "$USER"
     if manager == "systemd" and not system and not Path(f"/var/lib/systemd/linger/{account}").exists():
         print(f"note: a user service stops when you log out unless lingering is on: loginctl enable-linger {account}",
               file=sys.stderr)
 
-    run_steps = not dry_run and not dest and shutil.which(steps[0][0]) is not None
     if dry_run:
         print(f"# would write {path}")
         sys.stdout.write(text)

@@ -1,13 +1,15 @@
 """hermesd's memory across its own restarts: ``<root>/.hermesd/state.json``.
 
 Processes are the truth about what runs; this file only carries what processes cannot tell:
-which identity hermesd started for each profile, restart counts, the last exit, and whether
-the operator asked for a profile to stay down. Written atomically, read defensively: a junk
+which identity hermesd started for each profile (with the code it loaded and the confinement it
+was started under), restart counts, the last exit, and whether the operator asked for a profile to
+stay down. Written atomically, read defensively: a junk
 file is reported and ignored, never fatal.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,11 +32,22 @@ class Saved:
     dist_info: str | None = None  # the gateway command's hermes-agent as the daemon last saw it
 
 
+def _names(rec: dict[str, Any], pid: int | None, start_time: int | None) -> bool:
+    return pid is not None and rec.get("pid") == pid and rec.get("start_time") == start_time
+
+
 def recorded_code(rec: dict[str, Any], pid: int | None, start_time: int | None) -> CodeId | None:
     """The code hermesd recorded for the gateway ``pid`` (only when the record names that very process)."""
-    if pid is None or rec.get("pid") != pid or rec.get("start_time") != start_time:
-        return None
-    return CodeId.from_json(rec.get("code"))
+    return CodeId.from_json(rec.get("code")) if _names(rec, pid, start_time) else None
+
+
+def recorded_isolation(rec: dict[str, Any], pid: int | None, start_time: int | None) -> dict[str, Any] | None:
+    """The confinement (``status``'s ``isolation`` object) the gateway ``pid`` was started under, as
+    the hermesd that started it recorded it (only when the record names that very process). What
+    the shim applied before the gateway's ``execve`` holds for the process's whole life: Landlock,
+    the mount namespace and the system-call filter cannot be loosened from inside."""
+    iso = rec.get("isolation")
+    return iso if _names(rec, pid, start_time) and isinstance(iso, dict) else None
 
 
 def load(where: Beneath | Path, boot_id: str) -> Saved:
@@ -52,12 +65,14 @@ def load(where: Beneath | Path, boot_id: str) -> Saved:
             rec.pop("pid", None)
             rec.pop("start_time", None)
             rec.pop("code", None)
+            rec.pop("isolation", None)
     dist_info = data.get("dist_info")
     return Saved(boot_id, profiles, dist_info=dist_info if isinstance(dist_info, str) else None)
 
 
-def records(planner: Planner) -> dict[str, dict[str, Any]]:
-    """What is worth remembering of each profile across a hermesd restart."""
+def records(planner: Planner, isolation: Mapping[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """What is worth remembering of each profile across a hermesd restart (``isolation``: per profile,
+    the confinement its running gateway was started under)."""
     out: dict[str, dict[str, Any]] = {}
     for name, p in planner.profiles.items():
         rec: dict[str, Any] = {
@@ -73,7 +88,8 @@ def records(planner: Planner) -> dict[str, dict[str, Any]]:
         if c is not None:
             rec.update(pid=c.ident.pid, start_time=c.ident.start_time, started_at=c.started_wall,
                        stopping=c.stop_requested, then_restart=c.then_restart,
-                       code=c.code.to_json() if c.code is not None else None)
+                       code=c.code.to_json() if c.code is not None else None,
+                       isolation=(isolation or {}).get(name))
         out[name] = rec
     return out
 

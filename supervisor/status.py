@@ -14,16 +14,22 @@ from profiles.printable import printable_tree
 
 HEALTHY = "running"
 
+def serves(row: dict[str, Any]) -> bool:
+    """The row's verdict of :func:`supervisor.readiness.judge` (a daemon too old to give one: running is enough)."""
+    verdict = row.get("serving")
+    return bool(verdict.get("ready")) if isinstance(verdict, dict) else row.get("state") == HEALTHY
+
+
 def exit_code(doc: dict[str, Any]) -> int:
-    """0 when every profile that should run is running, with what its platforms need, and the
-    supervisor is up; else 1 (3: down, 4: holds the root but does not answer). A running gateway
-    whose enabled platform lacks its library is not healthy: upstream silently never starts it."""
+    """0 when every profile that should run is running and serving, with what its platforms need,
+    and the supervisor is up; else 1 (3: down, 4: holds the root but does not answer). A running
+    gateway whose enabled platform lacks its library is not healthy: upstream silently never starts it."""
     if not doc["supervisor"].get("running"):
         return 3
     if doc["supervisor"].get("answering") is False:
         return 4  # held but silent: neither "up" nor "down" (supervisor.exits.EXIT_NOT_ANSWERING)
-    bad = [r for r in doc["profiles"]
-           if r.get("should_run") and (r["state"] != HEALTHY or r.get("requirements_missing"))]
+    bad = [r for r in doc["profiles"] if r.get("should_run") and (
+        r["state"] != HEALTHY or not serves(r) or r.get("requirements_missing"))]
     bad += [r for r in doc["profiles"] if not r.get("should_run") and r["state"] in ("held", "backoff")]
     return 1 if bad else 0
 
@@ -96,6 +102,14 @@ def platform_notes(row: dict[str, Any]) -> list[str]:
     return out
 
 
+def api_note(row: dict[str, Any]) -> str | None:
+    """What the last check of a running profile's API server found, when it did not simply answer."""
+    api = row.get("api")
+    if row.get("state") != HEALTHY or not isinstance(api, dict) or api.get("outcome") in ("answered", "pending"):
+        return None
+    return f"api_server: {api.get('detail') or api.get('outcome')}"
+
+
 def _code_label(code: dict[str, Any] | None) -> str:
     if not isinstance(code, dict):
         return "?"
@@ -143,7 +157,8 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
         runs = "gateways run" if len(stale) > 1 else "gateway runs"
         lines.append(f"  ! {len(stale)} {runs} older code than the installed hermes-agent "
                      f"{_code_label(stale[0].get('installed'))}: 'hermesd upgrade' restarts them onto it one at a time")
-    cols = ["PROFILE", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT", "GATEWAY", "PLATFORMS", "BEAT", "CPU", "MEM"]
+    cols = ["PROFILE", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT", "GATEWAY", "PLATFORMS", "SERVING", "BEAT",
+            "CPU", "MEM"]
     serves_column = any(r.get("serves") is not None for r in doc["profiles"])
     if serves_column:
         cols.append("SERVES")
@@ -162,6 +177,7 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
             _last_exit_cell(last, now),
             r.get("gateway_state") or "-",
             _platforms_cell(ok, plats, r.get("requirements_missing") or []),
+            str((r.get("serving") or {}).get("word") or "-"),
             _ago(r.get("heartbeat_age_s")),
             "-" if r.get("cpu_percent") is None else f"{r['cpu_percent']:.0f}%",
             _mb(r.get("memory_bytes") if r.get("memory_bytes") is not None else r.get("rss_bytes")),
@@ -187,6 +203,8 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
             why = c["message"] or c["error_code"]
             notes.append(f"  {r['name']}: {c['platform']} blocked by another gateway: {why}")
         notes.extend(f"  {r['name']}: {line}" for line in platform_notes(r))
+        if note := api_note(r):
+            notes.append(f"  {r['name']}: {note}")
         if (r.get("code") or {}).get("stale"):
             notes.append(f"  {r['name']}: {stale_note(r['code'])}")
     widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
@@ -198,7 +216,7 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
     if notes:
         lines.append("")
         lines.extend(notes)
-    domains = domain_lines(doc["profiles"])
+    domains = domain_lines(doc["profiles"], supervised=bool(sup.get("running")))
     if domains:
         lines.append("")
         lines.extend(domains)
@@ -228,9 +246,10 @@ def _limit_words(r: dict[str, Any]) -> str | None:
     return ", ".join(parts) + how
 
 
-def domain_lines(rows: list[dict[str, Any]]) -> list[str]:
+def domain_lines(rows: list[dict[str, Any]], *, supervised: bool = True) -> list[str]:
     """Compact lines for what ``--json`` details per profile: its confinement (one line per distinct
-    plan, naming its profiles), its resource limits and use, the kanban dispatcher and workers."""
+    plan, naming its profiles), its resource limits and use, the kanban dispatcher and workers.
+    ``supervised``: a daemon holds the root (with none, a gateway hermesd started is nobody's child)."""
     out = []
     plans: dict[str, list[str]] = {}
     for r in rows:
@@ -243,7 +262,8 @@ def domain_lines(rows: list[dict[str, Any]]) -> list[str]:
         given = r.get("kanban")
         k: dict[str, Any] = given if isinstance(given, dict) else {}
         if k.get("dispatcher"):
-            who = "hermesd's child" if k.get("dispatcher_supervised") else "not hermesd's child"
+            who = ("hermesd's child" if supervised else "started by hermesd, unsupervised while hermesd is not running"
+                   ) if k.get("dispatcher_supervised") else "not hermesd's child"
             out.append(f"  kanban     {r['name']}: dispatcher (PID {k.get('dispatcher_pid')}, {who})")
         for w in k.get("workers") or []:
             tree = w.get("tree")

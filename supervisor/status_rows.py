@@ -10,17 +10,24 @@ there, measured).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from profiles.credentials import profile_ports
 from profiles.discovery import profiles_to_serve
+from profiles.errors import ProfileError
 from profiles.upstream import files as gf
-from supervisor import codeid, identity
+from profiles.upstream.apiserver import API_SERVER
+from profiles.upstream.process import is_lock_error
+from supervisor import apicheck, codeid, identity, readiness
 from supervisor import state as state_mod
+from supervisor.apicheck import ApiCheck
 from supervisor.kanban.running import kanban_fields
 from supervisor.layout import Layout
+from supervisor.plan.model import Ident
 
 # Every row has every key, whether it comes from the daemon or from the files on disk.
 _DEFAULTS: dict[str, Any] = {
@@ -54,6 +61,10 @@ _DEFAULTS: dict[str, Any] = {
     "serves_source": None,
     "serves_agree": None,
     "identify": None,
+    # The last check of its API server (supervisor.apicheck; None: not enabled or on a port chosen at
+    # start), and the verdict of supervisor.readiness on the whole row: whether the profile serves.
+    "api": None,
+    "serving": None,
 }
 
 
@@ -63,6 +74,7 @@ def make_row(name: str, home: Path, cpu_percent: float | None = None, **fields: 
     add_live_fields(row, home, cpu_percent)
 
     row.update(kanban_fields(name, home))
+    row["serving"] = readiness.judge(row).to_json()
     return row
 
 
@@ -81,7 +93,7 @@ def add_live_fields(row: dict[str, Any], home: Path, cpu_percent: float | None =
     row["lock_conflicts"] = [
         {"platform": p, "error_code": v.get("error_code"), "message": v.get("error_message")}
         for p, v in row["platforms"].items()
-        if str(v.get("error_code") or "").endswith("_lock")
+        if is_lock_error(v.get("error_code"))
     ]
     beat = gf.read_heartbeat(home)
     age = gf.heartbeat_age(beat) if row.get("pid") is not None and beat.get("pid") == row["pid"] else None
@@ -139,22 +151,29 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
         served = profiles_to_serve(True, root=root)
     except OSError:
         served = []
+    lives: dict[str, Ident | None] = {}
+    for name, home in served:
+        live = identity.gateway_of(Path(home), name)
+        if live is None and gf.read_pid_record(Path(home)) is not None:  # forged or stale: look for the real one
+            live = identity.find_gateway(root, Path(home), name)
+        lives[name] = live
+    checks = _offline_api_checks({name: (Path(home), lives[name]) for name, home in served})
     for name, home in served:
         home = Path(home)
         rec = saved.profiles.get(name, {})
-        live = identity.gateway_of(home, name)
-        if live is None and gf.read_pid_record(home) is not None:  # forged or stale: look for the real one
-            live = identity.find_gateway(root, home, name)
+        live = lives[name]
         pid = live.pid if live is not None else None
         down = rec.get("down") if isinstance(rec.get("down"), str) else None
+        held = _saved_hold(rec) if pid is None else None
         started = identity.proc_start_wall(pid) if pid else None
+        ticks = identity.proc_start_time(pid) if pid else None
         code = codeid.view(home, pid, started_wall=started, installed=installed,
-                           recorded=state_mod.recorded_code(rec, pid, identity.proc_start_time(pid) if pid else None))
+                           recorded=state_mod.recorded_code(rec, pid, ticks))
         rows.append(make_row(
             name, home,
             state="running" if pid else "stopped",
             reason=(why + (" (gateway running unsupervised)" if pid else ""))
-            + (f"; {down}" if down else ""),
+            + (f"; {down}" if down else "") + (f"; when it last ran it held this profile: {held}" if held else ""),
             pid=pid,
             started_at=started,
             uptime_s=round(max(0.0, time.time() - started), 1) if started is not None else None,
@@ -163,6 +182,8 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
             should_run=down is None,
             down=down,
             code=code.to_json() if code is not None else None,
+            api=checks.get(name),
+            isolation=state_mod.recorded_isolation(rec, pid, ticks),
         ))
     _add_offline_requirements(root, rows)
     return {
@@ -171,6 +192,38 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
                        "installed_code": installed.code.to_json() if installed is not None else None},
         "profiles": rows,
     }
+
+
+def _offline_api_checks(gateways: dict[str, tuple[Path, Ident | None]]) -> dict[str, dict[str, Any]]:
+    """With the daemon down, check each live gateway's API server ourselves, all at once (at most
+    :data:`supervisor.apicheck.TIMEOUT_S` for the lot), on the port its files give it now."""
+    targets = {}
+    for name, (home, live) in gateways.items():
+        if live is None:
+            continue
+        try:
+            port = next((b.port for b in profile_ports(home) if b.platform == API_SERVER), None)
+        except (ProfileError, OSError, ValueError):
+            continue  # unreadable files: the row says nothing about its API server
+        if port is not None:
+            targets[name] = (live, port)
+    if not targets:
+        return {}
+
+    async def every() -> list[ApiCheck]:
+        return list(await asyncio.gather(*(apicheck.check(live.pid, live.start_time, port)
+                                           for live, port in targets.values())))
+
+    return {name: found.to_json() for name, found in zip(targets, asyncio.run(every()), strict=True)}
+
+
+def _saved_hold(rec: dict[str, Any]) -> str | None:
+    """``kind: message`` of the hold the state file records for a profile (hermesd's own file, still
+    checked field by field), or ``None``."""
+    hold = rec.get("hold")
+    if not isinstance(hold, dict) or not isinstance(hold.get("kind"), str) or not isinstance(hold.get("message"), str):
+        return None
+    return f"{hold['kind']}: {hold['message']}"
 
 
 def _add_offline_requirements(root: Path, rows: list[dict[str, Any]]) -> None:

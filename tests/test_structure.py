@@ -32,10 +32,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "supervisor.plan", "supervisor.isolation", "supervisor.limits", "supervisor.watch", "supervisor.observe",
         "supervisor.ownership",
     )),
-    ("processes", ("supervisor.childspec", "supervisor.identity", "supervisor.child", "supervisor.kanban")),
+    ("processes", ("supervisor.childspec", "supervisor.identity", "supervisor.child", "supervisor.kanban",
+                   "supervisor.sockdiag")),
     ("configuration and views", (
         "supervisor.config", "supervisor.hermes_release", "supervisor.requirements", "supervisor.status",
-        "supervisor.status_rows",
+        "supervisor.status_rows", "supervisor.readiness", "supervisor.apicheck",
         "supervisor.stopper",
     )),
     ("the daemon", ("supervisor.daemon",)),

@@ -52,11 +52,17 @@ mkdir -p "$cache"
 wheels="$cache/wheels-py$host_py-$(printf '%s\n' "$spec" "$deps" | sha256sum | cut -c1-12)"
 if [ "${HERMESD_REBUILD:-0}" = 1 ] || [ ! -d "$wheels" ]; then
   say "pip wheel $spec $deps"
-  rm -rf "$wheels.tmp"
+  # A folder of this build's own: two builds at once (two checkouts, two test runs) must not
+  # write into one another's wheels. The first to finish puts its folder in place; a later one
+  # keeps that and drops its own (same requirements, same wheels).
+  fresh=$(mktemp -d "$wheels.tmp.XXXXXX")
   # shellcheck disable=SC2086  # $deps is a list of requirements
-  "$python" -m pip wheel -q --disable-pip-version-check --wheel-dir "$wheels.tmp" "$spec" $deps >&2
-  rm -rf "$wheels"
-  mv "$wheels.tmp" "$wheels"
+  if ! "$python" -m pip wheel -q --disable-pip-version-check --wheel-dir "$fresh" "$spec" $deps >&2; then
+    rm -rf "$fresh"
+    exit 1
+  fi
+  [ "${HERMESD_REBUILD:-0}" = 1 ] && rm -rf "$wheels"
+  mv -T "$fresh" "$wheels" 2>/dev/null || rm -rf "$fresh"
 fi
 
 ctx=$(mktemp -d "$cache/context.XXXXXX")

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from profiles.safeio import home_file, lstat
+from profiles.upstream.apiserver import API_SERVER
 from profiles.upstream.bools import TRUTHY, coerce_bool
 from profiles.upstream.files import read_json
 
@@ -1243,7 +1244,7 @@ PLATFORMS: tuple[Platform, ...] = (
     Platform("whatsapp_cloud", ("WHATSAPP_CLOUD_",), port=_whatsapp_cloud, enabled=_on_whatsapp_cloud),
     Platform("irc", ("IRC_",), credential=_irc, enabled=_on_irc),
     Platform("line", ("LINE_",), credential=_line, port=_line_port, enabled=_on_line),
-    Platform("api_server", ("API_SERVER_",), port=_api_server, enabled=_on_api_server),
+    Platform(API_SERVER, ("API_SERVER_",), port=_api_server, enabled=_on_api_server),
     Platform("webhook", ("WEBHOOK_",), port=_webhook, enabled=_on_webhook),
     Platform("msgraph_webhook", ("MSGRAPH_",), port=_msgraph_webhook, enabled=_on_msgraph_webhook),
     Platform("sms", ("SMS_", "TWILIO_"), port=_sms, enabled=_on_sms),

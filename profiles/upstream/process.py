@@ -112,6 +112,34 @@ class GatewayState(enum.StrEnum):
     STARTUP_FAILED = "startup_failed"
 
 
+# upstream's DEFAULT_HEARTBEAT_INTERVAL_S (gateway/shutdown_watchdog.py): how often a running gateway
+# rewrites state/gateway.heartbeat, on every release that beats (``releases.Contract.heartbeat``).
+HEARTBEAT_INTERVAL_S = 30.0
+
+
+class PlatformState(enum.StrEnum):
+    """A platform's ``state`` under ``platforms`` in ``gateway_state.json`` (``gateway/run.py`` and
+    ``gateway/platforms/base.py`` write them)."""
+
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    RETRYING = "retrying"  # the reconnect watcher tries again, at its backoff cap forever
+    FATAL = "fatal"  # not retryable: dropped from the reconnect queue until the operator acts
+    PAUSED = "paused"  # ``/platform pause``: no retry until ``/platform resume``
+    DISABLED = "disabled"
+    DISCONNECTED = "disconnected"
+
+
+# A platform whose exclusive credential another gateway holds stays ``retrying`` with the error code
+# ``<lock scope>_lock`` (``telegram-bot-token_lock``), and the gateway still reports ``running``.
+LOCK_ERROR_SUFFIX = "_lock"
+
+
+def is_lock_error(error_code: object) -> bool:
+    """Whether a platform's ``error_code`` says another gateway holds its credential's lock."""
+    return isinstance(error_code, str) and error_code.endswith(LOCK_ERROR_SUFFIX)
+
+
 def stop_timeout(drain_seconds: float) -> float:
     """Upstream's own service stop timeout: ``max(60, drain + 30)`` seconds."""
     return max(60.0, drain_seconds + 30.0)

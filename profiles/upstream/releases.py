@@ -57,6 +57,7 @@ from dataclasses import dataclass, replace
 
 from profiles.upstream.bools import is_truthy_value
 from profiles.upstream.multiplex import AUTO_MIGRATION_KEY, FORCE_FLAG, IDENTITY_MARKERS, STANDALONE_KEY
+from profiles.upstream.process import HEARTBEAT_INTERVAL_S
 
 GATEWAY_RUN = ("gateway", "run")
 EXTERNAL_SUPERVISOR_FLAG = "--external-supervisor"
@@ -166,8 +167,6 @@ STATE_KEYS = (
     "restart_requested", "start_time", "updated_at",
 )
 
-# upstream's DEFAULT_HEARTBEAT_INTERVAL_S (gateway/shutdown_watchdog.py), on every release that beats.
-HEARTBEAT_INTERVAL_S = 30.0
 
 
 def _release(

@@ -25,11 +25,24 @@ from supervisor.cli.upgrade import add_gate_options
 from supervisor.control.client import ControlError, DaemonNotAnswering, DaemonNotRunning
 from supervisor.exits import EXIT_NOT_ANSWERING, Failure, UserError
 from supervisor.lockholder import owner_pid
+from supervisor.readiness import judge
+
+# How long ``start``, ``stop`` and ``restart`` wait by default for named profiles (or, for ``stop``,
+# the whole daemon) to reach their state: one rule, so a gateway slow to come up is waited for alike
+# whether it is started or restarted. Long on purpose: a stop may take a gateway's whole stop timeout
+# (max(60, drain + 30) s) and a start on a loaded machine, with platforms to connect, over a minute;
+# the timeout ends the waiting only, never the operation, which the daemon carries on.
+PROFILE_WAIT_S = 600.0
+# How long ``hermesd start`` without names waits for the daemon itself: its control socket and its
+# first start pass, not the gateways (they keep starting, and ``status`` shows them).
+DAEMON_READY_S = 60.0
 
 # --------------------------------------------------------------------------- start / stop (daemon)
 
 
 def cmd_start(args: argparse.Namespace) -> int:
+    if args.timeout is None:
+        args.timeout = PROFILE_WAIT_S if args.profiles else DAEMON_READY_S
     if args.profiles:
         return _per_profile(args, "start")
     # Only starting the daemon spawns it, writes its log and takes its lock: stop and restart load
@@ -176,16 +189,21 @@ def _per_profile(args: argparse.Namespace, verb: str, **extra: Any) -> int:
         ok, row = reached[name]
         state = row.get("state", "?") if row else "?"
         reason = f": {printable(row['reason'])}" if row and row.get("reason") and not ok else ""
+        serving = judge(row) if row is not None and _GOALS[verb] == "running" else None
         if ok:
-            print(f"{name}: {state}")
+            print(f"{name}: {printable(serving.why) if serving is not None else state}")
         elif state == "held":
             print(f"{name}: held{reason}", file=sys.stderr)
             held.append(name)
+        elif serving is not None and state == "running" and not serving.ready:
+            print(f"{name}: running, but not serving after {waited:.1f}s: {printable(serving.why)}", file=sys.stderr)
+            failed.append(name)
         else:
             print(f"{name}: not {_GOALS[verb]} after {waited:.1f}s ({state}{reason})", file=sys.stderr)
             failed.append(name)
     if failed or held:
-        parts = ([f"{', '.join(failed)} did not reach {_GOALS[verb]}"] if failed else []) + (
+        goal = "serving" if _GOALS[verb] == "running" else _GOALS[verb]
+        parts = ([f"{', '.join(failed)} did not reach {goal}"] if failed else []) + (
             [f"{', '.join(held)} held (see above; 'hermesd doctor' says how to fix it)"] if held else [])
         raise Failure(f"{verb}: {'; '.join(parts)}")
     return 0
@@ -193,8 +211,10 @@ def _per_profile(args: argparse.Namespace, verb: str, **extra: Any) -> int:
 
 def _wait_states(args: argparse.Namespace, verb: str, names: list[str],
                  before: dict[str, dict[str, Any]]) -> dict[str, tuple[bool, dict[str, Any] | None]]:
-    """Poll until every profile has reached the goal of ``verb`` or is held (when the goal is
-    "running"), or until the timeout; per profile, whether it got there and its last row."""
+    """Poll until every profile has reached the goal of ``verb`` or cannot (held; running but not
+    serving for a reason waiting will not cure), or until the timeout; per profile, whether it got
+    there and its last row. "Running" means serving (:func:`supervisor.readiness.judge`): a new
+    gateway whose platforms have not connected, or whose API server does not answer, is waited for."""
     goal = _GOALS[verb]
     shown = Progress(f"{verb}ing {', '.join(names)}")
     deadline = time.monotonic() + args.timeout
@@ -206,10 +226,12 @@ def _wait_states(args: argparse.Namespace, verb: str, names: list[str],
             for name in names:
                 row = rows.get(name)
                 old_pid = before.get(name, {}).get("pid")
-                ok = row is not None and row["state"] == goal and (
-                    verb != "restart" or row.get("pid") != old_pid)
+                there = row is not None and row["state"] == goal and (verb != "restart" or row.get("pid") != old_pid)
+                serving = judge(row) if there and row is not None and goal == "running" else None
+                ok = there and (serving is None or serving.ready)
                 result[name] = (ok, row)
-                settled += ok or (row is not None and row["state"] == "held" and goal == "running")
+                settled += ok or (row is not None and goal == "running" and (
+                    row["state"] == "held" or (serving is not None and serving.settled)))
             if settled == len(names) or time.monotonic() >= deadline:
                 return result
             if shown.enabled:
@@ -224,26 +246,27 @@ def _wait_states(args: argparse.Namespace, verb: str, names: list[str],
 
 def register(commands: Commands) -> None:
     p = commands.add("start", cmd_start,
-                     "start the daemon in the background, or start named profiles and wait until they run",
+                     "start the daemon in the background, or start named profiles and wait until they serve",
                      "hermesd start coder")
     p.add_argument("profiles", nargs="*", metavar="PROFILE")
-    _wait_options(p, 60.0, "seconds to wait for the daemon to be ready, or for the profiles to run")
+    _wait_options(p, None, "seconds to wait for the profiles to run, or for the daemon to be ready "
+                           f"(default {PROFILE_WAIT_S:g} for profiles, {DAEMON_READY_S:g} for the daemon)")
 
     p = commands.add("stop", cmd_stop, "stop named profiles (kept stopped) and wait, or every child and the daemon",
                      "hermesd stop coder")
     p.add_argument("profiles", nargs="*", metavar="PROFILE")
     p.add_argument("--keep-children", action="store_true", help="exit the daemon but leave gateways running")
-    _wait_options(p, 600.0, "seconds to wait for the profiles (or the daemon) to stop")
+    _wait_options(p, PROFILE_WAIT_S, "seconds to wait for the profiles (or the daemon) to stop")
 
     p = commands.add("restart", cmd_restart,
-                     "restart named profiles and wait until they run again; no other child is touched",
+                     "restart named profiles and wait until they serve again; no other child is touched",
                      "hermesd restart coder")
     p.add_argument("profiles", nargs="*", metavar="PROFILE")
     p.add_argument("--all", action="store_true", help="every profile")
     p.add_argument("--graceful", action="store_true", help="drain first (SIGUSR1; the gateway exits 75)")
     p.add_argument("--force", action="store_true",
                    help="restart even when the profile's files would keep the new gateway from starting")
-    _wait_options(p, 600.0, "seconds to wait for the profiles to run again")
+    _wait_options(p, PROFILE_WAIT_S, "seconds to wait for the profiles to run again")
     p.add_argument("--rolling", action="store_true",
                    help="one at a time, each health-gated as 'hermesd upgrade' does; stop at the first failure")
     add_gate_options(p)
@@ -251,6 +274,8 @@ def register(commands: Commands) -> None:
     p.add_argument("--json", action="store_true", help="with --rolling: one JSON document on stdout")
 
 
-def _wait_options(p: argparse.ArgumentParser, timeout: float, help_: str) -> None:
-    p.add_argument("--timeout", type=float, default=timeout, help=f"{help_} (default {timeout:g})")
+def _wait_options(p: argparse.ArgumentParser, timeout: float | None, help_: str) -> None:
+    """``--timeout`` (``None``: the command picks its default, which ``help_`` then states) and ``--no-wait``."""
+    p.add_argument("--timeout", type=float, default=timeout,
+                   help=help_ if timeout is None else f"{help_} (default {timeout:g})")
     p.add_argument("--no-wait", action="store_true", help="return once the daemon accepted the request")

@@ -24,7 +24,7 @@ from supervisor.exits import EXIT_NOT_ANSWERING, Failure
 
 
 def register(commands: Commands) -> None:
-    p = commands.add("status", cmd_status, "per-profile health (exit 0 only when all that should run are running)",
+    p = commands.add("status", cmd_status, "per-profile health (exit 0 only when all that should run are serving)",
                      "hermesd status --json")
     p.add_argument("profiles", nargs="*", metavar="PROFILE")
     p.add_argument("--json", action="store_true", help="one JSON document")

@@ -100,6 +100,7 @@ class Survivor(NamedTuple):
     then_restart: bool
     code: CodeId | None
     duplicates: tuple[Ident, ...] = ()
+    isolation: dict[str, Any] | None = None  # the confinement it was started under, as recorded then
 
 
 class Recorded(NamedTuple):
@@ -147,7 +148,8 @@ def survey(root: Path, layout: Layout, boot: str, homes: Mapping[str, Path]) -> 
         survivors.append(Survivor(
             name, homes.get(name) or Path(str(rec.get("home") or root)), main, identity.proc_start_wall(main.pid),
             stopping=mine and rec.get("stopping") is True, then_restart=mine and rec.get("then_restart") is True,
-            code=state_mod.recorded_code(rec, main.pid, main.start_time), duplicates=tuple(idents[1:])))
+            code=state_mod.recorded_code(rec, main.pid, main.start_time), duplicates=tuple(idents[1:]),
+            isolation=state_mod.recorded_isolation(rec, main.pid, main.start_time)))
     return Survey(saved.problem, history, survivors, recorded, found.tagged, frozenset(saved.profiles))
 
 
@@ -198,12 +200,12 @@ def final_sweep(root: Path, salt: bytes, domains: Domains, reap: Callable[[], No
 
 
 def save(layout: Layout, boot: str, planner: Planner, now: float, dist_info: str | None,
-         problem: str | None) -> str | None:
+         problem: str | None, isolation: Mapping[str, dict[str, Any]] | None = None) -> str | None:
     """Write what must survive a hermesd restart (operator stops, restart counts, our children's
-    identities); returns the problem in force after it (``problem``: the one before), which status
-    shows and housekeeping retries."""
+    identities and the confinement each was started under, ``isolation``); returns the problem in
+    force after it (``problem``: the one before), which status shows and housekeeping retries."""
     try:
-        state_mod.save(layout.beneath(layout.state), boot, os.getpid(), state_mod.records(planner), now,
+        state_mod.save(layout.beneath(layout.state), boot, os.getpid(), state_mod.records(planner, isolation), now,
                        dist_info=dist_info)
     except OSError as exc:
         failed = f"cannot write {layout.state}: {exc.strerror or exc} (operator stops and restart counts " \

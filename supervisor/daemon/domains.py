@@ -22,6 +22,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from supervisor import limits as lim
 from supervisor.isolation import install, shared_board
@@ -69,7 +70,9 @@ class Domains:
     cgroups: lim.Detection | None = None
     watcher: lim.TreeWatcher | None = None
     install_paths: tuple[Path, ...] = ()
-    plans: dict[str, Plan] = field(default_factory=dict)
+    # Per profile, the confinement its gateway was last started under (status's ``isolation``): the
+    # plan of the last spawn, or for an adopted gateway what its hermesd recorded at its spawn.
+    isolation: dict[str, dict[str, Any]] = field(default_factory=dict)
     trees: dict[str, _Tree] = field(default_factory=dict)
     _samples: dict[str, TreeSample] = field(default_factory=dict)
     _hot_until: float = 0.0
@@ -111,7 +114,7 @@ class Domains:
                             check_owner=True)
         if isinstance(plan, str):
             return plan
-        self.plans[name] = plan
+        self.isolation[name] = plan.status_json()
         if not plan.runnable:
             return f"isolation: {plan.reason}"
         try:
@@ -149,9 +152,14 @@ class Domains:
             return False
         return os.path.normpath(det.top.rstrip("/") + "/" + where.lstrip("/")) == os.path.normpath(tree.cgroup)
 
-    def adopt(self, name: str, ident: Ident) -> None:
-        """A gateway found running at start-up: into its cgroup with its whole tree, if it has one."""
+    def adopt(self, name: str, ident: Ident, isolation: dict[str, Any] | None = None) -> None:
+        """A gateway found running at start-up: into its cgroup with its whole tree, if it has one.
+        ``isolation``: the confinement it was started under, as recorded at its spawn (None: unknown)."""
         _, det, watcher = self._host()
+        if isolation is not None:
+            self.isolation[name] = isolation
+        else:
+            self.isolation.pop(name, None)
         d = cgroup.profile_dir(det, name)
         if d is not None:
             try:
@@ -284,8 +292,7 @@ class Domains:
         tree = self.trees.get(name)
         usage = lim.usage(name, tree.root, self.watcher) if tree is not None and self.watcher is not None else None
         out = lim.status_fields(usage, limits, self.cgroups)
-        plan = self.plans.get(name)
-        out["isolation"] = plan.status_json() if plan is not None else None
+        out["isolation"] = self.isolation.get(name)
         return out
 
     def teardown(self) -> None:

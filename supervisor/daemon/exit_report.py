@@ -25,7 +25,7 @@ from profiles.printable import printable
 from profiles.safeio import Beneath
 from profiles.upstream import files as gf
 from profiles.upstream.multiplex import HOST_RECORD
-from profiles.upstream.process import Exit, lock_dir, proc_start_time
+from profiles.upstream.process import Exit, GatewayState, lock_dir, proc_start_time
 from supervisor import logs
 from supervisor.isolation.shim_argv import EXIT_CANNOT_CONFINE
 from supervisor.layout import Layout
@@ -46,17 +46,29 @@ class ExitReport(NamedTuple):
     stated: bool  # its state file names this process at all
     detail: str  # why the kernel killed it, or who serves the profile after an "attach"
     unconfined: str | None  # the confinement shim's reason: the gateway never ran
+    replaced_by: int | None = None  # the gateway that stopped it to serve the profile itself
 
 
 def read_exit(env: Mapping[str, str], layout: Layout, name: str, home: Path | None, ident: Ident, *,
-              code: int | None, cause: ExitKind | None) -> ExitReport:
+              code: int | None, cause: ExitKind | None, requested: bool = False) -> ExitReport:
     """Read what the gateway ``ident`` of ``name`` (``home``: None when the profile is gone) left behind.
 
-    ``cause``: the kernel's verdict from the profile's cgroup (an OOM kill, the pids limit).
+    ``cause``: the kernel's verdict from the profile's cgroup (an OOM kill, the pids limit);
+    ``requested``: hermesd asked for this end. A clean stop it did not ask for is upstream's own
+    stop; when a gateway hermesd did not start serves the profile at that moment, it is the one
+    that stopped ours to take its place (``gateway run --replace`` SIGTERMs the running gateway and
+    waits for it; ``gateway restart`` stops it and runs one in its own process).
     """
     gstate = gf.read_gateway_state(home) if home is not None else {}
     ours = gstate.get("pid") == ident.pid
     state = gstate.get("gateway_state") if ours and isinstance(gstate.get("gateway_state"), str) else None
+    replaced_by = None
+    if not requested and home is not None and code in (0, None) and state == GatewayState.STOPPED:
+        try:
+            other = gf.live_gateway(home)  # gateway.pid still names ours (gone): one pass over /proc
+        except OSError:  # /proc unreadable now (out of descriptors): an outside stop, as far as is known
+            other = None
+        replaced_by = other.pid if other is not None and other.pid != ident.pid else None
     unconfined = None
     if code == EXIT_CANNOT_CONFINE and not ours and home is not None:
         unconfined = _shim_reason(layout, name) or "the confinement could not be applied"
@@ -66,12 +78,13 @@ def read_exit(env: Mapping[str, str], layout: Layout, name: str, home: Path | No
         detail = who_serves(env, home or layout.root, layout.beneath(layout.child_log(name)))
     else:
         detail = ""
-    return ExitReport(state, bool(gstate.get("restart_requested")) if ours else False, ours, detail, unconfined)
+    return ExitReport(state, bool(gstate.get("restart_requested")) if ours else False, ours, detail, unconfined,
+                      replaced_by)
 
 
 def note(layout: Layout, name: str, pid: int, code: int | None, sig: int | None, kind: str) -> None:
     """hermesd's line in the child's log after its end: how it ended and how the planner classified it."""
-    logs.note(layout.beneath(layout.child_log(name)), f"hermesd: PID {pid} {describe_exit(code, sig)} ({kind})")
+    logs.note(layout.beneath(layout.child_log(name)), f"hermesd: PID {pid} {describe_exit(code, sig, kind)} ({kind})")
 
 
 def who_serves(env: Mapping[str, str], home: Path, child_log: Beneath | Path) -> str:

@@ -45,6 +45,7 @@ from supervisor import __version__, child, identity, logs
 from supervisor import config as config_mod
 from supervisor.control.server import ControlServer, quiet_loop_errors
 from supervisor.daemon import adoption, effective, exit_report, interpreter, requests
+from supervisor.daemon.apiwatch import ApiWatch
 from supervisor.daemon.board import Board
 from supervisor.daemon.domains import Domains
 from supervisor.daemon.guard import Guard
@@ -100,11 +101,12 @@ class Daemon:
         self.guard = Guard(self.domains, profiles, lambda name: self.in_force.of(name), self.handle_kill)
         self.board = Board(self.root, self.env, self.layout, self.domains, profiles, lambda: self.in_force)
         self.serving = Serving(self.root, self.pool, profiles, self.pinned.holds, self, self.spawn_task)
+        self.apiwatch = ApiWatch(self.pool, profiles, self.spawn_task)  # whether each API server answers
         self.requirements = interpreter.Requirements(self.root, self.env, self.pool, profiles, lambda: self.in_force)
         self.reads = Reads(self.pool, profiles, lambda: self.salt, self.handle_read, self.spawn_task)
         self.launcher = Launcher(self.root, self.layout, self.env, self.domains, wall)
-        self.report = Report(self.root, self.planner, self.domains, self.serving, self.requirements, self.own,
-                             self.log_problems, wall)
+        self.report = Report(self.root, self.planner, self.domains, self.serving, self.apiwatch, self.requirements,
+                             self.own, self.log_problems, wall)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._done: asyncio.Event | None = None
         self._watcher: Watcher | None = None
@@ -223,7 +225,7 @@ class Daemon:
             if fd is None:
                 continue
             self.pinned.adopt(s.name, s.ident, fd, self.handle_adopted_exit)
-            self.domains.adopt(s.name, s.ident)
+            self.domains.adopt(s.name, s.ident, isolation=s.isolation)
             self.guard.start(s.name)
             self.execute(self.planner.adopt(s.name, s.home, s.ident, s.started_wall or self.wall(),
                                             stopping=s.stopping, then_restart=s.then_restart, code=s.code))
@@ -369,11 +371,12 @@ class Daemon:
         p = self.planner.profiles.get(name)
         cause = self.domains.exit_cause(name, ident)
         self.domains.forget(name, ident)
+        asked = p is not None and p.child is not None and p.child.ident == ident and p.child.stop_requested
         r = exit_report.read_exit(self.env, self.layout, name, p.home if p is not None else None, ident, code=code,
-                            cause=cause)
+                                  cause=cause, requested=asked)
         actions = self.planner.child_exited(name, ident, code, sig, r.gateway_state, r.restart_requested,
                                             killed_for=cause, detail=r.detail, unconfined=r.unconfined,
-                                            stated=r.stated)
+                                            stated=r.stated, replaced_by=r.replaced_by)
         if p is not None:
             exit_report.note(self.layout, name, ident.pid, code, sig, (p.last_exit or {}).get("kind") or "?")
         self.execute(actions)
@@ -444,6 +447,7 @@ class Daemon:
                 if isinstance(plats, dict) else None,
             ))
         self.serving.check(name, gstate, self.in_force.contract)
+        self.apiwatch.follow(name)
 
     def handle_shutdown_signal(self, name: str) -> None:
         log.info("%s received: stopping every child", name)
@@ -472,6 +476,7 @@ class Daemon:
             if p.child is not None and not p.child.ready:
                 self.check_gateway(p.name)  # in case a state-file event was missed
             self.serving.housekeeping(p.name, self.in_force.contract)
+            self.apiwatch.follow(p.name)  # an adopted gateway may never write its state file again
         if self.state_problem:
             self.save_now()
         self.observer.housekeeping()
@@ -512,6 +517,7 @@ class Daemon:
 
     def shutdown(self, *, keep_children: bool) -> None:
         self.board.stop_all()
+        self.apiwatch.close()
         self.guard.close()
         self.notifier.stopping("leaving the gateways running" if keep_children else "stopping every gateway")
         if keep_children:
@@ -541,7 +547,7 @@ class Daemon:
         if self.ready and self.notifier.enabled:
             self.notifier.status(summary(self.planner))  # repeats are dropped by the notifier
         self.state_problem = adoption.save(self.layout, self.boot, self.planner, self.wall(),
-                                           self.in_force.release.dist_info, self.state_problem)
+                                           self.in_force.release.dist_info, self.state_problem, self.domains.isolation)
 
     def _emit(self, event: dict[str, Any]) -> None:
         """Journal, count and hand to hooks one event (stamped with time, sequence and our PID)."""

@@ -1,8 +1,8 @@
 """The daemon's status document (``hermesd status``, the metrics, the service manager's status line).
 
 One row per profile as :mod:`supervisor.status_rows` shapes it, from the planner's view (state, reason,
-holds, exits), the domains' (memory, tasks, limits, isolation), what each child serves, and what
-is missing (log problems, libraries), plus the daemon's own state. It reads all of
+holds, exits), the domains' (memory, tasks, limits, isolation), what each child serves, whether its
+API server answers, and what is missing (log problems, libraries), plus the daemon's own state. It reads all of
 these and changes none of them.
 """
 
@@ -17,6 +17,7 @@ from typing import Any
 from profiles.upstream.releases import newer_than_known_note
 from supervisor import codeid, identity, status_rows
 from supervisor.codeid import Installed
+from supervisor.daemon.apiwatch import ApiWatch
 from supervisor.daemon.domains import Domains
 from supervisor.daemon.effective import InForce
 from supervisor.daemon.interpreter import Requirements
@@ -33,12 +34,14 @@ class Report:
     document is made.
     """
 
-    def __init__(self, root: Path, planner: Planner, domains: Domains, serving: Serving, requirements: Requirements,
-                 own: SelfCheck, log_problems: Mapping[str, str | None], wall: Callable[[], float]) -> None:
+    def __init__(self, root: Path, planner: Planner, domains: Domains, serving: Serving, apiwatch: ApiWatch,
+                 requirements: Requirements, own: SelfCheck, log_problems: Mapping[str, str | None],
+                 wall: Callable[[], float]) -> None:
         self.root = root
         self.planner = planner
         self.domains = domains
         self.serving = serving
+        self.apiwatch = apiwatch
         self.requirements = requirements
         self.own = own
         self.log_problems = log_problems
@@ -78,6 +81,7 @@ class Report:
                 down=p.down,
                 start_problem=p.last_start_problem,
                 code=_code(p, installed),
+                api=self.apiwatch.api(p.name, c) if c is not None else None,
                 **self.serving.fields(p.name, c.ident.pid) if c is not None else {},
             ))
         live = {p.child.ident for p in planner.profiles.values() if p.child is not None}

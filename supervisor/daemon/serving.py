@@ -153,6 +153,12 @@ class Serving:
             return
         if rec is None or rec.pid == p.child.ident.pid or self.holds(rec.pid):
             return
+        c = p.child.ident
+        if identity.prove_gateway(c.pid, c.start_time, home=p.home, profile=name) is None:
+            # Ours is ending (its memory, environment and command line go before it is a zombie) or
+            # ended: no second gateway *beside* it. Its exit decides, and finds the one that replaced
+            # it (exit_report.read_exit).
+            return
         argv = " ".join(identity.proc_cmdline(rec.pid))
         self.findings.handle_rival(name, rec.pid, f"its gateway.pid names it; command: {printable(argv, 200)}")
 

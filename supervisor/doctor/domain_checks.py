@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from profiles.upstream.releases import HEARTBEAT_INTERVAL_S
+from profiles.upstream.process import HEARTBEAT_INTERVAL_S
 from supervisor import ownership
 from supervisor.childspec import child_env
 from supervisor.control.client import Client, ControlError, DaemonNotAnswering, DaemonNotRunning

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from profiles import safeio
+from profiles.discovery import profile_exists
 from profiles.upstream import files as gf
 from profiles.upstream.process import hermes_command, proc_start_time
 from supervisor.doctor.scan import DEFAULT, Scan
@@ -17,7 +18,7 @@ from supervisor.identity import gateway_of
 from supervisor.isolation import install
 from supervisor.plan.verdict import ERROR, WARNING
 from supervisor.tags import TAG_ROOT
-from wrappers.scripts import upstream_style_wrappers
+from wrappers.scripts import all_wrappers, upstream_style_wrappers
 
 if TYPE_CHECKING:
     from profiles.upstream.files import PidRecord
@@ -221,7 +222,20 @@ def _service_fix(unit: Path, manager: str, profile: str) -> str:
 
 def check_wrappers(scan: Scan) -> None:
     """Aliases written by ``hermes profile create`` run ``hermes -p NAME`` directly: their gateway verbs
-    stop the supervised gateway and run another in the foreground, behind hermesd's back."""
+    stop the supervised gateway and run another in the foreground, behind hermesd's back. And an
+    alias (hermesd's or upstream's) whose profile folder was moved or deleted by hand, not through
+    ``profile rename|delete`` (which take its aliases along): running it fails."""
+    root = shlex.quote(str(scan.root))
+    for w in all_wrappers(scan.root, env=scan.env):
+        if profile_exists(w.profile, scan.root):
+            continue
+        scan.add(
+            WARNING, "alias_without_profile", w.profile,
+            f"alias {w.alias!r} ({w.path}) runs profile {w.profile!r}, which has no folder under {scan.root} "
+            "(moved or deleted by hand): running it fails",
+            f"hermesd profile alias {w.profile} --remove --root {root} (removes that profile's aliases only); "
+            f"if the folder was renamed, then: hermesd profile alias NEWNAME --name {w.alias} --root {root}",
+        )
     served = {p.name for p in scan.profiles}
     for w in upstream_style_wrappers(scan.root, env=scan.env):
         if w.profile not in served:
@@ -230,6 +244,6 @@ def check_wrappers(scan: Scan) -> None:
             WARNING, "upstream_wrapper", w.profile,
             f"{w.path} runs 'hermes -p {w.profile}' directly: '{w.alias} gateway restart' (or stop/start) acts "
             f"behind hermesd's back and runs its own gateway in the foreground",
-            f"hermesd profile alias {w.profile} --adopt --name {w.alias} --root {shlex.quote(str(scan.root))} "
+            f"hermesd profile alias {w.profile} --adopt --name {w.alias} --root {root} "
             "(keeps its name and target; gateway verbs then go to hermesd)",
         )

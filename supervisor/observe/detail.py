@@ -178,7 +178,7 @@ def render_from_events(events: Iterable[Mapping[str, Any]], profile: str, *, now
             rows.append([
                 clock(e.get("ts"), date=True),
                 str(e.get("pid") if e.get("pid") is not None else "-"),
-                describe_exit(e.get("code"), e.get("signal")),
+                describe_exit(e.get("code"), e.get("signal"), e.get("kind")),
                 str(e.get("kind") or "-"),
                 duration(e.get("uptime_s")),
                 str(e.get("reason") or ""),

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from supervisor.plan import policy
 from supervisor.plan.policy import FAILURES, ExitKind
 
 # type -> the type-specific fields every such event carries (others may be added freely).
@@ -156,11 +157,12 @@ def is_event(obj: object) -> bool:
 # --------------------------------------------------------------------------- rendering
 
 
-def describe_exit(code: object, sig: object) -> str:
-    """``exit 1``, ``killed by SIGKILL``, or ``exit status unknown`` (an adopted gateway)."""
+def describe_exit(code: object, sig: object, kind: object = None) -> str:
+    """``exit 1``, ``killed by SIGKILL``, or ``exit status unknown`` (an adopted gateway); a signal
+    in the words of :func:`supervisor.plan.policy.describe_exit` (``kind``: the exit's kind)."""
     if sig is not None:
-        name = sig if isinstance(sig, str) else f"signal {sig}"
-        return f"killed by {name}"
+        return policy.describe_exit(None, sig if isinstance(sig, int | str) else str(sig),
+                                    kind if isinstance(kind, str) else None)
     if code is not None:
         return f"exit {code}"
     return "exit status unknown"
@@ -217,7 +219,7 @@ def summary(event: Mapping[str, Any]) -> str:
     if t == "ready":
         return f"ready: gateway running (PID {_s(e.get('pid'))})"
     if t == "exited":
-        what = describe_exit(e.get("code"), e.get("signal"))
+        what = describe_exit(e.get("code"), e.get("signal"), e.get("kind"))
         tail = f": {e['reason']}" if e.get("reason") else ""
         return f"PID {_s(e.get('pid'))} {what} after {duration(e.get('uptime_s'))} ({_s(e.get('kind'))}){tail}"
     if t == "backoff":

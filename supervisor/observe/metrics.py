@@ -220,6 +220,9 @@ def render(
              per(lambda r: r.get("next_retry_at") if r.get("state") == "backoff" else None))
     w.family("hermesd_profile_heartbeat_age_seconds", "gauge", "Age of the gateway's own heartbeat file.",
              per(lambda r: r.get("heartbeat_age_s")))
+    w.family("hermesd_profile_serving", "gauge", "1 when the profile serves: its platforms connected and its API "
+             "server answering from the gateway's own socket (status's SERVING).",
+             per(lambda r: v.get("ready") if isinstance(v := r.get("serving"), Mapping) else None))
     plats = []
     for r in rows:
         raw = r.get("platforms")

@@ -23,7 +23,7 @@ class Conflict:
     profile: str
     claim: Claim
     holder: str
-    holder_state: str  # "running", "restarting" or "first in serving order"
+    holder_state: str  # "starting", "running", "stopping", "restarting" or "first in serving order"
 
     @property
     def reason(self) -> str:
@@ -40,12 +40,13 @@ def find_conflicts(
     claims: Mapping[str, Iterable[Claim]],
     running: Collection[str],
     in_use: Mapping[str, Collection[Claim]] | None = None,
-    restarting: Collection[str] = (),
+    states: Mapping[str, str] | None = None,
 ) -> dict[str, Conflict]:
     """Map each profile that must be held to its first conflict.
 
     ``running``: the active profiles (their gateway runs, or is between two runs);
-    ``in_use``: per active profile, what its gateway was started with (default: all its claims).
+    ``in_use``: per active profile, what its gateway was started with (default: all its claims);
+    ``states``: per active profile, the word a conflict it wins names it by (default "running").
     The holder of a contested claim is a profile whose gateway uses it, else an active profile
     that wants it, else the first in ``order``; so a profile keeps what its gateway has through
     restarts, and a file edit never hands a claim in use to someone else. Profiles whose gateways
@@ -62,7 +63,7 @@ def find_conflicts(
     for claim, names in all_conflicts(order, claims):
         holders = sorted(names, key=lambda n: right(n, claim))
         first = holders[0]
-        state = ("restarting" if first in restarting else "running") if first in running else "first in serving order"
+        state = (states or {}).get(first, "running") if first in running else "first in serving order"
         for other in holders[1:]:
             if _key(claim) not in used.get(other, ()) and other not in held:
                 held[other] = Conflict(other, claim, first, state)

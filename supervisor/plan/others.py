@@ -44,14 +44,28 @@ class OtherGateways:
         if p is None:
             return []
         p.spawning = False
+        if p.down == OUTSIDE:  # stopped from outside, then served from outside: held for it, taken back after it
+            p.down = None
         if p.foreign_pid == pid and p.runtime_hold is not None and p.runtime_hold.kind is HoldKind.FOREIGN_GATEWAY:
             return self._done()  # already held for this very gateway (with the reason it was found for)
-        if p.foreign_pid != pid:
-            p.foreign_pid = pid
-            self._emit("foreign", name, pid=pid)
-            self._out.append(m.WatchForeign(name, pid))
+        self._watch_foreign(p, pid)
         p.runtime_hold = Hold(HoldKind.FOREIGN_GATEWAY, f"foreign gateway (PID {pid}) holds this profile")
         return self._done()
+
+    def _taken_over(self, p: Profile, pid: int) -> None:
+        """Our gateway ended in a clean stop from outside while ``pid``, a gateway hermesd did not start,
+        serves the profile: upstream's ``gateway run --replace`` (or ``gateway restart``) took its place.
+        Held for that gateway, as one found first would be, and taken back when it exits."""
+        self._watch_foreign(p, pid)
+        p.runtime_hold = Hold(HoldKind.FOREIGN_GATEWAY, (
+            f"a gateway hermesd did not start (PID {pid}) stopped hermesd's to serve this profile itself (upstream's "
+            f"'gateway run --replace' or 'gateway restart'); hermesd takes the profile back when it exits"))
+
+    def _watch_foreign(self, p: Profile, pid: int) -> None:
+        if p.foreign_pid != pid:
+            p.foreign_pid = pid
+            self._emit("foreign", p.name, pid=pid)
+            self._out.append(m.WatchForeign(p.name, pid))
 
     def foreign_gone(self, name: str) -> list[m.Action]:
         """The foreign gateway exited: take the profile back (also after an outside stop that preceded it)."""

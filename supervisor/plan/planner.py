@@ -245,13 +245,16 @@ class Planner(OtherGateways):
     def child_exited(self, name: str, ident: Ident, code: int | None, sig: int | None,
                      gateway_state: str | None = None, restart_requested: bool = False, *,
                      killed_for: ExitKind | None = None, detail: str = "",
-                     unconfined: str | None = None, stated: bool = True) -> list[m.Action]:
+                     unconfined: str | None = None, stated: bool = True,
+                     replaced_by: int | None = None) -> list[m.Action]:
         """The child ``ident`` ended; ``gateway_state``/``restart_requested`` only when its state file names it.
 
         ``killed_for``: the kernel's own verdict (an OOM kill in the profile's cgroup); ``unconfined``:
         the confinement shim could not apply the plan (the child never ran the gateway): a hold, not
         a crash loop. ``stated``: its state file names it (a 75 without that is an "attach": another
         gateway serves the profile; ``detail`` then says which, when the loop could tell).
+        ``replaced_by``: a gateway hermesd did not start, serving the profile as ours ended (it
+        stopped ours to take its place): a stop from outside then holds the profile for that gateway.
         """
         p = self.profiles.get(name)
         if p is None or p.child is None or p.child.ident != ident:
@@ -262,7 +265,8 @@ class Planner(OtherGateways):
         if c.killed_for is None and killed_for is not None:
             c.killed_for, c.kill_detail = killed_for, detail
         facts = ExitFacts(code, sig, c.stop_requested, gateway_state, restart_requested, c.killed_for, stated)
-        self._conclude(p, c, facts, code=code, sig=sig, detail=c.kill_detail or (detail if killed_for is None else ""))
+        self._conclude(p, c, facts, code=code, sig=sig, detail=c.kill_detail or (detail if killed_for is None else ""),
+                       replaced_by=replaced_by)
         if unconfined is not None and not c.stop_requested:
             p.runtime_hold = Hold(HoldKind.ISOLATION, unconfined)
             self._cancel_retry(p)
@@ -376,10 +380,12 @@ class Planner(OtherGateways):
     # ------------------------------------------------------------------------- the step
 
     def _judge(self) -> dict[str, Hold | None]:
+        # A gateway whose profile is no longer wanted is stopped by this very step (judged first).
         candidates = [
             Candidate(p.facts, p.name, active=p.child is not None or p.retry_at is not None or p.kept is not None,
                       running=p.child is not None, wants=self.wants(p) and p.runtime_hold is None,
-                      in_use=p.child.claims if p.child is not None else p.kept or ())
+                      in_use=p.child.claims if p.child is not None else p.kept or (),
+                      doing=words.doing(p) if self.wants(p) or p.child is None else "stopping")
             for name in [*self.order, *(n for n in self.profiles if n not in self.order)]
             if (p := self.profiles.get(name)) is not None and (p.present or p.child is not None)
         ]
@@ -500,11 +506,13 @@ class Planner(OtherGateways):
         self._out += [m.Schedule(p.name, "kill", timeout), m.Save()]
 
     def _conclude(self, p: Profile, c: Child, facts: ExitFacts, *, code: int | None = None,
-                  sig: int | None = None, detail: str = "") -> None:
+                  sig: int | None = None, detail: str = "", replaced_by: int | None = None) -> None:
         """Classify the end of ``c`` and decide: restart now or later, hold, or stay down."""
         kind = classify_exit(facts)
+        if kind is not ExitKind.EXTERNAL_STOP:
+            replaced_by = None
         uptime = max(0.0, self.clock() - c.started)
-        what = describe_exit(code, sig) if kind is not ExitKind.SPAWN_ERROR else "could not be started"
+        what = describe_exit(code, sig, kind) if kind is not ExitKind.SPAWN_ERROR else "could not be started"
         now = self.wall()
         self._out.append(m.Save())
         if kind is ExitKind.PLANNED:
@@ -515,6 +523,8 @@ class Planner(OtherGateways):
             decision = decide(kind, failures=p.failures, uptime=uptime, policy=self.settings.policy, rng=self.rng)
             p.failures = decision.failures
             reason = f"{decision.reason}: {detail}" if detail else decision.reason
+            if replaced_by is not None:
+                reason = f"replaced by a gateway hermesd did not start (PID {replaced_by})"
             if kind is not ExitKind.SPAWN_ERROR:
                 log.warning("profile %s: PID %d %s after %.1fs: %s", p.name, c.ident.pid, what, uptime, reason)
         p.last_exit = {"code": code, "signal": signame(sig), "at": now, "kind": kind.value, "reason": reason,
@@ -540,6 +550,8 @@ class Planner(OtherGateways):
             p.runtime_hold = Hold(HoldKind.SERVED_ELSEWHERE, reason)
         elif decision.action is Action.HOLD:
             p.runtime_hold = Hold(HoldKind.STARTUP_FAILED, f"gateway {what}: {decision.reason}")
+        elif replaced_by is not None:
+            self._taken_over(p, replaced_by)
         else:
             p.down = OUTSIDE
             self._emit("stopped", p.name, by="outside")

@@ -99,20 +99,26 @@ def classify_exit(f: ExitFacts) -> ExitKind:
     return ExitKind.CRASH
 
 
-def signame(sig: int | None) -> str | int | None:
-    """``SIGKILL`` for 9; a number no signal has stays a number."""
-    if sig is None:
-        return None
+def signame(sig: int | str | None) -> str | int | None:
+    """``SIGKILL`` for 9; a number no signal has stays a number (a name, as the journal keeps it, stays a name)."""
+    if sig is None or isinstance(sig, str):
+        return sig
     try:
         return signal.Signals(sig).name
     except ValueError:
         return sig
 
 
-def describe_exit(code: int | None, sig: int | None) -> str:
-    """``exit 1``, ``killed by SIGKILL`` or ``gone (not our child)``, for status and logs."""
+def describe_exit(code: int | None, sig: int | str | None, kind: ExitKind | str | None = None) -> str:
+    """``exit 1``, ``killed by SIGKILL`` or ``gone (not our child)``, for status, logs and the journal.
+
+    A planned stop's own SIGTERM that ended the gateway before upstream's handler was installed (a
+    stop during start-up) is the stop working: ``stopped by SIGTERM``, not "killed", which reads as a
+    failure."""
     if sig is not None:
         name = signame(sig)
+        if name == "SIGTERM" and kind in (ExitKind.PLANNED, ExitKind.PLANNED.value):
+            return "stopped by SIGTERM"
         return f"killed by {name}" if isinstance(name, str) else f"killed by signal {sig}"
     if code is not None:
         return f"exit {code}"

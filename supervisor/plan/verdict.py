@@ -130,7 +130,8 @@ class Candidate:
     keeps what its gateway had; ``running``: a gateway process exists now (if not given: the
     same as ``active``); ``wants``: enabled, not stopped by the operator and not held at run
     time, so it competes for its claims; ``in_use``: what its gateway was started with, which it
-    keeps whatever its files say now, until it stops for good.
+    keeps whatever its files say now, until it stops for good; ``doing``: what its gateway process
+    is doing (``starting``, ``running``, ``stopping``), the word a conflict it wins names it by.
     """
 
     facts: ProfileFacts | None
@@ -139,6 +140,7 @@ class Candidate:
     wants: bool = True
     in_use: tuple[Claim, ...] = field(default=())
     running: bool | None = None
+    doing: str = "running"
 
 @dataclass(frozen=True, slots=True)
 class ReleaseRules:
@@ -239,7 +241,7 @@ def judge(candidates: Sequence[Candidate], root_hold: Hold | None = None,
         claims: dict[str, tuple[Claim, ...]] = {}
         in_use: dict[str, tuple[Claim, ...]] = {}
         active: set[str] = set()
-        restarting: set[str] = set()
+        states: dict[str, str] = {}
         for c in candidates:
             usable = c.facts is not None and out[c.name] is None
             running = c.active if c.running is None else c.running
@@ -251,10 +253,9 @@ def judge(candidates: Sequence[Candidate], root_hold: Hold | None = None,
                 if keeps:
                     active.add(c.name)
                     in_use[c.name] = c.in_use
-                    if not running:
-                        restarting.add(c.name)
-        conflicts = find_conflicts(order, claims, active, in_use, restarting)
-        newly_lost = {name for name in conflicts if name in restarting} - lost
+                    states[c.name] = c.doing if running else "restarting"
+        conflicts = find_conflicts(order, claims, active, in_use, states)
+        newly_lost = {name for name in conflicts if states.get(name) == "restarting"} - lost
         if not newly_lost:
             break
         lost |= newly_lost

@@ -6,6 +6,7 @@ Pure functions of the planner's data, so status, events and logs say the same th
 
 from __future__ import annotations
 
+from profiles.snapshot import changed_files
 from supervisor.plan.model import Profile
 
 
@@ -28,6 +29,17 @@ def state_of(p: Profile, *, enabled: bool, shutting_down: bool) -> tuple[str, st
     return "stopped", _not_wanted(p, enabled=enabled, shutting_down=shutting_down) or (p.down or "stopped") + foreign
 
 
+def doing(p: Profile) -> str:
+    """One word for what ``p``'s gateway process is doing (a conflict it wins names it by this word):
+    ``starting``, ``running``, ``stopping`` or ``restarting``; ``running`` when it has none."""
+    c = p.child
+    if c is None or (c.ready and not c.stop_requested):
+        return "running"
+    if c.stop_requested:
+        return "restarting" if c.then_restart else "stopping"
+    return "starting"
+
+
 def why_down(p: Profile, *, enabled: bool, shutting_down: bool) -> str:
     """Why a running gateway is being stopped for good."""
     return _not_wanted(p, enabled=enabled, shutting_down=shutting_down) or p.down or "stopped by hermesd"
@@ -48,6 +60,9 @@ def what_changed(spec_then: str, spec_now: str) -> str:
     both (a spec is ``<files digest>/<settings digest>``, see :meth:`Planner.spec`)."""
     files_then, _, settings_then = spec_then.partition("/")
     files_now, _, settings_now = spec_now.partition("/")
-    parts = [what for what, changed in (("its files (.env, config.yaml)", files_then != files_now),
+    which = changed_files(files_then, files_now) if files_then != files_now else []
+    files = "its files" if not which else "its " + (f"{', '.join(which[:-1])} and {which[-1]}" if len(which) > 1
+                                                    else which[0])
+    parts = [what for what, changed in ((files, files_then != files_now),
                                         ("its settings in hermesd.yaml", settings_then != settings_now)) if changed]
     return " and ".join(parts or ["its effective configuration"]) + " changed"

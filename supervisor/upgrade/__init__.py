@@ -3,10 +3,11 @@ health), its ``--rollback``, and ``hermesd restart --rolling`` (the same gate wi
 
 Why a rolling, gated restart: upstream's own ``hermes update`` restarts every gateway two seconds
 apart, so a shared token's winner flips and one broken release takes the whole fleet down before
-anyone sees it. Here a canary goes first, each profile must come back healthy (running, heartbeat
-fresh, its platforms connected as before, no new holds) before the next is touched, and the first
-failure stops the operation with the rest untouched. Everything the new release may rewrite is
-saved first, so a rollback puts the old code and the old files back byte for byte.
+anyone sees it. Here a canary goes first, each profile must come back serving as before (running,
+heartbeat fresh, its platforms connected and its API server answering as before, no new holds)
+before the next is touched, and the first failure stops the operation with the rest untouched.
+Everything the new release may rewrite is saved first, so a rollback puts the old code and the old
+files back byte for byte.
 
 - ``decisions``: the decisions, pure (order, canary, the health gate), tested with an injected clock;
 - ``needs``: what a target release needs in the root's files before it may run (the pre-flight);

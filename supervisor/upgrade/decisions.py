@@ -5,17 +5,26 @@ Inputs are ``status`` rows (dicts, as the daemon's ``status`` request returns th
 by the caller; nothing here reads a clock, a file or a socket, so every rule is tested in-process
 (``tests/upgrade/test_decisions.py``).
 
-The gate ("healthy as before"), checked on every poll after the restart was asked for:
+The gate ("serving as before"), checked on every poll after the restart was asked for. Serving is
+:func:`supervisor.readiness.judge`, the verdict ``status`` shows and ``start``/``restart`` wait for,
+held to the platforms that served before the restart (a platform that was already down, a revoked
+token, an unreachable network, does not block every later rollout) and to the API server wherever the
+profile enables it, whether it answered before or not (it depends on nothing outside the machine: a
+new gateway that does not answer there is broken):
 
 - **fails at once** when the profile is held, in backoff or stopped, when its gateway exited after
   the restart other than by hermesd's own planned stop, when it was restarted more than once, when
   another profile became held (a token or port the new gateway took), when a platform of it reports
-  a lock conflict it did not have, or when it runs other code than the operation put in place;
-- **waits** while the old gateway is stopping, the new one is starting, the gateway has not
-  reported ``running``, its heartbeat is missing or old (for releases that write one), or a
-  platform that was connected before is not connected yet (a connect may take 30 s upstream);
+  a lock conflict it did not have, when it runs other code than the operation put in place, or when
+  a channel that served before cannot serve without someone acting (``fatal``, ``paused``, its
+  credential held by another gateway);
+- **waits** while the old gateway is stopping, the new one is starting, its heartbeat is missing
+  (for releases that write one), or it does not serve every channel it served before: the gateway
+  has not reported ``running``, its heartbeat is old, a platform has not connected yet (a connect
+  may take 30 s upstream), its API server has not answered from its own socket;
 - **passes** once all of that has held without a break for the settle time; it fails when the
-  timeout comes first, naming what it was still waiting for.
+  timeout comes first, naming what it was still waiting for. A canary that runs but does not answer
+  never lets a rollout move on.
 """
 
 from __future__ import annotations
@@ -24,7 +33,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from profiles.upstream.apiserver import API_SERVER
 from supervisor.codeid import CodeId
+from supervisor.readiness import judge
 
 Row = Mapping[str, Any]
 RUNNING = "running"
@@ -37,28 +48,28 @@ class Baseline:
     name: str
     pid: int | None
     restarts: int
-    connected: frozenset[str]
+    serving: frozenset[str]  # the channels (platforms, the API server) that served
     lock_conflicts: frozenset[str]
 
     @staticmethod
     def of(row: Row) -> Baseline:
-        plats = row.get("platforms") or {}
         return Baseline(
             name=str(row["name"]),
             pid=row.get("pid") if isinstance(row.get("pid"), int) else None,
             restarts=int(row["restarts"]) if isinstance(row.get("restarts"), int) else 0,
-            connected=frozenset(p for p, v in plats.items() if isinstance(v, dict) and v.get("state") == "connected"),
+            serving=judge(row).serving_channels,
             lock_conflicts=frozenset(str(c.get("platform")) for c in row.get("lock_conflicts") or []),
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "pid": self.pid, "restarts": self.restarts, "connected": sorted(self.connected),
+        return {"name": self.name, "pid": self.pid, "restarts": self.restarts, "serving": sorted(self.serving),
                 "lock_conflicts": sorted(self.lock_conflicts)}
 
     @staticmethod
     def from_json(raw: Mapping[str, Any]) -> Baseline:
+        serving = raw.get("serving", raw.get("connected"))  # "connected": records written before serving was judged
         return Baseline(str(raw["name"]), raw.get("pid"), int(raw.get("restarts") or 0),
-                        frozenset(raw.get("connected") or ()), frozenset(raw.get("lock_conflicts") or ()))
+                        frozenset(serving or ()), frozenset(raw.get("lock_conflicts") or ()))
 
 
 def held(rows: Sequence[Row]) -> frozenset[str]:
@@ -110,8 +121,8 @@ def choose(rows: Sequence[Row], *, skip: Callable[[Row], str | None], canary: st
     """The order: the canary, then the rest in serving order (the order of ``rows``).
 
     ``skip(row)`` says why a profile is left alone (None: restart it). ``only``: restrict to these
-    names. The canary defaults to the chosen profile with the fewest connected platforms (the least
-    for its users to lose if the new release is broken), a named profile before ``default``.
+    names. The canary defaults to the chosen profile that serves the fewest channels (the least for
+    its users to lose if the new release is broken), a named profile before ``default``.
     """
     wanted = set(only) if only is not None else None
     chosen: list[Row] = []
@@ -135,7 +146,7 @@ def choose(rows: Sequence[Row], *, skip: Callable[[Row], str | None], canary: st
             raise PlanError(f"cannot use {canary!r} as the canary: {why}")
         first = canary
     else:
-        first = min(chosen, key=lambda r: (len(Baseline.of(r).connected), r["name"] == "default",
+        first = min(chosen, key=lambda r: (len(Baseline.of(r).serving), r["name"] == "default",
                                            names.index(str(r["name"]))))["name"]
     return Order(str(first), tuple(n for n in names if n != first), skipped)
 
@@ -149,8 +160,7 @@ class GateRules:
 
     timeout_s: float = 120.0
     settle_s: float = 5.0
-    heartbeat: bool = False  # the release writes state/gateway.heartbeat: require a fresh one
-    heartbeat_max_s: float = 90.0  # three of upstream's 30 s beats
+    heartbeat: bool = False  # the release writes state/gateway.heartbeat: require one (how old: judge's rule)
     code: CodeId | None = None  # the code the new gateway must run (None: any)
 
 
@@ -199,13 +209,17 @@ class Gate:
         if waiting:
             self.healthy_since = None
             return Verdict("pending", waiting)
+        serving = judge(row, required=self.baseline.serving | {API_SERVER})
+        if not serving.ready:
+            self.healthy_since = None
+            return Verdict("failed", f"not serving: {serving.why}") if serving.settled else Verdict(
+                "pending", f"not serving yet: {serving.why}")
         if self.healthy_since is None:
             self.healthy_since = now
         left = self.rules.settle_s - (now - self.healthy_since)
         if left > 0:
-            return Verdict("pending", f"healthy, settling ({left:.0f}s left)")
-        return Verdict("passed", "running" + (f", platforms connected: {', '.join(sorted(self.baseline.connected))}"
-                                              if self.baseline.connected else ""))
+            return Verdict("pending", f"serving, settling ({left:.0f}s left)")
+        return Verdict("passed", serving.why)
 
     def _failure(self, row: Row, rows: Sequence[Row]) -> str | None:
         state = row.get("state")
@@ -242,19 +256,8 @@ class Gate:
             return "the old gateway is stopping" if state == "stopping" else f"waiting for the new gateway ({state})"
         if state != RUNNING:
             return f"the new gateway is {state}"
-        if row.get("gateway_state") != RUNNING:
-            return f"the gateway reports {row.get('gateway_state') or 'nothing yet'}"
         if self.rules.code is not None and (row.get("code") or {}).get("running") is None:
             return "which code the new gateway runs is not known yet"
-        if self.rules.heartbeat:
-            age = row.get("heartbeat_age_s")
-            if not isinstance(age, int | float):
-                return "no heartbeat yet"
-            if age > self.rules.heartbeat_max_s:
-                return f"heartbeat {age:.0f}s old"
-        plats = row.get("platforms") or {}
-        missing = sorted(p for p in self.baseline.connected if (plats.get(p) or {}).get("state") != "connected")
-        if missing:
-            return "platforms not connected yet: " + ", ".join(
-                f"{p} ({(plats.get(p) or {}).get('state') or 'not reported'})" for p in missing)
+        if self.rules.heartbeat and not isinstance(row.get("heartbeat_age_s"), int | float):
+            return "no heartbeat yet"
         return None

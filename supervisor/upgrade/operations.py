@@ -422,7 +422,7 @@ def _rollback_profile(r: Rollout, layout: Layout, rec: records.Record, name: str
     start, start_wall = r.clock(), r.wall()
     r.fleet.call("start", profile=name)
     base = baselines.get(name) or Baseline.of(row or {"name": name})
-    base = Baseline(name, row.get("pid") if row else None, int((row or {}).get("restarts") or 0), base.connected,
+    base = Baseline(name, row.get("pid") if row else None, int((row or {}).get("restarts") or 0), base.serving,
                     base.lock_conflicts)
     verdict, took = gate(r, label, base, held_before, r.rules, start, start_wall)
     took = r.clock() - started

@@ -9,7 +9,8 @@ Knobs (defaults and one-line meanings in ``fakegw.DEFAULTS``): ``exit_at_start``
 ``exit_code``, ``exit_after_clean``, ``startup_delay``, ``running_delay``, ``startup_tail``,
 ``ignore_sigterm``, ``hang_on_exit``, ``grandchildren``, ``grandchildren_setsid``,
 ``grandchildren_lifetime``, ``platforms``, ``active_agents``, ``heartbeat_interval``,
-``poll_interval``, ``diagnostic_shell``, ``diagnostic_seconds``, ``print_env``, ``write_counter``.
+``poll_interval``, ``diagnostic_shell``, ``diagnostic_seconds``, ``print_env``, ``write_counter``,
+``shell``, ``api_server``.
 
 An unmarked SIGTERM ends the fake as it ends upstream, by phase: killed by the signal during
 ``startup_delay`` (upstream's imports); exit 0 with state ``running`` during start-up
@@ -60,6 +61,7 @@ KNOBS: frozenset[str] = frozenset(
         "print_env",
         "shell",
         "write_counter",
+        "api_server",
     }
 )
 

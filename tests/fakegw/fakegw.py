@@ -76,6 +76,9 @@ DEFAULTS: dict[str, Any] = {
     "print_env": [],  # env var names to report on stdout at start
     "write_counter": False,  # append our pid to $HERMES_HOME/fakegw.starts on every start
     "shell": None,  # str: a /bin/sh -c command run once, when running (what an agent's terminal tool runs)
+    # {port, health, after}: an API server on 127.0.0.1:port from `after` seconds after "running" (default 0);
+    # GET /v1/health answers 200 {"status": "ok"} ("ok"), 500 ("error"), or never ("hang")
+    "api_server": None,
 }
 
 
@@ -281,6 +284,12 @@ def _platforms_ok(v: object) -> bool:
     return True
 
 
+def _api_server_ok(v: object) -> bool:
+    return (isinstance(v, dict) and not set(v) - {"port", "health", "after"} and _is_int(v.get("port"))
+            and 0 < v["port"] < 65536 and v.get("health", "ok") in ("ok", "error", "hang")
+            and _is_num(v.get("after", 0)) and v.get("after", 0) >= 0)
+
+
 _CHECKS: dict[str, tuple[Any, str]] = {
     "exit_at_start": (lambda v: v is None or _exit_code_ok(v), "null or an exit code 0-255"),
     "exit_after": (lambda v: v is None or (_is_num(v) and v >= 0), "null or seconds >= 0"),
@@ -300,6 +309,8 @@ _CHECKS: dict[str, tuple[Any, str]] = {
     "poll_interval": (lambda v: _is_num(v) and v >= 0.01, "seconds >= 0.01"),
     "diagnostic_shell": (lambda v: isinstance(v, bool), "a boolean"),
     "shell": (lambda v: v is None or isinstance(v, str), "null or a shell command"),
+    "api_server": (lambda v: v is None or _api_server_ok(v),
+                   "null or {port: 1-65535, health: ok|error|hang, after: seconds}"),
     "diagnostic_seconds": (lambda v: _is_num(v) and v > 0, "seconds > 0"),
     "print_env": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of names"),
     "write_counter": (lambda v: isinstance(v, bool), "a boolean"),
@@ -633,6 +644,49 @@ class FakeGateway:
         with self.children_lock:
             self.children = [p for p in self.children if p.poll() is None]
 
+    # -- API server -----------------------------------------------------------------------------
+
+    def serve_api(self) -> None:
+        """Upstream's API server, as far as its health route goes (a thread; connections kept alive)."""
+        import socket
+
+        signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
+        knob = self.k["api_server"]
+        if self.watcher_stop.wait(knob.get("after", 0)):
+            return
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind(("127.0.0.1", knob["port"]))
+        except OSError as exc:
+            warn(f"api_server: cannot bind 127.0.0.1:{knob['port']}: {exc}")
+            return
+        listener.listen(16)
+        say(f"fakegw: api_server listening on 127.0.0.1:{knob['port']} (health: {knob.get('health', 'ok')})")
+        while True:
+            conn, _ = listener.accept()
+            say("fakegw: api_server connection")
+            threading.Thread(target=self._answer_api, args=(conn, knob.get("health", "ok")), daemon=True).start()
+
+    @staticmethod
+    def _answer_api(conn: Any, health: str) -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
+        with conn:
+            data = b""
+            while True:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                data += chunk
+                while b"\r\n\r\n" in data:
+                    _request, data = data.split(b"\r\n\r\n", 1)
+                    if health == "hang":
+                        continue
+                    body = json.dumps({"status": "ok", "platform": "hermes-agent", "version": "fake"}).encode()
+                    status = "200 OK" if health == "ok" else "500 Internal Server Error"
+                    conn.sendall(f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+                                 f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+
     # -- watcher thread -------------------------------------------------------------------------
 
     def _watch(self) -> None:
@@ -774,6 +828,8 @@ class FakeGateway:
             warn("No messaging platforms enabled.")
         self.write_heartbeat()
         threading.Thread(target=self._watch, name="planned-stop-watcher", daemon=True).start()
+        if self.k["api_server"]:
+            threading.Thread(target=self.serve_api, name="api-server", daemon=True).start()
         if tail and self._wait(tail):
             self.shutdown(self.request or "")
         self.started_up = True

@@ -51,7 +51,7 @@ def sample_metrics(root: Path) -> str:
     rows = [{"name": "coder", "state": "running", "pid": 5, "uptime_s": 10.0, "restarts": 2, "should_run": True,
              "last_exit": {"at": 1.0}, "heartbeat_age_s": 3.0, "rss_bytes": 1000, "memory_bytes": 5000, "tasks": 9,
              "limits": {"memory_max": 10_000, "tasks_max": 100, "mechanism": "watch"}, "isolation": "landlock",
-             "platforms": {"telegram": {"state": "connected"}}},
+             "platforms": {"telegram": {"state": "connected"}}, "serving": {"ready": True}},
             {"name": "writer", "state": "held", "pid": None, "restarts": 0, "should_run": True,
              "hold": {"kind": "config_error", "message": "m"}, "next_retry_at": None,
              "platforms": {"discord": {"state": "retrying"}}}]
@@ -111,6 +111,13 @@ ALERT_TESTS = [
     ("HermesdLimitKills", [(f'hermesd_profile_limit_kills_total{{{H},profile="coder",limit="memory_max"}}',
                             "0 0 1 1 1")], "4m", [{"profile": "coder", "limit": "memory_max"}]),
     ("HermesdConfigRejected", [(f"hermesd_config_problem{{{H}}}", "1x10")], "6m", [{}]),
+    ("HermesdProfileNotServing", [(f'hermesd_profile_serving{{{H},profile="coder"}}', "0x15"),
+                                  (f'hermesd_profile_up{{{H},profile="coder"}}', "1x15")], "12m",
+     [{"profile": "coder"}]),
+    ("HermesdProfileNotServing", [(f'hermesd_profile_serving{{{H},profile="coder"}}', "0x15"),  # not running at all
+                                  (f'hermesd_profile_up{{{H},profile="coder"}}', "0x15")], "12m", []),
+    ("HermesdProfileNotServing", [(f'hermesd_profile_serving{{{H},profile="coder"}}', "0 0 0 1x15"),  # served in time
+                                  (f'hermesd_profile_up{{{H},profile="coder"}}', "1x15")], "12m", []),
 ]
 
 
@@ -133,7 +140,8 @@ def test_each_alert_fires_when_it_should_and_only_then(tmp_path):
     assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
     fired = {a for a, _s, _t, e in ALERT_TESTS if e}
     assert fired == {"HermesdDown", "HermesdNotRunning", "HermesdProfileDown", "HermesdProfileCrashLooping",
-                     "HermesdProfileHeld", "HermesdHungKills", "HermesdLimitKills", "HermesdConfigRejected"}
+                     "HermesdProfileHeld", "HermesdHungKills", "HermesdLimitKills", "HermesdConfigRejected",
+                     "HermesdProfileNotServing"}
 
 
 @needs_promtool

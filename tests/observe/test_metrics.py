@@ -24,7 +24,8 @@ def row(name, state="running", **extra):
             "uptime_s": 42.5, "restarts": 3, "last_exit": {"at": NOW - 60, "kind": "crash"}, "next_retry_at": None,
             "should_run": True, "hold": None, "platforms": {"telegram": {"state": "connected"},
                                                              "discord": {"state": "retrying"}},
-            "heartbeat_age_s": 12.0, "rss_bytes": 80_000_000, "cpu_percent": 1.0}
+            "heartbeat_age_s": 12.0, "rss_bytes": 80_000_000, "cpu_percent": 1.0,
+            "serving": {"ready": False, "word": "partly", "why": "discord (retrying)"}}
     return {**base, **extra}
 
 
@@ -36,7 +37,8 @@ DOC = {
         row("coder", "backoff", pid=None, uptime_s=None, next_retry_at=NOW + 30, memory_bytes=300_000_000, tasks=42,
             limits={"memory_max": 536_870_912, "tasks_max": 512, "mechanism": "watch"}, isolation="landlock"),
         row("writer", "held", pid=None, uptime_s=None, hold={"kind": "credential_conflict", "message": "m"},
-            platforms={'we"ird\\name\n': {"state": "connected"}}, isolation={"mechanism": "mount", "strict": True}),
+            platforms={'we"ird\\name\n': {"state": "connected"}}, isolation={"mechanism": "mount", "strict": True},
+            serving={"ready": True}),
     ],
 }
 
@@ -72,6 +74,8 @@ def test_the_text_parses_with_the_official_parser_and_says_what_status_says():
     assert value(fams, "hermesd_profile_last_exit_timestamp_seconds", profile="coder") == NOW - 60
     assert value(fams, "hermesd_profile_next_retry_timestamp_seconds", profile="coder") == NOW + 30
     assert value(fams, "hermesd_profile_heartbeat_age_seconds", profile="default") == 12.0
+    assert value(fams, "hermesd_profile_serving", profile="default") == 0  # discord is retrying
+    assert value(fams, "hermesd_profile_serving", profile="writer") == 1
     assert value(fams, "hermesd_profile_platform_connected", profile="default", platform="telegram") == 1
     assert value(fams, "hermesd_profile_platform_connected", profile="default", platform="discord") == 0
     assert value(fams, "hermesd_profile_platform_connected", profile="writer", platform='we"ird\\name\n') == 1

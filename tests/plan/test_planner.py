@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 
+from supervisor.plan import words
 from supervisor.plan.verdict import HoldKind
 from tests.plan.world import TOKEN, World, facts
 
@@ -197,6 +198,45 @@ def test_held_is_announced_once_per_incident():
     assert [e["type"] for e in w.events if e["profile"] == "beta"][:3] == ["held", "released", "started"]
 
 
+def test_a_conflict_names_its_holder_by_what_its_gateway_does():
+    """The holder is named "(running)" only while its gateway runs: starting, restarting and stopping are said."""
+    w = World.make(("alpha", "beta"), auto_ready=False, claims={"alpha": (TOKEN,), "beta": (TOKEN,)})
+
+    def holder() -> str:
+        hold = w.planner.profiles["beta"].hold
+        assert hold is not None
+        return hold.message.split("'alpha' ", 1)[1].split(",")[0]
+
+    assert holder() == "(starting)"
+    w.ready("alpha")
+    assert holder() == "(running)"
+    w.run(w.planner.request_restart("alpha")[1])
+    assert holder() == "(restarting)"
+    w.obey_stops()
+    w.ready("alpha")
+    w.run(w.planner.request_stop("alpha")[1])
+    assert holder() == "(stopping)"
+    w.obey_stops()
+    assert w.planner.profiles["beta"].hold is None and w.state("beta") == "starting"
+    assert [e["type"] for e in w.events if e["profile"] == "beta"].count("held") == 1  # one incident
+
+
+def test_a_stop_during_start_up_reads_as_a_stop_not_a_kill():
+    """The gateway took the stop's SIGTERM before upstream's handler was installed: a stop, in every word."""
+    from supervisor.observe.events import summary
+
+    w = World.make(("default",), auto_ready=False)
+    w.run(w.planner.request_stop("default")[1])
+    w.exit("default", None, signal.SIGTERM)
+    last = w.planner.profiles["default"].last_exit
+    assert last["kind"] == "planned" and last["description"] == "stopped by SIGTERM"
+    exited = next(e for e in w.events if e["type"] == "exited")
+    assert summary(exited).startswith(f"PID {exited['pid']} stopped by SIGTERM after ")
+    w.run(w.planner.request_start("default")[1])
+    w.exit("default", None, signal.SIGTERM)  # nobody asked: that is a kill
+    assert w.planner.profiles["default"].last_exit["description"] == "killed by SIGTERM"
+
+
 def test_spawn_failure_backs_off_and_retries():
     w = World.make(("default",))
     w.fail_next.add("default")
@@ -219,15 +259,38 @@ def test_foreign_gateway_holds_until_it_exits():
 
 
 def test_outside_stop_is_taken_back_after_the_foreign_gateway_exits():
-    """``hermes gateway restart`` from an upstream wrapper: a clean stop, then its own gateway, then it ends."""
+    """``hermes gateway restart`` from an upstream wrapper: a clean stop, then its own gateway (found only
+    later), then it ends. While it serves the profile, the profile is held for it, as the docs say."""
     w = World.make(("default",))
     w.exit("default", 0, None, "stopped")
     assert w.state("default") == "stopped"
     w.run(w.planner.foreign("default", 555))
     state, reason = w.planner.state_of(w.planner.profiles["default"])
-    assert state == "stopped" and "PID 555" in reason
+    assert state == "held" and reason.startswith("foreign_gateway: ") and "PID 555" in reason
     w.run(w.planner.foreign_gone("default"))
     assert "default" in w.alive
+
+
+def test_a_gateway_replaced_from_outside_is_held_for_its_replacement():
+    """``hermes gateway run --replace``: the replacement stops ours (a clean exit, "stopped") and serves the
+    profile as ours ends. Held foreign_gateway at once, never "stays down until started"; taken back after."""
+    from supervisor.observe.events import summary
+
+    w = World.make(("default",))
+    ident = w.alive.pop("default")
+    w.run(w.planner.child_exited("default", ident, 0, None, "stopped", replaced_by=555))
+    p = w.planner.profiles["default"]
+    assert w.state("default") == "held" and p.hold.kind is HoldKind.FOREIGN_GATEWAY and "PID 555" in p.hold.message
+    assert p.down is None and p.last_exit["reason"] == "replaced by a gateway hermesd did not start (PID 555)"
+    said = [summary(e) for e in w.events if e["type"] in ("exited", "stopped", "foreign", "held")]
+    assert said[-3:] == [said[-3], "a gateway hermesd did not start holds the profile (PID 555)",
+                         f"held (foreign_gateway): {p.hold.message}"]
+    assert not any("stays down until started" in line for line in said)
+    w.run(w.planner.foreign_gone("default"))
+    assert "default" in w.alive and w.state("default") == "running"
+    ident = w.alive.pop("default")
+    w.run(w.planner.child_exited("default", ident, 0, None, "stopped"))  # hermes gateway stop: nobody replaced it
+    assert w.state("default") == "stopped" and w.planner.profiles["default"].hold is None
 
 
 def test_exit_78_holds_until_the_files_change():
@@ -321,6 +384,41 @@ def test_removed_folder_stops_and_forgets_the_profile():
     assert "a" not in w.planner.profiles and "a" not in w.alive
 
 
+def test_a_restart_names_the_files_that_changed(tmp_path):
+    """The reason names the files whose content changed (read as the daemon reads them), no other."""
+    import dataclasses
+
+    from profiles.snapshot import read_profile
+
+    folder = tmp_path / "a"
+    folder.mkdir()
+    w = World.make(("default", "a"))
+
+    def edit(*files: tuple[str, str], specs: dict[str, str] | None = None) -> list[str]:
+        for name, text in files:
+            (folder / name).write_text(text)
+        if specs is not None:
+            w.run(w.planner.set_settings(dataclasses.replace(w.planner.settings, specs=specs), None))
+        read = read_profile("a", folder, b"salt")
+        w.run(w.planner.set_facts("a", dataclasses.replace(read, home=facts("a").home)))
+        w.obey_stops()
+        return [e["reason"] for e in w.events if e["type"] == "exited" and e["profile"] == "a"]
+
+    edit((".env", "OPENAI_API_KEY=x\n"), ("config.yaml", "model: one\n"))
+    before = len(edit())
+    assert edit(("config.yaml", "model: two\n"))[before:] == ["restarting: its config.yaml changed"]
+    assert edit(("config.yaml", "# a comment only\nmodel: two\n"))[before:] == \
+        ["restarting: its config.yaml changed"]  # the comment restarted nothing
+    assert edit((".env", "OPENAI_API_KEY=y\n"))[before + 1:] == ["restarting: its .env changed"]
+    assert edit(("config.yaml", "model: three\n"), (".op.env", "A=1\n"))[before + 2:] == \
+        ["restarting: its config.yaml and .op.env changed"]
+    assert edit(specs={"a": "new"})[before + 3:] == ["restarting: its settings in hermesd.yaml changed"]
+    then = read_profile("a", folder, b"salt").digest
+    (folder / ".env").write_text("OPENAI_API_KEY=z\n")
+    now = read_profile("a", folder, b"salt").digest
+    assert words.what_changed(f"{then}/s1", f"{now}/s2") == "its .env and its settings in hermesd.yaml changed"
+
+
 def test_hung_kill_is_recorded_and_backs_off_like_a_crash():
     from supervisor.plan.policy import ExitKind
 
@@ -348,7 +446,7 @@ def test_a_restart_says_why_in_its_exit_event():
     w.run(w.planner.request_stop("a")[1])
     w.obey_stops()
     reasons = [e["reason"] for e in w.events if e["type"] == "exited" and e["profile"] == "a"]
-    assert reasons == ["restarting: its files (.env, config.yaml) changed",
+    assert reasons == ["restarting: its files changed",  # digests that are no file's: not more than that
                        "restarting: its settings in hermesd.yaml changed",
                        "restarted by the operator", "stopped by operator"]
     assert w.planner.profiles["a"].last_exit["reason"] == "stopped by operator"

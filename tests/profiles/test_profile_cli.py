@@ -102,6 +102,11 @@ def test_delete(cli, empty_root: Path, alias_dir: Path, live_gateway_for, monkey
     assert r.rc == 1 and "Cancelled." in r.out and (empty_root / "profiles" / "coder").is_dir()
 
     gw = live_gateway_for(empty_root / "profiles" / "coder")
+    typed = io.StringIO("coder\n")
+    monkeypatch.setattr(sys, "stdin", typed)  # the name is ready to be typed, but is never asked for
+    r = cli("profile", "delete", "coder", "--root", str(empty_root))
+    assert r.rc == 2 and "gateway is running" in one_error_line(r.err)
+    assert "to confirm" not in r.out and "permanently deletes" not in r.out and typed.tell() == 0
     r = cli("profile", "delete", "coder", "-y", "--root", str(empty_root))
     assert "gateway is running" in one_error_line(r.err)
     r = cli("profile", "delete", "coder", "-y", "--stop", "--root", str(empty_root))

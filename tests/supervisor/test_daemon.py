@@ -9,6 +9,9 @@ import re
 import signal
 import socket
 import time
+from pathlib import Path
+
+import pytest
 
 from profiles.upstream import files as gf
 from profiles.upstream.process import proc_start_time
@@ -165,6 +168,37 @@ def test_adoption_after_sigkill(fake_root, hermesd_factory):
     assert row["restarts"] == 1
 
 
+def test_adopted_gateways_keep_the_isolation_they_were_started_under(fake_root, hermesd_factory):
+    """After hermesd's crash its gateways are adopted, still confined: ``status`` (text and ``--json``)
+    says so, with the confinement each was started under, recorded then. Not what hermesd.yaml asks
+    for now: coder's entry is set to ``off`` while hermesd is down, and the adopted coder keeps running
+    confined (an adopted gateway is not restarted for settings), which is what status must say."""
+    from supervisor.isolation.probing import probe
+
+    if probe().landlock_abi < 1:
+        pytest.skip("this kernel has no Landlock: nothing is confined to show")
+    d = hermesd_factory(fake_root)
+    before = d.wait_running("default", "coder", "writer")
+    started_under = {n: d.row(n)["isolation"] for n in before}
+    assert all(iso and iso["mechanism"] in ("landlock", "namespace+landlock") for iso in started_under.values())
+    lines = [ln for ln in d.cli("status").stdout.splitlines() if ln.startswith("  isolation  ")]
+    assert lines
+    d.kill9()
+    offline = json.loads(d.cli("status", "--json").stdout)  # no daemon: the same, from the state file
+    assert {r["name"]: r["isolation"] for r in offline["profiles"]} == started_under
+    write_config(fake_root, profiles={"coder": {"isolation": "off"}})
+    d2 = hermesd_factory(fake_root)
+    assert d2.wait_running("default", "coder", "writer") == before
+    assert all(d2.row(n)["adopted"] for n in before)
+    assert {n: d2.row(n)["isolation"] for n in before} == started_under
+    assert [ln for ln in d2.cli("status").stdout.splitlines() if ln.startswith("  isolation  ")] == lines
+    assert "NoNewPrivs:\t1" in Path(f"/proc/{before['coder']}/status").read_text()  # and it is: still confined
+    os.kill(before["coder"], signal.SIGKILL)  # its next gateway starts under what hermesd.yaml says now
+    row = wait_for(lambda: (r := d2.row("coder"))["pid"] not in (None, before["coder"]) and r["state"] == "running"
+                   and r, 20, what="coder restarted")
+    assert row["isolation"]["mechanism"] == "off"
+
+
 def test_foreign_gateway_is_held_then_taken_over(fake_root, hermesd_factory):
     import subprocess
     import sys
@@ -187,6 +221,61 @@ def test_foreign_gateway_is_held_then_taken_over(fake_root, hermesd_factory):
             foreign.kill()
             foreign.wait()
     assert sys.executable
+
+
+# Upstream's ``gateway run --replace`` (gateway/run.py start_gateway) as far as the running gateway sees it:
+# a takeover marker naming it, SIGTERM, a wait until it is gone, then this process runs the gateway itself
+# (its gateway.pid seconds later: a second gateway found beside ours before that is the other path to the
+# same hold, hermesd's own rival check, and would not show what the exit alone tells).
+REPLACER = r"""
+import json, os, signal, sys, time
+from datetime import UTC, datetime
+home = os.environ["HERMES_HOME"]
+with open(os.path.join(home, "gateway.pid")) as fh:
+    rec = json.load(fh)
+with open(os.path.join(home, ".gateway-takeover.json"), "w") as fh:
+    json.dump({"target_pid": rec["pid"], "target_start_time": rec.get("start_time"), "replacer_pid": os.getpid(),
+               "replacer_hermes_home": home, "written_at": datetime.now(UTC).isoformat()}, fh)
+os.kill(rec["pid"], signal.SIGTERM)
+deadline = time.monotonic() + 30
+while os.path.exists(f"/proc/{rec['pid']}") and time.monotonic() < deadline:
+    time.sleep(0.02)
+time.sleep(3)  # the real gateway's imports and start-up, before it writes its gateway.pid
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def test_a_gateway_replaced_from_outside_is_held_then_taken_back(fake_root, hermesd_factory):
+    """``hermes -p coder gateway run --replace`` beside hermesd: its SIGTERM (with upstream's takeover
+    marker) ends hermesd's gateway cleanly; coder is then held for the replacement (``foreign_gateway``,
+    as the docs say), the journal never says it "stays down until started", and when the replacement
+    exits hermesd runs coder again."""
+    import subprocess
+    import sys
+
+    coder = homes(fake_root)["coder"]
+    d = hermesd_factory(fake_root)
+    ours = d.wait_running("coder")["coder"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERMESD_")}
+    env["HERMES_HOME"] = str(coder)
+    replacer = subprocess.Popen([sys.executable, "-c", REPLACER, *fake_gateway_command(), "-p", "coder", "gateway",
+                                 "run"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    try:
+        row = d.wait_state("coder", "held", timeout=30)
+        assert row["hold"]["kind"] == "foreign_gateway" and f"PID {replacer.pid}" in row["reason"], row
+        assert "replaced" in row["last_exit"]["reason"] and not pid_alive(ours), d.cli("events", "coder").stdout
+        assert row["pid"] is None  # hermesd runs nothing beside it
+        journal = d.cli("events", "coder").stdout
+        assert "stays down until started" not in journal and "(external_stop): replaced by" in journal, journal
+        replacer.send_signal(signal.SIGINT)
+        replacer.wait(30)
+        back = wait_for(lambda: (r := d.row("coder"))["state"] == "running" and r, 30, what="coder taken back")
+        assert back["pid"] not in (ours, replacer.pid)
+    finally:
+        if replacer.poll() is None:
+            replacer.kill()
+            replacer.wait()
 
 
 def test_status_offline_and_exit_codes(fake_root, hermesd_factory):

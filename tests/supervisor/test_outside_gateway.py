@@ -1,7 +1,7 @@
 """A gateway started outside hermesd for a supervised profile (issue #9): upstream's own
 ``hermes -p alpha gateway restart`` stops the supervised gateway and runs one in the foreground.
-hermesd watches it as foreign, and when it exits takes the profile back instead of leaving it
-"stopped outside hermesd" for good. Real gateways: the outside command is upstream's."""
+hermesd holds the profile for it (``foreign_gateway``), and when it exits takes the profile back
+instead of leaving it "stopped outside hermesd" for good. Real gateways: the outside command is upstream's."""
 
 from __future__ import annotations
 
@@ -30,12 +30,40 @@ def test_outside_restart_is_watched_then_taken_back(fake_root: Path, hermesd_fac
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         # Upstream stops the supervised gateway (a clean exit hermesd did not ask for) and runs its own:
-        # the profile reads "stopped outside hermesd" and names the foreign gateway that now runs it.
-        row = wait_for(lambda: (r := d.row("coder"))["state"] == "stopped" and "did not start" in r["reason"] and r,
-                       120, what="coder stopped outside, with the foreign gateway named")
-        assert not _alive(first), row
-        assert d.row("coder")["state"] == "stopped"  # hermesd does not fight the outside gateway
+        # the profile is held for the gateway that now runs it, named by its PID.
+        row = wait_for(lambda: (r := d.row("coder"))["state"] == "held" and f"PID {outside.pid}" in r["reason"] and r,
+                       120, what="coder held for the outside gateway, named")
+        assert row["hold"]["kind"] == "foreign_gateway" and not _alive(first), row
+        assert "stays down until started" not in d.cli("events", "coder").stdout
+        assert d.row("coder")["state"] == "held"  # hermesd does not fight the outside gateway
         # The outside gateway ends (its user pressed Ctrl-C): hermesd runs the profile again itself.
+        os.killpg(outside.pid, signal.SIGTERM)
+        outside.wait(90)
+        back = wait_for(lambda: (r := d.row("coder"))["state"] == "running" and not r["adopted"] and r, 120,
+                        what="coder taken back by hermesd")
+        assert back["pid"] not in (first, outside.pid)
+    finally:
+        if outside.poll() is None:
+            os.killpg(outside.pid, signal.SIGKILL)
+            outside.wait(10)
+
+
+def test_outside_replace_is_held_then_taken_back(fake_root: Path, hermesd_factory):
+    """Upstream's ``gateway run --replace``: its takeover marker and SIGTERM end hermesd's gateway cleanly;
+    the profile is held for the replacement at once (never "stays down until started"), then taken back."""
+    write_config(fake_root, command=[str(HERMES)], stop_timeout=60,
+                 profiles={"default": {"enabled": False}, "writer": {"enabled": False}})
+    d = hermesd_factory(fake_root)
+    first = d.wait_running("coder", timeout=120)["coder"]
+    env = {**d.env, "HERMES_HOME": str(fake_root)}
+    outside = subprocess.Popen([str(HERMES), "-p", "coder", "gateway", "run", "--replace"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        row = wait_for(lambda: (r := d.row("coder"))["state"] == "held" and f"PID {outside.pid}" in r["reason"] and r,
+                       120, what="coder held for the replacement, named")
+        assert row["hold"]["kind"] == "foreign_gateway" and not _alive(first), row
+        assert row["last_exit"]["reason"] == f"replaced by a gateway hermesd did not start (PID {outside.pid})", row
+        assert "stays down until started" not in d.cli("events", "coder").stdout
         os.killpg(outside.pid, signal.SIGTERM)
         outside.wait(90)
         back = wait_for(lambda: (r := d.row("coder"))["state"] == "running" and not r["adopted"] and r, 120,

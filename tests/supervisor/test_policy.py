@@ -98,6 +98,10 @@ def test_describe_exit():
     assert describe_exit(1, None) == "exit 1"
     assert describe_exit(None, signal.SIGKILL) == "killed by SIGKILL"
     assert "adopted" in describe_exit(None, None)
+    assert describe_exit(None, signal.SIGTERM, ExitKind.PLANNED) == describe_exit(None, "SIGTERM", "planned") \
+        == "stopped by SIGTERM"  # the stop's own signal, taken during start-up
+    assert describe_exit(None, signal.SIGKILL, ExitKind.PLANNED) == "killed by SIGKILL"  # the stop timed out
+    assert describe_exit(None, 99) == "killed by signal 99"
 
 
 @pytest.mark.parametrize("kind", [ExitKind.RESTART_REQUESTED, ExitKind.CRASH, ExitKind.ATTACHED, ExitKind.HUNG,

@@ -122,3 +122,51 @@ def test_real_gateways_port_conflict_and_live_fix(real_root, hermesd_factory):
     assert d.row("coder")["pid"] == coder_pid
     for key in keys.values():
         assert key not in d.cli("status", "--json").stdout and key not in d.log_text()
+
+
+def test_real_gateway_serving(real_root, hermesd_factory):
+    """Ready means serving, on upstream's own gateway with its API server on: ``status`` says it serves
+    once ``GET /v1/health`` answered from the gateway's own socket; SIGSTOPped (PID alive, state file
+    still "running", api_server still "connected") it does not; ``hermesd restart`` returns when the
+    new gateway serves, and its API server answers at that moment."""
+    import json
+    import secrets
+    import time
+    import urllib.request
+
+    root = real_root
+    write_config(root, command=[str(HERMES)], stop_timeout=60,
+                 profiles={"default": {"enabled": False}, "writer": {"enabled": False}})
+    coder = root / "profiles" / "coder"
+    port = _free_port()
+    (coder / ".env").write_text(f"API_SERVER_ENABLED=true\nAPI_SERVER_HOST=127.0.0.1\nAPI_SERVER_PORT={port}\n"
+                                f"API_SERVER_KEY={secrets.token_hex(16)}\n")
+    (coder / ".env").chmod(0o600)
+    d = hermesd_factory(root)
+    pid = d.wait_running("coder", timeout=60)["coder"]
+    row = wait_for(lambda: (r := d.row("coder"))["serving"]["ready"] and r, 60, what="coder serving")
+    assert row["api"]["outcome"] == "answered" and row["api"]["pid"] == pid
+    assert row["platforms"]["api_server"]["state"] == "connected"
+    assert d.cli("status").returncode == 0
+
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        row = wait_for(lambda: not (r := d.row("coder"))["serving"]["ready"] and r, 30, what="coder not serving")
+        assert row["state"] == "running" and row["pid"] == pid and row["gateway_state"] == "running"
+        assert row["platforms"]["api_server"]["state"] == "connected"  # what the gateway's own file still says
+        assert row["api"]["outcome"] == "timeout"
+        assert d.cli("status").returncode == 1
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: d.row("coder")["serving"]["ready"], 30, what="coder serving again")
+
+    began = time.monotonic()
+    out = d.cli("restart", "coder", timeout=180)
+    took = time.monotonic() - began
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip() == "coder: serving: api_server"
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/health", timeout=2) as answer:
+        assert json.loads(answer.read())["status"] == "ok"
+    row = d.row("coder")
+    assert row["pid"] != pid and row["serving"]["ready"] and row["api"]["pid"] == row["pid"]
+    print(f"restart until serving: {took:.1f}s")

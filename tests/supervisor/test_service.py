@@ -117,8 +117,51 @@ def test_enables_the_unit_with_systemctl_when_present(tmp_path, home, slow_drain
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     assert run("--root", str(slow_drain_root)) == 0
     assert (home / ".config/systemd/user/hermesd.service").is_file()
-    assert calls.read_text().splitlines() == ["--user daemon-reload", "--user enable --now hermesd.service"]
+    assert calls.read_text().splitlines() == ["--user show --property=Version",  # the manager answers: go on
+                                              "--user daemon-reload", "--user enable --now hermesd.service"]
     assert "enabled and started" in capsys.readouterr().out
+
+
+@pytest.fixture
+def no_session(monkeypatch) -> None:
+    """The environment after ``sudo -i``, ``su`` or in cron: no session's runtime folder, no session bus."""
+    if shutil.which("systemctl") is None:
+        pytest.skip("systemctl is not installed (Debian package: systemd)")
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.delenv("DBUS_SESSION_BUS_ADDRESS", raising=False)
+    if service._unreachable(["systemctl", "--user"]) is None:
+        pytest.skip("a systemd user manager answers here even without a session's variables")
+
+
+def test_no_user_manager_names_the_next_step_and_writes_nothing(tmp_path, home, slow_drain_root, no_session,
+                                                                 monkeypatch):
+    """The real systemctl, which finds no user manager: refused before anything is written, with what
+    happened and both ways on (a system unit, or lingering and a real login). On a machine systemd runs
+    (its marker folder stands in for that here, where PID 1 may be something else)."""
+    booted = tmp_path / "run-systemd-system"
+    booted.mkdir()
+    monkeypatch.setattr(service, "SYSTEMD_BOOTED", str(booted))
+    monkeypatch.setenv("USER", "alice")
+    with pytest.raises(UserError) as refused:
+        run("--root", str(slow_drain_root))
+    said = str(refused.value)
+    assert "no systemd user manager answers for alice" in said and "Failed to connect to bus" in said
+    assert "XDG_RUNTIME_DIR is not set here, as after 'sudo -i', 'su' or in cron" in said
+    assert "nothing was written" in said and not (home / ".config").exists()
+    assert f"hermesd install-service --system --run-as alice --root {slow_drain_root}" in said
+    assert "loginctl enable-linger alice" in said and "log in as alice" in said
+
+
+def test_no_systemd_at_all_says_so_and_writes_nothing(tmp_path, home, slow_drain_root, no_session, monkeypatch):
+    """Where PID 1 is not systemd (a container), neither kind of unit can be enabled: said, nothing written."""
+    if service._unreachable(["systemctl"]) is None:
+        pytest.skip("systemd runs this machine: a --system unit would really be installed")
+    monkeypatch.setattr(service, "SYSTEMD_BOOTED", str(tmp_path / "absent"))
+    for argv in ((), ("--system", "--run-as", "alice")):
+        with pytest.raises(UserError, match="this machine does not run systemd") as refused:
+            run(*argv, "--root", str(slow_drain_root))
+        assert "nothing was written" in str(refused.value) and "--dest DIR" in str(refused.value)
+    assert not (home / ".config").exists()
 
 
 def test_launchd_agent(tmp_path, home, slow_drain_root):

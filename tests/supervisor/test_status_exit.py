@@ -22,12 +22,52 @@ def row(name: str, state: str = "running", **extra) -> dict:
     return make_row(name, Path("/nonexistent") / name, state=state, should_run=True, **extra)
 
 
-def test_everything_running_is_0():
-    assert exit_code(doc(row("a"), row("b"))) == 0
+def serving_row(home: Path, name: str, platforms: dict | None = None, **extra) -> dict:
+    """A row whose gateway (this test process, as far as the files say) reports ``running``."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "gateway_state.json").write_text(json.dumps(
+        {"pid": os.getpid(), "gateway_state": "running", "platforms": platforms or {}}))
+    return make_row(name, home, state="running", should_run=True, pid=os.getpid(), **extra)
 
 
-def test_a_profile_that_should_run_and_does_not_is_1():
-    assert exit_code(doc(row("a"), row("b", "held"))) == 1
+def test_everything_running_and_serving_is_0(tmp_path):
+    assert exit_code(doc(serving_row(tmp_path / "a", "a"), serving_row(tmp_path / "b", "b"))) == 0
+
+
+def test_a_profile_that_should_run_and_does_not_is_1(tmp_path):
+    assert exit_code(doc(serving_row(tmp_path / "a", "a"), row("b", "held"))) == 1
+
+
+def test_running_but_not_serving_is_1_and_the_table_says_why(tmp_path):
+    """Ready means serving: a gateway that has not reported, a platform that is not connected, an API
+    server that does not answer from its own socket all make a running profile not serve."""
+    from supervisor.status import render
+
+    silent = row("a")  # running, but its gateway has reported nothing
+    assert silent["serving"]["ready"] is False and silent["serving"]["why"] == "its gateway has not reported yet"
+    assert exit_code(doc(silent)) == 1
+    fatal = serving_row(tmp_path / "b", "b", {"discord": {"state": "fatal", "error_message": "bad token"},
+                                              "slack": {"state": "connected"}})
+    assert fatal["serving"]["word"] == "partly" and exit_code(doc(fatal)) == 1
+    api = {"pid": os.getpid(), "port": 8642, "outcome": "timeout", "answered": False,
+           "detail": "127.0.0.1:8642 did not answer /v1/health within 2s"}
+    hung = serving_row(tmp_path / "c", "c", {"api_server": {"state": "connected"}}, api=api)
+    assert hung["serving"]["word"] == "no" and exit_code(doc(hung)) == 1
+    lines = render(doc(fatal, hung), now=0).splitlines()
+    at = lines[1].index("SERVING")
+    assert lines[1].split()[lines[1].split().index("PLATFORMS") + 1] == "SERVING"
+    assert [ln[at:].split()[0] for ln in lines[2:4]] == ["partly", "no"]
+    assert "  c: api_server: 127.0.0.1:8642 did not answer /v1/health within 2s" in lines
+    assert "  b: discord: fatal: bad token" in lines  # the platform's own note, not repeated as a serving note
+    assert not any("not serving" in ln for ln in lines)
+    answered = serving_row(tmp_path / "d", "d", {"api_server": {"state": "connected"}},
+                           api={**api, "outcome": "answered", "answered": True, "detail": "answers on 127.0.0.1:8642"})
+    assert answered["serving"]["ready"] is True and exit_code(doc(answered)) == 0
+
+
+def test_a_row_from_a_daemon_too_old_to_judge_serving_counts_running_as_before():
+    old = {k: v for k, v in row("a").items() if k != "serving"}
+    assert exit_code(doc(old)) == 0
 
 
 def test_a_running_gateway_missing_a_platform_library_is_1():
@@ -84,3 +124,34 @@ def test_a_platform_blocked_by_another_gateway_s_lock_is_a_lock_conflict(tmp_pat
         in render(doc(mine), now=0).splitlines()
     stale = make_row("coder", tmp_path, state="running", should_run=True, pid=os.getpid() + 1)
     assert stale["lock_conflicts"] == [] and stale["gateway_state"] is None
+
+
+def test_with_the_daemon_down_the_text_says_what_is_true(tmp_path):
+    """No daemon: a profile it held says it was held (not merely "stopped"), and a dispatcher it
+    started is no longer anybody's child."""
+    from supervisor import identity
+    from supervisor import state as state_mod
+    from supervisor.layout import Layout
+    from supervisor.status import render
+    from supervisor.status_rows import offline_document
+    from tests.harness import make_root
+
+    root = make_root(tmp_path)
+    layout = Layout(root)
+    layout.ensure()
+    hold = {"kind": "credential_conflict", "message": "telegram bot token (fingerprint ab12) is also configured "
+                                                      "in profile 'coder' (running), which keeps it"}
+    state_mod.save(layout.beneath(layout.state), identity.boot_id(), 1,
+                   {"writer": {"home": str(root / "profiles" / "writer"), "hold": hold},
+                    "coder": {"home": str(root / "profiles" / "coder"), "hold": "junk"}}, 0.0)
+    rows = {r["name"]: r for r in offline_document(root)["profiles"]}
+    assert rows["writer"]["state"] == "stopped"
+    assert rows["writer"]["reason"] == f"hermesd is not running; when it last ran it held this profile: " \
+                                       f"credential_conflict: {hold['message']}"
+    assert rows["coder"]["reason"] == "hermesd is not running"  # a junk record adds nothing
+    rows["default"]["kanban"] = {"dispatcher": True, "dispatcher_pid": 41, "dispatcher_supervised": True,
+                                 "workers": []}
+    down = render(doc(*rows.values(), running=False), now=0).splitlines()
+    assert "  kanban     default: dispatcher (PID 41, started by hermesd, unsupervised while hermesd is not " \
+           "running)" in down
+    assert "  kanban     default: dispatcher (PID 41, hermesd's child)" in render(doc(*rows.values()), now=0)

@@ -145,9 +145,9 @@ def test_platforms_connected_before_must_connect_again_within_the_timeout():
     before = row("coder", platforms=connected("telegram", "discord", slack="retrying"))
     g = gate(before, GateRules(timeout_s=30, settle_s=1))
     v = g.observe([fresh(platforms=connected("telegram", discord="connecting", slack="retrying"))], T0 + 5)
-    assert v.state == "pending" and v.why == "platforms not connected yet: discord (connecting)"
+    assert v.state == "pending" and v.why == "not serving yet: discord (connecting)"
     v = g.observe([fresh(platforms=connected("telegram", discord="retrying"))], T0 + 31)
-    assert v.state == "failed" and "not healthy within 30s: platforms not connected yet: discord (retrying)" in v.why
+    assert v.state == "failed" and "not healthy within 30s: not serving yet: discord (retrying)" in v.why
     g = gate(before, GateRules(timeout_s=30, settle_s=1))
     assert g.observe([fresh(platforms=connected("telegram", "discord"))], T0 + 5).state == "pending"
     assert g.observe([fresh(platforms=connected("telegram", "discord"))], T0 + 6).state == "passed"
@@ -157,7 +157,8 @@ def test_heartbeat_is_required_only_when_the_release_writes_one():
     beatless = fresh(heartbeat_age_s=None)
     g = gate(row("coder"), GateRules(settle_s=0, heartbeat=True))
     assert g.observe([beatless], T0 + 1).why == "no heartbeat yet"
-    assert g.observe([fresh(heartbeat_age_s=200.0)], T0 + 1).why == "heartbeat 200s old"
+    assert g.observe([fresh(heartbeat_age_s=200.0)], T0 + 1).why == (
+        "not serving yet: its heartbeat is 200s old: its event loop may be stuck")
     assert g.observe([fresh(heartbeat_age_s=3.0)], T0 + 2).state == "passed"
     assert gate(row("coder"), GateRules(settle_s=0)).observe([beatless], T0 + 1).state == "passed"
 
@@ -202,4 +203,50 @@ def test_baseline_round_trips():
     b = Baseline.of(row("coder", restarts=3, platforms=connected("telegram"),
                         lock_conflicts=[{"platform": "discord"}]))
     assert Baseline.from_json(b.to_json()) == b
-    assert b.connected == {"telegram"} and b.lock_conflicts == {"discord"} and b.restarts == 3
+    assert b.serving == {"telegram"} and b.lock_conflicts == {"discord"} and b.restarts == 3
+    # a record written before serving was judged names the connected platforms
+    assert Baseline.from_json({"name": "coder", "connected": ["telegram"]}).serving == {"telegram"}
+
+
+def api(outcome: str, port: int = 8642) -> dict[str, Any]:
+    details = {"answered": f"answers on 127.0.0.1:{port}", "timeout": f"127.0.0.1:{port} did not answer /v1/health "
+               "within 2s", "pending": f"127.0.0.1:{port} not checked yet"}
+    return {"pid": 200, "port": port, "outcome": outcome, "answered": outcome == "answered",
+            "detail": details[outcome]}
+
+
+def test_a_canary_that_runs_but_does_not_answer_never_passes():
+    """Its gateway reports running and api_server connected, its heartbeat is fresh: the old gate's
+    "healthy". Its API server does not answer from its own socket: not serving, so the roll waits, and
+    fails at the timeout naming why."""
+    plats = connected("api_server")
+    g = gate(row("coder", platforms=plats, api=api("answered")), GateRules(timeout_s=30, settle_s=1))
+    assert g.observe([fresh(platforms=plats, api=api("pending"))], T0 + 1).why == (
+        "not serving yet: api_server (127.0.0.1:8642 not checked yet)")
+    assert g.observe([fresh(platforms=plats, api=api("timeout"))], T0 + 5).state == "pending"
+    v = g.observe([fresh(platforms=plats, api=api("timeout"))], T0 + 31)
+    assert v.state == "failed" and v.why == ("not healthy within 30s: not serving yet: api_server (127.0.0.1:8642 "
+                                             "did not answer /v1/health within 2s)")
+    g = gate(row("coder", platforms=plats, api=api("answered")), GateRules(timeout_s=30, settle_s=1))
+    assert g.observe([fresh(platforms=plats, api=api("answered"))], T0 + 1).state == "pending"
+    v = g.observe([fresh(platforms=plats, api=api("answered"))], T0 + 2)
+    assert v.state == "passed" and v.why == "serving: api_server"
+
+
+def test_the_api_server_must_answer_even_when_it_did_not_before():
+    """Unlike a platform (a network, a token), the API server depends on nothing outside the machine."""
+    plats = connected("api_server")
+    g = gate(row("coder", platforms=plats, api=api("timeout")), GateRules(timeout_s=30, settle_s=0))
+    assert g.observe([fresh(platforms=plats, api=api("timeout"))], T0 + 1).state == "pending"
+    assert g.observe([fresh(platforms=plats, api=api("answered"))], T0 + 2).state == "passed"
+
+
+def test_a_platform_that_served_before_and_now_cannot_fails_at_once_but_one_already_down_does_not():
+    before = row("coder", platforms=connected("telegram", discord="fatal"))
+    g = gate(before, GateRules(timeout_s=60, settle_s=0))
+    fatal = {"telegram": {"state": "fatal", "error_message": "Unauthorized"}, "discord": {"state": "fatal"}}
+    v = g.observe([fresh(platforms=fatal)], T0 + 1)
+    assert v.state == "failed" and v.why == "not serving: telegram (fatal: Unauthorized)"
+    g = gate(before, GateRules(timeout_s=60, settle_s=0))
+    v = g.observe([fresh(platforms=connected("telegram", discord="fatal"))], T0 + 1)
+    assert v.state == "passed" and v.why == "serving: telegram; not required here: discord (fatal)"

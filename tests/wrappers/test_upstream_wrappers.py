@@ -283,3 +283,36 @@ def test_adopt_keeps_the_hermes_the_alias_ran(world: World, tmp_path: Path) -> N
     [info] = upstream_style_wrappers(world.root, env=world.env)
     text = adopt_wrapper(info, world.root, env=world.env).read_text()
     assert f'exec {other / "hermes"} -p alpha "$@"' in text and "hermesd-wrapper" in text
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX wrappers")
+def test_doctor_flags_aliases_whose_profile_folder_went_by_hand(world: World, cli) -> None:
+    """A profile folder moved or deleted by hand (not by ``profile rename|delete``) leaves its aliases,
+    hermesd's and upstream's, running a profile that is not there: doctor names each, and its fix works."""
+    import shutil
+
+    from supervisor import doctor
+
+    for name in ("alpha", "beta", "gamma"):
+        world.profile(name)
+    create_wrapper("al", "alpha", world.root, world.bin, env=world.env)
+    world.upstream_alias("beta")
+    create_wrapper("gamma", "gamma", world.root, world.bin, env=world.env)
+
+    def flagged() -> dict[str, str]:
+        found = doctor.diagnose(world.root, env=world.env, service_dirs=[])
+        return {f.message.split("'")[1]: f.fix for f in found if f.code == "alias_without_profile"}
+
+    assert flagged() == {}
+    os.rename(world.root / "profiles" / "alpha", world.root / "profiles" / "alpha2")  # moved by hand
+    shutil.rmtree(world.root / "profiles" / "beta")  # deleted by hand
+    fixes = flagged()
+    assert sorted(fixes) == ["al", "beta"]  # gamma's folder is there: not flagged
+    assert fixes["al"].startswith(f"hermesd profile alias alpha --remove --root {world.root}")
+    rc, out, _ = cli("alias", "alpha", "--remove", "--root", str(world.root))  # the fix, as given
+    assert rc == 0 and "Removed alias 'al'" in out and not (world.bin / "al").exists()
+    rc, out, _ = cli("alias", "beta", "--remove", "--root", str(world.root))
+    assert rc == 0 and "Removed alias 'beta'" in out and not (world.bin / "beta").exists()
+    assert flagged() == {} and (world.bin / "gamma").exists()
+    rc, _, err = cli("alias", "alpha", "--remove", "--root", str(world.root))  # nothing left of it: no such profile
+    assert rc == 2 and "alpha" in err
