@@ -54,6 +54,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("supervisor/isolation/confine.py", "_write"): _SHIM,
     ("supervisor/isolation/confine.py", "_mkdir_like"): _SHIM,
     ("supervisor/isolation/confine.py", "_cover"): _SHIM,
+    ("supervisor/isolation/confine.py", "_put_back"): _SHIM,
     ("supervisor/isolation/confine.py", "_private_dev"): _SHIM,
     ("supervisor/isolation/confine.py", "_ensure"): "paths outside the root (the operator's), a link created "
         "(never followed) in the root, and hermesd.yaml created O_EXCL|O_NOFOLLOW; folders below the root go "
@@ -61,7 +62,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("supervisor/isolation/confine.py", "_open_source"): "outside the root only (install paths, the operator's "
         "read_only list); below it profiles.beneath opens the source",
     ("supervisor/isolation/confine.py", "_landlock"): "outside the root only (the carved free paths, install and "
-        "read_only paths); below it profiles.beneath opens the path",
+        "read_only paths, the operator's writable paths, device nodes, the private /tmp hermesd mounted); below it "
+        "profiles.beneath opens the path",
     ("supervisor/layout.py", "Layout.ensure"): _OWN,
     ("supervisor/observe/journal.py", "open_folder"): _OWN + "; opened O_DIRECTORY|O_NOFOLLOW",
     ("supervisor/observe/journal.py", "open_segment"): _OWN + "; relative to the folder's descriptor, O_NOFOLLOW",

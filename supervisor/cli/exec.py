@@ -36,7 +36,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -125,7 +125,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if not command:
         raise UserError("exec needs a command: hermesd exec PROFILE -- COMMAND [ARG…]")
     root = root_of(args)
-    prepared = prepare(root, args.profile, os.environ, kind=args.session)
+    prepared = prepare(root, args.profile, os.environ, kind=args.session, command=command)
     log = (Path(args.worker_log[0]), args.worker_log[1]) if args.worker_log else None
     code = run(prepared, command, log=log)
     if args.status_fd is not None:
@@ -147,9 +147,12 @@ class Prepared:
     kind: str
 
 
-def prepare(root: Path, raw_name: str, base_env: Mapping[str, str], *, kind: str = "exec") -> Prepared:
+def prepare(root: Path, raw_name: str, base_env: Mapping[str, str], *, kind: str = "exec",
+            command: Sequence[str] = ()) -> Prepared:
     """The plan, environment, niceness and limits of ``raw_name``'s gateway, as the daemon would
     compute them (``kind`` ``worker``: a kanban worker's limits, :meth:`supervisor.config.Config.worker_limits_for`).
+    What ``command`` executes is read-only in the plan like the gateway's own code, and so is still
+    there when it lies below ``/tmp``, which the confinement makes private.
 
     An unknown profile is a :class:`UserError` with the shared "no such profile" wording; a plan
     that cannot be run (``isolation: required`` on a machine without a mechanism, an unknown
@@ -191,6 +194,9 @@ def prepare(root: Path, raw_name: str, base_env: Mapping[str, str], *, kind: str
         install_paths = tuple(install.discover_install_paths(gateway))
     except GatewayCommandError:
         install_paths = ()  # no hermes here: only the command the user named has to run
+    if command:
+        install_paths += tuple(p for p in install.discover_install_paths(command, env.get("PATH"))
+                               if p not in install_paths)
     plan = gateway_plan(layout, name, home, env, probe=probe(), isolation=cfg.isolation_for(name),
                         other_homes=tuple(h for n, h in homes.items() if n != name), install_paths=install_paths)
     if isinstance(plan, str):

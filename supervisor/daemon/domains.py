@@ -345,10 +345,11 @@ def gateway_plan(layout: Layout, name: str, home: Path, env: Mapping[str, str], 
                 fix = (f"; run '{ownership.fix_command(name, user, layout.root)}' (it shows what it changes and "
                        "asks first)" if any(t.startswith(str(home)) for t in trouble) else "")
                 return f"isolation user {user.name}: {'; '.join(trouble)}{fix}"
+    code = install_paths + tuple(p for p in install.environment_code_paths(env) if p not in install_paths)
     return make_plan(PlanInputs(
         root=layout.root, profile=name, home=home, probe=probe, settings=isolation,
         hermesd_dir=layout.dir, control_socket=layout.socket, other_homes=other_homes,
-        install_paths=install_paths, lock_dir=install.credential_lock_dir(env),
+        install_paths=code, lock_dir=install.credential_lock_dir(env),
         user_home=Path(env["HOME"]) if env.get("HOME") else None, user_ids=user,
         kanban_layout=shared_board.layout(layout.root), grants=grants, placeholders=placeholders,
         linked=install.linked_channels(layout.root),

@@ -8,10 +8,13 @@ import os
 
 from profiles.upstream.process import HEARTBEAT_INTERVAL_S
 from supervisor import ownership
+from supervisor.childspec import child_env
 from supervisor.control.client import Client, ControlError, DaemonNotAnswering, DaemonNotRunning
+from supervisor.daemon.domains import gateway_plan
 from supervisor.doctor.scan import Scan
+from supervisor.isolation import install
 from supervisor.isolation.install import resolve_user
-from supervisor.isolation.probing import best_mechanism, doctor_lines, probe
+from supervisor.isolation.probing import Probe, best_mechanism, doctor_lines, probe, service_sockets
 from supervisor.kanban.dispatch import kanban_findings
 from supervisor.layout import Layout
 from supervisor.limits import detect_only
@@ -36,19 +39,67 @@ def check_isolation(scan: Scan) -> None:
         scan.add(severity, f"isolation_{level}" if level != "ok" else "isolation_available", None, text,
                  "see docs/isolation.md for what each mechanism hides"
                  if level != "ok" else "nothing to do")
-    if best == "none":
+    if best == "off":
         for name in sorted(n for n, m in modes.items() if m == "required"):
             scan.add(ERROR, "isolation_unavailable", name,
                      f"profile {name!r} requires isolation, and this machine offers no mechanism: hermesd "
                      "holds it (isolation_unavailable)",
                      "enable Landlock or mount namespaces (see the isolation lines above), or set isolation: auto")
     _check_accounts(scan)
+    if wanted and best != "off":
+        _check_walls(scan, p, wanted)
     off = sorted(n for n, m in modes.items() if m == "off")
     if off:
         scan.add(WARNING, "isolation_off", None,
                  f"isolation is off for {', '.join(repr(n) for n in off)}: their gateways and every command their "
                  "agents run can read the other profiles' tokens and signal their gateways",
                  "remove isolation: off from hermesd.yaml (auto is the default)")
+
+
+def _check_walls(scan: Scan, facts: Probe, wanted: list[str]) -> None:
+    """What each confined profile may still change or reach, in plain words: its ``writable``
+    paths (or why they are refused), being root without an account, and the service sockets
+    Landlock cannot close (they run commands for whoever connects, outside every wall)."""
+    assert scan.config is not None
+    homes = {p.name: p.home for p in scan.profiles}
+    layout = Layout(scan.root)
+    install_paths = tuple(install.discover_install_paths(scan.command)) if scan.command else ()
+    as_root = []
+    for name in wanted:
+        settings = scan.config.isolation_for(name)
+        env = child_env(scan.env, root=scan.root, profile=name, home=homes[name],
+                        extra=scan.config.child_environment(name))
+        plan = gateway_plan(layout, name, homes[name], env, probe=facts, isolation=settings,
+                            other_homes=tuple(h for n, h in homes.items() if n != name), install_paths=install_paths)
+        if isinstance(plan, str):
+            continue  # an unknown account: _check_accounts says so
+        if not plan.runnable and plan.reason.startswith("isolation.writable"):
+            scan.add(ERROR, "isolation_writable_refused", name, f"profile {name!r}: {plan.reason}: hermesd holds it"
+                     " (isolation_unavailable)", f"change profiles.{name}.isolation.writable (or the top level's)"
+                     " in hermesd.yaml")
+            continue
+        if settings.writable:
+            scan.add(INFO, "isolation_writable", name,
+                     f"profile {name!r} may change {', '.join(settings.writable)} (isolation.writable): whatever later"
+                     " runs code from there (a project's scripts, hooks, build files) runs what this profile put there",
+                     "list only folders whose code you read before you run it")
+        if plan.user is None and facts.is_root:
+            as_root.append(name)
+    sockets = service_sockets()
+    here = f" (here: {', '.join(sockets)})" if sockets else ""
+    if as_root:  # a deployment choice, stated: hermesd's own root line explains the remedy
+        scan.add(INFO, "isolation_root_without_user", None,
+                 f"{', '.join(repr(n) for n in as_root)} run as root (no isolation.user): their writes are walled, but"
+                 f" root's services (systemd, D-Bus, a container engine) obey them through their sockets{here}, and"
+                 " they can read every account's files outside the hidden folders",
+                 "give each an account of its own: isolation: {user: NAME}, then hermesd isolate-user PROFILE NAME")
+    elif sockets and not facts.is_root:
+        scan.add(WARNING, "isolation_service_sockets", None,
+                 f"confined profiles run as hermesd's account, which can connect to {', '.join(sockets)}: Landlock"
+                 " cannot stop a connect() by path, and these services run commands for whoever connects"
+                 " (systemd-run --user, docker run), outside any confinement",
+                 "run hermesd as root and give the profiles accounts of their own (isolation.user), or stop the"
+                 " service (for the user's systemd: no lingering session for hermesd's account)")
 
 
 def _check_accounts(scan: Scan) -> None:

@@ -7,16 +7,19 @@ Order matters and is the reason this module exists:
    real file system (before anything is hidden; idempotent, never replaces a file).
 2. Mount namespace (``namespace+landlock``): unshare (a user namespace too when not root), make
    every mount a slave (nothing we mount leaks out, host mounts still arrive), open every path to
-   put back *before* covering it, then per hidden area: an empty tmpfs, a skeleton of folders
-   with the real modes, the put-back paths bind-mounted from the open descriptors, the board
-   links, and the tmpfs made read-only. Then read-only binds, blanked files, and (root without
-   an account) a minimal ``/dev`` and read-only ``/proc/sys`` and ``/sys``.
+   put back *before* covering it; first the private areas (a writable tmpfs over ``/tmp`` and
+   ``/dev/shm``, with what the plan needs below them put back), then per hidden area: an empty
+   tmpfs, a skeleton of folders with the real modes, the put-back paths bind-mounted from the open
+   descriptors, the board links, and the tmpfs made read-only. Then read-only binds, blanked
+   files, and (root without an account) a minimal ``/dev`` and read-only ``/proc/sys`` and ``/sys``.
 3. ``chdir(home)``: after the mounts, so the working folder is the namespace's view, never an
    inode of the hidden root that hermesd's own cwd might pin.
 4. Account switch (``user``), or capability drop (root without an account).
-5. ``PR_SET_NO_NEW_PRIVS`` and the Landlock domain: all file-system rights on ``/`` when the
-   namespace did the hiding (Landlock then forbids undoing the mounts, scopes signals and
-   abstract sockets and blocks ptrace), or rules carved around the hidden areas (Landlock alone).
+5. Under Landlock alone, the private temporary folder in the home (as the profile's account).
+   ``PR_SET_NO_NEW_PRIVS`` and the Landlock domain: reads on ``/`` when the namespace did the
+   hiding, or carved around the hidden areas (Landlock alone); writes only on the plan's writable
+   paths, the read-write put-backs and the process's own output files (Landlock also forbids
+   undoing the mounts, scopes signals and abstract sockets and blocks ptrace).
 6. The process-control filter (:mod:`syscalls`): last, so nothing above runs under it.
 
 Every failure raises :class:`ConfineError` with one line naming the step and path.
@@ -184,14 +187,9 @@ def _mkdir_like(path: str, st: os.stat_result | None, as_root: bool) -> None:
             os.chown(path, st.st_uid, st.st_gid, follow_symlinks=False)
 
 
-def _cover(area: str, st: os.stat_result, sources: list[_Source], links: list[tuple[str, str]],
-           placeholders: list[str], as_root: bool) -> None:
-    """An empty tmpfs over ``area`` with only ``sources``, ``links`` and empty ``placeholders``
-    put back, then read-only."""
-    opts = f"mode={stat.S_IMODE(st.st_mode):o},size=1m,nr_inodes=4096"
-    if as_root:
-        opts += f",uid={st.st_uid},gid={st.st_gid}"
-    k.mount("tmpfs", area, "tmpfs", _TMPFS_FLAGS, opts)
+def _put_back(sources: list[_Source], as_root: bool) -> None:
+    """Bind each source (opened before its area was covered) at its own path inside the new tmpfs,
+    on a skeleton of folders with the real modes."""
     for src in sorted(sources, key=lambda s: _depth(s.path)):
         for parent, pst in src.parents:
             _mkdir_like(parent, pst, as_root)
@@ -200,6 +198,17 @@ def _cover(area: str, st: os.stat_result, sources: list[_Source], links: list[tu
         elif not os.path.lexists(src.path):
             os.close(os.open(src.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
         _bind_fd(src.fd, src.path, src.access == "ro")
+
+
+def _cover(area: str, st: os.stat_result, sources: list[_Source], links: list[tuple[str, str]],
+           placeholders: list[str], as_root: bool) -> None:
+    """An empty tmpfs over ``area`` with only ``sources``, ``links`` and empty ``placeholders``
+    put back, then read-only."""
+    opts = f"mode={stat.S_IMODE(st.st_mode):o},size=1m,nr_inodes=4096"
+    if as_root:
+        opts += f",uid={st.st_uid},gid={st.st_gid}"
+    k.mount("tmpfs", area, "tmpfs", _TMPFS_FLAGS, opts)
+    _put_back(sources, as_root)
     for path, target in links:
         parent = os.path.dirname(path)
         if not os.path.isdir(parent):
@@ -209,6 +218,43 @@ def _cover(area: str, st: os.stat_result, sources: list[_Source], links: list[tu
     for path in placeholders:
         os.makedirs(path, 0o755, exist_ok=True)
     k.mount(None, area, None, k.MS_REMOUNT | k.MS_BIND | k.MS_RDONLY | _TMPFS_FLAGS)
+
+
+def _private_areas(plan: dict[str, Any], as_root: bool) -> None:
+    """A writable tmpfs of the profile's own over ``/tmp`` and ``/dev/shm``: what it writes there is
+    never seen by another profile or by the account outside, and is gone with its last process.
+
+    Paths the plan needs below an area (a root or an interpreter under ``/tmp``) are opened first,
+    without following any link (whoever can write ``/tmp`` could plant one), and put back.
+    Half the RAM at most, the kernel's default for a tmpfs: its files are memory, counted towards
+    ``memory_max`` where a cgroup enforces it.
+    """
+    for area, keep in plan.get("private", ()):
+        if not os.path.isdir(area):
+            continue
+        sources = []
+        for path in keep:
+            try:
+                fd = beneath.open_under("/", path.lstrip("/"), os.O_PATH)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.EXDEV):
+                    raise ConfineError(f"cannot keep {path} in the private {area}: it is or lies under a symbolic"
+                                       " link") from None
+                raise ConfineError(f"cannot open {path}: {exc.strerror}") from None
+            parents = []
+            cur = os.path.dirname(path)
+            while _under(cur, area) and cur != area:
+                parents.append((cur, os.stat(cur)))
+                cur = os.path.dirname(cur)
+            sources.append(_Source(path, "rw", fd, stat.S_ISDIR(os.fstat(fd).st_mode), list(reversed(parents))))
+        k.mount("tmpfs", area, "tmpfs", k.MS_NOSUID | k.MS_NODEV, "mode=1777,size=50%")
+        try:
+            _put_back(sources, as_root)
+        finally:
+            for src in sources:
+                os.close(src.fd)
 
 
 def _private_dev() -> None:
@@ -296,6 +342,7 @@ def _build_namespace(plan: dict[str, Any]) -> None:
         except OSError as exc:
             raise ConfineError(f"cannot stat {h}: {exc.strerror}") from None
 
+    _private_areas(plan, as_root)  # first: what is hidden or put back below /tmp is reached through it
     covered: list[str] = []
     for h in hides:
         outer = area_of(h)
@@ -350,7 +397,30 @@ def _carve(base: str, holes: list[str], out: list[str]) -> None:
         _carve(entry.path, inside, out)
 
 
+def _own_output_files() -> list[int]:
+    """O_PATH descriptors of the regular files this process writes as stdout and stderr.
+
+    ``echo … > /dev/stderr`` reopens them by name (``/proc/self/fd/2``), which Landlock checks like
+    any path: without a rule of their own, a gateway whose output goes to its log under
+    ``.hermesd/logs/`` could no longer do what its inherited descriptor already lets it do.
+    """
+    fds = []
+    for n in (1, 2):
+        try:
+            fd = os.open(f"/proc/self/fd/{n}", os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            continue
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            fds.append(fd)
+        else:
+            os.close(fd)
+    return fds
+
+
 def _landlock(plan: dict[str, Any]) -> None:
+    """Reads: everything (the namespace hid what must not be seen) or the carved free parts
+    (Landlock alone). Writes: only the exposed read-write paths, ``writable`` and the process's
+    own output files; every other change to the file system is denied."""
     abi = int(plan.get("landlock_abi", 0))
     handled = k.fs_rights_for_abi(abi)
     scopes = 0
@@ -361,24 +431,33 @@ def _landlock(plan: dict[str, Any]) -> None:
     rw = handled & ~(k.FS_MAKE_CHAR | k.FS_MAKE_BLOCK)
     ro = handled & (k.FS_EXECUTE | k.FS_READ_FILE | k.FS_READ_DIR | k.FS_IOCTL_DEV)
     grants: list[tuple[str, int, str | None]] = []  # (path, rights, open beneath this folder)
+    root = plan.get("root", "/")
     if plan.get("landlock_fs") == "everything":
-        grants.append(("/", rw, None))
+        grants.append(("/", ro, None))
+        grants.extend((e["path"], rw, None) for e in plan.get("expose", ()) if e["access"] == "rw")
     else:
         real = os.path.realpath
-        holes = [real(p) for p in (*plan.get("hide", ()), *plan.get("read_only", ())) if os.path.lexists(p)]
+        holes = [real(p) for p in plan.get("hide", ()) if os.path.lexists(p)]
         free: list[str] = []
         _carve("/", holes, free)
-        grants.extend((p, rw, None) for p in free)
-        root = plan.get("root", "/")
+        grants.extend((p, ro, None) for p in free)
         for e in plan.get("expose", ()):
             rights_e = rw if e["access"] == "rw" else ro
             if _under(e["path"], root) and e["path"] != root:
                 grants.append((e["path"], rights_e, root))  # opened beneath the root: no link followed
             elif os.path.exists(e["path"]):
                 grants.append((real(e["path"]), rights_e, None))
-        grants.extend((real(p), ro, None) for p in plan.get("read_only", ()) if os.path.exists(p))
+    for path in plan.get("writable", ()):
+        # Below the root (the home, the lock folder) no link is followed; elsewhere the path is the
+        # operator's (a setting, a device node) or the system's.
+        grants.append((path, rw, root if _under(path, root) and path != root else None))
     ruleset = k.landlock_create_ruleset(abi, handled, scopes)
     try:
+        for fd in _own_output_files():
+            try:
+                k.landlock_add_path_rule(ruleset, fd, rw & k.FS_FILE_RIGHTS, "standard output or error")
+            finally:
+                os.close(fd)
         for path, rights, under in grants:
             try:
                 if under is not None:
@@ -388,7 +467,7 @@ def _landlock(plan: dict[str, Any]) -> None:
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.EXDEV):
                     _warn(plan, f"{path} is or lies under a symbolic link: no access granted through it")
-                continue  # vanished since it was listed
+                continue  # vanished since it was listed, or not there at all (a device node, a setting's path)
             try:
                 if not stat.S_ISDIR(os.fstat(fd).st_mode):
                     rights &= k.FS_FILE_RIGHTS
@@ -398,6 +477,26 @@ def _landlock(plan: dict[str, Any]) -> None:
         k.landlock_restrict_self(ruleset)
     finally:
         os.close(ruleset)
+
+
+def make_tmpdir(plan: dict[str, Any]) -> None:
+    """Under Landlock alone, the private temporary folder inside the home, created as the
+    profile's account (after the switch) and beneath the home without following a link."""
+    tmpdir, home = plan.get("tmpdir", ""), plan.get("home", "/")
+    if plan.get("mechanism") == "landlock" and tmpdir and _under(tmpdir, home) and tmpdir != home:
+        beneath.makedirs_under(home, tmpdir[len(home):].lstrip("/"), 0o700)
+
+
+def tmpdir_for(plan: dict[str, Any], current: str | None) -> str | None:
+    """The ``TMPDIR`` the confined command must get (``current``: the one it was given), or
+    ``None`` to leave it: the private temporary folder, where that is not ``/tmp`` or where the
+    environment named another folder (which is read-only now)."""
+    tmpdir = plan.get("tmpdir", "")
+    if not tmpdir or plan.get("mechanism") not in ("namespace+landlock", "landlock"):
+        return None
+    if tmpdir != "/tmp" or (current is not None and current != "/tmp"):
+        return str(tmpdir)
+    return None
 
 
 # --- the whole sequence ----------------------------------------------------------------------------
@@ -432,6 +531,8 @@ def apply(plan: dict[str, Any]) -> None:
             k.limit_capabilities(keep)
         step = f"chdir {home}"
         os.chdir(home)
+        step = "create the private temporary folder"
+        make_tmpdir(plan)
         step = "set no_new_privs"
         k.set_no_new_privs()
         step = "apply Landlock"

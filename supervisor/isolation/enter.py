@@ -37,7 +37,13 @@ if TYPE_CHECKING:
 
 if __package__:
     from supervisor.isolation import confine, kernel
-    from supervisor.isolation.shim_argv import EXIT_CANNOT_CONFINE, EXIT_CANNOT_EXEC, EXIT_NOT_FOUND, decode_plan
+    from supervisor.isolation.shim_argv import (
+        EXIT_CANNOT_CONFINE,
+        EXIT_CANNOT_EXEC,
+        EXIT_NOT_FOUND,
+        PLAN_VERSION,
+        decode_plan,
+    )
 else:  # pragma: no cover - script mode (-S): siblings are importable from sys.path[0]
     import confine  # type: ignore[no-redef,import-not-found]
     import kernel  # type: ignore[no-redef,import-not-found]
@@ -45,6 +51,7 @@ else:  # pragma: no cover - script mode (-S): siblings are importable from sys.p
         EXIT_CANNOT_CONFINE,
         EXIT_CANNOT_EXEC,
         EXIT_NOT_FOUND,
+        PLAN_VERSION,
         decode_plan,
     )
 
@@ -104,7 +111,8 @@ def exec_in_place(plan: Plan | dict[str, Any], argv: Sequence[str], env: Mapping
             after()
         except (OSError, ValueError) as exc:
             _fail(profile, str(exc), EXIT_CANNOT_EXEC)
-    _exec(argv, env, profile)
+    tmpdir = confine.tmpdir_for(data, env.get("TMPDIR"))
+    _exec(argv, env if tmpdir is None else {**env, "TMPDIR": tmpdir}, profile)
 
 
 def main(args: Sequence[str] | None = None) -> None:
@@ -117,13 +125,17 @@ def main(args: Sequence[str] | None = None) -> None:
     except (ValueError, KeyError, TypeError, EOFError):
         _fail("?", "the isolation plan cannot be decoded", EXIT_CANNOT_CONFINE)
         return
-    if plan.get("version") != 1:
-        _fail(profile, f"isolation plan version {plan.get('version')!r} is not 1", EXIT_CANNOT_CONFINE)
+    if plan.get("version") != PLAN_VERSION:
+        _fail(profile, f"isolation plan version {plan.get('version')!r} is not {PLAN_VERSION}", EXIT_CANNOT_CONFINE)
     env = _initial_environ()
     try:
         confine.apply(plan)
     except confine.ConfineError as exc:
         _fail(profile, str(exc), EXIT_CANNOT_CONFINE)
+    given = env.get(b"TMPDIR")
+    tmpdir = confine.tmpdir_for(plan, None if given is None else os.fsdecode(given))
+    if tmpdir is not None:
+        env[b"TMPDIR"] = os.fsencode(tmpdir)
     _exec(args[2:], env, profile)
 
 

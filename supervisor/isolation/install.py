@@ -90,8 +90,10 @@ def discover_install_paths(command: Sequence[str], path_env: str | None = None) 
 
     The planner makes these read-only for every profile: one profile able to edit the shared
     interpreter, site-packages or a hermes-agent checkout would run its code inside every other
-    profile at their next start. System folders (``/usr``…) are left out: only root can write
-    them, and a root hermesd has its own notes in the plan.
+    profile at their next start; and what lies below ``/tmp`` is put back into the profile's
+    private one. A script named by its absolute path among the arguments (``[sh, /opt/gw.sh]``)
+    counts too. System folders (``/usr``…) are left out: only root can write them, and writes
+    there are denied to every confined profile anyway.
     """
     found: list[Path] = []
     exe = command[0] if command else ""
@@ -103,7 +105,20 @@ def discover_install_paths(command: Sequence[str], path_env: str | None = None) 
         found.append(exe_path.resolve().parent)
     for prefix in list(found):
         found.extend(_checkouts(prefix))
+    found.extend(Path(arg) for arg in command[1:] if arg.startswith("/") and os.path.exists(arg))
     found.extend([Path(sys.prefix), Path(sys.base_prefix), Path(__file__).resolve().parents[2]])
+    return _without_system(found)
+
+
+def environment_code_paths(env: Mapping[str, str]) -> tuple[Path, ...]:
+    """The folders a child's ``PYTHONPATH`` names: code its interpreter imports before its own, so
+    read-only like the install (and put back into a private ``/tmp`` when they lie below it)."""
+    return _without_system([Path(p) for p in (env.get("PYTHONPATH") or "").split(os.pathsep)
+                            if p.startswith("/") and os.path.isdir(p)])
+
+
+def _without_system(found: list[Path]) -> tuple[Path, ...]:
+    """Resolved, without duplicates, ``/`` and the system's own folders."""
     out: list[Path] = []
     for p in found:
         with contextlib.suppress(OSError):

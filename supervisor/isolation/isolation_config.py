@@ -17,6 +17,7 @@ Forms::
       user: hermes-coder            # hermesd as root: run this profile as that account
       read_only: [~/.local/bin]     # extra paths the profile may read but not change
       hide: [~/work/secret]         # extra paths the profile may not see at all
+      writable: [~/projects/x]      # extra paths the profile may change (everything else is read-only)
 
 A profile's ``isolation`` overrides the top-level one key by key (a bare mode string overrides
 only ``mode``). Paths must be absolute or start with ``~/`` (expanded against the HOME the
@@ -34,7 +35,7 @@ from profiles.numbers import USER_ID
 from profiles.printable import printable
 
 MODES = ("auto", "off", "required")
-_KEYS = ("mode", "kanban", "shared_auth", "root_auth", "user", "read_only", "hide")
+_KEYS = ("mode", "kanban", "shared_auth", "root_auth", "user", "read_only", "hide", "writable")
 _USER_RE_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
@@ -58,6 +59,7 @@ class IsolationSettings:
     user: str | None = None
     read_only: tuple[str, ...] = ()
     hide: tuple[str, ...] = ()
+    writable: tuple[str, ...] = ()  # outside the home, the channels and the private /tmp: nothing else
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,10 +5,14 @@ hermesd's folder, the other profiles' homes, the install paths, the settings, th
 and the :class:`~supervisor.isolation.probing.Probe`. Pass resolved absolute paths (``Path.resolve()``);
 the plan compares them lexically.
 
-Model: everything outside the hidden areas stays as it was ("the rest of the user's files,
-/tmp, network as before"); a hidden area is an *allow-list* (an empty read-only folder in which
-only the listed entries are put back), so a profile folder created after the child started is
-never visible to it.
+Model: **reads** stay as they were outside the hidden areas (the rest of the disk, the network);
+a hidden area is an *allow-list* (an empty read-only folder in which only the listed entries are
+put back), so a profile folder created after the child started is never visible to it.
+**Writes are denied by default**: a profile may change only its home, the channels upstream needs
+(``kanban/``, ``shared/``, the credential-lock folder), a private ``/tmp``, a few device nodes
+(``/dev/null``…) and the paths its ``writable`` setting lists. Anything else it could change
+(shell start-up files, ``~/.ssh``, user units, cron, an interpreter under the home) would be code
+that runs later *outside* every wall.
 
 - named profile: hidden ``<root>`` (and other profiles' homes elsewhere, hermesd's socket
   folder when it is outside the root); put back: its own home (rw), ``kanban/`` (rw) plus the
@@ -19,13 +23,18 @@ never visible to it.
   ``command`` and run code for every profile).
 - read-only everywhere: the install paths (the gateway interpreter, its site-packages, a
   hermes-agent checkout, hermesd's own code) — a profile that could edit shared code would run
-  inside every other profile on its next restart.
+  inside every other profile on its next restart. Landlock already denies writing them; the
+  namespace also binds them read-only, so no ``writable`` path can reopen them.
+- the private ``/tmp``: in the namespace a tmpfs of its own over ``/tmp`` and ``/dev/shm`` (with
+  whatever the plan needs below ``/tmp`` put back); under Landlock alone ``<home>/cache/tmp``
+  named by ``TMPDIR`` (``/tmp`` itself is read-only there, ``/dev/shm`` stays shared).
 
 Mechanisms, strongest first (``auto``): ``namespace+landlock`` (a private mount namespace does the
-hiding; Landlock adds signal/abstract-socket scoping, blocks ptrace and forbids undoing the mounts),
-``landlock`` (Landlock rules only; see ``gaps``), ``off``. A mount namespace *without* Landlock is
-never chosen: same-user processes outside it remain reachable through ``/proc/<pid>/root`` and by
-signals, so it would hide files without being a boundary.
+hiding; Landlock denies writes outside the plan's writable paths, scopes signals and abstract
+sockets, blocks ptrace and forbids undoing the mounts), ``landlock`` (Landlock rules only; see
+``gaps``), ``off``. A mount namespace *without* Landlock is never chosen: same-user processes
+outside it remain reachable through ``/proc/<pid>/root`` and by signals, so it would hide files
+without being a boundary.
 """
 
 from __future__ import annotations
@@ -38,8 +47,8 @@ from typing import Any
 from supervisor.isolation import shared_board
 from supervisor.isolation.isolation_config import IsolationSettings
 from supervisor.isolation.probing import Probe, best_mechanism
+from supervisor.isolation.shim_argv import PLAN_VERSION
 
-PLAN_VERSION = 1
 CONFIG_NAME = "hermesd.yaml"
 PROFILES_DIR = "profiles"
 SHARED_DIR = "shared"
@@ -51,6 +60,15 @@ CGROUP_FS = "/sys/fs/cgroup"
 # Capabilities a root gateway keeps when it has no account of its own: Docker's default set
 # minus MKNOD, SETPCAP and SETFCAP. Gone: SYS_ADMIN (mounts, namespaces), SYS_PTRACE,
 # DAC_READ_SEARCH (open_by_handle_at walks around every path rule), SYS_MODULE, SYS_RAWIO, BPF…
+# Device nodes every process may write: the sinks and sources programs open by name, and the
+# terminals (the agent's terminal tool runs commands on a pty).
+DEV_WRITABLE = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx",
+                "/dev/pts")
+# Folders every program expects to write, each a private tmpfs in the namespace.
+PRIVATE_AREAS = ("/tmp", "/dev/shm")
+# Under Landlock alone, the private temporary folder (``TMPDIR``), inside the home: upstream's own
+# export leaves ``cache/`` out, and the home is the one place the profile's account surely owns.
+LANDLOCK_TMP = "cache/tmp"
 ROOT_KEEP_CAPS = ("chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid",
                   "net_bind_service", "net_raw", "sys_chroot", "audit_write")
 
@@ -112,6 +130,12 @@ class Plan:
     hide: tuple[str, ...] = ()
     expose: tuple[Access, ...] = ()
     read_only: tuple[str, ...] = ()
+    # Outside ``expose``, the only paths Landlock lets the profile change (missing ones are skipped).
+    writable: tuple[str, ...] = ()
+    # The namespace's private tmpfs areas, each with the plan's paths below it put back first.
+    private: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    tmpdir: str = ""  # the private temporary folder; the shim sets TMPDIR to it where it is not /tmp
+    writable_setting: tuple[str, ...] = ()  # isolation.writable as expanded (explanation: status names them)
     blank: tuple[str, ...] = ()  # files replaced by an empty read-only file
     links: tuple[tuple[str, str], ...] = ()  # (path, relative target) recreated inside hidden areas
     placeholders: tuple[str, ...] = ()  # empty read-only folders inside hidden areas (names only)
@@ -119,7 +143,8 @@ class Plan:
     ensure_files: tuple[str, ...] = ()
     ensure_links: tuple[tuple[str, str], ...] = ()
     landlock_abi: int = 0
-    landlock_fs: str = ""  # "everything" (the namespace hides) | "carve" (Landlock alone)
+    # Landlock's reads: "everything" (the namespace hides) | "carve" (Landlock alone); writes: ``writable``.
+    landlock_fs: str = ""
     scopes: tuple[str, ...] = ()  # "signal", "abstract_unix_socket"
     private_dev: bool = False  # root without an account: a minimal /dev, read-only /proc/sys and /sys
     keep_caps: tuple[str, ...] | None = None  # root without an account: capabilities kept
@@ -150,6 +175,8 @@ class Plan:
             bits.append(f"as {self.user.name}")
         bits.append("signals scoped" if "signal" in self.scopes else "signals NOT scoped")
         bits.append("shares " + (", ".join(shared) if shared else "nothing"))
+        tmp = "/tmp (private)" if self.tmpdir == "/tmp" else f"TMPDIR ({self.tmpdir})"
+        bits.append("writes only " + ", ".join(("its home", tmp, *self.writable_setting)))
         if self.gaps:  # the same count as the list status --json shows
             severe = self.gaps_severe()
             named = ""
@@ -182,6 +209,8 @@ class Plan:
             "hidden": list(self.hide),
             "exposed": [{"path": a.path, "access": a.access} for a in self.expose],
             "read_only": list(self.read_only),
+            "writable": [a.path for a in self.expose if a.access == "rw"] + list(self.writable),
+            "tmp": self.tmpdir,
             "gaps": [g.lstrip("!") for g in self.gaps],
             "gaps_severe": [g.lstrip("!") for g in self.gaps_severe()],  # the summary's "(N severe)"
         }
@@ -230,6 +259,30 @@ def _expand(path: str, user_home: Path | None) -> str | None:
             return None
         return _norm(str(user_home) + path[1:])
     return _norm(path)
+
+
+def _writable_clash(path: str, *, root: str, home: str, hermesd_dir: str, others: list[str],
+                    installs: list[str]) -> str:
+    """What a ``writable`` path would open that confinement exists to protect ("" when nothing).
+
+    A write rule is a right on a whole hierarchy, and under Landlock alone rights add up: a path
+    holding the root would give back every other home. Inside its own home a path is merely redundant.
+    """
+    if home != root and _under(path, home):
+        return ""
+    if _under(root, path) or (_under(path, root) and home != root):
+        return f"the root folder {root} (other profiles' homes, hermesd's state)"
+    for hidden, what in ((f"{root}/{PROFILES_DIR}", "the named profiles' homes"), (hermesd_dir, "hermesd's folder"),
+                         (f"{root}/{CONFIG_NAME}", "hermesd's settings")):
+        if _under(path, hidden) or _under(hidden, path):
+            return f"{what} ({hidden})"
+    for other in others:
+        if _under(path, other) or _under(other, path):
+            return f"another profile's home ({other})"
+    for code in installs:
+        if _under(path, code) or _under(code, path):
+            return f"the code every profile runs ({code})"
+    return ""
 
 
 def _off(inp: PlanInputs, mechanism: str, reason: str) -> Plan:
@@ -284,12 +337,21 @@ def make_plan(inp: PlanInputs) -> Plan:
 
     extra_ro: list[str] = []
     extra_hide: list[str] = []
-    for raw_list, out in ((s.read_only, extra_ro), (s.hide, extra_hide)):
+    extra_rw: list[str] = []
+    for raw_list, out in ((s.read_only, extra_ro), (s.hide, extra_hide), (s.writable, extra_rw)):
         for raw in raw_list:
             x = _expand(raw, inp.user_home)
             if x is None:
                 return _off(inp, "unavailable", f"isolation: {raw!r} needs the child's HOME to expand ~")
             out.append(x)
+    installs = [_norm(x) for x in inp.install_paths]
+    others = [_norm(x) for x in inp.other_homes if _norm(x) != home]
+    for raw, path in zip(s.writable, extra_rw, strict=True):
+        clash = _writable_clash(path, root=root, home=home, hermesd_dir=hermesd_dir, others=others,
+                                installs=installs)
+        if clash:
+            return _off(inp, "unavailable", f"isolation.writable: {raw} would let this profile change {clash};"
+                                            " list a folder that holds none of them")
 
     hide: list[str] = []
     expose: list[Access] = []
@@ -336,9 +398,6 @@ def make_plan(inp: PlanInputs) -> Plan:
                     " profile (hermesd never mounts through a link a profile can plant; remove the link)")
         return True
 
-    installs = [_norm(x) for x in inp.install_paths]
-    others = [_norm(x) for x in inp.other_homes if _norm(x) != home]
-
     if named:
         channels["root_auth"] = "open (read-only)" if s.root_auth else "closed"
         hide.append(root)
@@ -355,7 +414,6 @@ def make_plan(inp: PlanInputs) -> Plan:
             gaps.append(f"the root's {ROOT_AUTH} is readable (root_auth: true): the default profile's provider"
                         " credentials")
         if lock_dir and _under(lock_dir, root):
-            ensure_dirs.append(lock_dir)
             expose.append(Access(lock_dir, "rw", why="credential locks"))
     else:
         channels["root_auth"] = "own"
@@ -372,6 +430,10 @@ def make_plan(inp: PlanInputs) -> Plan:
         gaps.append("the default profile owns the root folder: it can replace the board links there (named"
                     " profiles are not affected: their view is rebuilt from the plan)")
     ensure_dirs.append(hermesd_dir)
+    writable: list[str] = [home]
+    if lock_dir:  # created now: under a read-only parent the gateway could not create it itself
+        ensure_dirs.append(lock_dir)
+        writable.append(lock_dir)
 
     if inp.control_socket is not None:
         sock_dir = _norm(inp.control_socket.parent)
@@ -380,6 +442,13 @@ def make_plan(inp: PlanInputs) -> Plan:
     hide.extend(extra_hide)
 
     hide_t = _dedupe(hide)
+    for path in extra_rw:  # inside a hidden area: put back read-write; elsewhere: a write rule
+        if any(_under(path, h) for h in hide_t):
+            expose.append(Access(path, "rw", optional=True, why="writable (setting)"))
+        else:
+            writable.append(path)
+        gaps.append(f"{path} is writable (isolation.writable): whatever later runs code from there (a project's"
+                    " scripts, hooks, build files) runs what this profile put there")
     for raw_path, access in inp.grants:
         path = _norm(raw_path)
         if access not in ("rw", "ro"):
@@ -400,12 +469,13 @@ def make_plan(inp: PlanInputs) -> Plan:
             read_only.append(path)
 
     # --- mechanism-specific adjustments ----------------------------------------------
+    private: list[tuple[str, tuple[str, ...]]] = []
     if not namespace:
         # Landlock alone cannot carve inside a folder the profile must write, nor blank files.
-        writable = [home, *(a.path for a in expose if a.access == "rw")]
+        changeable = [*writable, *(a.path for a in expose if a.access == "rw")]
         kept_ro = []
         for ro in read_only:
-            if any(_strictly_under(ro, w) or _under(w, ro) for w in writable):
+            if any(_strictly_under(ro, w) or _under(w, ro) for w in changeable):
                 gaps.append(f"!{ro} stays writable (Landlock alone cannot make part of a writable folder"
                             " read-only)")
             else:
@@ -413,7 +483,7 @@ def make_plan(inp: PlanInputs) -> Plan:
         read_only = kept_ro
         kept_hide = []
         for h in hide_t:
-            if any(_strictly_under(h, w) for w in writable):
+            if any(_strictly_under(h, w) for w in changeable):
                 gaps.append(f"!{h} stays visible and writable (Landlock alone cannot exclude part of a folder"
                             " the profile must write)")
             else:
@@ -427,13 +497,30 @@ def make_plan(inp: PlanInputs) -> Plan:
                     " socket path; a private mount namespace can)")
         gaps.append("names, sizes and dates inside hidden folders can still be probed with stat() on guessed"
                     " names (Landlock does not restrict path lookups; contents stay unreadable)")
-        gaps.append("folders on the way to a hidden or read-only one (e.g. the home folder holding the root,"
-                    " and /, or /tmp when hermes or hermesd is installed under it) are readable file by file"
-                    " but cannot be listed, and nothing new can be created directly in them; entries added"
-                    " there after the start are out of reach until a restart")
+        gaps.append("folders on the way to a hidden one (e.g. the home folder holding the root, and /) are"
+                    " readable file by file but cannot be listed; entries added there after the start are out of"
+                    " reach until a restart")
+        tmpdir = f"{home}/{LANDLOCK_TMP}"
+        gaps.append(f"no private /tmp (Landlock alone): /tmp is read-only and TMPDIR names {tmpdir}; a command"
+                    " that writes into /tmp by name fails")
+        gaps.append("/dev/shm stays writable and shared with every process of the account (POSIX shared memory"
+                    " and semaphores need it; a private one needs the mount namespace)")
+        writable.append("/dev/shm")
         landlock_fs = "carve"
     else:
+        tmpdir = "/tmp"
+        # What the rest of the plan needs below a private area is put back into it first.
+        needed = [*hide_t, *(a.path for a in expose if not any(_strictly_under(a.path, h) for h in hide_t)),
+                  *read_only, *blank, *writable, root, home]
+        for area in PRIVATE_AREAS:
+            if any(_under(area, x) for x in (root, home)):
+                gaps.append(f"!{area} is not private: it holds this profile's home or the root, so it stays"
+                            " shared and read-only")
+                continue
+            private.append((area, _dedupe([x for x in needed if _strictly_under(x, area)])))
+            writable.append(area)
         landlock_fs = "everything"
+    writable.extend(DEV_WRITABLE)
 
     if p.landlock_abi >= 6:
         scopes: tuple[str, ...] = ("signal", "abstract_unix_socket")
@@ -443,16 +530,13 @@ def make_plan(inp: PlanInputs) -> Plan:
                     " profiles' gateways and hermesd")
 
     # Process control that is not a signal: rlimits, nice, affinity, scheduling, I/O priority
-    # (syscalls), OOM score and autogroup (files under /proc/<pid>), and cgroup membership.
+    # (syscalls), OOM score and autogroup (files under /proc/<pid>: read-only for both
+    # mechanisms, by the namespace's mount and by Landlock's denied writes), and cgroup membership.
     read_only.append(CGROUP_FS)
     if not p.seccomp:
         gaps.append(f"!process control not scoped ({p.seccomp_error or 'no seccomp'}): this profile can change the"
                     " resource limits, nice value, CPU affinity, scheduling and I/O priority of every process of its"
                     " account (hermesd restores its own at housekeeping)")
-    if not namespace:
-        gaps.append("!/proc stays writable (Landlock alone): this profile can raise the OOM score and autogroup"
-                    " nice value of every process of its account, making another gateway the OOM killer's first"
-                    " choice (hermesd restores its own at housekeeping)")
 
     if inp.placeholders:
         gaps.append("kanban dispatcher: the other profiles' names are visible (their homes as empty read-only"
@@ -460,12 +544,15 @@ def make_plan(inp: PlanInputs) -> Plan:
                     " task's assignee (in the assignee's own domain, only upstream's worker command)")
     user = inp.user_ids if s.user else None
     root_without_account = p.is_root and user is None
+    gaps.append(("!" if user is None else "")  # an account of its own is one those services do not obey
+                + "unix sockets stay reachable by path (Landlock cannot restrict connecting to one): a service"
+                " listening on one that runs commands for whoever connects (the D-Bus and systemd of "
+                + ("root" if root_without_account else "the account") + ", a container engine's socket such as"
+                " docker.sock) runs them outside this profile's confinement")
     if root_without_account:
-        gaps.append("!runs as root: it can still write system files (cron, units, /root) that run outside any"
-                    " confinement; set isolation.user for a trust boundary")
-    elif user is None:
-        gaps.append("the rest of the account's files stay writable: a compromised profile can plant code that"
-                    " the user later runs unconfined (shell startup files, ~/.config/systemd/user, ~/.local/bin)")
+        gaps.append("!runs as root: its writes are walled like any profile's, but root's own services (systemd,"
+                    " D-Bus, docker.sock) obey root, and root can read every file of every account outside the"
+                    " hidden folders; set isolation.user for a trust boundary")
 
     return Plan(
         profile=inp.profile, root=root, home=home, mechanism=mechanism, reason=reason,
@@ -473,6 +560,10 @@ def make_plan(inp: PlanInputs) -> Plan:
         hide=tuple(hide_t),
         expose=tuple(expose),
         read_only=_dedupe(read_only),
+        writable=tuple(dict.fromkeys(writable)),
+        private=tuple(private),
+        tmpdir=tmpdir,
+        writable_setting=tuple(extra_rw),
         blank=tuple(blank),
         links=tuple(links),
         placeholders=tuple(sorted({_norm(x) for x in inp.placeholders if namespace and _norm(x) != home

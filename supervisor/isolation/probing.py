@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -201,6 +202,28 @@ def probe(*, try_namespaces: bool = True) -> Probe:
     )
 
 
+# Sockets of services that run commands for whoever may connect (``systemd-run``, ``docker run``):
+# Landlock (up to ABI 7) cannot stop a connect() by path, so a confined profile reaches them.
+SERVICE_SOCKETS = ("/run/systemd/private", "/run/dbus/system_bus_socket", "/run/docker.sock", "/var/run/docker.sock",
+                   "/run/containerd/containerd.sock", "/run/podman/podman.sock")
+USER_SERVICE_SOCKETS = ("bus", "systemd/private", "docker.sock", "podman/podman.sock")
+
+
+def service_sockets() -> list[str]:
+    """The service sockets that exist here and that hermesd's own account may connect to (the
+    account a profile without ``isolation.user`` runs as): the system's and ``/run/user/<uid>/``'s."""
+    uid = os.geteuid()
+    out: dict[str, str] = {}
+    for path in (*SERVICE_SOCKETS, *(f"/run/user/{uid}/{name}" for name in USER_SERVICE_SOCKETS)):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if stat.S_ISSOCK(st.st_mode) and (uid == 0 or os.access(path, os.W_OK)):
+            out.setdefault(os.path.realpath(path), path)
+    return sorted(out.values())
+
+
 def best_mechanism(p: Probe) -> str:
     """The strongest mechanism this machine offers hermesd as it runs now."""
     if p.landlock_abi >= 1 and p.namespace_usable:
@@ -262,15 +285,23 @@ def doctor_lines(p: Probe) -> list[tuple[str, str]]:
         out.append(("warning", f"process-control scoping unavailable ({p.seccomp_error}): a confined profile can"
                                " still change the resource limits, nice value, CPU affinity and I/O priority of"
                                " every process of its account, hermesd's included"))
+    if best != "off":
+        out.append(("ok", "writes: a confined profile changes only its home, the shared channels (kanban/, shared/,"
+                          " the credential-lock folder), a private /tmp and what isolation.writable lists; the rest"
+                          " of the disk is read-only to it (shell start-up files, ~/.ssh, units, cron, interpreters)"))
+    if best == "landlock":
+        out.append(("warning", "no private /tmp without a mount namespace: /tmp is read-only to confined profiles"
+                               " (TMPDIR names a folder in each home; a command that writes into /tmp by name"
+                               " fails) and /dev/shm stays shared by every process of the account"))
     if p.is_root:
         if p.mount_namespace:
             out.append(("ok", "mount namespaces: available (root)"))
         else:
             out.append(("warning", f"mount namespaces: unshare(CLONE_NEWNS) failed as root: {p.mount_namespace_error}"
                                    " (a container without CAP_SYS_ADMIN or a seccomp filter?)"))
-        out.append(("info", "hermesd runs as root: give each profile its own account (`isolation: {user: NAME}`)"
-                            " for a real trust boundary; a root gateway can still write system files (cron,"
-                            " units) that run outside any confinement"))
+        out.append(("info", "hermesd runs as root: a profile without an account of its own (`isolation: {user:"
+                            " NAME}`) runs as root too, which walls its writes but not what root's services do for"
+                            " it; give each profile an account for a real trust boundary"))
     if p.user_namespace:
         out.append(("ok" if not p.is_root else "info",
                     "unprivileged user namespaces: available (hermesd without root can use a private mount"

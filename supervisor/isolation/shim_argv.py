@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 EXIT_CANNOT_CONFINE = 125
 EXIT_CANNOT_EXEC = 126
 EXIT_NOT_FOUND = 127
+# The plan format the shim reads; 2: writes denied by default (``writable``, ``private``, ``tmpdir``).
+PLAN_VERSION = 2
 
 ENTER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "enter.py")
 _PY_FLAGS = ("-E", "-s", "-S")

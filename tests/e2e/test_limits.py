@@ -63,8 +63,9 @@ def test_limits_keep_a_profile_s_excess_in_that_profile(tmp_path, hermes, hermes
     site.mkdir()
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     (site / "bomb.py").write_text(FORK_BOMB)
-    trigger = tmp_path / "bomb.trigger"
-    bomb_pids = pidfiles.add(tmp_path / "bomb.pids")
+    # The tree removes the trigger and writes the pid list: in the bomb profile's home, where it may write.
+    trigger = root / "profiles" / "bomb" / "bomb.trigger"
+    bomb_pids = pidfiles.add(root / "profiles" / "bomb" / "bomb.pids")
     spec = "|".join([str(trigger), str(bomb_pids), str(BOMB_BUDGET), "0.5", str(site / "bomb.py")])
     (root / "hermesd.yaml").write_text(yaml.safe_dump({
         "command": [str(hermes)],

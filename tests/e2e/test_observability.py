@@ -83,7 +83,7 @@ def test_events_hooks_metrics_and_hung_gateway(tmp_path, hermes, hermesd_factory
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(FREEZE_SITECUSTOMIZE)
-    freeze = tmp_path / "freeze.trigger"
+    freeze = root / "profiles" / "delta" / "freeze.trigger"  # the gateway removes it: in its home, where it may write
     recorded = tmp_path / "recorded.jsonl"
     hangers = pidfiles.add(tmp_path / "hanging-hook.pids")
     metrics_sock = tmp_path / "metrics.sock"

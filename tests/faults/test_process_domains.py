@@ -114,7 +114,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("how", ["stop", "restart", "hermesd-stop"])
 def test_untagged_orphan_ends_with_its_profile(fake_root: Path, hermesd_factory, faults, how: str) -> None:
     home = fake_root / "profiles" / "coder"
-    out = fake_root.parent / f"escapee-{how}"
+    out = home / f"escapee-{how}"  # in its home: the one place a confined profile may write
     write_behaviour(home, shell=ESCAPE.format(out=out))
     d = hermesd_factory(fake_root)
     d.wait_running("default", "coder", "writer")
@@ -376,7 +376,7 @@ def test_untagged_orphan_of_a_gateway_that_died_with_hermesd_down(fake_root: Pat
     """hermesd is SIGKILLed, then coder's gateway dies while nobody watches: the next hermesd finds
     what the dead gateway left in coder's cgroup and kills it (no tag to find it by)."""
     home = fake_root / "profiles" / "coder"
-    out = fake_root.parent / "escapee-crash"
+    out = home / "escapee-crash"  # in its home: the one place a confined profile may write
     write_behaviour(home, shell=ESCAPE.format(out=out))
     d = hermesd_factory(fake_root)
     d.wait_running("default", "coder", "writer")

@@ -88,8 +88,9 @@ class Tree:
             python: str | None = None, **kw) -> subprocess.CompletedProcess[str]:
         """``sh -c script`` confined by ``plan``; returns the finished process."""
         argv = wrap_argv(plan, ["/bin/sh", "-c", script], python=python)
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              env=env if env is not None else dict(os.environ), **kw)
+        kw.setdefault("capture_output", "stdout" not in kw)
+        return subprocess.run(argv, text=True, timeout=timeout, env=env if env is not None else dict(os.environ),
+                              **kw)
 
     def spawn(self, argv: list[str], **kw) -> subprocess.Popen:
         """A long-lived process, killed by PID in cleanup."""
@@ -106,8 +107,8 @@ class Tree:
         shutil.rmtree(self.user_home, ignore_errors=True)
 
 
-def make_tree() -> Tree:
-    base = Path(tempfile.mkdtemp(prefix="hermesd-iso-", dir="/var/tmp"))
+def make_tree(where: str = "/var/tmp") -> Tree:
+    base = Path(tempfile.mkdtemp(prefix="hermesd-iso-", dir=where))
     root = base / "root"
     for name in ("a", "b"):
         home = root / "profiles" / name
@@ -134,6 +135,26 @@ def tree(monkeypatch: pytest.MonkeyPatch) -> Iterator[Tree]:
         yield t
     finally:
         t.close()
+
+
+class Outside:
+    """Paths outside the test's own folders that a failing confinement would create (the
+    interpreter's folder, cron, system units): ``remove()`` in a ``finally`` deletes those that
+    appeared, so a failed test leaves nothing behind. A path that existed before is the machine's
+    and is never touched."""
+
+    def __init__(self, *paths: Path) -> None:
+        self.new = [p for p in paths if not os.path.lexists(p)]
+
+    def created(self) -> list[Path]:
+        return [p for p in self.new if os.path.lexists(p)]
+
+    def remove(self) -> None:
+        for p in self.created():
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
 
 
 def wait_for(cond: Callable[[], object], timeout: float = 20.0, what: str = "condition") -> object:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from supervisor.isolation.shim_argv import EXIT_CANNOT_CONFINE
-from tests.isolation.conftest import MECHANISMS, PY, Tree, alive, need, wait_for
+from tests.isolation.conftest import MECHANISMS, PY, Outside, Tree, alive, need, wait_for
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/ns/mnt"), reason="Linux only")
 
@@ -55,7 +57,12 @@ cat {tree.root}/.hermesd/state.json >/dev/null 2>&1; echo hermesd_state={'$'}?
 touch {tree.root}/.hermesd/x 2>/dev/null; echo hermesd_write={'$'}?
 cat {tree.root}/hermesd.yaml >/dev/null 2>&1; echo hermesd_yaml={'$'}?
 """
-    r = tree.run(tree.plan(facts, "a", mechanism), script)
+    outside = Outside(Path(f"/tmp/stolen-{os.getpid()}"))
+    try:
+        r = tree.run(tree.plan(facts, "a", mechanism), script)
+        assert outside.created() == []
+    finally:
+        outside.remove()
     assert r.returncode == 0, r.stderr
     rc = rc_lines(r.stdout)
     assert rc and all(v != 0 for v in rc.values()), rc
@@ -63,38 +70,74 @@ cat {tree.root}/hermesd.yaml >/dev/null 2>&1; echo hermesd_yaml={'$'}?
     assert (b / ".env").read_text() == "TELEGRAM_BOT_TOKEN=secret-of-b\n"
     assert (b / "memories" / "MEMORY.md").exists()
     assert not (b / "planted").exists() and not (tree.root / ".hermesd" / "x").exists()
-    assert not Path(f"/tmp/stolen-{os.getpid()}").exists()
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
-def test_own_home_tmp_and_the_rest_of_home_keep_working(tree: Tree, facts, mechanism: str) -> None:
+def test_own_home_tmp_and_reading_the_rest_keep_working(tree: Tree, facts, mechanism: str) -> None:
     need(facts, mechanism)
     a = tree.home("a")
-    tmp_name = f"/tmp/hermesd-iso-{os.getpid()}-{mechanism}"
+    tmp_name = f"hermesd-iso-{os.getpid()}-{mechanism}"
     script = f"""
 cat {a}/.env >/dev/null; echo read_own={'$'}?
 ls {a} >/dev/null; echo list_own={'$'}?
 echo new > {a}/new.txt && mv {a}/new.txt {a}/memories/moved.txt && rm {a}/memories/moved.txt; echo write_own={'$'}?
 mkdir -p {a}/sessions/x && rmdir {a}/sessions/x; echo dirs_own={'$'}?
-echo t > {tmp_name} && cat {tmp_name} >/dev/null && rm {tmp_name}; echo tmp={'$'}?
+t="${{TMPDIR:-/tmp}}/{tmp_name}"; echo t > "$t" && cat "$t" >/dev/null && rm "$t"; echo tmp={'$'}?
+{PY} -c "import tempfile; tempfile.NamedTemporaryFile().write(b'x')"; echo tempfile={'$'}?
 cat {tree.elsewhere}/notes.txt >/dev/null; echo read_elsewhere={'$'}?
-echo more >> {tree.elsewhere}/notes.txt && touch {tree.elsewhere}/new; echo write_elsewhere={'$'}?
 [ "$(pwd)" = "{a}" ]; echo cwd={'$'}?
 {PY} -c "import sqlite3; c = sqlite3.connect('{a}/state.db'); c.execute('pragma journal_mode=wal'); \
 c.execute('create table t(x)'); c.commit()"; echo sqlite_own={'$'}?
+echo to-stderr >> /dev/stderr; echo dev_stderr={'$'}?
+echo x > /dev/null; echo dev_null={'$'}?
 """
     plan = tree.plan(facts, "a", mechanism)
-    r = tree.run(plan, script, cwd="/")
-    assert r.returncode == 0, r.stderr
+    log = tree.base / "output.log"  # stdout and stderr a file, as a gateway's log is
+    with open(log, "a") as out:
+        r = tree.run(plan, script, cwd="/", stdout=out, stderr=out)
+    assert r.returncode == 0, log.read_text()
+    rc = rc_lines(log.read_text())
+    assert rc == {k: 0 for k in rc} and len(rc) == 11, (rc, log.read_text())
+    assert "to-stderr" in log.read_text()
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_writes_elsewhere_are_denied(tree: Tree, facts, mechanism: str) -> None:
+    """Deny-by-default: outside its home, the channels and its private temporary folder a profile
+    changes nothing, even where the account itself may write."""
+    need(facts, mechanism)
+    notes = tree.elsewhere / "notes.txt"
+    script = f"""
+echo more >> {notes}; echo append_elsewhere={'$'}?
+touch {tree.elsewhere}/new; echo create_elsewhere={'$'}?
+rm {notes}; echo delete_elsewhere={'$'}?
+mkdir {tree.user_home}/planted; echo mkdir_home={'$'}?
+echo 1000 > /proc/self/oom_score_adj; echo proc_self={'$'}?
+"""
+    r = tree.run(tree.plan(facts, "a", mechanism), script)
     rc = rc_lines(r.stdout)
-    # Landlock alone grants rights on whole hierarchies: a folder on the way to a read-only install
-    # path (hermesd or the interpreter installed under /tmp, as in a clone there) is carved into its
-    # entries, and nothing new can be created directly in it. The plan says so among its gaps.
-    carved = mechanism == "landlock" and any(ro == "/tmp" or ro.startswith("/tmp/") for ro in plan.read_only)
-    if carved:
-        assert rc.pop("tmp") != 0 and any("on the way to" in g for g in plan.gaps), (rc, plan.gaps)
-    assert rc == {k: 0 for k in rc} and len(rc) == 9 - carved, (rc, r.stderr)
-    assert (tree.elsewhere / "new").exists()
+    assert len(rc) == 5 and all(v != 0 for v in rc.values()), (rc, r.stderr)
+    assert notes.read_text() == "user notes\n" and not (tree.elsewhere / "new").exists()
+    assert not (tree.user_home / "planted").exists()
+
+
+def test_namespace_tmp_is_private(tree: Tree, facts) -> None:
+    """In the namespace /tmp and /dev/shm are the profile's own: what it writes there is not on the
+    host's, and what is on the host's is not in its."""
+    need(facts, "namespace+landlock")
+    name = f"hermesd-iso-private-{os.getpid()}"
+    host_file = Path("/tmp") / f"{name}-host"
+    host_file.write_text("host\n")
+    try:
+        script = (f"echo p > /tmp/{name}; echo tmp={'$'}?; echo s > /dev/shm/{name}; echo shm={'$'}?; "
+                  f"cat {host_file} >/dev/null 2>&1; echo see_host={'$'}?")
+        rc = rc_lines(tree.run(tree.plan(facts, "a"), script).stdout)
+        assert rc == {"tmp": 0, "shm": 0, "see_host": 1}, rc
+        assert not Path(f"/tmp/{name}").exists() and not Path(f"/dev/shm/{name}").exists()
+    finally:
+        host_file.unlink()
+        for leaked in (Path(f"/tmp/{name}"), Path(f"/dev/shm/{name}")):  # only if the test failed
+            leaked.unlink(missing_ok=True)
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
@@ -248,6 +291,39 @@ touch {late}/x 2>/dev/null; echo write_late={'$'}?
     assert len(rc) == 3 and all(v != 0 for v in rc.values()), (rc, err)
 
 
+@pytest.mark.parametrize("profile", ["a", "default"])
+def test_a_root_under_tmp_is_put_back_into_the_private_tmp(facts, profile: str) -> None:
+    """A root (a clone, a test's folder) below /tmp: the private /tmp still shows it, hidden and
+    put back exactly as elsewhere, and nothing else of the host's /tmp."""
+    need(facts, "namespace+landlock")
+    from tests.isolation.conftest import make_tree
+
+    t = make_tree("/tmp")
+    neighbour = Path(tempfile.mkdtemp(prefix="hermesd-iso-neighbour-", dir="/tmp"))
+    try:
+        (neighbour / "note").write_text("someone else's\n")
+        plan = t.plan(facts, profile)
+        assert str(t.root) in dict(plan.private)["/tmp"]
+        home = t.home(profile)
+        script = f"""
+echo ok > {home}/written; echo write_own={'$'}?
+cat {home}/.env >/dev/null; echo read_own={'$'}?
+echo p > /tmp/private-{os.getpid()}; echo tmp={'$'}?
+cat {t.root}/profiles/b/.env >/dev/null 2>&1; echo read_b={'$'}?
+ls {neighbour} >/dev/null 2>&1; echo see_neighbour={'$'}?
+touch {t.root}/.hermesd/x 2>/dev/null; echo hermesd_write={'$'}?
+"""
+        rc = rc_lines(t.run(plan, script).stdout)
+        assert rc == {"write_own": 0, "read_own": 0, "tmp": 0, "read_b": rc["read_b"], "see_neighbour": 2,
+                      "hermesd_write": rc["hermesd_write"]}, rc
+        assert rc["read_b"] != 0 and rc["hermesd_write"] != 0
+        assert (home / "written").read_text() == "ok\n" and not Path(f"/tmp/private-{os.getpid()}").exists()
+    finally:
+        t.close()
+        shutil.rmtree(neighbour, ignore_errors=True)
+        Path(f"/tmp/private-{os.getpid()}").unlink(missing_ok=True)  # only there if the test failed
+
+
 def test_default_profile_cannot_see_named_profiles(tree: Tree, facts) -> None:
     need(facts, "namespace+landlock")
     plan = tree.plan(facts, "default", "namespace+landlock")
@@ -288,25 +364,37 @@ def test_default_profile_under_landlock_alone_states_its_gaps(tree: Tree, facts)
     rc = rc_lines(tree.run(plan, f"cat {tree.root}/profiles/a/.env >/dev/null; echo read_a=$?").stdout)
     assert rc == {"read_a": 0}
     # what it does still hold: other homes elsewhere, signals, the install
-    rc = rc_lines(tree.run(plan, "kill -0 1 2>/dev/null; echo kill_init=$?; "
-                                 f"touch {Path(PY).resolve().parent}/x 2>/dev/null; echo write_install=$?").stdout)
-    assert all(v != 0 for v in rc.values()) and len(rc) == 2
+    target = Path(PY).resolve().parent / f"hermesd-iso-{os.getpid()}-default"
+    outside = Outside(target)
+    try:
+        rc = rc_lines(tree.run(plan, "kill -0 1 2>/dev/null; echo kill_init=$?; "
+                                     f"touch {target} 2>/dev/null; echo write_install=$?").stdout)
+        assert all(v != 0 for v in rc.values()) and len(rc) == 2
+        assert outside.created() == []
+    finally:
+        outside.remove()
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_install_is_read_only(tree: Tree, facts, mechanism: str) -> None:
     need(facts, mechanism)
     plan = tree.plan(facts, "a", mechanism)
-    target = Path(PY).resolve().parent / f"hermesd-iso-{os.getpid()}"
-    r = tree.run(plan, f"touch {target} 2>/dev/null; echo write_install=$?; {PY} -c 'import json'; echo run_python=$?")
-    assert rc_lines(r.stdout) == {"write_install": 1, "run_python": 0}, r.stderr
-    assert not target.exists()
+    target = Path(PY).resolve().parent / f"hermesd-iso-{os.getpid()}-{mechanism.replace('+', '-')}"
+    outside = Outside(target)
+    try:
+        r = tree.run(plan, f"touch {target} 2>/dev/null; echo write_install=$?; {PY} -c 'import json'; "
+                           "echo run_python=$?")
+        assert rc_lines(r.stdout) == {"write_install": 1, "run_python": 0}, r.stderr
+        assert outside.created() == []
+    finally:
+        outside.remove()
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_exec_is_transparent(tree: Tree, facts, mechanism: str) -> None:
     """After the exec: the same PID, the command line of a direct spawn, the environment exactly
-    as passed, the profile's home as cwd, no inherited descriptor beyond 0-2."""
+    as passed (but TMPDIR under Landlock alone), the profile's home as cwd, no inherited descriptor
+    beyond 0-2."""
     need(facts, mechanism)
     from supervisor.isolation.shim_argv import wrap_argv
 
@@ -327,7 +415,8 @@ def test_exec_is_transparent(tree: Tree, facts, mechanism: str) -> None:
         wait_for(lambda: Path(f"/proc/{shim.pid}/cmdline").read_bytes() == want, what="the shim's exec")
         raw_env = Path(f"/proc/{shim.pid}/environ").read_bytes()
         got = dict(item.split("=", 1) for item in raw_env.decode().split("\0") if item)
-        assert got == env
+        # Landlock alone has no private /tmp: TMPDIR names the profile's own temporary folder instead.
+        assert got == (env if mechanism != "landlock" else {**env, "TMPDIR": f"{tree.home('a')}/cache/tmp"})
         assert os.readlink(f"/proc/{shim.pid}/cwd") == str(tree.home("a"))
         # The exec'd interpreter is still starting and opens and closes files of its own: a descriptor
         # listed a moment ago may be gone when it is read (that one cannot be the leaked pipe).

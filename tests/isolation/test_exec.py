@@ -128,7 +128,7 @@ def test_cloning_a_profile_never_copies_what_its_links_point_at(running: tuple[R
 
 
 @pytest.mark.live
-def test_own_home_tmp_elsewhere_and_grandchildren(running: tuple[Root, dict[str, int]]) -> None:
+def test_own_home_tmp_the_rest_read_only_and_grandchildren(running: tuple[Root, dict[str, int]]) -> None:
     r, _ = running
     a, b = r.home("a"), r.home("b")
     tmp_name = f"/tmp/hermesd-exec-{os.getpid()}"
@@ -138,7 +138,8 @@ cat {a}/.env >/dev/null; echo read_own={'$'}?
 echo new > {a}/new.txt && rm {a}/new.txt; echo write_own={'$'}?
 [ "$(pwd)" = "{a}" ]; echo cwd={'$'}?
 echo t > {tmp_name} && cat {tmp_name} >/dev/null && rm {tmp_name}; echo tmp={'$'}?
-cat {r.user_home}/notes.txt >/dev/null && echo more >> {r.user_home}/notes.txt; echo elsewhere={'$'}?
+cat {r.user_home}/notes.txt >/dev/null; echo read_elsewhere={'$'}?
+echo more >> {r.user_home}/notes.txt 2>/dev/null; [ $? -ne 0 ]; echo write_elsewhere_denied={'$'}?
 {sys.executable} -c "
 import os
 if os.fork() == 0:
@@ -154,7 +155,8 @@ echo grandchild_started={'$'}?
     res = r.exec("a", script)
     assert res.returncode == 0, res.stderr
     rc = rc_lines(res.stdout)
-    assert rc == {k: 0 for k in rc} and len(rc) == 6, (rc, res.stderr)
+    assert rc == {k: 0 for k in rc} and len(rc) == 7, (rc, res.stderr)
+    assert (r.user_home / "notes.txt").read_text() == "user notes\n"
     from tests.harness import wait_for
 
     wait_for(lambda: (a / "gc.rc").exists(), 20, what="the grandchild")

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from supervisor.isolation.shim_argv import wrap_argv
 from tests.isolation.conftest import MECHANISMS, Tree, alive, need, wait_for
+from tests.isolation.model_stub import ModelStub
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_gateway]
 
@@ -94,3 +98,56 @@ def test_real_gateway_reaches_running(tree: Tree, facts, mechanism: str) -> None
     assert proc.wait(timeout=90) == 0
     assert state_of(home)["gateway_state"] == "stopped"
     assert not alive(proc.pid)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("mechanism", ["off", *MECHANISMS])
+def test_real_agents_terminal_tool_writes_home_and_tmp_only(tree: Tree, facts, mechanism: str) -> None:
+    """A request to the real gateway's API server runs the real agent loop (its model a scripted
+    stub) and the real terminal tool, inside the profile's confinement: the command it runs
+    writes in the profile's home and its private /tmp, and cannot write anywhere else (``off``:
+    the control, where the same command's write outside lands)."""
+    if not HERMES.exists():
+        pytest.skip(f"{HERMES} missing")
+    if mechanism != "off":
+        need(facts, mechanism)
+    home = tree.home("a")
+    notes = tree.elsewhere / "notes.txt"
+    command = (
+        f'echo agent > "$HERMES_HOME/agent-wrote.txt"; echo own_home=$?; '
+        f't="${{TMPDIR:-/tmp}}/agent-$$"; echo tmp > "$t" && cat "$t" >/dev/null && rm "$t"; echo tmp=$?; '
+        f"echo planted >> {notes}; echo outside=$?"
+    )
+    port, key = _free_port(), "walls-test-key-0123456789"
+    with ModelStub(command) as model:
+        (home / ".env").write_text(f"API_SERVER_ENABLED=true\nAPI_SERVER_HOST=127.0.0.1\nAPI_SERVER_PORT={port}\n"
+                                   f"API_SERVER_KEY={key}\nOPENAI_API_KEY=stub\n")
+        (home / "config.yaml").write_text(
+            f"model: {{provider: custom, base_url: 'http://127.0.0.1:{model.port}/v1', default: stub-model}}\n")
+        argv = [str(HERMES), "-p", "a", *GATEWAY_ARGS]
+        proc, _ = start_gateway(tree, "a", argv if mechanism == "off" else wrap_argv(tree.plan(facts, "a", mechanism),
+                                                                                     argv))
+        wait_for(lambda: state_of(home).get("platforms", {}).get("api_server", {}).get("state") == "connected"
+                 or proc.poll() is not None, timeout=90, what="the API server")
+        assert proc.poll() is None, (tree.base / "a.log").read_text(errors="replace")
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/chat/completions", method="POST",
+            data=json.dumps({"model": "hermes-agent", "messages": [{"role": "user", "content": "run it"}]}).encode(),
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=180) as answer:
+            text = json.loads(answer.read())["choices"][0]["message"]["content"]
+        assert any(m.get("role") == "tool" for r in model.requests for m in r.get("messages", [])), text
+    rc = {k: int(v) for k, v in re.findall(r"(own_home|tmp|outside)=(\d+)", text)}
+    assert rc["own_home"] == 0 and rc["tmp"] == 0, text
+    assert (home / "agent-wrote.txt").read_text() == "agent\n"
+    if mechanism == "off":
+        assert rc["outside"] == 0 and notes.read_text() == "user notes\nplanted\n", text
+    else:
+        assert rc["outside"] != 0 and notes.read_text() == "user notes\n", text
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=90) == 0

@@ -19,7 +19,7 @@ from supervisor.isolation.isolation_config import (
     merge_isolation,
     parse_isolation,
 )
-from supervisor.isolation.planning import Plan, PlanInputs, UserIds, make_plan
+from supervisor.isolation.planning import DEV_WRITABLE, Plan, PlanInputs, UserIds, make_plan
 from supervisor.isolation.probing import Probe, best_mechanism, doctor_lines, landlock_features, probe
 
 R = Path("/home/alice/.hermes")  # never touched: the planner does no I/O
@@ -68,7 +68,7 @@ def test_process_control_is_scoped_where_the_kernel_allows() -> None:
         assert p.status_json()["process_control"] == "scoped" and p.status_json()["proc"] == "read-only"
     alone = plan_for(probe_=USER_LL)
     assert alone.syscall_filter and not alone.proc_read_only and "/sys/fs/cgroup" in alone.read_only
-    assert [g for g in alone.gaps_severe() if "OOM score" in g]
+    assert not [g for g in alone.gaps if "OOM score" in g]  # /proc: writes denied by Landlock alone too
     old = plan_for(probe_=dataclasses.replace(ROOT_FULL, seccomp=False, seccomp_error="no seccomp here"))
     assert not old.syscall_filter and old.status_json()["process_control"] == "open"
     assert [g for g in old.gaps_severe() if "process control not scoped (no seccomp here)" in g]
@@ -88,6 +88,78 @@ def test_no_namespace_falls_back_to_landlock_and_says_what_is_lost() -> None:
     assert "control socket is reachable" in gaps and "cannot be listed" in gaps
     assert p.hide == (str(R), "/srv/elsewhere")
     assert p.summary().startswith("landlock;") and "gap(s)" in p.summary()
+
+
+# --- writes: denied by default ------------------------------------------------------------------------
+def test_writes_go_only_to_the_home_the_channels_the_private_tmp_and_devices() -> None:
+    p = plan_for()
+    assert p.writable == (f"{R}/profiles/coder", "/home/alice/.local/state/hermes/gateway-locks", "/tmp", "/dev/shm",
+                          *DEV_WRITABLE)
+    assert {a.path for a in p.expose if a.access == "rw"} == {f"{R}/profiles/coder", f"{R}/kanban", f"{R}/shared"}
+    assert p.private == (("/tmp", ()), ("/dev/shm", ())) and p.tmpdir == "/tmp"
+    assert "/home/alice/.local/state/hermes/gateway-locks" in p.ensure_dirs  # its parents are read-only now
+    assert p.status_json()["writable"] == [f"{R}/profiles/coder", f"{R}/kanban", f"{R}/shared", *p.writable]
+    assert p.status_json()["tmp"] == "/tmp"
+    assert not [g for g in p.gaps if "/tmp" in g and "private" in g]
+
+
+def test_landlock_alone_has_a_tmp_folder_in_the_home_and_says_so() -> None:
+    p = plan_for(probe_=USER_LL)
+    assert p.private == () and p.tmpdir == f"{R}/profiles/coder/cache/tmp"
+    assert "/tmp" not in p.writable and "/dev/shm" in p.writable
+    gaps = " ".join(p.gaps)
+    assert "no private /tmp" in gaps and "/dev/shm stays writable and shared" in gaps
+    assert "/proc stays writable" not in gaps  # no write rule covers /proc: denied like any path
+
+
+def test_what_lies_below_tmp_is_put_back_into_the_private_one() -> None:
+    root = Path("/tmp/pytest-of-root/t0/root")
+    p = plan_for(root=root, home=root / "profiles" / "coder", control_socket=root / ".hermesd" / "control.sock",
+                 other_homes=(root / "profiles" / "writer",), install_paths=(Path("/tmp/clone/.venv"),),
+                 lock_dir=Path("/tmp/home/.local/state/hermes/gateway-locks"), user_home=Path("/tmp/home"),
+                 settings=IsolationSettings(writable=("~/projects/x",)))
+    assert dict(p.private)["/tmp"] == ("/tmp/clone/.venv", "/tmp/home/.local/state/hermes/gateway-locks",
+                                       "/tmp/home/projects/x", str(root))
+    assert dict(p.private)["/dev/shm"] == ()
+    held = plan_for(root=Path("/tmp"), home=Path("/tmp/profiles/coder"), other_homes=())
+    assert "/tmp" not in dict(held.private) and any("/tmp is not private" in g for g in held.gaps_severe())
+
+
+def test_writable_setting_adds_write_rules_and_names_the_cost() -> None:
+    p = plan_for(settings=IsolationSettings(writable=("~/projects/x", f"{R}/profiles/coder/sub", "/dev/nvidia0")))
+    assert {"/home/alice/projects/x", "/dev/nvidia0"} <= set(p.writable)
+    assert sum("isolation.writable" in g for g in p.gaps) == 3
+    inside_hidden = plan_for(settings=IsolationSettings(writable=("~/work",), hide=("~/work",)))
+    assert exposed(inside_hidden)["/home/alice/work"] == "rw"  # hidden by a setting, yet listed: put back
+
+
+@pytest.mark.parametrize(("profile", "raw", "what"), [
+    ("coder", "~", "the root folder"),
+    ("coder", "/", "the root folder"),
+    ("coder", "~/.hermes", "the root folder"),
+    ("coder", "~/.hermes/.env", "the root folder"),  # the default profile's secrets
+    ("coder", "~/.hermes/profiles/writer/memories", "the root folder"),
+    ("coder", "/srv/elsewhere/x", "another profile's home"),
+    ("coder", "~/.local/share", "the code every profile runs"),
+    ("coder", "~/.hermes/hermes-agent/tools", "the root folder"),
+    ("default", "~/.hermes", "the root folder"),
+    ("default", "~/.hermes/profiles", "the named profiles' homes"),
+    ("default", "~/.hermes/.hermesd/logs", "hermesd's folder"),
+    ("default", "~/.hermes/hermesd.yaml", "hermesd's settings"),
+    ("default", "~/.hermes/hermes-agent", "the code every profile runs"),
+])
+def test_writable_paths_that_would_open_the_walls_are_refused(profile: str, raw: str, what: str) -> None:
+    """A write rule is a right on a whole hierarchy, so ``writable`` cannot hold (or lie in) what
+    confinement protects. The profile is not started (``unavailable``: the daemon holds it),
+    and the reason names the setting."""
+    p = plan_for(profile, settings=IsolationSettings(writable=(raw,)))
+    assert p.mechanism == "unavailable" and not p.runnable, raw
+    assert p.reason.startswith(f"isolation.writable: {raw} would let this profile change {what}"), p.reason
+
+
+def test_writable_inside_the_own_home_or_beside_the_root_is_fine() -> None:
+    assert plan_for(settings=IsolationSettings(writable=(f"{R}/profiles/coder/x",))).runnable
+    assert plan_for("default", settings=IsolationSettings(writable=(f"{R}/projects",))).runnable
 
 
 def test_root_whose_namespaces_fail_falls_back_too() -> None:
@@ -228,6 +300,7 @@ def test_parse_forms() -> None:
     assert merged == IsolationSettings(mode="off", kanban=False, read_only=("~/.local/bin",))
     assert merge_isolation(top, parse_isolation({"kanban": True})).kanban is True
     assert merge_isolation(None, parse_isolation({"user": 1201})).user == "1201"
+    assert merge_isolation(top, parse_isolation({"writable": "~/projects/x"})).writable == ("~/projects/x",)
 
 
 @pytest.mark.parametrize(("value", "key", "msg"), [
@@ -237,6 +310,8 @@ def test_parse_forms() -> None:
     ({"hide": ["relative/path"]}, "isolation.hide[0]", "absolute path"),
     ({"read_only": ["/a/../b"]}, "isolation.read_only[0]", "'..'"),
     ({"read_only": 3}, "isolation.read_only", "a path or a list"),
+    ({"writable": ["projects/x"]}, "isolation.writable[0]", "absolute path"),
+    ({"writable": ["~/a/../../etc"]}, "isolation.writable[0]", "'..'"),
     ({"user": "bad name"}, "isolation.user", "account name"),
     ({"colour": 1}, "isolation.colour", "unknown key"),
 ])
@@ -275,7 +350,10 @@ def test_doctor_text_names_the_fix() -> None:
     assert "CONFIG_SECURITY_LANDLOCK=y" in text(NO_LL)
     assert "cannot scope signals" in text(dataclasses.replace(ROOT_FULL, landlock_abi=5))
     assert tuple(lvl for lvl, t in doctor_lines(USER_LL) if t.startswith("isolation:")) == ("warning", )
-    assert "isolation.user" not in text(USER_NS) and "own account" in text(ROOT_FULL)
+    assert "isolation: {user" not in text(USER_NS) and "an account of its own" in text(ROOT_FULL)
+    assert "read-only to it (shell start-up files, ~/.ssh, units, cron, interpreters)" in text(ROOT_FULL)
+    assert "no private /tmp" in text(USER_LL) and "no private /tmp" not in text(USER_NS)
+    assert "writes:" not in text(NO_LL)
 
 
 def test_wrap_and_unwrap() -> None:
@@ -324,3 +402,21 @@ def test_the_summary_counts_the_gaps_status_lists() -> None:
         assert (f"{len(listed)} gap(s), {len(severe)} severe: " in p.summary()) == bool(severe)
         if severe:  # the first severe gap is named, up to its explanation in brackets
             assert severe[0].split(" (", 1)[0] in p.summary(), (p.summary(), severe)
+
+
+# --- install discovery --------------------------------------------------------------------------------
+def test_scripts_on_the_command_line_and_pythonpath_count_as_code(tmp_path: Path) -> None:
+    """What the gateway runs beyond its interpreter is read-only like it (and kept in a private
+    /tmp): a script named by absolute path, the folders of the child's PYTHONPATH."""
+    from supervisor.isolation.install import discover_install_paths, environment_code_paths
+
+    script = tmp_path / "gw.sh"
+    script.write_text("#!/bin/sh\n")
+    site = tmp_path / "site"
+    site.mkdir()
+    found = discover_install_paths(["/bin/sh", str(script), "gateway", "run", "/no/such/file"])
+    assert script in found and Path("/no/such/file") not in found
+    assert not [p for p in found if str(p).startswith(("/usr", "/bin"))]  # the system's: every profile reads only
+    env = {"PYTHONPATH": f"{site}:relative:/usr/lib/python3/dist-packages:{tmp_path / 'missing'}"}
+    assert environment_code_paths(env) == (site,)
+    assert environment_code_paths({}) == ()

@@ -57,14 +57,14 @@ def test_one_board_for_every_domain(tree: Tree, facts, mechanism: str) -> None:
     script = tree.elsewhere / "writer.py"
     script.write_text(WRITER)
     n = 15
-    go = tree.elsewhere / "go"
+    go = tree.root / "kanban" / "go"  # the rendezvous in the one folder both domains may write
     procs = []
     for profile in ("a", "b"):
         argv = wrap_argv(tree.plan(facts, profile, mechanism), [PY, str(script), profile, str(n), str(go)])
         procs.append(subprocess.Popen(argv, env=env_for(tree, profile), stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     tree.procs.extend(procs)
-    wait_for(lambda: all(p.poll() is not None or (tree.elsewhere / f"go.{w}").exists()
+    wait_for(lambda: all(p.poll() is not None or go.with_name(f"go.{w}").exists()
                          for p, w in zip(procs, "ab", strict=True)), timeout=60, what="both writers connected")
     go.touch()  # both write at once: a private -shm per domain would corrupt the database here
     for proc in procs:

@@ -711,3 +711,27 @@ def test_severity_words_are_the_verdicts():
     from supervisor.plan import verdict
 
     assert (doctor.ERROR, doctor.WARNING, doctor.INFO) == (verdict.ERROR, verdict.WARNING, verdict.INFO)
+
+
+# --------------------------------------------------------------------------- isolation: what stays open
+
+
+def test_writable_paths_are_named_and_the_ones_that_open_the_walls_refused(tmp_path):
+    root = make_root(tmp_path, "coder", "writer")
+    (root / "hermesd.yaml").write_text("profiles:\n  coder:\n    isolation: {writable: [~/projects/x]}\n"
+                                       "  writer:\n    isolation: {writable: [~/root]}\n")
+    findings = run(root, tmp_path, HOME=str(tmp_path))  # ~/root is the root itself
+    [refused] = only(findings, "isolation_writable_refused")
+    assert refused.profile == "writer" and refused.severity == "error"
+    assert "isolation.writable: ~/root would let this profile change the root folder" in refused.message
+    [named] = only(findings, "isolation_writable")
+    assert named.profile == "coder" and named.severity == "info" and "~/projects/x" in named.message
+    assert exit_code(findings) == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="profiles run as root only when hermesd does")
+def test_profiles_that_run_as_root_are_named(tmp_path):
+    root = make_root(tmp_path, "coder")
+    (root / "hermesd.yaml").write_text("profiles:\n  coder:\n    isolation: {user: nobody}\n")
+    [finding] = only(run(root, tmp_path), "isolation_root_without_user")
+    assert finding.message.startswith("'default' run as root (no isolation.user): their writes are walled")
