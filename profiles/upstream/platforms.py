@@ -61,6 +61,8 @@ from typing import Any
 from profiles.safeio import home_file, lstat
 from profiles.upstream.bools import TRUTHY, coerce_bool
 from profiles.upstream.files import read_json
+from profiles.upstream.lines import BASELINE, RuleLine
+from profiles.upstream.nostr import public_key
 
 SRC_ENV = ".env"
 SRC_CONFIG = "config.yaml"
@@ -114,14 +116,11 @@ def _usable_secret(value: str, min_length: int = 4) -> bool:
 # manifest name, ``<folder>-platform`` (the folder name or ``platforms/<folder>`` does nothing); WeCom's
 # plugin registers both WeCom modes.
 PLUGIN_OF: dict[str, str] = {
-    **{p: p for p in ("dingtalk", "discord", "email", "feishu", "google_chat", "homeassistant", "irc", "line",
-                      "matrix", "mattermost", "ntfy", "photon", "raft", "simplex", "slack", "sms", "teams",
+    **{p: p for p in ("a2a", "buzz", "dingtalk", "discord", "email", "feishu", "google_chat", "homeassistant", "irc",
+                      "line", "matrix", "mattermost", "ntfy", "photon", "raft", "simplex", "slack", "sms", "teams",
                       "telegram", "wecom", "whatsapp")},
     "wecom_callback": "wecom",
 }
-# Platforms that exist only as plugins (not members of upstream's ``Platform`` enum): with the plugin
-# disabled, nothing in config.yaml or .env can enable them.
-PLUGIN_ONLY = frozenset({"irc", "line", "teams", "google_chat", "ntfy", "simplex", "photon", "raft"})
 SRC_OP_ENV = ".op.env"
 _SCALARS = (str, int, float, bool)
 _EXPAND = re.compile(r"\$\{([^}]+)\}")
@@ -170,20 +169,34 @@ def gateway_env(env: Mapping[str, str], op_env: Mapping[str, str] | None, cfg: M
     return out, source
 
 
+# Keys of a platform block that are fields of upstream's ``PlatformConfig`` (everything else in a block
+# is the adapter's, on the lines where block keys reach the adapter).
+_TYPED = frozenset({"enabled", "token", "api_key", "home_channel", "reply_to_mode", "channel_overrides", "extra",
+                    "gateway_restart_notification", "typing_indicator", "typing_status_text"})
+# 0.20's named bridges from a block's own keys into ``extra`` (``gateway/config.py``).
+_BLOCK_KEYS_020 = {"api_server": ("port", "host"), "webhook": ("port", "host", "secret"),
+                   "msgraph_webhook": ("port", "host", "secret")}
+_API_SERVER_KEYS_020 = ("port", "key", "host", "cors_origins", "model_name")
+
+
 class View:
-    """A profile's files as its gateway reads them: its environment and config.yaml's platform blocks."""
+    """A profile's files as its gateway reads them: its environment and config.yaml's platform blocks.
+
+    ``line``: the rules of the release that will read them (:mod:`profiles.upstream.lines`).
+    """
 
     def __init__(self, home: Path, env: Mapping[str, str], cfg: Mapping[str, Any],
-                 op_env: Mapping[str, str] | None = None) -> None:
+                 op_env: Mapping[str, str] | None = None, line: RuleLine = BASELINE) -> None:
         self.home = Path(home)
         self.cfg = cfg
+        self.line = line
         self.env, self._source = gateway_env(env, op_env, cfg)
         self._platforms: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {}
         self._cfg_enabled: dict[str, bool] = {}
         gateway = cfg.get("gateway")
+        self._gateway = gateway if isinstance(gateway, dict) else {}
         # Where platform blocks are read from, in upstream's merge order: gateway.platforms, platforms.
-        self._sources = [src for src in (gateway.get("platforms") if isinstance(gateway, dict) else None,
-                                         cfg.get("platforms")) if isinstance(src, dict)]
+        self._sources = [src for src in (self._gateway.get("platforms"), cfg.get("platforms")) if isinstance(src, dict)]
         self.memo: dict[str, object] = {}  # what a rule read from the home once, for the rules after it
         plugins = cfg.get("plugins")
         disabled = plugins.get("disabled") if isinstance(plugins, dict) else None
@@ -212,6 +225,15 @@ class View:
         folder = PLUGIN_OF.get(name)
         return folder is not None and f"{folder}-platform" in self._disabled
 
+    def _blocks(self, name: str) -> list[dict[str, Any]]:
+        """``name``'s blocks in upstream's merge order: ``gateway.platforms``, ``platforms``, then (0.20+)
+        a ``gateway.<name>:`` block."""
+        blocks = [b for src in self._sources if isinstance(b := src.get(name), dict)]
+        nested = self._gateway.get(name)
+        if self.line.block_keys_reach_adapter and name != "platforms" and isinstance(nested, dict):
+            blocks.append(nested)
+        return blocks
+
     def _platform(self, name: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
         cached = self._platforms.get(name)
         if cached is not None:
@@ -219,10 +241,7 @@ class View:
         merged: dict[str, Any] = {}
         extra: dict[str, Any] = {}
         explicit = False
-        for src in self._sources:
-            block = src.get(name)
-            if not isinstance(block, dict):
-                continue
+        for block in self._blocks(name):
             merged.update(block)
             if isinstance(block.get("extra"), dict):
                 extra.update(block["extra"])
@@ -231,9 +250,51 @@ class View:
         if isinstance(top, dict) and "enabled" in top:
             merged["enabled"] = top["enabled"]
             explicit = True
+        if self.line.block_keys_reach_adapter:
+            extra = self._block_keys(name, merged, extra, top)
         result = (merged, extra, explicit)
         self._platforms[name] = result
         return result
+
+    def _block_keys(self, name: str, merged: dict[str, Any], extra: dict[str, Any], top: object) -> dict[str, Any]:
+        """The ``extra`` an adapter gets when a block's own keys reach it.
+
+        0.22 (``PlatformConfig.from_dict``): every key of the merged block that is no
+        ``PlatformConfig`` field, under the merged ``extra``; a top-level ``<name>:`` block's keys
+        and ``extra`` go over both. 0.20: the API server's port/key/host/cors_origins/model_name from
+        the merged block, then port/host(/secret) of the first block (top-level, else
+        ``gateway.platforms``, else ``platforms``) for the API server, webhook and MS Graph.
+        """
+        top_block = top if isinstance(top, dict) else None
+        if self.line.all_block_keys_reach_adapter:
+            out = {**{k: v for k, v in merged.items() if k not in _TYPED}, **extra}
+            if top_block is not None:
+                out.update({k: v for k, v in top_block.items() if k not in _TYPED and k != "channel_overrides"})
+                if isinstance(top_block.get("extra"), dict):
+                    out.update(top_block["extra"])
+            return out
+        out = dict(extra)
+        if name == "api_server":
+            for key in _API_SERVER_KEYS_020:
+                if key in merged and key not in out:
+                    out[key] = merged[key]
+        first = top_block or next((b for src in self._sources if isinstance(b := src.get(name), dict)), None)
+        if first is not None:
+            raw = first.get("extra")
+            own: dict[str, Any] = raw if isinstance(raw, dict) else {}
+            out.update({k: first[k] for k in _BLOCK_KEYS_020.get(name, ()) if k in first and k not in own})
+        return out
+
+    def has_block(self, name: str) -> bool:
+        """Whether config.yaml gives upstream a ``platforms[name]`` entry at all."""
+        top = self.cfg.get(name)
+        return bool(self._blocks(name)) or (isinstance(top, dict) and "enabled" in top) or bool(self.extra(name))
+
+    def section(self, name: str) -> dict[str, Any] | None:
+        """The block a plugin's YAML hook reads: a top-level ``<name>:`` block, else the first of
+        ``gateway.platforms.<name>`` and ``platforms.<name>``."""
+        candidates = [self.cfg.get(name), *(src.get(name) for src in self._sources)]
+        return next((c for c in candidates if isinstance(c, dict)), None)
 
     def has_extra(self, name: str) -> bool:
         """Whether upstream's ``PlatformConfig.extra`` would be non-empty (WhatsApp's enable probe).
@@ -243,8 +304,7 @@ class View:
         """
         if self.extra(name):
             return True
-        candidates = [self.cfg.get(name), *(src.get(name) for src in self._sources)]
-        shared = next((c for c in candidates if isinstance(c, dict)), None)
+        shared = self.section(name)
         return shared is not None and not _BRIDGED_KEYS.isdisjoint(shared)
 
     def block(self, name: str) -> dict[str, Any]:
@@ -257,11 +317,12 @@ class View:
         return self._platform(name)[2]
 
     def cfg_enabled(self, name: str) -> bool:
-        """config.yaml says ``enabled: true`` (for a plugin-only platform, only while its plugin loads)."""
+        """config.yaml says ``enabled: true``. A plugin-only platform whose plugin ``plugins.disabled``
+        switches off is still enabled in upstream's configuration (its name stays a bundled platform);
+        no adapter is ever built for it, so its rules claim nothing and it needs nothing installed."""
         hit = self._cfg_enabled.get(name)
         if hit is None:
-            off = name in PLUGIN_ONLY and self.plugin_off(name)
-            hit = self._cfg_enabled[name] = not off and coerce_bool(self.block(name).get("enabled"), False)
+            hit = self._cfg_enabled[name] = coerce_bool(self.block(name).get("enabled"), False)
         return hit
 
     def explicitly_off(self, name: str) -> bool:
@@ -437,12 +498,16 @@ def _feishu(v: View) -> list[Found]:
 
 
 def _whatsapp_enabled(v: View) -> tuple[bool, str]:
-    flag = v.e("WHATSAPP_ENABLED").strip().lower()
-    if flag in TRUTHY:
-        return True, v.src("WHATSAPP_ENABLED")
-    if flag in {"false", "0", "no"}:
-        # Upstream turns the platform off, then its plugin pass turns it back on when the
-        # YAML block carries settings and never said ``enabled`` itself.
+    # WHATSAPP_ENABLED: true-ish trimmed (``is_truthy_value``), but false-ish only as written,
+    # lower-cased: " false" (a blank kept in quotes) is neither, and the YAML block decides.
+    raw = v.e("WHATSAPP_ENABLED")
+    if raw.strip().lower() in TRUTHY:
+        if "whatsapp" in v.line.env_beats_yaml_off or not v.explicitly_off("whatsapp"):
+            return True, v.src("WHATSAPP_ENABLED")
+        return False, SRC_CONFIG
+    if raw.lower() in {"false", "0", "no"}:
+        # Upstream turns off an entry config.yaml made, then its plugin pass turns it back on when
+        # the YAML block carries settings and never said ``enabled`` itself.
         return not v.explicit("whatsapp") and v.has_extra("whatsapp") and not v.plugin_off("whatsapp"), SRC_CONFIG
     return v.plugin_enabled("whatsapp", v.has_extra("whatsapp")), SRC_CONFIG
 
@@ -491,6 +556,10 @@ def _line_token(v: View) -> object:
     """The channel access token the LINE adapter starts with, or ``None`` when it is never built."""
     if v.plugin_off("line") or not _on_line(v):
         return None
+    if v.line.line_token_trimmed:  # 0.22: both trimmed, in the environment for check_fn, the token locked trimmed
+        if not (v.e("LINE_CHANNEL_ACCESS_TOKEN").strip() and v.e("LINE_CHANNEL_SECRET").strip()):
+            return None
+        return v.e("LINE_CHANNEL_ACCESS_TOKEN").strip()
     if not (v.e("LINE_CHANNEL_ACCESS_TOKEN") and v.e("LINE_CHANNEL_SECRET")):  # check_fn: the environment only
         return None
     return v.e("LINE_CHANNEL_ACCESS_TOKEN")
@@ -528,7 +597,7 @@ def _api_server(v: View) -> PortBinding | None:
     if not _on_api_server(v):
         return None
     extra = dict(v.extra("api_server"))
-    if v.e_true("API_SERVER_ENABLED") or v.e("API_SERVER_KEY"):
+    if _api_server_by_env(v):  # the .env block writes its values into extra only when it enables
         if v.e("API_SERVER_KEY"):
             extra["key"] = v.e("API_SERVER_KEY")
         if (port := _int(v.e("API_SERVER_PORT"))) is not None:
@@ -551,7 +620,9 @@ def _webhook(v: View) -> PortBinding | None:
     if not _on_webhook(v):
         return None
     extra = dict(v.extra("webhook"))
-    if v.e_true("WEBHOOK_ENABLED"):
+    # The .env values reach the adapter when WEBHOOK_ENABLED turns it on, and (0.22) whenever
+    # config.yaml has a webhook block: WEBHOOK_SECRET beside a YAML-enabled webhook makes it listen.
+    if v.e_true("WEBHOOK_ENABLED") or (v.line.env_completes_yaml_webhooks and v.has_block("webhook")):
         if (port := _int(v.e("WEBHOOK_PORT"))) is not None:
             extra["port"] = port
         if v.e("WEBHOOK_SECRET"):
@@ -583,13 +654,25 @@ def _msgraph_webhook(v: View) -> PortBinding | None:
     state = extra.get("client_state")
     if state is None or not str(state).strip():
         return None
-    if extra.get("host", "0.0.0.0") is None:
-        return None  # str(None): the host "None", which does not resolve
-    host = str(extra.get("host", "0.0.0.0"))
-    if _network_accessible(host) and not _networks(extra.get("allowed_source_cidrs")):
+    host = _host(v, extra, "host", "0.0.0.0")
+    if host is _NO_HOST:
+        return None
+    if (host is None or _network_accessible(host)) and not _networks(extra.get("allowed_source_cidrs")):
         return None
     port = _int(extra.get("port", 8646))
     return _listen("msgraph_webhook", 8646 if port is None else port, host)
+
+
+_NO_HOST = object()  # a host the adapter cannot bind: it never listens
+
+
+def _host(v: View, extra: Mapping[str, Any], key: str, default: str) -> Any:
+    """The host an adapter with a dual-stack default binds: None (all interfaces) for a missing or
+    empty one from 0.20 on; up to 0.19 ``str(value)``, where a YAML null is the host "None"."""
+    raw = extra.get(key, default)
+    if v.line.none_host_is_all_interfaces:
+        return str(raw) if raw else None
+    return _NO_HOST if raw is None else str(raw)
 
 
 def _network_accessible(host: str) -> bool:
@@ -674,9 +757,8 @@ def _whatsapp_cloud(v: View) -> PortBinding | None:
     if not (str(extra.get("phone_number_id", "")).strip() and str(extra.get("access_token", "")).strip()):
         return None
     port = _int(extra.get("webhook_port", 8090))
-    if extra.get("webhook_host", "0.0.0.0") is None:
-        return None  # str(None): the host "None", which does not resolve
-    return _listen("whatsapp_cloud", 8090 if port is None else port, str(extra.get("webhook_host", "0.0.0.0")))
+    host = _host(v, extra, "webhook_host", "0.0.0.0")
+    return None if host is _NO_HOST else _listen("whatsapp_cloud", 8090 if port is None else port, host)
 
 
 def _wecom_callback(v: View) -> PortBinding | None:
@@ -763,17 +845,36 @@ def _raft_port(v: View) -> PortBinding | None:
 
 def _once(rule: Callable[[View], bool]) -> Callable[[View], bool]:
     """An enable rule answered once per view: the credential and port rules ask it again, and a
-    1,000-profile scan spent a third of its time re-deciding the same platforms."""
+    1,000-profile scan spent a third of its time re-deciding the same platforms.
+
+    Every enable rule goes through here, so here is where the line's own say comes in: a platform
+    the release does not ship is never on, and (0.22) a relay in the environment switches the
+    direct platforms off.
+    """
     key = rule.__name__
+    name = key.removeprefix("_on_")
 
     @functools.wraps(rule)
     def answer(v: View) -> bool:
         hit = v.memo.get(key)
         if hit is None:
-            hit = v.memo[key] = rule(v)
+            hit = v.memo[key] = name in v.line.platforms and not _relayed(v, name) and rule(v)
         return bool(hit)
 
     return answer
+
+
+# What a relay in the environment leaves connected directly (``gateway/config_env.py`` ``_relay``).
+_BESIDE_RELAY = frozenset({"relay", "api_server", "webhook"})
+
+
+def _relayed(v: View, name: str) -> bool:
+    """0.22: GATEWAY_RELAY_URL in the environment, with the relay on, switches ``name`` off."""
+    if name in _BESIDE_RELAY or not v.line.relay_is_exclusive or not v.e("GATEWAY_RELAY_URL").strip():
+        return False
+    if v.e_true("GATEWAY_RELAY_ALLOW_DIRECT_PLATFORMS"):
+        return False
+    return _on_relay(v)
 
 
 # --------------------------------------------------------------------------- enabled platforms
@@ -789,8 +890,12 @@ def _from_env(v: View, name: str, by_env: bool) -> bool:
 
 
 def _forced(v: View, name: str, by_env: bool) -> bool:
-    """The blocks that set ``enabled = True`` outright: ``.env`` wins over an explicit ``enabled: false``."""
-    return by_env or v.cfg_enabled(name)
+    """The blocks that set ``enabled = True`` outright: ``.env`` wins over an explicit ``enabled: false``
+    on the lines that still do so for ``name`` (:attr:`RuleLine.env_beats_yaml_off`), else as
+    :func:`_from_env`."""
+    if name in v.line.env_beats_yaml_off:
+        return by_env or v.cfg_enabled(name)
+    return _from_env(v, name, by_env)
 
 
 def _token_usable(v: View, name: str, env_name: str) -> bool:
@@ -851,9 +956,16 @@ def _on_matrix(v: View) -> bool:  # 1919; the plugin pass needs MATRIX_ACCESS_TO
     return _from_env(v, "matrix", by_env) and _token_usable(v, "matrix", "MATRIX_ACCESS_TOKEN")
 
 
+def _api_server_by_env(v: View) -> bool:
+    """The environment's part: API_SERVER_ENABLED or a key (0.19); a usable key alone (0.20+)."""
+    if v.line.api_server_needs_key:
+        return _usable_secret(v.e("API_SERVER_KEY"), 16)
+    return v.e_true("API_SERVER_ENABLED") or bool(v.e("API_SERVER_KEY"))
+
+
 @_once
 def _on_api_server(v: View) -> bool:  # 2005 (!)
-    return _forced(v, "api_server", v.e_true("API_SERVER_ENABLED") or bool(v.e("API_SERVER_KEY")))
+    return _forced(v, "api_server", _api_server_by_env(v))
 
 
 @_once
@@ -869,20 +981,21 @@ def _on_msgraph_webhook(v: View) -> bool:  # 2048: other MSGRAPH_WEBHOOK_* only 
 @_once
 def _on_feishu(v: View) -> bool:  # 2120 (!), then the plugin pass: is_connected = extra app_id
     by_env = bool(v.e("FEISHU_APP_ID") and v.e("FEISHU_APP_SECRET"))
-    return by_env or v.plugin_enabled("feishu", bool(v.extra("feishu").get("app_id")))
+    return _forced(v, "feishu", by_env) or v.plugin_enabled("feishu", bool(v.extra("feishu").get("app_id")))
 
 
 @_once
 def _on_wecom(v: View) -> bool:  # 2148 (!), then the plugin pass: is_connected = extra bot_id
     by_env = bool(v.e("WECOM_BOT_ID") and v.e("WECOM_SECRET"))
-    return by_env or v.plugin_enabled("wecom", bool(v.extra("wecom").get("bot_id")))
+    return _forced(v, "wecom", by_env) or v.plugin_enabled("wecom", bool(v.extra("wecom").get("bot_id")))
 
 
 @_once
 def _on_wecom_callback(v: View) -> bool:  # 2171 (!), then the plugin pass: extra corp_id or apps
     by_env = bool(v.e("WECOM_CALLBACK_CORP_ID") and v.e("WECOM_CALLBACK_CORP_SECRET"))
     extra = v.extra("wecom_callback")
-    return by_env or v.plugin_enabled("wecom_callback", bool(extra.get("corp_id") or extra.get("apps")))
+    configured = bool(extra.get("corp_id") or extra.get("apps"))
+    return _forced(v, "wecom_callback", by_env) or v.plugin_enabled("wecom_callback", configured)
 
 
 @_once
@@ -1003,6 +1116,51 @@ def _on_relay(v: View) -> bool:  # 2524: GATEWAY_RELAY_URL or extra relay_url, t
     return _from_env(v, "relay", by_env)
 
 
+def _buzz_relay(v: View) -> str:
+    """BUZZ_RELAY_URL as the adapter reads it: the environment, else what its YAML hook bridged there
+    (``relay_url`` of the first Buzz block's ``extra``, as text)."""
+    if v.e("BUZZ_RELAY_URL"):
+        return v.e("BUZZ_RELAY_URL")
+    section = v.section("buzz")
+    extra = section.get("extra", section) if section is not None else None
+    value = extra.get("relay_url") if isinstance(extra, dict) else None
+    return "" if value in (None, "") else str(value)
+
+
+@_once
+def _on_buzz(v: View) -> bool:  # 0.20+ plugin pass: check_fn wants the relay and a key in the environment, trimmed
+    return v.plugin_enabled("buzz", bool(_buzz_relay(v).strip() and v.e("BUZZ_PRIVATE_KEY").strip()))
+
+
+def _buzz(v: View) -> list[Found]:
+    # BuzzAdapter.connect(): the relay and the key (the environment's, trimmed; a credentials file in
+    # the user's home is not modelled); the relay then names the key's public key, and the adapter
+    # locks "<relay>:<public key>": one Buzz identity per relay.
+    relay = _buzz_relay(v).strip()
+    pubkey = public_key(v.e("BUZZ_PRIVATE_KEY"))
+    if not relay or pubkey is None:
+        return []
+    return _one("buzz", "buzz", f"{relay}:{pubkey}", v.src("BUZZ_PRIVATE_KEY"))
+
+
+@_once
+def _on_a2a(v: View) -> bool:  # 0.20+ plugin pass: is_connected = extra "enabled" (Python truthiness) or A2A_PORT
+    return v.plugin_enabled("a2a", bool(v.extra("a2a").get("enabled")) or bool(v.e("A2A_PORT").strip()))
+
+
+def _a2a_port(v: View) -> PortBinding | None:
+    # A2AAdapter: A2A_PORT, else extra port, else 9900; loopback unless a token (A2A_BEARER_TOKEN or a
+    # valid A2A_PEER_TOKENS pair) is set and A2A_HOST asks for more.
+    port = _int(v.e("A2A_PORT") or v.extra("a2a").get("port", 9900))
+    if port is None:
+        return None  # the plugin registry catches the constructor's error: no adapter, no listener
+    requested = v.e("A2A_HOST").strip() or "127.0.0.1"
+    peers = [pair.split(":", 1) for pair in v.e("A2A_PEER_TOKENS").split(",") if ":" in pair]
+    tokens = bool(v.e("A2A_BEARER_TOKEN").strip()) or any(n.strip() and t.strip() for n, t in peers)
+    host = requested if requested in ("127.0.0.1", "localhost", "::1") or tokens else "127.0.0.1"
+    return _listen("a2a", port, host)
+
+
 # --------------------------------------------------------------------------- requirements
 #
 # What each platform's requirement check (``check_fn``, or the built-in ``check_*_requirements``
@@ -1108,10 +1266,18 @@ def dist_key(spec: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Program:
-    """An executable a requirement check looks for: in ``dirs`` first, then on the gateway's PATH."""
+    """An executable a requirement check looks for: in ``dirs`` first, then on the gateway's PATH.
+
+    ``tree``: when any of these names is an executable in ``dirs`` (a Hermes-managed Node folder),
+    ``dirs`` is the only place looked (upstream's ``find_node_executable`` up to 0.21 falls back to
+    PATH only without one). ``managed``: found only by the release's own package manager (0.22's
+    Node), which the gateway's interpreter is asked for.
+    """
 
     name: str
     dirs: tuple[str, ...] = ()
+    tree: tuple[str, ...] = ()
+    managed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -1179,6 +1345,9 @@ _NEEDS: dict[str, Needs] = {
     "qqbot": Needs((_AIOHTTP, "httpx")),
     "yuanbao": Needs(("websockets", "websockets.exceptions")),
     "relay": Needs(),
+    "buzz": Needs(programs=("buzz",),
+                  hint="install the buzz CLI (https://github.com/block/buzz) on PATH, or set BUZZ_CLI_PATH"),
+    "a2a": Needs(),
 }
 
 
@@ -1198,16 +1367,20 @@ def requirement_of(view: View, name: str) -> Requirement:
     files: tuple[str, ...] = ()
     if name == "matrix" and _matrix_e2ee_required(view):
         imports = (*imports, *_MATRIX_E2EE)
-    if name == "whatsapp":  # hermes_constants.find_node_executable: the managed Node first
+    hint = needs.hint
+    if name == "whatsapp" and view.line.node_from_package_manager:  # hermes_constants.find_node_executable
+        programs = (Program("node", managed=True),)
+        hint = "run 'hermes pm install': WhatsApp's Node.js comes only from Hermes' package manager, never PATH"
+    elif name == "whatsapp":  # hermes_constants.find_node_executable: the managed Node first
         node = view.home / "node"
-        programs = (Program("node", (str(node / "bin"), str(node))),)
+        programs = (Program("node", (str(node / "bin"), str(node)), tree=("node", "npm", "npx")),)
     if name == "photon":
         programs = (Program(view.e("PHOTON_NODE_BIN") or "node"),)
         files = (_PHOTON_SIDECAR,)
     if name == "feishu" and _Feishu(view).mode == "webhook":  # its webhook server; the feishu extra lacks it
         imports = (*imports, _AIOHTTP_WEB)
     specs = Needs(imports, needs.feature).specs
-    return Requirement(name, imports, needs.feature, needs.exact, needs.extra, specs, programs, files, needs.hint)
+    return Requirement(name, imports, needs.feature, needs.exact, needs.extra, specs, programs, files, hint)
 
 
 CredentialRule = Callable[[View], list[Found]]
@@ -1236,7 +1409,7 @@ PLATFORMS: tuple[Platform, ...] = (
     Platform("slack", ("SLACK_",), credential=_slack, enabled=_on_slack),
     Platform("signal", ("SIGNAL_",), credential=_signal, enabled=_on_signal),
     Platform("weixin", ("WEIXIN_",), credential=_weixin, enabled=_on_weixin),
-    Platform("qqbot", ("QQ_",), credential=_qqbot, enabled=_on_qqbot),
+    Platform("qqbot", ("QQ_", "QQBOT_"), credential=_qqbot, enabled=_on_qqbot),  # QQBOT_HOME_CHANNEL…
     Platform("yuanbao", ("YUANBAO_",), credential=_yuanbao, enabled=_on_yuanbao),
     Platform("feishu", ("FEISHU_",), credential=_feishu, port=_feishu_port, enabled=_on_feishu),
     Platform("whatsapp", ("WHATSAPP_",), credential=_whatsapp, port=_whatsapp_port, enabled=_on_whatsapp),
@@ -1262,6 +1435,8 @@ PLATFORMS: tuple[Platform, ...] = (
     Platform("photon", ("PHOTON_",), port=_photon_port, enabled=_on_photon),
     Platform("raft", ("RAFT_",), port=_raft_port, enabled=_on_raft),
     Platform("relay", ("GATEWAY_RELAY_",), enabled=_on_relay),
+    Platform("buzz", ("BUZZ_",), credential=_buzz, enabled=_on_buzz),
+    Platform("a2a", ("A2A_",), port=_a2a_port, enabled=_on_a2a),
 )
 
 ENV_PREFIXES: tuple[str, ...] = tuple(sorted({p for plat in PLATFORMS for p in plat.env_prefixes}))
@@ -1272,14 +1447,20 @@ def is_platform_variable(name: str) -> bool:
     return name.startswith(ENV_PREFIXES)
 
 
+def _on(view: View, plat: Platform) -> bool:
+    return plat.enabled is not None and plat.enabled(view)
+
+
 def credentials_of(view: View) -> list[Found]:
-    """Every exclusive credential the profile's gateway would lock, in registry order."""
-    return [found for plat in PLATFORMS if plat.credential is not None for found in plat.credential(view)]
+    """Every exclusive credential the profile's gateway would lock, in registry order (only an
+    enabled platform's adapter is ever built)."""
+    return [found for plat in PLATFORMS if plat.credential is not None and _on(view, plat)
+            for found in plat.credential(view)]
 
 
 def ports_of(view: View) -> list[PortBinding]:
     """Every TCP listener the profile's gateway would open, in registry order."""
-    return [b for plat in PLATFORMS if plat.port is not None and (b := plat.port(view)) is not None]
+    return [b for plat in PLATFORMS if plat.port is not None and _on(view, plat) and (b := plat.port(view)) is not None]
 
 
 def enabled_platforms(view: View) -> list[str]:
@@ -1288,10 +1469,10 @@ def enabled_platforms(view: View) -> list[str]:
     Requirement checks count as passing (see the module docstring): a configured platform whose
     library is missing is listed, so that :func:`requirements_of` can say what it lacks.
     """
-    return [p.name for p in PLATFORMS if p.enabled is not None and p.enabled(view)]
+    return [p.name for p in PLATFORMS if _on(view, p)]
 
 
 def requirements_of(view: View, names: Iterable[str] | None = None) -> dict[str, Requirement]:
     """Each enabled platform's requirements (or those of ``names``), in registry order."""
     chosen = enabled_platforms(view) if names is None else [p.name for p in PLATFORMS if p.name in set(names)]
-    return {n: requirement_of(view, n) for n in chosen}
+    return {n: requirement_of(view, n) for n in chosen if not view.plugin_off(n)}  # no adapter: nothing to install
