@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import stat
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,7 @@ import yaml
 
 from profiles.fileio import MAX_PROFILE_FILE
 from profiles.safeio import read_operator_file
+from profiles.upstream.platforms import PLATFORMS
 from profiles.upstream.process import LOCK_VARIABLES, lock_dir
 from supervisor import config as config_mod
 from supervisor.childspec import GatewayCommandError, child_env, resolve_gateway_command, scrubbed
@@ -137,26 +139,40 @@ def _setting_file(facts: ProfileFacts | None, name: str) -> str:
 
 
 def check_unmodelled_platforms(scan: Scan) -> None:
-    """A profile that configures a platform the release ships and hermesd has no rules for: its
-    credentials and ports are claimed by nobody, so a second profile using them is not held."""
+    """Platforms a profile configures that do not match the release: one the release ships and hermesd
+    has no rules for (its credentials and ports are claimed by nobody, so a second profile using them
+    is not held), and one hermesd knows but the release does not ship (Home Assistant on 0.22: the
+    gateway never starts it, whatever the files say)."""
+    gone = {p.name: p.env_prefixes for p in PLATFORMS if p.name not in scan.line.platforms}
     for prof in scan.profiles:
         facts = prof.facts
-        if facts is None or not facts.ok or not scan.unmodelled:
+        if facts is None or not facts.ok or scan.contract is None:
             continue
-        cfg = facts.config or {}
-        raw = cfg.get("gateway")
-        gateway: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        names = {*(facts.env or {}), *(facts.op_env or {}), *cfg}
-        blocks = [b for b in (cfg, cfg.get("platforms"), gateway.get("platforms"), gateway) if isinstance(b, dict)]
-        used = sorted(p for p, scrub in scan.unmodelled.items()
-                      if any(scrubbed(n, scrub) for n in names if isinstance(n, str))
-                      or any(p in b for b in blocks))
+        used = _configured(facts, scan.unmodelled)
         if used:
             scan.add(WARNING, "unmodelled_platform_configured", prof.name,
                      f"profile {prof.name!r} configures {', '.join(used)}, which hermesd has no rules for on "
                      f"hermes-agent {scan.version}: it does not know whether the gateway enables it, and another "
                      "profile using the same credentials or port is not held",
                      "make sure no other profile uses the same credentials or port")
+        dropped = _configured(facts, gone)
+        if dropped:
+            scan.add(WARNING, "platform_not_in_release", prof.name,
+                     f"profile {prof.name!r} configures {', '.join(dropped)}, which hermes-agent {scan.version} does "
+                     "not ship: its gateway never starts it",
+                     f"install the platform's plugin, or remove its settings from {prof.home}")
+
+
+def _configured(facts: ProfileFacts, platforms: Mapping[str, Sequence[str]]) -> list[str]:
+    """Which of ``platforms`` (name → variable names and ``_`` prefixes) the profile's files mention:
+    one of their variables in .env, .op.env or config.yaml's top level, or a block named for one."""
+    cfg = facts.config or {}
+    raw = cfg.get("gateway")
+    gateway: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    names = [n for n in (*(facts.env or {}), *(facts.op_env or {}), *cfg) if isinstance(n, str)]
+    blocks = [b for b in (cfg, cfg.get("platforms"), gateway.get("platforms"), gateway) if isinstance(b, dict)]
+    return sorted(p for p, scrub in platforms.items()
+                  if any(scrubbed(n, scrub) for n in names) or any(p in b for b in blocks))
 
 
 def check_env_permissions(scan: Scan) -> None:

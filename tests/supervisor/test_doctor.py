@@ -736,18 +736,23 @@ def test_severity_words_are_the_verdicts():
 
 def test_a_profile_that_configures_a_platform_no_rule_models(tmp_path):
     from profiles.snapshot import read_profile
+    from profiles.upstream.lines import V022
+    from profiles.upstream.releases import KNOWN
     from supervisor.doctor.config_checks import check_unmodelled_platforms
     from supervisor.doctor.scan import ProfileEntry, Scan
 
-    root = make_root(tmp_path, "zul", "block", "plain")
+    root = make_root(tmp_path, "zul", "block", "plain", "hass")
     write_env(root, "zul", "ZULIP_API_KEY=k\n")
     write_config(root, "block", "platforms:\n  zulip:\n    enabled: true\n")
     write_config(root, "plain", "platforms:\n  telegram:\n    enabled: false\n")
+    write_env(root, "hass", "HASS_TOKEN=tok-aaaa-1111\n")  # Home Assistant left the core on 0.22
     scan = Scan(root, fake_env(tmp_path), [])
-    scan.unmodelled, scan.version = {"zulip": ("ZULIP_",)}, "0.23.0"
-    scan.profiles = [ProfileEntry(n, home_of(root, n), read_profile(n, home_of(root, n), b"s"))
-                     for n in ("zul", "block", "plain")]
+    scan.unmodelled, scan.version, scan.line, scan.contract = {"zulip": ("ZULIP_",)}, "0.22.2", V022, KNOWN[-1]
+    scan.profiles = [ProfileEntry(n, home_of(root, n), read_profile(n, home_of(root, n), b"s", V022))
+                     for n in ("zul", "block", "plain", "hass")]
     check_unmodelled_platforms(scan)
     assert [(f.code, f.profile) for f in scan.findings] == [("unmodelled_platform_configured", "zul"),
-                                                            ("unmodelled_platform_configured", "block")]
-    assert all("zulip" in f.message and "k" not in f.message.split() for f in scan.findings)
+                                                            ("unmodelled_platform_configured", "block"),
+                                                            ("platform_not_in_release", "hass")]
+    assert all("k" not in f.message.split() for f in scan.findings)
+    assert "zulip" in scan.findings[0].message and "homeassistant" in scan.findings[2].message
