@@ -25,6 +25,7 @@ from typing import Any
 from profiles.envfile import read_env_file
 from profiles.fileio import as_mapping, decode_text, parse_yaml, read_cached
 from profiles.safeio import home_file
+from profiles.upstream.lines import BASELINE, RuleLine
 from profiles.upstream.platforms import PortBinding, View, credentials_of, ports_of
 
 ENV_FILE = ".env"
@@ -75,18 +76,19 @@ def load_config(home: Path) -> dict[str, Any]:
 
 
 def view_of(home: Path, env: dict[str, str] | None = None, cfg: dict[str, Any] | None = None,
-            op_env: dict[str, str] | None = None) -> View:
+            op_env: dict[str, str] | None = None, line: RuleLine = BASELINE) -> View:
     """The profile's files as its gateway would merge them; reads whichever of the three is not given.
 
-    Raises :class:`ProfileConfigError` when ``.env``, ``.op.env`` or ``config.yaml`` is malformed.
+    ``line``: the rules of the release that reads them. Raises :class:`ProfileConfigError` when
+    ``.env``, ``.op.env`` or ``config.yaml`` is malformed.
     """
     if env is None:
-        env = read_env_file(home_file(home, ENV_FILE))
+        env = read_env_file(home_file(home, ENV_FILE), split=line.splits_run_together)
     if cfg is None:
         cfg = shared_config(home)
     if op_env is None:
-        op_env = read_env_file(home_file(home, OP_ENV_FILE))
-    return View(Path(home), env, cfg, op_env)
+        op_env = read_env_file(home_file(home, OP_ENV_FILE), split=line.splits_run_together)
+    return View(Path(home), env, cfg, op_env, line)
 
 
 def profile_credentials(home: Path, salt: bytes, *, view: View | None = None) -> list[Credential]:

@@ -9,7 +9,8 @@ and blank lines, a ``KEY`` with no ``=`` (it sets nothing, and cancels an earlie
 Before parsing, the text gets the repair upstream writes back to ``.env`` before loading it
 (``hermes_cli/config.py`` ``_sanitize_env_lines``): every line loses its surrounding blanks, and a
 line holding two known settings run together (``TELEGRAM_BOT_TOKEN=123:abcAPI_SERVER_KEY=k``) is
-split into one line each (:func:`repair`). hermesd never writes the repaired text back.
+split into one line each (:func:`repair`) on 0.19; from 0.20 on upstream only trims the lines (the
+second "setting" stays part of the first value). hermesd never writes the repaired text back.
 
 Two deliberate differences, both because hermesd judges a profile from its files alone:
 
@@ -51,6 +52,7 @@ _VARIABLE = re.compile(r"\$\{(?P<name>[^}:]*)(?::-(?P<default>[^}]*))?\}")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 _cache: dict[str, tuple[tuple[int, int, int], dict[str, str]]] = {}
+_cache_unsplit: dict[str, tuple[tuple[int, int, int], dict[str, str]]] = {}  # read without the split
 
 
 def _unescape(pattern: re.Pattern[str], text: str) -> str:
@@ -140,7 +142,7 @@ def _split_points(line: str) -> list[int]:
     return sorted({s for s, e in ranges if not any(s2 <= s and e2 >= e and (s2, e2) != (s, e) for s2, e2 in ranges)})
 
 
-def _sanitized(lines: list[str]) -> list[str]:
+def _sanitized(lines: list[str], split: bool) -> list[str]:
     out = []
     for line in lines:
         raw = line.rstrip("\r\n")
@@ -148,7 +150,7 @@ def _sanitized(lines: list[str]) -> list[str]:
         if not stripped or stripped.startswith("#"):
             out.append(raw + "\n")
             continue
-        points = _split_points(stripped) if stripped.count("=") >= 2 else []  # a split needs two settings
+        points = _split_points(stripped) if split and stripped.count("=") >= 2 else []  # two settings to split
         if len(points) > 1 and points[0] == 0:
             parts = [stripped[p:q] for p, q in zip(points, [*points[1:], len(stripped)], strict=True)]
             values = [seg.split("=", 1)[1] for seg in parts[:-1]]
@@ -159,18 +161,21 @@ def _sanitized(lines: list[str]) -> list[str]:
     return out
 
 
-def repair(text: str) -> tuple[str, bool]:
+def repair(text: str, split: bool = True) -> tuple[str, bool]:
     """Upstream's rewrite of ``.env`` text before it loads it, and whether it changes the file.
+
+    ``split``: the release splits two known settings run together on one line (0.19; later
+    releases only trim lines, see :attr:`profiles.upstream.lines.RuleLine.splits_run_together`).
 
     Lines are split as Python's text files split them (``\\n``, ``\\r\\n``, ``\\r``); NULs go.
     """
     parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     lines = [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
-    out = _sanitized([line.replace("\x00", "") for line in lines])
+    out = _sanitized([line.replace("\x00", "") for line in lines], split)
     return "".join(out), out != lines
 
 
-def decode(raw: bytes) -> str:
+def decode(raw: bytes, split: bool = True) -> str:
     """``.env`` bytes as upstream ends up loading them (``env_loader._sanitize_env_file_if_needed``).
 
     The repair is applied when it changes something (upstream then writes the repaired text back
@@ -182,12 +187,12 @@ def decode(raw: bytes) -> str:
         return raw.decode("latin-1")
     if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         try:
-            return repair(raw.decode("utf-16"))[0]
+            return repair(raw.decode("utf-16"), split)[0]
         except UnicodeDecodeError:
             return raw.decode("latin-1")
     lenient = raw.decode("utf-8-sig", errors="replace")
     if not lenient.startswith("\ufffd"):
-        text, changed = repair(lenient)
+        text, changed = repair(lenient, split)
         if changed:
             return text
     try:
@@ -196,14 +201,15 @@ def decode(raw: bytes) -> str:
         return raw.decode("latin-1")
 
 
-def read_env_file(path: Beneath | Path | str) -> dict[str, str]:
+def read_env_file(path: Beneath | Path | str, *, split: bool = True) -> dict[str, str]:
     """The variables a ``.env`` file sets; ``{}`` when it does not exist.
 
     UTF-8 with an optional BOM, falling back to Latin-1 like upstream's loader, after upstream's
-    repair (:func:`decode`).
+    repair (:func:`decode`; ``split`` as there).
     Malformed content raises :class:`ProfileConfigError` naming the file and line; so does a
     ``.env`` that is a link (hermesd never reads one profile's file through another's).
     """
     spot = beneath(path)
-    values = read_cached(spot, _cache, lambda raw: parse_env_text(decode(raw).replace("\x00", ""), spot.path))
+    values = read_cached(spot, _cache if split else _cache_unsplit,
+                         lambda raw: parse_env_text(decode(raw, split).replace("\x00", ""), spot.path))
     return {} if values is None else dict(values)

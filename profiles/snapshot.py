@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,10 @@ from profiles.credentials import (
 from profiles.envfile import read_env_file
 from profiles.errors import ProfileConfigError
 from profiles.safeio import home_file
+from profiles.upstream.lines import BASELINE, RuleLine
 from profiles.upstream.multiplex import PARKED_MARKER, standalone
-from profiles.upstream.platforms import enabled_platforms
-from profiles.upstream.process import FixedVariable, drain_seconds, env_overrides
+from profiles.upstream.platforms import SRC_ENV, enabled_platforms, gateway_env
+from profiles.upstream.process import FIXED_ENV, Override, env_overrides, profile_drain_seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +65,7 @@ class ProfileFacts:
     config: dict[str, Any] | None
     problems: tuple[str, ...]
     claims: tuple[Claim, ...]
-    overrides: tuple[FixedVariable, ...]
+    overrides: tuple[Override, ...]  # fixed variables whose behaviour the files change
     platforms: tuple[str, ...]  # platforms the files enable (those hermesd models)
     drain_s: float
     digest: str
@@ -76,6 +78,11 @@ class ProfileFacts:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def gateway_environment(self, child: Mapping[str, str]) -> dict[str, str]:
+        """The environment the gateway ends up with when hermesd starts it with ``child``: ``.env``
+        over it, then ``.op.env`` and config.yaml's top-level settings for what is still unset."""
+        return gateway_env({**child, **(self.env or {})}, self.op_env, self.config or {})[0]
 
 
 def _problem(exc: BaseException, path: Path) -> str:
@@ -105,19 +112,20 @@ def changed_files(before: str, after: str) -> list[str] | None:
     return [f for f in dict.fromkeys([*then, *now]) if then.get(f) != now.get(f)]
 
 
-def read_profile(name: str, home: Path, salt: bytes) -> ProfileFacts:
-    """Read ``home``'s ``.env`` and ``config.yaml``; never raises for anything the files contain."""
+def read_profile(name: str, home: Path, salt: bytes, line: RuleLine = BASELINE) -> ProfileFacts:
+    """Read ``home``'s ``.env`` and ``config.yaml`` as the release whose rules are ``line`` reads
+    them; never raises for anything the files contain."""
     home = Path(home)
     problems: list[str] = []
     env: dict[str, str] | None = None
     config: dict[str, Any] | None = None
     try:
-        env = read_env_file(home_file(home, ENV_FILE))
+        env = read_env_file(home_file(home, ENV_FILE), split=line.splits_run_together)
     except (ProfileConfigError, OSError, ValueError) as exc:
         problems.append(_problem(exc, home / ENV_FILE))
     op_env: dict[str, str] | None = None
     try:
-        op_env = read_env_file(home_file(home, OP_ENV_FILE))
+        op_env = read_env_file(home_file(home, OP_ENV_FILE), split=line.splits_run_together)
     except (ProfileConfigError, OSError, ValueError) as exc:
         problems.append(_problem(exc, home / OP_ENV_FILE))
     try:
@@ -128,15 +136,18 @@ def read_profile(name: str, home: Path, salt: bytes) -> ProfileFacts:
     if env is None or config is None or op_env is None:
         return ProfileFacts(name, home, env, config, tuple(problems), (), (), (), 0.0,
                             "error:" + digest_of(problems), parked=parked, op_env=op_env)
-    view = view_of(home, env, config, op_env)
+    view = view_of(home, env, config, op_env, line)
+    # The gateway's environment: hermesd's fixed values, the profile's files over them.
+    gateway, sources = gateway_env({**FIXED_ENV, **env}, op_env, config)
+    own = {k: src for k, src in sources.items() if k in env or src != SRC_ENV}
     claims = [
         Claim("credential", c.platform, c.kind, c.fingerprint) for c in profile_credentials(home, salt, view=view)
     ]
     claims += [Claim("port", p.platform, "port", str(p.port)) for p in profile_ports(home, view=view)]
     platforms = enabled_platforms(view)
     return ProfileFacts(
-        name, home, env, config, (), tuple(claims), tuple(env_overrides(env, config)), tuple(platforms),
-        drain_seconds(config), ",".join(f"{f}={digest_of(v)}" for f, v in ((ENV_FILE, env), (CONFIG_FILE, config),
-                                                                              (OP_ENV_FILE, op_env))),
+        name, home, env, config, (), tuple(claims), tuple(env_overrides(gateway, own, config, line)), tuple(platforms),
+        profile_drain_seconds(gateway, config),
+        ",".join(f"{f}={digest_of(v)}" for f, v in ((ENV_FILE, env), (CONFIG_FILE, config), (OP_ENV_FILE, op_env))),
         standalone=standalone(config), parked=parked, op_env=op_env,
     )

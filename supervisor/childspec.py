@@ -48,6 +48,31 @@ def child_argv(command: list[str], profile: str, contract: Contract | None = Non
     return [*command, *profile_args(profile), *GATEWAY_ARGS]
 
 
+def scrubbed(name: str, scrub: Sequence[str]) -> bool:
+    """Whether ``name`` is one of ``scrub``: a variable name, or a prefix ending in ``_``."""
+    return any(name == s or (s.endswith("_") and name.startswith(s)) for s in scrub)
+
+
+def scrub_list(unmodelled: Mapping[str, Sequence[str]]) -> str:
+    """The variables of platforms hermesd cannot model, for people: ``BUZZ_*, A2A_TOKEN``."""
+    entries = sorted({v for names in unmodelled.values() for v in names})
+    prefixes = [e for e in entries if e.endswith("_")]
+    shown = [f"{e}*" for e in prefixes] + [e for e in entries if not e.endswith("_") and not scrubbed(e, prefixes)]
+    return ", ".join(shown)
+
+
+def unmodelled_note(version: str | None, unmodelled: Mapping[str, Sequence[str]]) -> str | None:
+    """What ``status`` and ``doctor`` say about platforms the release ships and hermesd has no rules for."""
+    if not unmodelled:
+        return None
+    names = ", ".join(unmodelled)
+    one = len(unmodelled) == 1
+    return (f"hermes-agent {version or '?'} ships {names}, which hermesd has no rules for: two profiles sharing "
+            f"{'its' if one else 'their'} credentials or ports are not held, and whether a profile enables "
+            f"{'it' if one else 'them'} is unknown to hermesd; {scrub_list(unmodelled)} "
+            "are kept out of every gateway hermesd starts")
+
+
 def child_env(
     base: Mapping[str, str],
     *,
@@ -56,15 +81,23 @@ def child_env(
     home: Path,
     extra: Mapping[str, str] | None = None,
     salt: bytes | None = None,
+    scrub: Sequence[str] = (),
 ) -> dict[str, str]:
     """The child's initial environment, built from hermesd's own minus what must not leak.
 
     HOME, XDG_STATE_HOME and HERMES_GATEWAY_LOCK_DIR pass through unchanged, so they are
-    identical for every child and upstream's cross-profile credential locks keep working.
+    identical for every child and upstream's cross-profile credential locks keep working; an
+    XDG_STATE_HOME that is empty or relative is dropped, because releases up to 0.21 would put the
+    locks relative to each gateway's working folder (its own home under confinement).
     ``salt``: the daemon's per-root salt, for the tag's token (:data:`TAG_TOKEN`); without it the
-    child carries tags no sweep or tree will trust.
+    child carries tags no sweep or tree will trust. ``scrub``: the variables (names, or prefixes
+    ending in ``_``) of platforms the installed release ships and hermesd has no rules for
+    (:func:`profiles.upstream.lines.unmodelled`), removed like every known platform's.
     """
-    env = {k: v for k, v in base.items() if k not in _DROPPED and not is_platform_variable(k)}
+    env = {k: v for k, v in base.items()
+           if k not in _DROPPED and not is_platform_variable(k) and not scrubbed(k, scrub)}
+    if not os.path.isabs(env.get("XDG_STATE_HOME", "/")):
+        del env["XDG_STATE_HOME"]
     env.update(extra or {})
     env.update(FIXED_ENV)
     env["HERMES_HOME"] = str(home)

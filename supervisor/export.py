@@ -49,6 +49,7 @@ import yaml
 from profiles.discovery import profiles_to_serve
 from profiles.fileio import atomic_write_text
 from profiles.snapshot import read_profile
+from profiles.upstream.lines import BASELINE, RuleLine, line_for
 from profiles.upstream.process import FIXED_ENV, Exit
 from profiles.upstream.releases import Unsupported
 from supervisor import config as config_mod
@@ -113,11 +114,12 @@ class Gateway:
 # --------------------------------------------------------------------------- shared with the daemon
 
 
-def collect(root: Path, rules: ReleaseRules | None = None) -> list[Gateway]:
+def collect(root: Path, rules: ReleaseRules | None = None, line: RuleLine = BASELINE) -> list[Gateway]:
     """Every gateway to export; refuses exactly the profiles the daemon would hold (one verdict for both).
 
     ``rules``: what the release the units will run asks of the files (the multiplex-default line's
-    ``gateway.standalone``), when it is known here (systemd units run this machine's release).
+    ``gateway.standalone``), when it is known here (systemd units run this machine's release);
+    ``line``: how that release reads the files (which platforms, credentials and ports they claim).
     """
     layout = Layout(root)
     try:
@@ -132,7 +134,7 @@ def collect(root: Path, rules: ReleaseRules | None = None) -> list[Gateway]:
         if not cfg.for_profile(name).enabled:
             print(f"hermesd export: profile {name!r} skipped: disabled in {layout.config}", file=sys.stderr)
             continue
-        facts.append(read_profile(name, Path(home), salt))
+        facts.append(read_profile(name, Path(home), salt, line))
     holds = judge([Candidate(f, f.name) for f in facts], None, rules)
     problems = [f"profile {name!r}: {hold.kind.value}: {hold.message}" for name, hold in holds.items() if hold]
     if problems:
@@ -424,7 +426,7 @@ def export_files(fmt: str, root: Path, *, image: str = DEFAULT_IMAGE, storage: s
         contract = _local_contract(gateway_command)
         # exported units run without hermesd's confinement: the default gateway sees every profile
         gateways = collect(root, ReleaseRules.of(contract, contract.release if contract else None,
-                                                 default_hidden=False))
+                                                 default_hidden=False), line_for(contract))
         return render_systemd(gateways, root=root, gateway_command=gateway_command,
                               hermesd=hermesd or hermesd_command(), contract=contract)
     gateways = collect(root)

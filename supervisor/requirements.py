@@ -43,9 +43,11 @@ from typing import Any
 
 from profiles.credentials import view_of
 from profiles.discovery import profiles_to_serve
+from profiles.upstream.lines import BASELINE, RuleLine, line_for
 from profiles.upstream.platforms import (
     LAZY_FEATURES,
     PLATFORMS,
+    Program,
     Requirement,
     dist_key,
     requirements_of,
@@ -142,6 +144,42 @@ try:
 except BaseException:
     pass
 r["lazy_deps"] = lazy
+# The messaging platforms the release ships: the members of its Platform enum (the class's own
+# NAME = "value" lines in gateway/config.py, read as text: never imported, and ast would cost 200 ms
+# on 0.19's 2,500 lines) and each bundled plugin whose manifest says "kind: platform", with the
+# variables the manifest names.
+shipped = {}
+try:
+    import re as _re
+    gw = origin_dir("gateway")
+    if gw:
+        with open(os.path.join(gw, "config.py"), encoding="utf-8") as f:
+            body = _re.search(r"(?ms)^class Platform\b.*?(?=^\S)", f.read())
+        members = r"(?m)^ {4}[A-Za-z_]\w*\s*=\s*[\"']([^\"']+)[\"']\s*(?:#.*)?$"
+        for value in _re.findall(members, body.group(0) if body else ""):
+            if value != "local":
+                shipped[value] = []
+    folder = os.path.join(r["plugins_dir"] or "", "platforms")
+    for name in sorted(os.listdir(folder)) if r["plugins_dir"] and os.path.isdir(folder) else []:
+        try:
+            with open(os.path.join(folder, name, "plugin.yaml"), encoding="utf-8") as f:
+                text = f.read()
+        except BaseException:
+            continue
+        if "kind: platform" in text:
+            shipped[name] = sorted(set(_re.findall(r"(?m)^\s*-\s*name:\s*([A-Z][A-Z0-9_]*)\s*$", text)))
+except BaseException:
+    pass
+r["platforms"] = shipped
+# Programs a release finds only through its package manager (0.22: Node for WhatsApp), by its own lookup.
+managed = {}
+for prog in q.get("managed_programs", []):
+    try:
+        from hermes_constants import find_node_executable
+        managed[prog] = find_node_executable(prog)
+    except BaseException:
+        managed[prog] = None
+r["managed_programs"] = managed
 try:
     from importlib.metadata import distribution, version, PackageNotFoundError
 except BaseException:
@@ -236,6 +274,10 @@ class Facts:
     lazy_deps: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     requires: Mapping[str, str] = field(default_factory=dict)  # dist_key -> spec, markers dropped
     plugins_dir: str | None = None
+    # The platforms the release ships (its Platform enum and platform plugins), each with the
+    # variables its manifest names; empty when the probe could not tell.
+    platforms: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    managed_programs: Mapping[str, str | None] = field(default_factory=dict)  # found by its package manager
     dist_info: str | None = None  # the *.dist-info folder of dist_name
     prefix: str | None = None  # the interpreter's sys.prefix (its environment)
     error: str | None = None
@@ -250,6 +292,13 @@ class Facts:
         if not self.modules:
             return None
         return {m: bool(self.modules.get(m)) for m in marker_modules()}
+
+
+def release_line(facts: Facts | None) -> RuleLine:
+    """How the release this interpreter runs reads a profile's files: its contract's line, narrowed to
+    the platforms its code ships (the baseline when the interpreter could not be asked)."""
+    contract = release_contract(facts) if facts is not None else None
+    return line_for(contract if isinstance(contract, Contract) else None, facts.platforms if facts else ())
 
 
 def release_contract(facts: Facts) -> Contract | Unsupported | None:
@@ -339,7 +388,7 @@ def _stamps(paths: Iterable[str]) -> dict[str, int]:
 
 def interpreter_facts(command: Sequence[str], *, env: Mapping[str, str] | None = None,
                       modules: Iterable[str] = (), programs: Iterable[str] = (), specs: Iterable[str] = (),
-                      timeout: float = 15.0, fresh: bool = False) -> Facts:
+                      managed: Iterable[str] = (), timeout: float = 15.0, fresh: bool = False) -> Facts:
     """Ask ``command``'s interpreter (see the module docstring); cached, never raises.
 
     ``command`` is the resolved gateway command prefix; ``env`` the environment its child gets (its
@@ -349,7 +398,7 @@ def interpreter_facts(command: Sequence[str], *, env: Mapping[str, str] | None =
     env = dict(os.environ if env is None else env)
     base_m, base_p, base_s = _question()
     q = {"modules": sorted({*base_m, *modules}), "programs": sorted({*base_p, *programs}),
-         "specs": sorted({*base_s, *specs})}
+         "specs": sorted({*base_s, *specs}), "managed_programs": sorted(set(managed))}
     qtext = json.dumps(q, sort_keys=True)
     key = (tuple(command), env.get("PATH"), hashlib.sha256(qtext.encode()).hexdigest())
     now = time.monotonic()
@@ -421,6 +470,9 @@ def _ask(command: Sequence[str], env: dict[str, str], qtext: str, timeout: float
         lazy_deps={str(k): tuple(map(str, v)) for k, v in (r.get("lazy_deps") or {}).items()},
         requires=requires,
         plugins_dir=r.get("plugins_dir") if isinstance(r.get("plugins_dir"), str) else None,
+        platforms={str(k): tuple(map(str, v)) for k, v in (r.get("platforms") or {}).items() if isinstance(v, list)},
+        managed_programs={str(k): (v if isinstance(v, str) else None)
+                          for k, v in (r.get("managed_programs") or {}).items()},
         dist_info=r.get("dist_info") if isinstance(r.get("dist_info"), str) else None,
         prefix=r.get("prefix") if isinstance(r.get("prefix"), str) else None,
     )
@@ -461,10 +513,16 @@ def _pin(facts: Facts, spec: str) -> str:
     return facts.requires.get(dist_key(spec), spec)
 
 
-def _program_found(facts: Facts, name: str, dirs: Sequence[str], path_env: str | None) -> bool:
+def _program_found(facts: Facts, prog: Program, path_env: str | None) -> bool:
+    name, dirs = prog.name, prog.dirs
+    if prog.managed:
+        return facts.managed_programs.get(name) is not None
     for d in dirs:
-        if os.access(os.path.join(d, name), os.X_OK):
+        if os.path.isfile(os.path.join(d, name)) and os.access(os.path.join(d, name), os.X_OK):
             return True
+    if any(os.path.isfile(os.path.join(d, t)) and os.access(os.path.join(d, t), os.X_OK)
+           for d in dirs for t in prog.tree):
+        return False  # a managed tree without this program: upstream does not fall back to PATH
     if "/" in name:
         return os.access(name, os.X_OK)
     if name in facts.programs:
@@ -505,7 +563,7 @@ def check(req: Requirement, facts: Facts, *, path_env: str | None = None) -> Fin
                 specs.append(_pin(facts, spec))
     not_pip = 0
     for prog in req.programs:
-        if not _program_found(facts, prog.name, prog.dirs, path_env):
+        if not _program_found(facts, prog, path_env):
             missing.append(f"{prog.name} (program)")
             not_pip += 1
     for rel in req.files:
@@ -525,17 +583,22 @@ def check_requirements(command: Sequence[str], requirements: Iterable[Requiremen
     """Check each requirement against ``command``'s interpreter (asked once, cached)."""
     reqs = list(requirements)
     env = dict(os.environ if env is None else env)
+    programs = [p for r in reqs for p in r.programs]
     facts = interpreter_facts(command, env=env, modules=[m for r in reqs for m in r.imports],
-                              programs=[p.name for r in reqs for p in r.programs if "/" not in p.name])
+                              programs=[p.name for p in programs if "/" not in p.name and not p.managed],
+                              managed=[p.name for p in programs if p.managed])
     return Report(facts, {r.platform: check(r, facts, path_env=env.get("PATH")) for r in reqs})
 
 
 # ----------------------------------------------------------------------------- per profile
 
 
-def profile_requirements(home: Path, env: Mapping[str, str] | None, cfg: Mapping[str, Any] | None) -> list[Requirement]:
-    """The requirements of the platforms a profile's files enable (raises ProfileConfigError on bad files)."""
-    view = view_of(Path(home), dict(env) if env is not None else None, dict(cfg) if cfg is not None else None)
+def profile_requirements(home: Path, env: Mapping[str, str] | None, cfg: Mapping[str, Any] | None,
+                         line: RuleLine = BASELINE) -> list[Requirement]:
+    """The requirements of the platforms a profile's files enable, read with the release's rules
+    ``line`` (raises ProfileConfigError on bad files)."""
+    view = view_of(Path(home), dict(env) if env is not None else None, dict(cfg) if cfg is not None else None,
+                   line=line)
     return list(requirements_of(view).values())
 
 
@@ -553,8 +616,9 @@ def missing_for_profile(command: Sequence[str] | None, home: Path, env_file: Map
 def _profile_report(command: Sequence[str], home: Path, env_file: Mapping[str, str] | None,
                     cfg: Mapping[str, Any] | None, child_env: Mapping[str, str] | None) -> Report | None:
     """The platforms ``home``'s files enable, checked; None when they enable none or cannot be read."""
+    line = release_line(interpreter_facts(command, env=child_env))  # the base question: cached for the check
     try:
-        reqs = profile_requirements(home, env_file, cfg)
+        reqs = profile_requirements(home, env_file, cfg, line)
     except Exception:  # malformed files are reported as file problems elsewhere
         return None
     return check_requirements(command, reqs, env=child_env) if reqs else None

@@ -150,8 +150,9 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
                 "rewrite_note"):
         if sup.get(key):
             lines.append(f"  ! {sup[key]}")
-    if sup.get("release_note"):
-        lines.append(f"  note: {sup['release_note']}")
+    for key in ("release_note", "platforms_note"):
+        if sup.get(key):
+            lines.append(f"  note: {sup[key]}")
     stale = [r["code"] for r in doc["profiles"] if (r.get("code") or {}).get("stale")]
     if stale:
         runs = "gateways run" if len(stale) > 1 else "gateway runs"

@@ -17,10 +17,10 @@ import signal
 import time
 from pathlib import Path
 
-from profiles.credentials import load_config
-from profiles.errors import GatewayRunningError, ProfileConfigError
+from profiles.errors import GatewayRunningError
+from profiles.snapshot import read_profile
 from profiles.upstream import files as gf
-from profiles.upstream.process import DEFAULT_PROFILE, drain_seconds, stop_timeout
+from profiles.upstream.process import DEFAULT_PROFILE, stop_timeout
 from supervisor import child, identity
 from supervisor.control.client import Client, ControlError, DaemonNotAnswering, DaemonNotRunning
 from supervisor.layout import Layout
@@ -46,10 +46,8 @@ def _exited(fd: int, timeout: float) -> bool:
 
 
 def _drain(home: Path) -> float:
-    try:
-        return drain_seconds(load_config(home))
-    except (ProfileConfigError, OSError):
-        return 0.0
+    """The profile's drain timeout as the daemon reads it (config.yaml, else its environment files)."""
+    return read_profile(gf.home_profile(home), home, b"").drain_s
 
 
 def stop_unsupervised(home: Path, timeout: float | None = None) -> bool:

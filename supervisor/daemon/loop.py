@@ -103,7 +103,8 @@ class Daemon:
         self.serving = Serving(self.root, self.pool, profiles, self.pinned.holds, self, self.spawn_task)
         self.apiwatch = ApiWatch(self.pool, profiles, self.spawn_task)  # whether each API server answers
         self.requirements = interpreter.Requirements(self.root, self.env, self.pool, profiles, lambda: self.in_force)
-        self.reads = Reads(self.pool, profiles, lambda: self.salt, self.handle_read, self.spawn_task)
+        self.reads = Reads(self.pool, profiles, lambda: self.salt, lambda: self.in_force.line, self.handle_read,
+                           self.spawn_task)
         self.launcher = Launcher(self.root, self.layout, self.env, self.domains, wall)
         self.report = Report(self.root, self.planner, self.domains, self.serving, self.apiwatch, self.requirements,
                              self.own, self.log_problems, wall)
@@ -201,7 +202,12 @@ class Daemon:
         if in_force.command is not None:
             self.domains.set_command(list(in_force.command))
         await self.board.sync(in_force)  # the dispatcher's launcher exists before it may be spawned
+        reread = not initial and in_force.line != self.in_force.line
         self._apply(in_force)
+        if reread:  # another release reads the same files differently: what each profile claims may change
+            log.info("hermes-agent %s reads profiles by the %s rules: reading every profile again",
+                     in_force.release.version, in_force.line.name)
+            self.reads.refresh([n for n, p in self.planner.profiles.items() if p.present])
         if not initial and in_force.command is not None:
             self.spawn_task(self.requirements.check([n for n, p in self.planner.profiles.items() if p.facts]))
         await self.observer.reconfigure(in_force.config.observe_settings())

@@ -16,19 +16,22 @@ from concurrent.futures import Executor
 from typing import Any
 
 from profiles.snapshot import ProfileFacts, read_profile
+from profiles.upstream.lines import RuleLine
 from supervisor.plan.model import Profile
 
 
 class Reads:
     """See the module docstring. ``profiles``: the planner's, read only (which profiles exist, and
-    where); ``salt``: the root's fingerprint salt; ``spawn``: runs a coroutine as one of the loop's tasks."""
+    where); ``salt``: the root's fingerprint salt; ``line``: the installed release's rules for reading
+    a profile's files; ``spawn``: runs a coroutine as one of the loop's tasks."""
 
     def __init__(self, pool: Executor, profiles: Mapping[str, Profile], salt: Callable[[], bytes],
-                 on_read: Callable[[ProfileFacts], Awaitable[None]],
+                 line: Callable[[], RuleLine], on_read: Callable[[ProfileFacts], Awaitable[None]],
                  spawn: Callable[[Coroutine[Any, Any, Any]], None]) -> None:
         self.pool = pool
         self.profiles = profiles
         self.salt = salt
+        self.line = line
         self.on_read = on_read
         self.spawn = spawn
         self._reading: set[str] = set()
@@ -51,7 +54,7 @@ class Reads:
                 p = self.profiles.get(name)
                 if p is None or not p.present:
                     return None
-                facts = await loop.run_in_executor(self.pool, read_profile, name, p.home, self.salt())
+                facts = await loop.run_in_executor(self.pool, read_profile, name, p.home, self.salt(), self.line())
                 await self.on_read(facts)
                 if name not in self._again:
                     return facts

@@ -16,6 +16,7 @@ from typing import Any
 
 from profiles.upstream.releases import newer_than_known_note
 from supervisor import codeid, identity, status_rows
+from supervisor.childspec import unmodelled_note
 from supervisor.codeid import Installed
 from supervisor.daemon.apiwatch import ApiWatch
 from supervisor.daemon.domains import Domains
@@ -111,6 +112,9 @@ class Report:
                 "release_line": contract.line.value if contract is not None else None,
                 "release_note": (newer_than_known_note(in_force.release.version or "?", contract)
                                  if contract is not None and not contract.exact else None),
+                # Platforms the release ships that hermesd has no rules for (their conflicts are not checked).
+                "unmodelled_platforms": sorted(in_force.unmodelled),
+                "platforms_note": unmodelled_note(in_force.release.version, in_force.unmodelled),
                 "rewrite_note": self.serving.rewrite_note,
                 "cgroups": self._cgroups(),
             },

@@ -55,8 +55,8 @@ def _checks() -> list[Callable[[Scan], None]]:
         gateway.check_gateway_interpreter, scan.discover, config_checks.check_config_profiles,
         gateway.check_stale_code, scan.load_salt, scan.read_profiles, verdicts.check_verdicts,
         upgrades.check_upgrades, route_checks.check_multiplex_and_routes,
-        config_checks.check_lock_environment, config_checks.check_env_permissions, config_checks.check_drain_bounds,
-        runtime.check_runtime_files,
+        config_checks.check_lock_environment, config_checks.check_unmodelled_platforms,
+        config_checks.check_env_permissions, config_checks.check_drain_bounds, runtime.check_runtime_files,
         runtime.check_links, runtime.check_services, runtime.check_wrappers, domain_checks.check_kanban,
         domain_checks.check_isolation, domain_checks.check_limits,
     ]

@@ -5,19 +5,25 @@ from __future__ import annotations
 import os
 import shlex
 import stat
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from profiles.errors import ProfileConfigError
 from profiles.fileio import MAX_PROFILE_FILE, parse_yaml
 from profiles.numbers import DRAIN
 from profiles.printable import printable
 from profiles.safeio import read_operator_file
+from profiles.upstream.platforms import PLATFORMS
 from profiles.upstream.process import LOCK_VARIABLES, drain_as_written, lock_dir, stop_timeout
 from supervisor import config as config_mod
-from supervisor.childspec import GatewayCommandError, child_env, resolve_gateway_command
+from supervisor.childspec import GatewayCommandError, child_env, resolve_gateway_command, scrubbed
 from supervisor.doctor.scan import DEFAULT, Scan
 from supervisor.layout import Layout, UnsafeFolderError, check_private
 from supervisor.plan.verdict import ERROR, INFO, WARNING, HoldKind
+
+if TYPE_CHECKING:
+    from profiles.snapshot import ProfileFacts
 
 
 def check_hermesd_config(scan: Scan) -> None:
@@ -77,23 +83,37 @@ def check_lock_environment(scan: Scan) -> None:
     """Every child must agree on HOME, XDG_STATE_HOME and HERMES_GATEWAY_LOCK_DIR.
 
     hermesd passes its own values unchanged to every child; a per-profile ``environment:``
-    in hermesd.yaml, or the profile's ``.env`` (loaded with override by Hermes), can still
-    change them for one profile, and then that gateway's credential locks live in another
-    directory where no other profile's gateway looks.
+    in hermesd.yaml, or the profile's own files (``.env`` is loaded with override, ``.op.env`` and
+    config.yaml's top-level settings fill what is unset), can still change them for one profile,
+    and then that gateway's credential locks live in another directory where no other profile's
+    gateway looks. A lock folder that is relative (an empty or relative XDG_STATE_HOME up to 0.21, a
+    relative HERMES_GATEWAY_LOCK_DIR) depends on each gateway's working folder, which is its own
+    home under confinement.
     """
     assert scan.config is not None
+    relative_ignored = scan.line.relative_state_home_ignored
     shared = child_env(scan.env, root=scan.root, profile=DEFAULT, home=scan.root,
                        extra=scan.config.environment)
-    shared_dir = lock_dir(shared)
+    shared_dir = lock_dir(shared, relative_state_ignored=relative_ignored)
     for prof in scan.profiles:
         extra = scan.config.child_environment(prof.name)
-        effective = child_env(scan.env, root=scan.root, profile=prof.name, home=prof.home, extra=extra)
+        child = child_env(scan.env, root=scan.root, profile=prof.name, home=prof.home, extra=extra)
         sources = {v: f"hermesd.yaml profiles.{prof.name}.environment" for v in LOCK_VARIABLES
                    if v in scan.config.for_profile(prof.name).environment}
+        effective = prof.facts.gateway_environment(child) if prof.facts is not None and prof.facts.ok else child
         for var in LOCK_VARIABLES:
-            if prof.env is not None and var in prof.env:
-                effective[var] = prof.env[var]
-                sources[var] = str(prof.home / ".env")
+            if effective.get(var) != child.get(var) or (prof.env is not None and var in prof.env):
+                sources[var] = str(prof.home / _setting_file(prof.facts, var))
+        here = lock_dir(effective, cwd=str(prof.home), relative_state_ignored=relative_ignored)
+        if here != lock_dir(effective, cwd="/", relative_state_ignored=relative_ignored):
+            scan.add(
+                WARNING, "lock_dir_relative", prof.name,
+                f"the gateway of profile {prof.name!r} would keep its credential locks in a relative folder "
+                f"({here} when it runs in its own home, as it does when confined): each gateway then looks in "
+                "its own working folder, so upstream's cross-profile token protection silently stops working",
+                "set XDG_STATE_HOME and HERMES_GATEWAY_LOCK_DIR, if at all, to absolute paths, once for every "
+                "child in hermesd.yaml's top-level environment:",
+            )
         # Only a profile-level source can make one child differ, so each differing one has a source.
         differing = [v for v in LOCK_VARIABLES if effective.get(v) != shared.get(v) and v in sources]
         if not differing:
@@ -105,11 +125,56 @@ def check_lock_environment(scan: Scan) -> None:
         scan.add(
             WARNING, "lock_dir_mismatch", prof.name,
             f"the gateway of profile {prof.name!r} would run with {details}. Its credential locks go to "
-            f"{lock_dir(effective)} instead of {shared_dir}, so upstream's cross-profile token protection "
-            "silently stops working between it and the other profiles",
+            f"{lock_dir(effective, relative_state_ignored=relative_ignored)} instead of {shared_dir}, so upstream's "
+            "cross-profile token protection silently stops working between it and the other profiles",
             f"remove {', '.join(differing)} from {' and '.join(sorted({sources[v] for v in differing}))}; "
             "set them, if at all, once for every child in hermesd.yaml's top-level environment:",
         )
+
+
+def _setting_file(facts: ProfileFacts | None, name: str) -> str:
+    """Which of a profile's files sets variable ``name`` for its gateway (``.env`` wins)."""
+    if facts is None or facts.env is None or name in facts.env:
+        return ".env"
+    return ".op.env" if facts.op_env and name in facts.op_env else "config.yaml"
+
+
+def check_unmodelled_platforms(scan: Scan) -> None:
+    """Platforms a profile configures that do not match the release: one the release ships and hermesd
+    has no rules for (its credentials and ports are claimed by nobody, so a second profile using them
+    is not held), and one hermesd knows but the release does not ship (Home Assistant on 0.22: the
+    gateway never starts it, whatever the files say)."""
+    gone = {p.name: p.env_prefixes for p in PLATFORMS if p.name not in scan.line.platforms}
+    for prof in scan.profiles:
+        facts = prof.facts
+        if facts is None or not facts.ok or scan.contract is None:
+            continue
+        used = _configured(facts, scan.unmodelled)
+        if used:
+            scan.add(WARNING, "unmodelled_platform_configured", prof.name,
+                     f"profile {prof.name!r} configures {', '.join(used)}, which hermesd has no rules for on "
+                     f"hermes-agent {scan.version}: it does not know whether the gateway enables it, and another "
+                     "profile using the same credentials or port is not held",
+                     "make sure no other profile uses the same credentials or port")
+        dropped = _configured(facts, gone)
+        if dropped:
+            scan.add(WARNING, "platform_not_in_release", prof.name,
+                     f"profile {prof.name!r} configures {', '.join(dropped)}, which hermes-agent {scan.version} does "
+                     "not ship: its gateway never starts it",
+                     f"install the platform's plugin, or remove its settings from {prof.home}")
+
+
+def _configured(facts: ProfileFacts, platforms: Mapping[str, Sequence[str]]) -> list[str]:
+    """Which of ``platforms`` (name → variable names and ``_`` prefixes) the profile's files mention:
+    one of their variables in .env, .op.env or config.yaml's top level, or a block named for one."""
+    cfg = facts.config or {}
+    raw = cfg.get("gateway")
+    gateway: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    names = [n for n in (*(facts.env or {}), *(facts.op_env or {}), *cfg) if isinstance(n, str)]
+    blocks = [b for b in (cfg, cfg.get("platforms"), gateway.get("platforms"), gateway) if isinstance(b, dict)]
+    return sorted(p for p, scrub in platforms.items()
+                  if any(scrubbed(n, scrub) for n in names) or any(p in b for b in blocks))
+
 
 def check_env_permissions(scan: Scan) -> None:
     for prof in scan.profiles:

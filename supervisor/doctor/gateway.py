@@ -13,15 +13,17 @@ import os
 from collections.abc import Mapping
 
 from profiles.upstream import files as gf
+from profiles.upstream.lines import unmodelled
 from profiles.upstream.releases import Unsupported, newer_than_known_note
 from supervisor import childspec, codeid, identity
 from supervisor import config as config_mod
 from supervisor import state as state_mod
+from supervisor.childspec import unmodelled_note
 from supervisor.doctor.scan import Scan
 from supervisor.hermes_release import HermesVersionError, interpreter_argv
 from supervisor.layout import Layout
 from supervisor.plan.verdict import ERROR, INFO, WARNING, HoldKind
-from supervisor.requirements import interpreter_facts, release_contract, requirement_findings
+from supervisor.requirements import interpreter_facts, release_contract, release_line, requirement_findings
 from supervisor.status import stale_note
 
 
@@ -36,6 +38,13 @@ def check_gateway_interpreter(scan: Scan) -> None:
     facts = interpreter_facts(command, env=dict(scan.env))
     contract = release_contract(facts)
     scan.version = facts.version
+    scan.line = release_line(facts)
+    scan.unmodelled = unmodelled(scan.line, facts.platforms)
+    note = unmodelled_note(facts.version, scan.unmodelled)
+    if note:
+        scan.add(WARNING, "unmodelled_platforms", None, note,
+                 "check the profiles that use them by hand, or use a hermesd release that knows this hermes-agent "
+                 "release")
     if isinstance(contract, Unsupported):
         scan.add(ERROR, HoldKind.UNSUPPORTED_RELEASE.doctor_code, None,
                  f"{contract.message}; hermesd holds every profile ({HoldKind.UNSUPPORTED_RELEASE.value})",

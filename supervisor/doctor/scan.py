@@ -24,6 +24,7 @@ from profiles.discovery import (
 )
 from profiles.names import RESERVED_NAMES, is_valid_name
 from profiles.snapshot import read_profile
+from profiles.upstream.lines import BASELINE, RuleLine
 from supervisor.layout import Layout
 from supervisor.plan.verdict import ERROR, INFO, WARNING
 
@@ -88,6 +89,9 @@ class Scan:
     version: str | None = None
     contract: Contract | None = None
     command: list[str] | None = None
+    line: RuleLine = BASELINE  # how that release reads the profiles' files
+    # Platforms the release ships that hermesd has no rules for, each with the variables that configure it.
+    unmodelled: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def add(self, severity: str, code: str, profile: str | None, message: str, fix: str) -> None:
         self.findings.append(Finding(severity, code, profile, message, fix))
@@ -156,9 +160,10 @@ def load_salt(scan: Scan) -> None:
 
 
 def read_profiles(scan: Scan) -> None:
-    """Each profile's facts, read exactly as the daemon reads them (bounded, never blocking)."""
+    """Each profile's facts, read exactly as the daemon reads them (bounded, never blocking), with the
+    rules of the release the gateway command runs."""
     for prof in scan.profiles:
-        prof.facts = read_profile(prof.name, prof.home, scan.salt)
+        prof.facts = read_profile(prof.name, prof.home, scan.salt, scan.line)
 
 
 def _unserved_detail(reason: str) -> str:

@@ -198,12 +198,12 @@ def file_hold(facts: ProfileFacts) -> Hold | None:
     if facts.problems:
         return Hold(HoldKind.CONFIG_ERROR, "; ".join(facts.problems))
     if facts.overrides:
-        names = ", ".join(v.name for v in facts.overrides)
-        why = "; ".join(f"{v.name}: {v.why}" for v in facts.overrides)
+        sets = "; ".join(f"{facts.home / o.source} sets {o.name}" for o in facts.overrides)
+        why = "; ".join(f"{o.variable.name}: {o.why}" for o in facts.overrides)
         return Hold(
             HoldKind.ENV_OVERRIDE,
-            f"{facts.home / '.env'} sets {names}, overriding what hermesd gives every child (Hermes loads .env "
-            f"with override): {why}",
+            f"{sets}, overriding what hermesd gives every child (Hermes loads .env with override, and "
+            f"reads .op.env and config.yaml's top-level settings for what is unset): {why}",
         )
     return None
 

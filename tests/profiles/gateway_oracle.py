@@ -12,7 +12,13 @@ of the platform connect loop, with upstream's own code:
 3. ``GatewayRunner()`` (upstream's ``load_gateway_config``, plugin discovery honouring
    ``plugins.disabled``, the registry pass), the open-policy start-up refusal, the relay
    registration, then for each enabled platform ``runner._create_adapter`` and
-   ``adapter.connect()`` through ``runner._connect_adapter_with_timeout``, as ``start()`` does.
+   ``adapter.connect()`` through the connect ``start()`` uses (the multiplex-default line's
+   cold-start variant where it has one). An adapter that raises while being built stops
+   upstream's gateway; here it is recorded (``crashed``) and the other platforms still run, so
+   that a crash excuses only its own platform's claims.
+
+Besides the platforms, the record holds the gateway's credential-lock folder (absolute), its drain
+timeout and whether it may install libraries.
 
 Recorded, and kept from leaving the machine:
 
@@ -23,20 +29,21 @@ Recorded, and kept from leaving the machine:
 * every ``connect`` to an IP address fails at once (``ECONNREFUSED``), every name lookup that
   would need DNS fails at once: no network traffic, no wait on a resolver;
 * every program start (``subprocess``, ``os.posix_spawn``, ``os.system``, ``os.exec*``) is
-  recorded and refused as if the program were missing; every signal to another process is
-  recorded and not sent;
-* platform SDKs (python-telegram-bot, discord.py, slack-bolt, lark-oapi, …) are replaced by
-  stand-ins whatever is installed, so results do not depend on which SDKs an environment has: an
-  SDK call succeeds and returns another stand-in, and a call that the SDK documents as opening a
-  listener (``start_webhook(listen=…, port=…)``) is recorded as a bind;
+  recorded and replaced by ``/bin/true`` (the Buzz CLI's ``users get`` is answered as its relay
+  would); every signal to another process is recorded and not sent;
+* with stand-ins (the default), platform SDKs (python-telegram-bot, discord.py, slack-bolt,
+  lark-oapi, …) are replaced whatever is installed, so results do not depend on which SDKs an
+  environment has: an SDK call succeeds and returns another stand-in, and a call that the SDK
+  documents as opening a listener (``start_webhook(listen=…, port=…)``) is recorded as a bind.
+  ``"stand_ins": false`` keeps the real SDKs and upstream's real requirement checks (the release
+  matrix runs that way, in environments holding each release's platform libraries);
 * ``asyncio.sleep`` and the main thread's ``time.sleep`` are capped at 10 ms, every connect is
-  bounded, and only the main thread may end the process (an upstream watchdog thread cannot).
+  bounded in processor time, and only the main thread may end the process (an upstream watchdog
+  thread cannot).
 
-Speed: importing hermes-agent costs about 0.4 s. The parent imports it once (into a scratch
-home), then drops every module hermes-agent owns from ``sys.modules`` and keeps the third-party
-ones; each profile's child re-imports hermes-agent's own modules from scratch. ``--cold`` runs a
-brand-new interpreter per profile instead (the slow, unquestionable path the fast one is checked
-against).
+Speed: the parent imports hermes-agent once and forks every child with it imported (see "the warm
+parent" below); ``--cold`` runs a brand-new interpreter per profile instead (the slow,
+unquestionable path the fast one is checked against).
 
 Protocol: a JSON request on stdin ``{"profiles": [{"id", "home", "env", "argv"}], "jobs": N,
 "connect_timeout": s}`` (``"cold": true`` for a fresh interpreter per profile, ``"stand_ins": false``
@@ -49,6 +56,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import gc
 import hashlib
 import importlib.abc
@@ -81,7 +89,7 @@ def _reset_record() -> None:
     RECORD.clear()
     RECORD.update(
         locks=[], binds=[], spawns=[], signals=[], sdk_binds=[], connects=0, lookups=[],
-        platforms={}, enabled=[], checks={}, errors=[], refused=None, crashed=None, lock_dir=None,
+        platforms={}, enabled=[], checks={}, errors=[], refused=None, crashed=[], lock_dir=None, drain=None, lazy=None,
     )
 
 
@@ -218,13 +226,33 @@ def _record_spawn(argv: Any) -> None:
     _note("spawns", {"argv": [str(a)[:200] for a in list(argv)[:40]]})
 
 
+def _buzz_answer(args: Any, env: Any) -> list[str] | None:
+    """The Buzz CLI's ``users get``, answered as the relay would: the profile of the key it was given.
+
+    Upstream's Buzz adapter locks ``<relay>:<public key>`` only after this answer; the public key
+    comes from upstream's own Nostr code (``plugins/platforms/buzz/nostr_auth.py``). Any other
+    Buzz command gets ``/bin/true`` like every program (no channels: the adapter stops after its lock).
+    """
+    argv = [str(a) for a in args] if isinstance(args, (list, tuple)) else []
+    if len(argv) < 3 or os.path.basename(argv[0]) != "buzz" or argv[1:3] != ["users", "get"]:
+        return None
+    try:
+        from plugins.platforms.buzz.nostr_auth import public_key_hex
+
+        pubkey = public_key_hex(str((env or {}).get("BUZZ_PRIVATE_KEY", "")))
+    except Exception:
+        return None
+    return [sys.executable, "-c", "import sys; sys.stdout.write(sys.argv[1])", json.dumps([{"pubkey": pubkey}])]
+
+
 def _execute_child(self: subprocess.Popen, args: Any, executable: Any, *rest: Any) -> None:
     """Record the program, run ``/bin/true`` instead (so a version probe sees success, nothing runs)."""
     _record_spawn(args)
     rest_list = list(rest)
     rest_list[3] = None  # cwd: the program's own folder may not exist
     rest_list[7] = False  # shell
-    return _real_execute_child(self, [TRUE], None, *rest_list)
+    answer = _buzz_answer(args, rest_list[4])
+    return _real_execute_child(self, answer or [TRUE], None, *rest_list)
 
 
 def _posix_spawn(path: Any, argv: Any, *a: Any, **k: Any) -> int:
@@ -529,6 +557,23 @@ def _wrap_locks() -> None:
     RECORD["lock_dir"] = str(status._get_lock_dir())
 
 
+async def _bounded(coro: Any, cpu_budget: float) -> Any:
+    """``await coro``, given up (``TimeoutError``) after ``cpu_budget`` processor-seconds of this
+    process, or 30 times that in wall time: on a loaded machine a connect that computes (a real SDK
+    reading its own source, importing a large API package) must not pass for one that hangs."""
+    task = asyncio.ensure_future(coro)
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=0.05)
+        if done:
+            return task.result()
+        if time.process_time() - cpu0 > cpu_budget or time.monotonic() - wall0 > cpu_budget * 30:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            raise TimeoutError
+
+
 async def _connect_all(runner: Any, timeout: float) -> None:
     from gateway.run import _own_policy_open_startup_violation
 
@@ -553,7 +598,12 @@ async def _connect_all(runner: Any, timeout: float) -> None:
         register_relay_adapter()
     except Exception as exc:
         RECORD["errors"].append(f"relay: {type(exc).__name__}: {exc}"[:300])
-    multiplex = bool(getattr(config, "multiplex_profiles", False))
+    # The multiplex-default line asks the runner; earlier lines read the config's flag.
+    multiplex_on = getattr(runner, "_multiplex_on", None)
+    multiplex = bool(multiplex_on() if callable(multiplex_on) else getattr(config, "multiplex_profiles", False))
+    # The multiplex-default line's start() connects through its cold-start variant (lock takeover
+    # intent visible during the await); earlier lines have the one.
+    connect = getattr(runner, "_connect_initial_adapter_with_timeout", None) or runner._connect_adapter_with_timeout
     for platform, pc in config.platforms.items():
         if not pc.enabled:
             continue
@@ -566,23 +616,26 @@ async def _connect_all(runner: Any, timeout: float) -> None:
             continue
         try:
             adapter = runner._create_adapter(platform, pc)
-        except Exception as exc:  # start() does not catch this: the gateway exits, nothing stays claimed
+        except Exception as exc:
+            # start() does not catch this: the gateway exits and holds nothing. The oracle goes on
+            # with the other platforms, so that the crash excuses only this platform's claims.
             state["create_error"] = f"{type(exc).__name__}: {exc}"[:300]
-            RECORD["crashed"] = name
-            break
+            RECORD["crashed"].append(name)
+            continue
         if adapter is None:
             state["adapter"] = False
             continue
         state["adapter"] = True
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), time.process_time()
         try:
-            ok = await asyncio.wait_for(runner._connect_adapter_with_timeout(adapter, platform), timeout)
+            ok = await _bounded(connect(adapter, platform), timeout)
             state["connected"] = bool(ok)
         except TimeoutError:
             state["connected"] = "timeout"
         except BaseException as exc:
             state["connect_error"] = f"{type(exc).__name__}: {exc}"[:300]
         state["seconds"] = round(time.monotonic() - t0, 3)
+        state["cpu"] = round(time.process_time() - cpu0, 3)
         code = getattr(adapter, "fatal_error_code", None)
         if code:
             state["fatal"] = str(code)
@@ -590,8 +643,30 @@ async def _connect_all(runner: Any, timeout: float) -> None:
     CURRENT[0] = None
 
 
+def _record_settings(runner: Any) -> None:
+    """What the gateway decided beside its platforms: its credential-lock folder (absolute, as the
+    working folder makes a relative one), its drain timeout, and whether it may install libraries."""
+    import gateway.status as status
+
+    RECORD["lock_dir"] = os.path.abspath(str(status._get_lock_dir()))
+    RECORD["drain"] = getattr(runner, "_restart_drain_timeout", None)
+    try:
+        from pm.install import lazy_installs_allowed  # the multiplex-default line's package manager
+    except ImportError:
+        try:
+            from tools.lazy_deps import _allow_lazy_installs as lazy_installs_allowed
+        except ImportError:
+            return
+    RECORD["lazy"] = bool(lazy_installs_allowed())
+
+
 def run_profile(profile: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Upstream's start-up for one profile, in this (fresh) process; returns the record."""
+    """Upstream's start-up for one profile, in this process; returns the record.
+
+    In a child forked from the warm parent hermes-agent is already imported: the module bodies
+    whose import depends on the profile run again first (:func:`_refresh`), which is what
+    importing ``hermes_cli.main`` and ``gateway.run`` from scratch would do for this profile.
+    """
     _reset_record()
     os.environ.clear()
     os.environ.update(profile["env"])
@@ -602,6 +677,7 @@ def run_profile(profile: dict[str, Any], timeout: float) -> dict[str, Any]:
     logging.disable(logging.CRITICAL)
     started = time.monotonic()
     try:
+        _refresh()
         import hermes_cli.main  # noqa: F401  - profile resolution and the .env load, as `hermes` does
         _wrap_locks()
         RECORD["t_main"] = round(time.monotonic() - started, 3)
@@ -613,10 +689,10 @@ def run_profile(profile: dict[str, Any], timeout: float) -> dict[str, Any]:
         runner = gateway_run.GatewayRunner()
         RECORD["t_runner"] = round(time.monotonic() - started, 3)
         RECORD["cpu_runner"] = round(time.process_time(), 3)
-        RECORD["lock_dir"] = str(__import__("gateway.status").status._get_lock_dir())
+        _record_settings(runner)
         loop = asyncio.new_event_loop()
         try:
-            loop.run_until_complete(asyncio.wait_for(_connect_all(runner, timeout), timeout * 15))
+            loop.run_until_complete(_bounded(_connect_all(runner, timeout), timeout * 15))
         finally:
             with contextlib.suppress(Exception):
                 for task in asyncio.all_tasks(loop):
@@ -630,12 +706,32 @@ def run_profile(profile: dict[str, Any], timeout: float) -> dict[str, Any]:
     return dict(RECORD)
 
 
-# --------------------------------------------------------------------------- batching
+# --------------------------------------------------------------------------- the warm parent
+#
+# The parent imports hermes-agent once, as a profile of a scratch root, and forks one child per
+# profile with everything imported. Importing hermes-agent's own modules from scratch in every
+# child cost most of a start-up (0.22: about 2.7 of 4 processor-seconds a profile). What a child
+# must not inherit from the parent is whatever the parent's import took from *its* environment
+# and home, so the warm-up records exactly that:
+#
+# * every module whose body read an environment variable while it ran (``HERMES_HOME``, the
+#   profile's ``.env`` once loaded, ``HOME`` …), attributed to the module whose body was running;
+# * every module whose globals (values, and one level into containers and objects) name the
+#   scratch folder: a path, a cache keyed by one, an object bound to the scratch home.
+#
+# A child runs those module bodies again, in the order they finished in the parent, each in a
+# fresh namespace: their side effects happen for this profile (``hermes_cli.main`` resolves the
+# profile and loads its ``.env``, ``gateway.run`` bridges its config.yaml), and every value they
+# compute replaces the parent's. Classes and functions keep their identity (other modules hold
+# them and compare them); an object the parent's import bound to its home is replaced too.
+# ``functools`` caches of every own module are cleared. ``--cold`` (a brand-new interpreter per
+# profile) is the reference this is checked against (``test_warm_runs_match_fresh_interpreters``).
 
-def _drop_own_modules(own: set[str]) -> None:
-    for name in list(sys.modules):
-        if name.split(".", 1)[0] in own:
-            del sys.modules[name]
+_CODE: dict[str, Any] = {}
+AGAIN: list[str] = []  # the modules a child runs again, in the order their bodies finished
+OWN: set[str] = set()
+SCRATCH: list[str] = []
+_DATA = (type(None), bool, int, float, complex, str, bytes, tuple, list, dict, set, frozenset)
 
 
 # Modules of hermes-agent that adapters import only inside connect(); the warm-up imports them
@@ -644,7 +740,16 @@ _LAZY = ("hermes_cli.commands", "gateway.platforms.api_server", "gateway.platfor
          "gateway.platforms.msgraph_webhook", "gateway.platforms.bluebubbles", "gateway.platforms.whatsapp_cloud",
          "gateway.platforms.signal", "gateway.platforms.weixin", "gateway.platforms.qqbot",
          "gateway.platforms.yuanbao", "gateway.relay", "agent.redact")
-_CODE: dict[str, Any] = {}
+
+
+# Parts of the real platform SDKs that adapters import only inside a requirement check or
+# connect() (seconds each: lark-oapi's API package, Google's Pub/Sub client). Imported once in
+# the parent, which changes no result (an SDK's import does not depend on the profile).
+_SDK_LAZY = ("lark_oapi.api", "lark_oapi.ws", "google.cloud.pubsub_v1", "googleapiclient.discovery",
+             "google_auth_httplib2", "microsoft_teams.apps", "slack_bolt.async_app",
+             "slack_bolt.adapter.socket_mode.async_handler", "slack_sdk.web.async_client", "telegram.ext",
+             "discord.ext.commands", "mautrix.client", "mautrix.crypto", "dingtalk_stream",
+             "alibabacloud_dingtalk")
 
 
 def _cheap_scrypt(password: bytes, *, salt: bytes, n: int, r: int, p: int, maxmem: int = 0, dklen: int = 64) -> bytes:
@@ -665,50 +770,155 @@ def _cached_get_code(self: Any, fullname: str) -> Any:
     return code
 
 
-def warm_up(scratch: str) -> set[str]:
-    """Import hermes-agent once into a scratch home, then forget its own modules (keep the rest)."""
-    own = _own_top_levels()
+def _is_own(name: object) -> bool:
+    return isinstance(name, str) and name.split(".", 1)[0] in OWN
+
+
+def _names_scratch(value: object, depth: int = 0) -> bool:
+    """Whether ``value`` names the scratch folder: a path, or within two levels of containers or objects."""
+    if isinstance(value, (str, os.PathLike)):
+        return SCRATCH[0] in os.fspath(value) if not isinstance(value, bytes) else False
+    if depth >= 2 or isinstance(value, (type, types.ModuleType, types.FunctionType)):
+        return False
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return any(_names_scratch(v, depth + 1) for v in list(value)[:500])
+    if isinstance(value, dict):
+        return any(_names_scratch(k, depth + 1) or _names_scratch(v, depth + 1) for k, v in list(value.items())[:500])
+    try:  # an object of a library: its attributes, if it has plain ones
+        attrs = None if isinstance(value, Anything) else vars(value)
+    except Exception:
+        return False
+    return isinstance(attrs, dict) and any(_names_scratch(v, depth + 1) for v in list(attrs.values())[:200])
+
+
+class _Recorder:
+    """During the warm import: which own module bodies read the environment, and when each finished."""
+
+    def __init__(self) -> None:
+        self.read: set[str] = set()
+        self.finished: list[str] = []
+        self._environ = type(os.environ)
+        self._real = {k: getattr(self._environ, k) for k in ("__getitem__", "__contains__", "__iter__")}
+
+    def _body(self) -> str | None:
+        frame = sys._getframe(2)
+        while frame is not None:
+            if frame.f_code.co_name == "<module>" and _is_own(frame.f_globals.get("__name__")):
+                return str(frame.f_globals["__name__"])
+            frame = frame.f_back
+        return None
+
+    def _wrap(self, name: str) -> Any:
+        real = self._real[name]
+
+        def read(environ: Any, *args: Any) -> Any:
+            body = self._body()
+            if body is not None:
+                self.read.add(body)
+            return real(environ, *args)
+
+        return read
+
+    def _profile(self, frame: Any, event: str, arg: Any) -> None:
+        if event == "return" and frame.f_code.co_name == "<module>" and _is_own(frame.f_globals.get("__name__")):
+            self.finished.append(str(frame.f_globals["__name__"]))
+
+    def __enter__(self) -> _Recorder:
+        for name in self._real:
+            setattr(self._environ, name, self._wrap(name))
+        sys.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        sys.setprofile(None)
+        for name, real in self._real.items():
+            setattr(self._environ, name, real)
+
+
+def warm_up(scratch: str, argv: list[str]) -> None:
+    """Import hermes-agent once, as the profile ``warm`` of a scratch root, and note what a child re-runs."""
+    OWN.update(_own_top_levels())
+    SCRATCH[:] = [scratch]
     importlib.machinery.SourceFileLoader.get_code = _cached_get_code  # type: ignore[method-assign]
     hashlib.scrypt = _cheap_scrypt
+    home = os.path.join(scratch, "roots", "warm", "profiles", "warm")
+    os.makedirs(home, exist_ok=True)
+    with open(os.path.join(home, "config.yaml"), "w") as f:  # an identity file: a profile on every line
+        f.write("gateway:\n  standalone: true\n")
     env = {k: os.environ[k] for k in ("PATH", "LANG") if k in os.environ}
-    env.update(HOME=scratch, HERMES_HOME=os.path.join(scratch, "warm"), HERMES_DISABLE_LAZY_INSTALLS="1")
+    env.update(HOME=scratch, HERMES_HOME=home, HERMES_DISABLE_LAZY_INSTALLS="1")
     saved = dict(os.environ)
     os.environ.clear()
     os.environ.update(env)
-    argv = sys.argv
-    sys.argv = ["hermes", "gateway", "run"]
+    saved_argv = sys.argv
+    sys.argv = list(argv)  # a profile's command line, naming the scratch profile instead
+    if "-p" in sys.argv[:-1]:
+        sys.argv[sys.argv.index("-p") + 1] = "warm"
     import logging
 
     logging.disable(logging.CRITICAL)
+    recorder = _Recorder()
     try:
-        import gateway.run  # noqa: F401
-        import hermes_cli.main  # noqa: F401
-        import plugins.platforms as bundled
+        with recorder:
+            for entry in ("hermes_cli.main", "gateway.run"):  # in the order `hermes gateway run` imports them
+                importlib.import_module(entry)
+            import plugins.platforms as bundled
 
-        # Import modules only: building a GatewayRunner here would start upstream's threads (a
-        # start-up watchdog among them) in the parent, which no child inherits but the parent runs.
-        adapters = [f"plugins.platforms.{d.name}.adapter" for d in Path(bundled.__path__[0]).iterdir()
-                    if (d / "adapter.py").exists()]
-        for name in (*adapters, *_LAZY):  # the libraries platform code imports, loaded once
-            with contextlib.suppress(Exception):
-                importlib.import_module(name)
+            # Import modules only: building a GatewayRunner here would start upstream's threads (a
+            # start-up watchdog among them) in the parent, which no child inherits but the parent runs.
+            adapters = [f"plugins.platforms.{d.name}.adapter" for d in Path(bundled.__path__[0]).iterdir()
+                        if (d / "adapter.py").exists()]
+            for name in (*adapters, *_LAZY, *_SDK_LAZY):  # the libraries platform code imports, loaded once
+                with contextlib.suppress(Exception):
+                    importlib.import_module(name)
     except BaseException as exc:
         print(f"oracle: warm-up failed: {exc!r}", file=sys.stderr)
     finally:
-        sys.argv = argv
+        sys.argv = saved_argv
         os.environ.clear()
         os.environ.update(saved)
         # Threads upstream starts at import (0.22's start-up watchdog, which writes its log and a
         # lifecycle record when it fires after 300 s) resolve the home when they write: in this
         # parent they must find the scratch, never the account's ~/.hermes. Children set their own.
-        os.environ.update(HOME=scratch, HERMES_HOME=os.path.join(scratch, "warm"))
-    _drop_own_modules(own)
+        os.environ.update(HOME=scratch, HERMES_HOME=home)
+    bound = {name for name, module in list(sys.modules.items()) if _is_own(name) and module is not None
+             and any(_names_scratch(v) for k, v in list(vars(module).items()) if not k.startswith("__"))}
+    again = recorder.read | bound | {"hermes_cli.main", "gateway.run"}
+    AGAIN[:] = [n for n in dict.fromkeys(recorder.finished) if n in again]
+    AGAIN.extend(sorted(again - set(AGAIN)))
     logging.disable(logging.NOTSET)
     for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
         if isinstance(logger, logging.Logger):
             for handler in list(logger.handlers):
                 logger.removeHandler(handler)
-    return own
+
+
+def _refresh() -> None:
+    """In a child: clear every own ``functools`` cache, then run the profile-dependent module bodies again."""
+    for name, module in list(sys.modules.items()):
+        if _is_own(name) and module is not None:
+            for value in list(vars(module).values()):
+                if isinstance(value, functools._lru_cache_wrapper):
+                    value.cache_clear()
+    for name in AGAIN:
+        module = sys.modules.get(name)
+        spec = getattr(module, "__spec__", None)
+        if module is None or spec is None or spec.loader is None or not hasattr(spec.loader, "get_code"):
+            continue
+        code = spec.loader.get_code(name)
+        live = vars(module)
+        fresh = {k: live[k] for k in ("__name__", "__file__", "__package__", "__spec__", "__loader__", "__path__",
+                                      "__builtins__", "__cached__", "__doc__") if k in live}
+        exec(code, fresh)
+        for key, value in fresh.items():
+            if key.startswith("__"):
+                continue
+            old = live.get(key, _MISSING)
+            if old is _MISSING or type(value) in _DATA or isinstance(value, os.PathLike) or _names_scratch(old):
+                live[key] = value
+
+
+_MISSING = object()
 
 
 def _child(profile: dict[str, Any], timeout: float, fd: int) -> None:
@@ -721,13 +931,15 @@ def _child(profile: dict[str, Any], timeout: float, fd: int) -> None:
     def overdue(signum: int, frame: Any) -> None:
         raise TimeoutError("oracle: this start-up did not finish in time")
 
-    signal.signal(signal.SIGALRM, overdue)
-    signal.alarm(int(timeout * 20) + 5)  # one profile: a bounded start-up, whatever the release does
+    # One profile: a bounded start-up, whatever the release does. Bounded in processor time, which a
+    # loaded machine does not stretch (the parent also gives up on a child after CHILD_WALL_S).
+    signal.signal(signal.SIGPROF, overdue)
+    signal.setitimer(signal.ITIMER_PROF, timeout * 20 + 5)
     try:
         dump = os.environ.get("ORACLE_CPROFILE")
         if dump:
             import cProfile
-            prof = cProfile.Profile()
+            prof = cProfile.Profile(time.process_time)  # processor time: the machine may be shared
             result = prof.runcall(run_profile, profile, timeout)
             prof.dump_stats(dump)
         else:
@@ -740,6 +952,9 @@ def _child(profile: dict[str, Any], timeout: float, fd: int) -> None:
         while view:
             view = view[os.write(fd, view):]
     os._exit(0)
+
+
+CHILD_WALL_S = 900.0  # a child blocked (not computing) this long is killed and reported
 
 
 def run_forked(profiles: list[dict[str, Any]], jobs: int, timeout: float) -> list[dict[str, Any]]:
@@ -757,7 +972,7 @@ def run_forked(profiles: list[dict[str, Any]], jobs: int, timeout: float) -> lis
                 os.close(r)
                 _child(profile, timeout, w)
             os.close(w)
-            running[r] = (index, pid, bytearray(), time.monotonic() + timeout * 20 + 10)
+            running[r] = (index, pid, bytearray(), time.monotonic() + CHILD_WALL_S)
         ready, _, _ = select.select(list(running), [], [], 0.5)
         for fd in ready:
             index, pid, buf, deadline = running[fd]
@@ -791,7 +1006,7 @@ def run_cold(profiles: list[dict[str, Any]], timeout: float, stand_ins: bool) ->
         request = json.dumps({"profiles": [profile], "jobs": 1, "connect_timeout": timeout, "single": True,
                               "stand_ins": stand_ins, "connect": CONNECT[0]})
         proc = subprocess.run([sys.executable, os.path.abspath(__file__)], input=request, capture_output=True,
-                              text=True, timeout=timeout * 20 + 30, check=False)
+                              text=True, timeout=CHILD_WALL_S, check=False)
         lines = proc.stdout.strip().splitlines()
         out.append(json.loads(lines[-1]) if lines else {"errors": [f"oracle: cold run failed: {proc.stderr[-500:]}"]})
     return out
@@ -818,7 +1033,8 @@ def main() -> None:
         if stand_ins:
             install_stand_ins()
         install_guards()
-        warm_up(request.get("scratch") or os.path.dirname(profiles[0]["home"]) if profiles else "/tmp")
+        if profiles:
+            warm_up(request.get("scratch") or os.path.dirname(profiles[0]["home"]), profiles[0]["argv"])
         results = run_forked(profiles, int(request.get("jobs", 2)), timeout)
     for result in results:
         sys.stdout.write(json.dumps(result, default=str) + "\n")

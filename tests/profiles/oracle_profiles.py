@@ -29,10 +29,11 @@ import yaml
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from profiles.credentials import load_config, view_of
-from profiles.envfile import read_env_file
+from profiles.credentials import view_of
 from profiles.snapshot import read_profile
+from profiles.upstream.lines import BASELINE, RuleLine
 from profiles.upstream.platforms import PLATFORMS, credentials_of, enabled_platforms, ports_of
+from profiles.upstream.process import lock_dir
 from supervisor.childspec import child_env
 
 DRIVER = Path(__file__).resolve().with_name("gateway_oracle.py")
@@ -45,10 +46,14 @@ SECRETS = ("sec-1111", "", " sec-2222 ")
 KEYS = ("k-0123456789abcdef-long", "short-key", "", " k-0123456789abcdef-long ")
 PORTS: tuple[Any, ...] = (8100, 8101, "8102", "abc", 0, "", None)
 HOSTS: tuple[Any, ...] = ("127.0.0.1", "0.0.0.0", "", "127.0.0.2", "::", None)
-BOOLS: tuple[Any, ...] = (True, False, "true", "false", "yes", "off", "1", "", None)
+BOOLS: tuple[Any, ...] = (True, False, "true", "false", "yes", "off", "1", "", None, " false", "true ")
 IDS = ("id-1", "id-2", " id-1 ", "")
 URLS = ("http://127.0.0.1:9", "https://x.example/hook", "")
 ACCOUNTS = ("+15550001", "+15550002", " +15550001 ", "")
+# One Nostr key as hex and as nsec (the same Buzz identity), another key, and two that are no key.
+NOSTR_KEYS = ("0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f20",
+              "nsec1qypqxpq9qcrsszg2pvxq6rs0zqg3yyc5z5tpwxqergd3c8g7rusqpqcc2y",
+              "2102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f20", "abc", "")
 
 
 @dataclass(frozen=True)
@@ -140,13 +145,19 @@ SPECS: dict[str, Spec] = {
                     K("PHOTON_SIDECAR_PORT", "sidecar_port", PORTS))),
     "raft": Spec((K("RAFT_PROFILE", None, ("me", "")), K(None, "port", PORTS), K(None, "host", HOSTS),
                   K(None, "bridge_token", SECRETS))),
-    "relay": Spec((K("GATEWAY_RELAY_URL", "relay_url", ("wss://relay.example", " ", "")),)),
+    "relay": Spec((K("GATEWAY_RELAY_URL", "relay_url", ("wss://relay.example", " ", "")),
+                   K("GATEWAY_RELAY_ALLOW_DIRECT_PLATFORMS", None, ("true", "", "false")))),
+    # 0.20 on (a platform no earlier release has: there every setting must enable nothing)
+    "buzz": Spec((K("BUZZ_RELAY_URL", "relay_url", ("https://relay.example", " https://relay.example ", "")),
+                  K("BUZZ_PRIVATE_KEY", None, NOSTR_KEYS))),
+    "a2a": Spec((K("A2A_PORT", "port", PORTS), K(None, "enabled", BOOLS), K("A2A_HOST", None, HOSTS),
+                 K("A2A_BEARER_TOKEN", None, SECRETS))),
 }
 PLUGIN_KEYS = {  # plugins.disabled: only "<folder>-platform" switches a plugin off; the others must not
     p: f"platforms/{'wecom' if p == 'wecom_callback' else p}"
     for p in ("telegram", "discord", "slack", "irc", "line", "feishu", "whatsapp", "sms", "teams", "matrix",
               "mattermost", "email", "dingtalk", "homeassistant", "wecom", "google_chat", "ntfy", "simplex", "photon",
-              "raft", "wecom_callback")
+              "raft", "wecom_callback", "buzz", "a2a")
 }
 
 
@@ -162,6 +173,7 @@ class Profile:
     config: dict[str, Any] = field(default_factory=dict)
     op_env_text: str = ""
     files: list[str] = field(default_factory=list)
+    child_env: dict[str, str] = field(default_factory=dict)  # what hermesd starts its gateway with
 
     def describe(self) -> str:
         out = [f"{self.name}: .env={self.env_text!r}"]
@@ -191,18 +203,28 @@ def _bare(line: str) -> str:
 
 
 def _block(config: dict[str, Any], where: str, name: str) -> dict[str, Any]:
+    if where == "gateway.<p>":  # a block straight under gateway: (0.20+ read it as a platform block)
+        return config.setdefault("gateway", {}).setdefault(name, {})
     if where == "gateway.platforms":
         return config.setdefault("gateway", {}).setdefault("platforms", {}).setdefault(name, {})
     return config.setdefault("platforms", {}).setdefault(name, {})
 
 
-def generate(base: Path, count: int, seed: int) -> list[Profile]:
-    """``count`` profile folders under ``base/root/profiles``; profile ``i`` mainly configures platform ``i % n``."""
+def generate(base: Path, count: int, seed: int, *, standalone: bool = False) -> list[Profile]:
+    """``count`` profile folders; profile ``i`` mainly configures platform ``i % n``.
+
+    Each profile is the one named profile of its own root (``base/roots/p<i>/profiles/p<i>``): on
+    the multiplex-default line every start-up reads every profile of its root (the multiplex
+    verdict's migration plan), so one shared root would make a run quadratic in its size, and
+    what a profile claims never depends on its neighbours. ``standalone`` writes
+    ``gateway.standalone: true`` into every config.yaml, as a supervised named profile needs on
+    the releases whose contract has ``standalone_key`` (hermesd holds one without it).
+    """
     rnd = random.Random(seed)
     names = list(SPECS)
     profiles: list[Profile] = []
     for i in range(count):
-        prof = Profile(f"p{i}", base / "root" / "profiles" / f"p{i}")
+        prof = Profile(f"p{i}", base / "roots" / f"p{i}" / "profiles" / f"p{i}")
         prof.home.mkdir(parents=True)
         chosen = [names[i % len(names)]]
         while rnd.random() < 0.45 and len(chosen) < 4:
@@ -238,8 +260,12 @@ def generate(base: Path, count: int, seed: int) -> list[Profile]:
                     else:
                         (env_lines if place == "env" else op_lines).append(_env_line(rnd, knob.env, value))
                 elif knob.extra:
-                    where = rnd.choice(("platforms", "platforms", "gateway.platforms"))
-                    _block(config, where, name).setdefault("extra", {})[knob.extra] = value
+                    where = rnd.choice(("platforms", "platforms", "gateway.platforms", "gateway.<p>"))
+                    block = _block(config, where, name)
+                    if not good and rnd.random() < 0.15:  # a block's own key (the adapter's on 0.20+)
+                        block[knob.extra] = value
+                    else:
+                        block.setdefault("extra", {})[knob.extra] = value
             if spec.token and rnd.random() < 0.3:
                 _block(config, rnd.choice(("platforms", "gateway.platforms")), name)["token"] = rnd.choice(TOKENS)
             if rnd.random() < 0.3:
@@ -255,12 +281,17 @@ def generate(base: Path, count: int, seed: int) -> list[Profile]:
                                 f"{PLUGIN_KEYS[name].split('/')[1]}-platform", PLUGIN_KEYS[name].split("/")[1])))
             if name == "whatsapp":
                 _whatsapp_files(rnd, prof, config)
+        if rnd.random() < 0.25:
+            _settings(rnd, base, i, config, env_lines, op_lines)
         if len(env_lines) >= 2 and rnd.random() < 0.1:  # two settings run together on one line
             second, first = env_lines.pop(), env_lines.pop()
             env_lines.append(_bare(first) + _bare(second))
         rnd.shuffle(env_lines)
         prof.env_text = "".join(line + "\n" for line in env_lines)
         prof.op_env_text = "".join(line + "\n" for line in op_lines)
+        if standalone:
+            gateway = config.setdefault("gateway", {})
+            gateway["standalone"] = True
         prof.config = config
         if prof.env_text:
             (prof.home / ".env").write_text(prof.env_text)
@@ -272,6 +303,34 @@ def generate(base: Path, count: int, seed: int) -> list[Profile]:
     return profiles
 
 
+def _settings(rnd: random.Random, base: Path, i: int, config: dict[str, Any], env_lines: list[str],
+              op_lines: list[str]) -> None:
+    """Settings beside the platforms that upstream reads from the same files: where credential locks
+    live, the drain timeout, lazy installs (each a field the comparison checks)."""
+    state = str(base / "state" / f"s{i}")
+    choices: dict[str, tuple[Any, ...]] = {
+        "XDG_STATE_HOME": ("", "relative/state", state),
+        "HERMES_GATEWAY_LOCK_DIR": ("", "relative-locks", state + "/locks"),
+        "HOME": (str(base / "alt-home" / f"h{i}"),),
+        "HERMES_RESTART_DRAIN_TIMEOUT": ("30", " 45 ", "abc", "", "-5"),
+        "HERMES_DISABLE_LAZY_INSTALLS": ("0", "true", "1", " 1", ""),
+        "HERMES_LAZY_INSTALL_TARGET": (str(base / "lazy" / f"l{i}"), " "),
+    }
+    for _ in range(rnd.choice((1, 1, 2))):
+        key = rnd.choice([*choices, "agent.restart_drain_timeout", "security.allow_lazy_installs"])
+        if key == "agent.restart_drain_timeout":
+            config.setdefault("agent", {})[key.split(".")[1]] = rnd.choice((20, "25", "x", None, 0))
+        elif key == "security.allow_lazy_installs":
+            config.setdefault("security", {})[key.split(".")[1]] = rnd.choice((False, "no", True))
+        else:
+            value = rnd.choice(choices[key])
+            place = rnd.choice(("env", "env", "env", "op", "top"))
+            if place == "top":
+                config[key] = value
+            else:
+                (env_lines if place == "env" else op_lines).append(_env_line(rnd, key, value))
+
+
 def _whatsapp_files(rnd: random.Random, prof: Profile, config: dict[str, Any]) -> None:
     """A planted bridge script and a paired session (``creds.json``), sometimes."""
     extra = {}
@@ -281,6 +340,12 @@ def _whatsapp_files(rnd: random.Random, prof: Profile, config: dict[str, Any]) -
     if extra.get("bridge_script"):
         Path(extra["bridge_script"]).write_text("// stand-in bridge: never run\n")
         prof.files.append("bridge.js")
+    if rnd.random() < 0.15:  # a Hermes-managed Node folder holding npm but no node: PATH's node no longer counts
+        managed = prof.home / "node" / "bin"
+        managed.mkdir(parents=True, exist_ok=True)
+        (managed / "npm").write_text("#!/bin/sh\nexit 0\n")
+        (managed / "npm").chmod(0o755)
+        prof.files.append("node/bin/npm")
     if rnd.random() < 0.6:
         session = Path(extra.get("session_path") or prof.home / "platforms" / "whatsapp" / "session")
         if rnd.random() < 0.2:
@@ -307,44 +372,56 @@ def oracle_python() -> str:
     return sys.executable
 
 
+# The programs requirement checks look for on PATH (WhatsApp's and Photon's node, the Raft and Buzz CLIs).
+PROGRAMS = ("node", "raft", "buzz")
+
+
 def request(profiles: Sequence[Profile], base: Path, *, jobs: int, timeout: float, stand_ins: bool = True,
+            programs: bool | None = None, gateway_args: Sequence[str] = ("gateway", "run", "--external-supervisor"),
             ) -> dict[str, Any]:
     """What the driver is asked: each profile with the environment and argv hermesd would give it.
 
-    With stand-ins, the programs requirement checks look for (node, raft) are on PATH too (never
-    run: the driver substitutes every program start), as SDKs are: upstream then enables what
-    hermesd counts as enabled. Without, upstream checks what this machine really has.
+    ``stand_ins`` replaces the platform SDKs; ``programs`` (by default: with stand-ins) puts the
+    programs requirement checks look for on PATH (never run: the driver substitutes every
+    program start). With both, upstream enables what hermesd counts as enabled whatever is
+    installed; with real SDKs and programs, upstream's requirement checks judge the SDKs really
+    installed; with neither, upstream checks what this machine really has.
     """
-    root = base / "root"
     path = os.environ.get("PATH", "/usr/bin:/bin")
-    if stand_ins:
-        programs = base / "bin"
-        programs.mkdir(exist_ok=True)
-        for name in ("node", "raft"):
-            (programs / name).write_text("#!/bin/sh\nexit 0\n")
-            (programs / name).chmod(0o755)
-        path = f"{programs}:{path}"
+    if stand_ins if programs is None else programs:
+        folder = base / "bin"
+        folder.mkdir(exist_ok=True)
+        for name in PROGRAMS:
+            (folder / name).write_text("#!/bin/sh\nexit 0\n")
+            (folder / name).chmod(0o755)
+        path = f"{folder}:{path}"
     items = []
     for i, prof in enumerate(profiles):
         home_dir = base / "homes" / f"h{i}"
         home_dir.mkdir(parents=True, exist_ok=True)
         base_env = {"PATH": path, "HOME": str(home_dir), "LANG": "C.UTF-8"}
-        env = child_env(base_env, root=root, profile=prof.name, home=prof.home)
+        env = child_env(base_env, root=prof.home.parent.parent, profile=prof.name, home=prof.home)
+        prof.child_env = env
         items.append({"id": prof.name, "home": str(prof.home), "env": env,
-                      "argv": ["hermes", "-p", prof.name, "gateway", "run", "--external-supervisor"]})
+                      "argv": ["hermes", "-p", prof.name, *gateway_args]})
     return {"profiles": items, "jobs": jobs, "connect_timeout": timeout, "scratch": str(base / "scratch"),
             "stand_ins": stand_ins}
 
 
+DEFAULT_ARGS = ("gateway", "run", "--external-supervisor")
+
+
 def ask_upstream(profiles: Sequence[Profile], base: Path, *, jobs: int = 2, timeout: float = 3.0,
-                 python: str | None = None, cold: bool = False, stand_ins: bool = True) -> list[dict[str, Any]]:
+                 python: str | None = None, cold: bool = False, stand_ins: bool = True,
+                 programs: bool | None = None, gateway_args: Sequence[str] = DEFAULT_ARGS) -> list[dict[str, Any]]:
     """Upstream's record for each profile (see ``gateway_oracle.py``)."""
-    req = request(profiles, base, jobs=jobs, timeout=timeout, stand_ins=stand_ins)
+    req = request(profiles, base, jobs=jobs, timeout=timeout, stand_ins=stand_ins, programs=programs,
+                  gateway_args=gateway_args)
     (base / "scratch").mkdir(exist_ok=True)
     req["cold"] = cold
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run([python or oracle_python(), str(DRIVER)], input=json.dumps(req), capture_output=True,
-                          text=True, timeout=60 + len(profiles) * 30, check=False, cwd=str(base))
+                          text=True, timeout=900 + len(profiles) * 60, check=False, cwd=str(base))
     if proc.returncode != 0:
         raise RuntimeError(f"oracle driver failed ({proc.returncode}): {proc.stderr[-3000:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -369,6 +446,9 @@ class Prediction:
     locks: set[tuple[str, str, str]]  # platform, scope, identity hash
     ports: set[tuple[str, int, str]]  # platform, port, host class
     problems: tuple[str, ...]
+    lock_dir: str | None = None  # where credential locks go (absolute)
+    drain: float | None = None  # the drain timeout, seconds
+    lazy: bool | None = None  # lazy installs allowed
 
 
 def host_class(host: object) -> str:
@@ -380,16 +460,21 @@ def host_class(host: object) -> str:
     return str(host)
 
 
-def predict(prof: Profile) -> Prediction:
-    """hermesd's reading: ``read_profile`` (what every consumer uses), with raw identities hashed."""
-    facts = read_profile(prof.name, prof.home, b"oracle")
+def predict(prof: Profile, line: RuleLine = BASELINE) -> Prediction:
+    """hermesd's reading with the rules of ``line``: ``read_profile`` (what every consumer uses), with
+    raw identities hashed."""
+    facts = read_profile(prof.name, prof.home, b"oracle", line)
     if facts.problems:
         return Prediction(set(), set(), set(), facts.problems)
-    view = view_of(prof.home, read_env_file(prof.home / ".env"), load_config(prof.home))
+    view = view_of(prof.home, line=line)
     locks = {(p, kind, scope_hash(value)) for p, kind, value, _src in credentials_of(view)}
     ports = {(b.platform, b.port, host_class(b.host)) for b in ports_of(view)}
     assert {c.key for c in facts.claims if c.kind == "port"} == {str(p) for _, p, _ in ports}
-    return Prediction(set(enabled_platforms(view)), locks, ports, ())
+    # The oracle runs each start-up in the profile's folder: a relative lock folder lands there.
+    folder = lock_dir(facts.gateway_environment(prof.child_env), cwd=str(prof.home),
+                      relative_state_ignored=line.relative_state_home_ignored)
+    lazy = any(o.variable.name == "HERMES_DISABLE_LAZY_INSTALLS" for o in facts.overrides)
+    return Prediction(set(enabled_platforms(view)), locks, ports, (), folder, facts.drain_s, lazy)
 
 
 # --------------------------------------------------------------------------- upstream's record, read
@@ -418,7 +503,8 @@ def observed(record: Mapping[str, Any]) -> Prediction:
                 continue
             by_port.setdefault((e["platform"] or "?", port), set()).add("127.0.0.1")
     ports = {(p, port, _bind_host_classes(hosts)) for (p, port), hosts in by_port.items()}
-    return Prediction(set(record.get("enabled", ())), locks, ports, tuple(record.get("errors", ())))
+    return Prediction(set(record.get("enabled", ())), locks, ports, tuple(record.get("errors", ())),
+                      record.get("lock_dir"), record.get("drain"), record.get("lazy"))
 
 
 # --------------------------------------------------------------------------- comparison
@@ -437,7 +523,10 @@ class Difference:
 def compare(prof: Profile, mine: Prediction, theirs: Prediction) -> tuple[int, list[Difference]]:
     """How many fields were compared, and those that differ (one per platform and field)."""
     out: list[Difference] = []
-    names = [p.name for p in PLATFORMS]
+    # Every platform either side knows: hermesd's registry, and whatever upstream enabled, locked or
+    # opened (a platform hermesd cannot model still has its "enabled" compared).
+    names = list(dict.fromkeys([*(p.name for p in PLATFORMS), *sorted(theirs.enabled | mine.enabled),
+                                *sorted(x[0] for x in theirs.locks | theirs.ports)]))
     fields = 0
     for name in names:
         a, b = name in mine.enabled, name in theirs.enabled
@@ -451,11 +540,14 @@ def compare(prof: Profile, mine: Prediction, theirs: Prediction) -> tuple[int, l
                 fields += 1
                 if ours != other:
                     out.append(Difference(prof.name, what, name, ";".join(ours) or "-", ";".join(other) or "-"))
-    for what, their_set in (("lock", theirs.locks), ("port", theirs.ports)):
-        for x in their_set:
-            if x[0] not in names:
-                fields += 1
-                out.append(Difference(prof.name, what, x[0], "-", str(x[1:])))
+    # The settings beside the platforms (compared where upstream's record has them).
+    for what, ours_v, their_v in (("lock_dir", mine.lock_dir, theirs.lock_dir), ("drain", mine.drain, theirs.drain),
+                                  ("lazy", mine.lazy, theirs.lazy)):
+        if their_v is None:
+            continue
+        fields += 1
+        if ours_v != their_v:
+            out.append(Difference(prof.name, what, "-", str(ours_v), str(their_v)))
     return fields, out
 
 

@@ -43,11 +43,16 @@ from oracle_profiles import (
     predict,
 )
 
-from profiles.upstream.releases import Unsupported, contract_for
+from profiles.credentials import view_of
+from profiles.upstream.lines import RuleLine
+from profiles.upstream.platforms import requirement_of
+from profiles.upstream.releases import Contract, Unsupported, contract_for
+from supervisor.requirements import check_requirements, interpreter_facts, release_line
 
 COUNT = int(os.environ.get("HERMESD_ORACLE_PROFILES", "216"))
 SEED = int(os.environ.get("HERMESD_ORACLE_SEED", "20261201"))
 JOBS = int(os.environ.get("HERMESD_ORACLE_JOBS", str(os.cpu_count() or 2)))
+COLD = int(os.environ.get("HERMESD_ORACLE_COLD", "3"))  # profiles the warm-versus-fresh check runs twice
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "upstream.md"
 
 
@@ -64,6 +69,12 @@ def _release(python: str) -> str:
 
 
 RELEASE = _release(oracle_python()) if _has_gateway(oracle_python()) else None
+CONTRACT = contract_for(RELEASE) if RELEASE is not None else None
+# HERMESD_ORACLE_REAL=1: upstream's start-up with the platform libraries really installed in the
+# oracle's interpreter (scripts/test-releases.sh builds such an environment per release) instead of
+# stand-ins; the programs requirement checks look for stay stand-ins (none is ever run).
+REAL = os.environ.get("HERMESD_ORACLE_REAL") == "1"
+COMMAND = [oracle_python(), "-m", "hermes_cli.main"]
 pytestmark = [
     pytest.mark.live,  # runs upstream's gateway start-up for 216 profiles: the full tier
     pytest.mark.xdist_group("oracle"),  # one worker runs the module's fixture once, not one per worker
@@ -88,14 +99,23 @@ TIMES: dict[str, float] = {}
 
 
 @pytest.fixture(scope="module")
-def cases(tmp_path_factory: pytest.TempPathFactory) -> list[Case]:
+def line() -> RuleLine:
+    """How hermesd reads the profiles for that release: the rules its probe of the interpreter chooses,
+    as the daemon chooses them (its contract's line, narrowed to the platforms its code ships)."""
+    return release_line(interpreter_facts(COMMAND))
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory, line: RuleLine) -> list[Case]:
     base = tmp_path_factory.mktemp("oracle")
-    profiles = generate(base, COUNT, SEED)
+    assert isinstance(CONTRACT, Contract)
+    profiles = generate(base, COUNT, SEED, standalone=CONTRACT.standalone_key)
     started = time.monotonic()
-    records = ask_upstream(profiles, base, jobs=JOBS)
+    records = ask_upstream(profiles, base, jobs=JOBS, stand_ins=not REAL, programs=True,
+                           gateway_args=CONTRACT.gateway_args)
     TIMES.update(upstream_wall_s=round(time.monotonic() - started, 1), upstream_cpu_s=round(CPU_SECONDS[-1], 1))
     started = time.monotonic()
-    out = [Case(p, r, predict(p), observed(r)) for p, r in zip(profiles, records, strict=True)]
+    out = [Case(p, r, predict(p, line), observed(r)) for p, r in zip(profiles, records, strict=True)]
     TIMES["hermesd_s"] = round(time.monotonic() - started, 2)
     return out
 
@@ -134,10 +154,19 @@ DELIBERATE: dict[str, Deliberate] = {
         and (not c.record.get("checks", {}).get("photon", True) or _fatal(c, "photon").startswith("SIDECAR"))
         and ((d.field == "enabled" and d.hermesd == "True") or (d.field == "port" and _only_hermesd(d)))),
     # A value an adapter cannot parse (a webhook port that is not a number, say) stops upstream's
-    # whole gateway at start-up, so it holds nothing; hermesd keeps the profile's claims.
+    # whole gateway at start-up, so it holds nothing; hermesd keeps the profile's claims. Only the
+    # platform whose adapter crashed is excused: the oracle goes on with the others.
     "crash": Deliberate(
         "stops the gateway at start-up",
-        lambda d, c: bool(c.record.get("crashed")) and d.field in ("lock", "port") and _only_hermesd(d)),
+        lambda d, c: d.platform in (c.record.get("crashed") or ()) and d.field in ("lock", "port")
+        and _only_hermesd(d)),
+    # A configured platform whose requirement check fails (a library, program or Node runtime upstream
+    # cannot find): upstream leaves it out or builds no adapter; hermesd counts it enabled, keeps its
+    # claims and reports what it lacks (test_hermesd_reports_what_upstream_lacks checks that it does).
+    "requirement": Deliberate(
+        "requirement check fails",
+        lambda d, c: (c.record.get("checks") or {}).get(d.platform) is False
+        and ((d.field == "enabled" and d.hermesd == "True") or (d.field in ("lock", "port") and _only_hermesd(d)))),
     # A .env line python-dotenv cannot parse: upstream skips it, hermesd holds the profile.
     "unparsable": Deliberate(
         ".env` line it cannot parse",
@@ -164,6 +193,10 @@ RELEASE_ROWS: dict[str, Deliberate] = {
 OFFLINE = {
     "bluebubbles": lambda d, c: d.platform == "bluebubbles" and d.field == "port" and _only_hermesd(d)
     and (c.record.get("platforms", {}).get("bluebubbles") or {}).get("connected") is False,
+    # With the real python-telegram-bot, webhook mode listens only after Telegram's API answered
+    # (the bot's initialize()); offline that call fails first.
+    "telegram": lambda d, c: d.platform == "telegram" and d.field == "port" and _only_hermesd(d)
+    and _fatal(c, "telegram") == "telegram_connect_error",
 }
 
 
@@ -188,21 +221,29 @@ def _differences(case: Case) -> tuple[int, list[Difference]]:
 # --------------------------------------------------------------------------- tests
 
 
-def test_generated_profiles_reach_every_platform(cases: list[Case]) -> None:
+def test_generated_profiles_reach_every_platform(cases: list[Case], line: RuleLine) -> None:
     """The run is not vacuous: upstream enabled every platform somewhere, and took real locks and ports."""
     enabled = Counter(p for c in cases for p in c.theirs.enabled)
     locks = Counter(x[1] for c in cases for x in c.theirs.locks)
     ports = Counter(x[0] for c in cases for x in c.theirs.ports)
     assert len(cases) == COUNT
-    never = sorted(set(SPECS) - set(enabled) - {"photon"})  # photon: no sidecar in a PyPI install
+    never = sorted(set(SPECS) & line.platforms - set(enabled) - {"photon"})  # photon: no sidecar in a PyPI install
     assert not never, f"never enabled upstream: {never}"
     expected_locks = {"telegram-bot-token", "discord-bot-token", "slack-app-token", "signal-phone", "weixin-bot-token",
                       "qqbot-appid", "yuanbao-app-key", "feishu-app-id", "whatsapp-session", "irc", "line"}
+    if "buzz" in line.platforms:
+        expected_locks.add("buzz")
     if str(RELEASE).startswith("0.18."):  # QQ and WeCom callback never connect there (docs/upstream.md)
         expected_locks.discard("qqbot-appid")
     assert expected_locks <= set(locks), f"no lock seen for {sorted(expected_locks - set(locks))}"
     expected_ports = {"api_server", "webhook", "msgraph_webhook", "sms", "bluebubbles", "whatsapp_cloud",
-                      "wecom_callback", "line", "feishu", "telegram", "teams", "whatsapp", "raft"}
+                      "wecom_callback", "line", "feishu", "teams", "whatsapp", "raft"} | ({"a2a"} & line.platforms)
+    if not REAL:  # the real python-telegram-bot listens only after Telegram answered (OFFLINE)
+        expected_ports.add("telegram")
+    managed_node = interpreter_facts(COMMAND, managed=["node"]).managed_programs.get("node")
+    if line.node_from_package_manager and managed_node is None:
+        expected_locks.discard("whatsapp-session")  # no Node from Hermes' package manager: no bridge, no lock
+        expected_ports.discard("whatsapp")
     if str(RELEASE).startswith("0.18."):
         expected_ports.discard("wecom_callback")
     assert expected_ports <= set(ports), f"no listener seen for {sorted(expected_ports - set(ports))}"
@@ -234,6 +275,18 @@ def test_hermesd_claims_what_upstream_takes(cases: list[Case]) -> None:
     assert not undocumented, f"{len(undocumented)} undocumented disagreement(s):\n" + "\n".join(undocumented[:20])
 
 
+def test_hermesd_reports_what_upstream_lacks(cases: list[Case], line: RuleLine) -> None:
+    """Every platform excused because upstream's requirement check fails is one hermesd's own check
+    (what status, doctor and install-deps say) reports missing in that interpreter."""
+    excused = {(c.profile.name, d.platform): c for c in cases for d in _differences(c)[1]
+               if classify(d, c) in ("requirement", "photon")}
+    assert excused, "the generated profiles never reach a platform whose requirement check fails"
+    for (name, platform), case in sorted(excused.items()):
+        view = view_of(case.profile.home, line=line)
+        report = check_requirements(COMMAND, [requirement_of(view, platform)], env=case.profile.child_env)
+        assert report.platforms[platform].state == "missing", f"{name}: {platform} is reported {report.platforms}"
+
+
 def test_every_deliberate_difference_is_in_the_docs() -> None:
     releases, table = DOCS.read_text().split("## Deliberate differences from upstream", 1)
     for key, rule in DELIBERATE.items():
@@ -245,9 +298,12 @@ def test_every_deliberate_difference_is_in_the_docs() -> None:
 
 def test_warm_runs_match_fresh_interpreters(tmp_path: Path) -> None:
     """The fast path (children forked from a warm parent) records what a brand-new interpreter records."""
-    profiles = [p for p in generate(tmp_path, 40, SEED + 1) if p.env_text or p.config][:3]
-    warm = ask_upstream(profiles, tmp_path, jobs=JOBS)
-    cold = ask_upstream(profiles, tmp_path, jobs=1, cold=True)
+    assert isinstance(CONTRACT, Contract)
+    profiles = [p for p in generate(tmp_path, 40, SEED + 1, standalone=CONTRACT.standalone_key)
+                if p.env_text or p.config][:COLD]
+    kwargs: dict[str, Any] = {"stand_ins": not REAL, "programs": True, "gateway_args": CONTRACT.gateway_args}
+    warm = ask_upstream(profiles, tmp_path, jobs=JOBS, **kwargs)
+    cold = ask_upstream(profiles, tmp_path, jobs=1, cold=True, **kwargs)
     for prof, a, b in zip(profiles, warm, cold, strict=True):
         assert (observed(a).enabled, observed(a).locks, observed(a).ports) == \
             (observed(b).enabled, observed(b).locks, observed(b).ports), prof.describe()
@@ -255,20 +311,24 @@ def test_warm_runs_match_fresh_interpreters(tmp_path: Path) -> None:
 
 def test_nothing_leaves_the_machine(tmp_path: Path) -> None:
     """Listeners land on loopback ephemeral ports, programs are substituted, connections are refused."""
+    assert isinstance(CONTRACT, Contract)
     prof = generate(tmp_path, 1, 0)[0]
     (prof.home / ".env").write_text(
         "API_SERVER_KEY=k-0123456789abcdef-long\nAPI_SERVER_HOST=0.0.0.0\nAPI_SERVER_PORT=8642\n"
         "TELEGRAM_BOT_TOKEN=123456:abcdef\nIRC_SERVER=irc.libera.chat\nIRC_CHANNEL=#c\n")
     (prof.home / "config.yaml").write_text("platforms:\n  whatsapp:\n    enabled: true\n    extra:\n"
-                                           f"      bridge_script: {prof.home}/bridge.js\n")
+                                           f"      bridge_script: {prof.home}/bridge.js\n"
+                                           f"gateway:\n  standalone: {str(CONTRACT.standalone_key).lower()}\n")
     (prof.home / "bridge.js").write_text("// never run\n")
     session = prof.home / "platforms" / "whatsapp" / "session"
     session.mkdir(parents=True)
     (session / "creds.json").write_text("{}")
-    record = ask_upstream([prof], tmp_path, jobs=1)[0]
+    record = ask_upstream([prof], tmp_path, jobs=1, stand_ins=not REAL, programs=True,
+                          gateway_args=CONTRACT.gateway_args)[0]
     assert {(b["host"], b["port"]) for b in record["binds"]} >= {("0.0.0.0", 8642)}
     assert record["platforms"]["api_server"]["connected"] is True  # the redirected bind worked
-    assert any("bridge.js" in " ".join(s["argv"]) for s in record["spawns"])  # recorded, never run
+    if record["platforms"]["whatsapp"].get("adapter"):  # 0.22 builds none without its package manager's Node
+        assert any("bridge.js" in " ".join(s["argv"]) for s in record["spawns"])  # recorded, never run
     assert "irc.libera.chat" in record["lookups"]  # a name lookup, refused at once
     assert not record["errors"]
 

@@ -22,7 +22,9 @@ import yaml
 
 from profiles.credentials import load_config, view_of
 from profiles.envfile import read_env_file
+from profiles.upstream.lines import line_for
 from profiles.upstream.platforms import PLATFORMS, enabled_platforms, requirements_of
+from profiles.upstream.releases import Contract, contract_for
 from tests.profiles.oracle_profiles import Profile, ask_upstream, oracle_python
 
 pytestmark = pytest.mark.skipif(
@@ -34,13 +36,17 @@ NAMES = [p.name for p in PLATFORMS]
 
 
 def test_every_platform_has_an_enable_rule_and_upstream_knows_it() -> None:
+    import hermes_cli
     from gateway.config import Platform
     from gateway.platform_registry import platform_registry
     from hermes_cli.plugins import discover_plugins
 
     discover_plugins()
     upstream = {p.value for p in Platform} - {"local"} | {e.name for e in platform_registry.plugin_entries()}
-    assert set(NAMES) == upstream, "the registry must list exactly upstream's platforms"
+    contract = contract_for(hermes_cli.__version__)
+    line = line_for(contract if isinstance(contract, Contract) else None)
+    assert set(line.platforms) == upstream, f"the {line.name} rules must list exactly this release's platforms"
+    assert upstream <= set(NAMES), "the registry has an entry for every platform of every line"
     assert all(p.enabled is not None for p in PLATFORMS)
     assert all(p.needs is not None for p in PLATFORMS)  # every row has its _NEEDS entry (a KeyError if not)
 

@@ -39,6 +39,23 @@ def test_env_scrubs_credentials_and_sets_contract(tmp_path):
     assert env[contract.TAG_ROOT] == str(tmp_path) and env[contract.TAG_PROFILE] == "coder"
 
 
+def test_env_scrubs_what_no_rule_models_and_every_platform_prefix(tmp_path):
+    base = {"PATH": "/bin", "HOME": "/h", "QQBOT_HOME_CHANNEL": "c", "BUZZ_PRIVATE_KEY": "k", "A2A_PORT": "9900",
+            "ZULIP_API_KEY": "z", "ZCHAT_TOKEN": "t", "ZULIPX": "kept", "XDG_STATE_HOME": ""}
+    env = contract.child_env(base, root=tmp_path, profile="coder", home=tmp_path / "profiles" / "coder",
+                             scrub=("ZULIP_", "ZCHAT_TOKEN"))
+    assert not {"QQBOT_HOME_CHANNEL", "BUZZ_PRIVATE_KEY", "A2A_PORT", "ZULIP_API_KEY", "ZCHAT_TOKEN"} & set(env)
+    assert env["ZULIPX"] == "kept"
+    # An empty XDG_STATE_HOME would put releases up to 0.21 on locks relative to each gateway's folder.
+    assert "XDG_STATE_HOME" not in env
+    relative = contract.child_env({**base, "XDG_STATE_HOME": "state"}, root=tmp_path, profile="p", home=tmp_path)
+    assert "XDG_STATE_HOME" not in relative
+    assert contract.scrub_list({"zulip": ("ZULIP_", "ZCHAT_TOKEN", "ZULIP_API_KEY")}) == "ZULIP_*, ZCHAT_TOKEN"
+    note = contract.unmodelled_note("0.23.0", {"zulip": ("ZULIP_",)})
+    assert note is not None and "zulip" in note and "ZULIP_*" in note
+    assert contract.unmodelled_note("0.23.0", {}) is None
+
+
 def test_stop_timeout_follows_drain(tmp_path):
     from profiles.snapshot import read_profile
 

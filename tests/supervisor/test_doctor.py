@@ -646,6 +646,24 @@ def test_lock_settings_that_differ_per_child(tmp_path):
     assert all(f.severity == "warning" for f in found.values())
 
 
+def test_lock_settings_from_config_yaml_and_op_env_and_relative_ones(tmp_path):
+    # Hermes fills what is still unset from .op.env and config.yaml's top-level settings, and an empty
+    # or relative XDG_STATE_HOME puts the locks in each gateway's own working folder (up to 0.21).
+    root = make_root(tmp_path, "fromyaml", "fromop", "empty", "plain")
+    write_config(root, "fromyaml", "XDG_STATE_HOME: /yaml/state\n")
+    (home_of(root, "fromop") / ".op.env").write_text("HERMES_GATEWAY_LOCK_DIR=/op/locks\n")
+    write_env(root, "empty", "XDG_STATE_HOME=\n")
+    findings = run(root, tmp_path)
+    found = {f.profile: f for f in only(findings, "lock_dir_mismatch")}
+    assert set(found) == {"fromyaml", "fromop", "empty"}
+    assert "config.yaml" in found["fromyaml"].message
+    assert "/yaml/state/hermes/gateway-locks" in found["fromyaml"].message
+    assert ".op.env" in found["fromop"].message
+    relative = only(findings, "lock_dir_relative")
+    assert [f.profile for f in relative] == ["empty"]
+    assert str(home_of(root, "empty") / "hermes" / "gateway-locks") in relative[0].message
+
+
 # --------------------------------------------------------------------------- malformed profile files
 
 
@@ -735,3 +753,30 @@ def test_profiles_that_run_as_root_are_named(tmp_path):
     (root / "hermesd.yaml").write_text("profiles:\n  coder:\n    isolation: {user: nobody}\n")
     [finding] = only(run(root, tmp_path), "isolation_root_without_user")
     assert finding.message.startswith("'default' run as root (no isolation.user): their writes are walled")
+
+
+# --------------------------------------------------------------------------- platforms no rule models
+
+
+def test_a_profile_that_configures_a_platform_no_rule_models(tmp_path):
+    from profiles.snapshot import read_profile
+    from profiles.upstream.lines import V022
+    from profiles.upstream.releases import KNOWN
+    from supervisor.doctor.config_checks import check_unmodelled_platforms
+    from supervisor.doctor.scan import ProfileEntry, Scan
+
+    root = make_root(tmp_path, "zul", "block", "plain", "hass")
+    write_env(root, "zul", "ZULIP_API_KEY=k\n")
+    write_config(root, "block", "platforms:\n  zulip:\n    enabled: true\n")
+    write_config(root, "plain", "platforms:\n  telegram:\n    enabled: false\n")
+    write_env(root, "hass", "HASS_TOKEN=tok-aaaa-1111\n")  # Home Assistant left the core on 0.22
+    scan = Scan(root, fake_env(tmp_path), [])
+    scan.unmodelled, scan.version, scan.line, scan.contract = {"zulip": ("ZULIP_",)}, "0.22.2", V022, KNOWN[-1]
+    scan.profiles = [ProfileEntry(n, home_of(root, n), read_profile(n, home_of(root, n), b"s", V022))
+                     for n in ("zul", "block", "plain", "hass")]
+    check_unmodelled_platforms(scan)
+    assert [(f.code, f.profile) for f in scan.findings] == [("unmodelled_platform_configured", "zul"),
+                                                            ("unmodelled_platform_configured", "block"),
+                                                            ("platform_not_in_release", "hass")]
+    assert all("k" not in f.message.split() for f in scan.findings)
+    assert "zulip" in scan.findings[0].message and "homeassistant" in scan.findings[2].message

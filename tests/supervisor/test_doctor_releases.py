@@ -77,3 +77,20 @@ def test_status_shows_what_each_child_serves_only_where_it_is_reported():
     assert lines[3].rstrip().endswith("default") and lines[4].rstrip().endswith("coder,default!?")
     assert lines[5].rstrip().endswith("-")
     assert any("disagree" in ln for ln in lines)
+
+
+def test_the_settings_in_force_read_profiles_by_the_platforms_the_release_ships():
+    from profiles.upstream.lines import V022
+    from supervisor.config import Config
+    from supervisor.daemon.effective import build
+    from supervisor.daemon.interpreter import Release
+    from supervisor.requirements import Facts
+
+    shipped = {**{p: () for p in V022.platforms - {"a2a"}}, "zulip": ("ZULIP_SITE",)}
+    facts = Facts(("python",), version="0.22.2", modules={"gateway.host_attach": True}, platforms=shipped)
+    in_force = build(Config(), command=("hermes",), release=Release(facts, ROWS["0.22.2"]))
+    assert in_force.line.name == "0.22" and "a2a" not in in_force.line.platforms  # not shipped: never enabled
+    assert in_force.unmodelled == {"zulip": ("ZULIP_", "ZULIP_SITE")}
+    assert in_force.scrub == ("ZULIP_", "ZULIP_SITE")
+    text = render(_doc([{"name": "default"}], platforms_note="hermes-agent 0.22.2 ships zulip, which hermesd …"), now=0)
+    assert text.splitlines()[1].startswith("  note: hermes-agent 0.22.2 ships zulip")
