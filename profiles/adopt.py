@@ -228,3 +228,12 @@ def undo(record: Path) -> list[Undone]:
     data["undone_at"] = time.time()
     _write_manifest(record, data)
     return out
+
+
+def mark_undone(record: Path, how: str) -> None:
+    """Mark ``record`` undone by other means (``hermesd upgrade --rollback`` put its files back), so that
+    ``hermesd adopt --undo`` does not offer it again."""
+    data = _manifest(record)
+    if data.get("undone_at") is None:
+        data.update(undone_at=time.time(), undone_by=how)
+        _write_manifest(record, data)

@@ -27,7 +27,7 @@ from profiles.credentials import (
 from profiles.envfile import read_env_file
 from profiles.errors import ProfileConfigError
 from profiles.safeio import home_file
-from profiles.upstream.multiplex import PARKED_MARKER, standalone
+from profiles.upstream.multiplex import PARKED_MARKER, standalone, without_consent
 from profiles.upstream.platforms import enabled_platforms
 from profiles.upstream.process import FixedVariable, drain_seconds, env_overrides
 
@@ -53,7 +53,8 @@ class ProfileFacts:
 
     ``problems`` names every unreadable or malformed file (file and line, never a value); when it
     is non-empty, ``env``/``config`` may be missing and ``claims`` is empty. ``digest`` changes
-    exactly when the effective content changes (comments and formatting do not count).
+    exactly when the effective content changes (comments and formatting do not count, nor the consent
+    keys no running gateway reads: :data:`profiles.upstream.multiplex.CONSENT_KEYS`).
     """
 
     name: str
@@ -122,6 +123,6 @@ def read_profile(name: str, home: Path, salt: bytes) -> ProfileFacts:
     platforms = enabled_platforms(view)
     return ProfileFacts(
         name, home, env, config, (), tuple(claims), tuple(env_overrides(env, config)), tuple(platforms),
-        drain_seconds(config), digest_of({"env": env, "config": config, "op_env": op_env}),
+        drain_seconds(config), digest_of({"env": env, "config": without_consent(config), "op_env": op_env}),
         standalone=standalone(config), parked=parked, op_env=op_env,
     )

