@@ -70,6 +70,12 @@ class Layout:
         return self.dir / "upgrades"
 
     @property
+    def upgrade_lock(self) -> Path:
+        """Held (``flock``) for the whole of a fleet operation: by ``hermesd upgrade`` and ``restart
+        --rolling``, which take it, and by ``status``, which asks who holds it (:mod:`supervisor.lockholder`)."""
+        return self.dir / "upgrade.lock"
+
+    @property
     def adopt_dir(self) -> Path:
         """Records of ``hermesd adopt``: every original byte of the user's files it changed."""
         return self.dir / "adopt"

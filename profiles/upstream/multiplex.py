@@ -84,7 +84,9 @@ def without_consent(config: Mapping[str, Any]) -> Mapping[str, Any]:
     if not isinstance(section, Mapping) or not any(k[1] in section for k in CONSENT_KEYS):
         return config
     kept = {k: v for k, v in section.items() if k not in {key[1] for key in CONSENT_KEYS}}
-    return {**config, "gateway": kept}
+    if kept:
+        return {**config, "gateway": kept}
+    return {k: v for k, v in config.items() if k != "gateway"}  # a section holding only consent: as if absent
 
 
 def multiplex_flag(config: Mapping[str, Any] | None) -> Any:

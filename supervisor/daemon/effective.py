@@ -54,7 +54,11 @@ class Effective(NamedTuple):
     isolation: IsolationSettings
     limits: Limits
     hung: HungSettings  # hung_after None: off (also when the release writes no heartbeat)
-    spec: str  # digest of what shapes the child (command, environment, isolation, limits): a change restarts it
+    # digest of what shapes the child (environment, isolation, limits): a change restarts it. Not the
+    # gateway command: a new ``command:`` is new code under the fleet, rolled out like an upgrade (each
+    # gateway whose code differs is flagged stale; ``hermesd upgrade`` restarts them canary first, each
+    # gated), never all at once by an edit.
+    spec: str
 
 
 class InForce(NamedTuple):
@@ -116,7 +120,7 @@ def _effective(cfg: Config, name: str, contract: Contract | None) -> Effective:
     hung = cfg.hung_for(name)
     if contract is not None and not contract.heartbeat:
         hung = replace(hung, hung_after=None)  # no heartbeat: "no beat" or an old beat says nothing
-    spec = digest_of({"command": cfg.command, "env": environment, "isolation": repr(isolation),
+    spec = digest_of({"env": environment, "isolation": repr(isolation),
                       "limits": repr(limits)})
     return Effective(environment, isolation, limits, hung, spec)
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from profiles.upstream import files as gf
 from profiles.upstream.releases import Unsupported, newer_than_known_note
-from supervisor import childspec, codeid, identity
+from supervisor import childspec, codeid, identity, lockholder
 from supervisor import config as config_mod
 from supervisor import state as state_mod
 from supervisor.doctor.scan import Scan
@@ -79,6 +79,7 @@ def check_stale_code(scan: Scan) -> None:
     if installed is None:
         return
     saved = state_mod.load(Layout(scan.root).state, identity.boot_id())
+    rolling = lockholder.fleet_operation(Layout(scan.root))
     for prof in scan.profiles:
         live = gf.live_gateway(prof.home)
         if live is None:
@@ -87,10 +88,12 @@ def check_stale_code(scan: Scan) -> None:
         found = codeid.view(prof.home, live.pid, started_wall=identity.proc_start_wall(live.pid), installed=installed,
                             recorded=state_mod.recorded_code(rec, live.pid, live.start_time))
         if found is not None and found.stale:
+            note = stale_note(found.to_json(), rolling=rolling is not None).removeprefix("stale code: ")
             scan.add(WARNING, "stale_code", prof.name,
-                     f"the gateway (PID {live.pid}) {stale_note(found.to_json()).removeprefix('stale code: ')}; "
+                     f"the gateway (PID {live.pid}) {note}; "
                      "a first import of a changed module can fail in it ('cannot import name …')",
-                     f"hermesd upgrade --root {scan.root} (one gateway at a time, each health-checked), "
+                     f"wait for the fleet operation running now (PID {rolling}) to finish" if rolling is not None
+                     else f"hermesd upgrade --root {scan.root} (one gateway at a time, each health-checked), "
                      f"or hermesd restart {prof.name}")
 
 

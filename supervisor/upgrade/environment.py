@@ -263,9 +263,8 @@ def restore(interp: Interpreter, saved: Sequence[SavedDist], store: Beneath | Pa
 
 def reinstall(interp: Interpreter, source: Source, *, log: Beneath | Path | None = None) -> None:
     """Put recorded code back with pip when no copy was taken (the interpreter was changed outside
-    hermesd): exactly ``source``; first the distribution that holds ``hermes_cli`` now, when it has
-    another name. Its dependencies stay as they are (``--no-deps``): what they were is not known."""
-    now = interp.dists()
-    if canonical(interp.dist_name) != canonical(source.dist) and canonical(interp.dist_name) in now:
+    hermesd): exactly ``source``; first ``interp.dist_name`` (what holds ``hermes_cli`` now) when it is
+    another distribution. Dependencies stay as they are (``--no-deps``): what they were is not known."""
+    if canonical(interp.dist_name) != canonical(source.dist) and canonical(interp.dist_name) in interp.dists():
         interp.pip(["uninstall", "-y", interp.dist_name], log=log)
     interp.pip(["install", "--no-deps", "--force-reinstall", *source.requirement()], log=log)

@@ -180,7 +180,7 @@ def upgrade(layout: Layout, opts: Options, reporter: Reporter) -> dict[str, Any]
     with records.lock(layout):
         rec = records.create(layout, "upgrade", time.time())
         return _upgrade(fleet, rec, layout, opts, reporter, doc, interp, before, requirement, plan_dists, order,
-                        consent)
+                        consent, target)
 
 
 def _target(requirement: str, plan: Sequence[Dist], installed: str) -> Dist | None:
@@ -201,7 +201,7 @@ def _target(requirement: str, plan: Sequence[Dist], installed: str) -> Dist | No
 
 def _upgrade(fleet: Fleet, rec: records.Record, layout: Layout, opts: Options, reporter: Reporter,
              doc: dict[str, Any], interp: Interpreter, before: Installed, requirement: str | None,
-             plan_dists: Sequence[Dist], order: Order, consent: Sequence[needs.Need]) -> dict[str, Any]:
+             plan_dists: Sequence[Dist], order: Order, consent: Sequence[needs.Need], target: str) -> dict[str, Any]:
     rows = doc["profiles"]
     # What a rollback returns to: the code installed before (--to), or else the code most of the
     # gateways to restart run (the interpreter was upgraded outside hermesd).
@@ -222,8 +222,14 @@ def _upgrade(fleet: Fleet, rec: records.Record, layout: Layout, opts: Options, r
         saved_files = _save_files(layout, rec, _served(doc))
         reporter.line(f"  saved {saved_files} profile file(s) of {len(rows)} profile(s)")
         if consent:
-            rec.data["consent"] = str(needs.settle(consent, layout.root, reporter.line))
+            written = needs.settle(consent, layout.root, reporter.line)
+            rec.data["consent"] = str(written) if written is not None else None
             rec.save()
+            left = needs.missing_for(target, _served(doc))
+            if left:
+                lines = "\n".join(f"  {shown(n.describe(), 600)}" for n in left)
+                raise OperationFailed(f"refused: settings hermes-agent {target} needs could not be written:\n{lines}\n"
+                                      "nothing was installed or restarted")
         # The baseline is what the gate holds each new gateway to: read after the consent was written.
         rows = fleet.rows()
         rec.data["baselines"] = {r["name"]: Baseline.of(r).to_json() for r in rows}
@@ -365,8 +371,7 @@ def _restore_interpreter(rec: records.Record, reporter: Reporter) -> Installed:
             source = target.source or codeid.Source(interp.dist_name, target.version)
             reporter.line(f"  no copy of the old code was taken (the interpreter was changed outside hermesd): "
                           f"reinstalling {source} with pip")
-            environment.reinstall(interp, source, log=rec.log)
-            interp = Interpreter(interp.python, interp.prefix, source.dist)
+            environment.reinstall(Interpreter(interp.python, interp.prefix, info["dist_name"]), source, log=rec.log)
     except EnvironmentProblem as exc:
         raise OperationFailed(str(exc)) from None
     now = codeid.installed_now(_dist_info(interp))
