@@ -71,6 +71,11 @@ REASON_SYMLINK = "symlink"
 REASON_INVALID = "invalid name"
 REASON_RESERVED = "reserved name"
 REASON_NO_IDENTITY = "no identity file"
+REASON_DELETED = "deleted (upstream's tombstone profiles/.deleted/NAME)"
+# Upstream's newest code (profiles/registry.py, hermes_constants.py profile_tombstone_path, read, not
+# run) marks a deleted profile with this file, so that a stray write re-creating its folder (a cron
+# heartbeat, a log rotation) never brings it back: such a folder is no profile, on any release.
+TOMBSTONES = ".deleted"
 
 
 def _classify(entry: os.DirEntry[str], identity: Sequence[str] = ()) -> str | None:
@@ -92,6 +97,8 @@ def _classify(entry: os.DirEntry[str], identity: Sequence[str] = ()) -> str | No
         return REASON_RESERVED
     if identity and not any(os.path.lexists(os.path.join(entry.path, m)) for m in identity):
         return REASON_NO_IDENTITY
+    if os.path.lexists(os.path.join(os.path.dirname(entry.path), TOMBSTONES, entry.name)):
+        return REASON_DELETED
     return None
 
 

@@ -10,13 +10,19 @@ is the consent. It prints each change as a unified diff, keeps every original by
 newest record's files back byte for byte (a file edited since is left alone and named). A running
 daemon sees the files change and starts the profiles it held; nothing is ever re-applied by itself.
 
+On a release of the per-profile line (0.19.0, 0.20.1: they ignore both keys) it proposes nothing and
+says why; ``--ahead`` writes them anyway, ahead of an upgrade to the multiplex-default line (which
+``hermesd upgrade --yes`` can also write, after saving the files, as its first step).
+
 Exit 0: written, undone, or nothing to do (or ``--dry-run``); 1: a file could not be changed or restored.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from supervisor.cli.common import Commands, check_names, root_of
 from supervisor.exits import Failure, UserError
@@ -39,6 +45,30 @@ def register(commands: Commands) -> None:
                    help="profiles to change (default: every named profile, and the root's config.yaml)")
     p.add_argument("--dry-run", action="store_true", help="show the changes, write nothing")
     p.add_argument("--undo", action="store_true", help="restore the files of the newest adoption")
+    p.add_argument("--ahead", action="store_true",
+                   help="write them although the installed release does not read them (ahead of an upgrade)")
+
+
+def _not_needed(root: Path) -> str | None:
+    """Why the installed release needs none of these edits (a per-profile-line release), or None: it does,
+    or which release runs cannot be told (then the edits are proposed, as before)."""
+    from profiles.upstream.releases import Contract  # run-time only (see cli/__init__)
+    from supervisor import childspec, requirements  # run-time only (see cli/__init__)
+    from supervisor import config as config_mod  # run-time only (see cli/__init__)
+
+    try:
+        command = childspec.resolve_gateway_command(config_mod.load(Layout(root).config).command,
+                                                    os.environ.get("PATH"))
+    except (config_mod.ConfigError, childspec.GatewayCommandError):
+        return None
+    facts = requirements.interpreter_facts(command)
+    contract = requirements.release_contract(facts)
+    if not isinstance(contract, Contract) or contract.standalone_key:
+        return None
+    return (f"hermes-agent {facts.version} (the {contract.line.value} line) runs one gateway per profile without "
+            "gateway.standalone or gateway.auto_multiplex_migration, and ignores both: nothing to change. To write "
+            "them ahead of an upgrade to the multiplex-default line: hermesd adopt --ahead (or 'hermesd upgrade "
+            "--to … --yes', which saves the files first)")
 
 
 def cmd_adopt(args: argparse.Namespace) -> int:
@@ -62,6 +92,11 @@ def cmd_adopt(args: argparse.Namespace) -> int:
         if any(not r.restored for r in results):
             raise Failure("some files were left alone (see above)")
         return 0
+    if not args.ahead:
+        why = _not_needed(root)
+        if why is not None:
+            print(why)
+            return 0
     names = None
     if args.profiles:
         known = [n for n, _ in profiles_to_serve(True, root=root, identity=IDENTITY_MARKERS)]

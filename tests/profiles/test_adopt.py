@@ -134,3 +134,36 @@ def _backups(tmp_path: Path) -> Path:
     folder = tmp_path / "backups"
     folder.mkdir(mode=0o700, exist_ok=True)
     return folder
+
+
+def test_the_command_proposes_nothing_on_a_release_that_ignores_the_keys(tmp_path):
+    """On 0.19.0 (the test venv's release, per-profile line) 'hermesd adopt' proposes no edit and says
+    why; --ahead writes them anyway, ahead of an upgrade. Consent keys restart no gateway either way."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "root"
+    (root / "profiles" / "coder").mkdir(parents=True)
+    (root / "profiles" / "coder" / "SOUL.md").write_text("You are coder.\n")
+    (root / "hermesd.yaml").write_text(f"command: [{Path(sys.executable).parent / 'hermes'}]\n")
+    env = {**os.environ, "HOME": str(tmp_path)}
+
+    def adopt_cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "supervisor", "adopt", *args, "--root", str(root)],
+                              capture_output=True, text=True, timeout=120, env=env,
+                              cwd=str(Path(__file__).resolve().parents[2]))
+
+    plain = adopt_cli()
+    assert plain.returncode == 0 and "nothing to change" in plain.stdout and "0.19.0" in plain.stdout
+    assert not (root / "profiles" / "coder" / "config.yaml").exists() and not (root / "config.yaml").exists()
+    ahead = adopt_cli("--ahead", "--dry-run")
+    assert ahead.returncode == 0 and "+  standalone: true" in ahead.stdout and "auto_multiplex_migration" in ahead.stdout
+    assert not (root / "profiles" / "coder" / "config.yaml").exists()
+
+
+def test_consent_keys_alone_do_not_change_what_restarts_a_gateway():
+    base = {"model": {"default": "x"}}
+    assert mx.without_consent({**base, "gateway": {"standalone": True}}) == base
+    assert mx.without_consent({**base, "gateway": {"auto_multiplex_migration": False, "foo": 1}}) == \
+        {**base, "gateway": {"foo": 1}}
+    assert mx.without_consent(base) is base
