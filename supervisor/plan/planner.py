@@ -245,13 +245,15 @@ class Planner(OtherGateways):
     def child_exited(self, name: str, ident: Ident, code: int | None, sig: int | None,
                      gateway_state: str | None = None, restart_requested: bool = False, *,
                      killed_for: ExitKind | None = None, detail: str = "",
-                     unconfined: str | None = None, stated: bool = True) -> list[m.Action]:
+                     unconfined: str | None = None, stated: bool = True,
+                     startup_watchdog: bool = False) -> list[m.Action]:
         """The child ``ident`` ended; ``gateway_state``/``restart_requested`` only when its state file names it.
 
         ``killed_for``: the kernel's own verdict (an OOM kill in the profile's cgroup); ``unconfined``:
         the confinement shim could not apply the plan (the child never ran the gateway): a hold, not
         a crash loop. ``stated``: its state file names it (a 75 without that is an "attach": another
         gateway serves the profile; ``detail`` then says which, when the loop could tell).
+        ``startup_watchdog``: upstream's start-up watchdog left its record for this process.
         """
         p = self.profiles.get(name)
         if p is None or p.child is None or p.child.ident != ident:
@@ -261,7 +263,8 @@ class Planner(OtherGateways):
         self._out += [m.Cancel(name, "kill"), m.Cancel(name, "start_slot"), m.Sweep(name)]
         if c.killed_for is None and killed_for is not None:
             c.killed_for, c.kill_detail = killed_for, detail
-        facts = ExitFacts(code, sig, c.stop_requested, gateway_state, restart_requested, c.killed_for, stated)
+        facts = ExitFacts(code, sig, c.stop_requested, gateway_state, restart_requested, c.killed_for, stated,
+                          startup_watchdog)
         self._conclude(p, c, facts, code=code, sig=sig, detail=c.kill_detail or (detail if killed_for is None else ""))
         if unconfined is not None and not c.stop_requested:
             p.runtime_hold = Hold(HoldKind.ISOLATION, unconfined)
@@ -512,7 +515,9 @@ class Planner(OtherGateways):
             reason = c.stop_reason or "stopped by hermesd"
             log.info("profile %s: PID %d stopped (%s): %s", p.name, c.ident.pid, what, reason)
         else:
-            decision = decide(kind, failures=p.failures, uptime=uptime, policy=self.settings.policy, rng=self.rng)
+            rules = self.settings.release
+            decision = decide(kind, failures=p.failures, uptime=uptime, policy=self.settings.policy, rng=self.rng,
+                              hold_attach=rules is None or not rules.retry_attach)
             p.failures = decision.failures
             reason = f"{decision.reason}: {detail}" if detail else decision.reason
             if kind is not ExitKind.SPAWN_ERROR:

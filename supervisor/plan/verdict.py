@@ -148,13 +148,15 @@ class ReleaseRules:
     confinement. ``standalone_required``: a named profile's gateway keeps to itself only with
     ``gateway.standalone: true`` in its own config.yaml; ``default_sees_named``: the default
     profile's gateway can see the named profiles' folders (no private mount namespace), so it would
-    serve every one that lacks the key (and rewrite the root's config.yaml).
+    serve every one that lacks the key (and rewrite the root's config.yaml). ``retry_attach``: every
+    attach exit is a transient verdict (upstream main after 0.22.2): back off, never hold on it.
     """
 
     release: str = ""
     standalone_required: bool = False
     default_sees_named: bool = True
     parked_marker: bool = False
+    retry_attach: bool = False
 
     @classmethod
     def of(cls, contract: Contract | None, version: str | None, *, default_hidden: bool) -> ReleaseRules | None:
@@ -163,7 +165,8 @@ class ReleaseRules:
         if contract is None:
             return None
         return cls(release=version or contract.release, standalone_required=contract.standalone_key,
-                   default_sees_named=not default_hidden, parked_marker=contract.parked_marker)
+                   default_sees_named=not default_hidden, parked_marker=contract.parked_marker,
+                   retry_attach=contract.attach_transient)
 
 
 def release_hold(facts: ProfileFacts, rules: ReleaseRules, others: Sequence[ProfileFacts]) -> Hold | None:
