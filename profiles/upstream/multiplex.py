@@ -30,7 +30,7 @@ STANDALONE_KEY = ("gateway", "standalone")
 # service domains, UNIX users and home trees, never at an external supervisor).
 AUTO_MIGRATION_KEY = ("gateway", "auto_multiplex_migration")
 
-# The keys ``hermesd adopt`` (and ``hermesd upgrade --yes``) write: the consent a per-profile fleet needs
+# The keys ``hermesd standalone`` (and ``hermesd upgrade --yes``) write: the consent a per-profile fleet needs
 # on this line. No running gateway acts on either: ``standalone`` decides whether a named profile's
 # NEXT start may run a gateway of its own (the default's multiplexer re-reads it at its own 30 s
 # rescan), ``auto_multiplex_migration`` is read by ``hermes update`` alone. So writing them restarts

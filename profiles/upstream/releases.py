@@ -47,7 +47,7 @@ on 0.18.1 and 0.18.2 is adapted to, not fatal: no ``--external-supervisor`` flag
 it exits 2), no heartbeat file, no exit 78 for a port already in use (the gateway keeps running with
 the platform retrying), no respawn-storm breaker. On the multiplex-default line argv and
 environment are not enough: a named profile also needs ``gateway.standalone: true`` in its own
-config.yaml, which only its owner may write (``hermesd adopt``); hermesd holds it until then.
+config.yaml, which only its owner may write (``hermesd standalone``); hermesd holds it until then.
 """
 
 from __future__ import annotations

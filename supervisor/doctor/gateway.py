@@ -51,7 +51,7 @@ def check_gateway_interpreter(scan: Scan) -> None:
                      f"hermes-agent {facts.version} follows upstream's one-gateway-per-host line: hermesd starts every "
                      "gateway with --force, and a named profile needs 'gateway.standalone: true' in its own "
                      "config.yaml to keep a gateway of its own",
-                     "nothing to do when 'hermesd adopt' has run; see docs/upstream.md")
+                     "nothing to do when 'hermesd standalone' has run; see docs/upstream.md")
     guard = duplicate_guard_problem(command)
     if guard:
         scan.add(WARNING, "command_defeats_duplicate_guard", None, guard,

@@ -91,11 +91,11 @@ _DOCTOR: dict[HoldKind, tuple[str, str, str]] = {
         "see 'hermesd doctor' for what the kernel lacks, or set isolation: auto (or off) for the profile"),
     HoldKind.STANDALONE_REQUIRED: (
         "standalone_required", ERROR,
-        "run 'hermesd adopt' (it shows the change to each config.yaml first, keeps a backup under "
-        "<root>/.hermesd/adopt/, and 'hermesd adopt --undo' restores the files byte for byte)"),
+        "run 'hermesd standalone' (it shows the change to each config.yaml first, keeps a backup under "
+        "<root>/.hermesd/standalone/, and 'hermesd standalone --undo' restores the files byte for byte)"),
     HoldKind.WOULD_MULTIPLEX: (
         "default_would_multiplex", ERROR,
-        "run 'hermesd adopt' (gateway.standalone: true in each named profile), or turn isolation on so the "
+        "run 'hermesd standalone' (gateway.standalone: true in each named profile), or turn isolation on so the "
         "default profile's gateway cannot see the other profiles"),
     HoldKind.PARKED: (
         "profile_parked", WARNING,
@@ -106,7 +106,7 @@ _DOCTOR: dict[HoldKind, tuple[str, str, str]] = {
         "stop the other gateway that serves this profile (its PID is in the message), then 'hermesd start NAME'"),
     HoldKind.MULTIPLEXING: (
         "gateway_multiplexing", ERROR,
-        "run 'hermesd adopt' so every named profile keeps to its own gateway, or turn isolation on; hermesd "
+        "run 'hermesd standalone' so every named profile keeps to its own gateway, or turn isolation on; hermesd "
         "starts it again when files or hermesd.yaml change, or on 'hermesd start NAME'"),
 }
 
@@ -183,14 +183,14 @@ def release_hold(facts: ProfileFacts, rules: ReleaseRules, others: Sequence[Prof
             f"hermes-agent {rules.release} runs one gateway per host: a named profile gets a gateway of its own "
             f"only with 'gateway.standalone: true' in {facts.home / 'config.yaml'}, which is your file and "
             f"hermesd does not change it without your consent; to keep this profile in its own gateway run: "
-            f"hermesd adopt --root {root}"))
+            f"hermesd standalone --root {root}"))
     if not named and rules.default_sees_named:
         folded = sorted(o.name for o in others if o.name != DEFAULT_PROFILE and not o.standalone and not o.parked)
         if folded:
             return Hold(HoldKind.WOULD_MULTIPLEX, (
                 f"hermes-agent {rules.release}'s default gateway would serve {', '.join(folded)} as well (they "
                 f"lack 'gateway.standalone: true' and isolation does not hide them from it) and rewrite "
-                f"{facts.home / 'config.yaml'}; run: hermesd adopt --root {root}"))
+                f"{facts.home / 'config.yaml'}; run: hermesd standalone --root {root}"))
     return None
 
 

@@ -102,7 +102,7 @@ def _preflight(target: str, doc: Mapping[str, Any], layout: Layout, opts: Option
     if missing:
         lines = "\n".join(f"  {shown(n.describe(), 600)}" for n in missing)
         raise OperationFailed(f"refused {when}: hermes-agent {target} needs settings this root lacks, or the "
-                              f"fleet folds into one gateway:\n{lines}\nset them with 'hermesd adopt' (a diff "
+                              f"fleet folds into one gateway:\n{lines}\nset them with 'hermesd standalone' (a diff "
                               "of each change, a backup, --undo) or consent with 'hermesd upgrade --yes', "
                               "and run the upgrade again")
     return []
@@ -495,9 +495,9 @@ def _rolled_back(fleet: Fleet | None, rec: records.Record, layout: Layout,
             and (d := backup.left_changed(before[name], backup.inventory(layout.root, homes[name])))}
     consent = rec.data.get("consent")
     if consent and not left:
-        from profiles import adopt  # the rare path: only an upgrade that wrote consent
+        from profiles import standalone  # the rare path: only an upgrade that wrote consent
 
-        adopt.mark_undone(Path(consent), f"hermesd upgrade --rollback {rec.id} restored the files it changed")
+        standalone.mark_undone(Path(consent), f"hermesd upgrade --rollback {rec.id} restored the files it changed")
     rec.data["rollback"] = {"at": time.time(), "failed": list(failures), "files_differ": left, "left": kept}
     if kept:
         reporter.line("  left as the new release wrote them (not saved before the upgrade, so not put back): "

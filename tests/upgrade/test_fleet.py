@@ -186,9 +186,9 @@ def test_upgrade_to_another_distribution_with_consent_rolls_one_at_a_time_and_ro
     back = rows(d)
     assert all(r["state"] == "running" and r["code"]["running"]["version"] == "0.18.2"
                and r["code"]["running"]["source"]["dist"] == "hermes-agent" for r in back.values())
-    adopt_records = list((root / ".hermesd" / "adopt").iterdir())
-    assert len(adopt_records) == 1
-    manifest = json.loads((adopt_records[0] / "manifest.json").read_text())
+    records = list((root / ".hermesd" / "standalone").iterdir())
+    assert len(records) == 1
+    manifest = json.loads((records[0] / "manifest.json").read_text())
     assert manifest["undone_at"] is not None and rid in manifest["undone_by"]
 
 

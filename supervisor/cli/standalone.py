@@ -1,12 +1,12 @@
-"""``hermesd adopt [PROFILE…] [--dry-run] [--undo]``: consent to the config.yaml lines a per-profile fleet
-needs on upstream's multiplex-default releases, shown as a diff, backed up, and undoable.
+"""``hermesd standalone [PROFILE…] [--dry-run] [--undo] [--ahead]``: consent to the config.yaml lines a
+per-profile fleet needs on upstream's multiplex-default releases, shown as a diff, backed up, and undoable.
 
 On those releases (upstream main after 0.21.3) a named profile runs a gateway of its own only with
 ``gateway.standalone: true`` in its own config.yaml, and ``hermes update`` folds a per-profile fleet
 into one process unless the root's config.yaml says ``gateway.auto_multiplex_migration: false``.
 hermesd holds the named profiles until then and never edits a user's file on its own: this command
 is the consent. It prints each change as a unified diff, keeps every original byte under
-``<root>/.hermesd/adopt/<time>/``, writes the files (never through a link), and ``--undo`` puts the
+``<root>/.hermesd/standalone/<time>/``, writes the files (never through a link), and ``--undo`` puts the
 newest record's files back byte for byte (a file edited since is left alone and named). A running
 daemon sees the files change and starts the profiles it held; nothing is ever re-applied by itself.
 
@@ -15,6 +15,10 @@ says why; ``--ahead`` writes them anyway, ahead of an upgrade to the multiplex-d
 ``hermesd upgrade --yes`` can also write, after saving the files, as its first step).
 
 Exit 0: written, undone, or nothing to do (or ``--dry-run``); 1: a file could not be changed or restored.
+
+Its name is upstream's key. It was ``hermesd adopt`` until "adopt" kept one meaning only: the daemon
+taking over the gateways a previous hermesd left running. That spelling still works, hidden, and says
+the new name in one line.
 """
 
 from __future__ import annotations
@@ -24,27 +28,32 @@ import os
 import sys
 from pathlib import Path
 
-from supervisor.cli.common import Commands, check_names, root_of
+from supervisor.cli.common import Commands, check_names, renamed, root_of
 from supervisor.exits import Failure, UserError
 from supervisor.layout import Layout
 
 HELP = "write gateway.standalone into each named profile's config.yaml (with consent, diff, backup, undo)"
-EXAMPLE = "hermesd adopt --dry-run"
+EXAMPLE = "hermesd standalone --dry-run"
+OLD_NAME = "adopt"  # hidden, deprecated (see the module docstring)
+DESCRIPTION = (HELP + ".\nNeeded on the multiplex-default releases (upstream main after 0.21.3): a named "
+               "profile gets a gateway of its own\nonly with 'gateway.standalone: true' in its config.yaml; the "
+               "root's config.yaml gets 'gateway.auto_multiplex_migration: false'\nso that 'hermes update' does "
+               "not fold the fleet. Each change is shown as a diff; the originals are kept under\n"
+               "<root>/.hermesd/standalone/; --undo restores the newest record byte for byte.\nExit 0 done or "
+               "nothing to do, 1 a file could not be changed, 2 usage error.")
 
 
 def register(commands: Commands) -> None:
-    p = commands.add("adopt", cmd_adopt, HELP, (EXAMPLE, "hermesd adopt", "hermesd adopt --undo"),
-                     description=HELP + ".\nNeeded on the multiplex-default releases (upstream main after 0.21.3): "
-                     "a named profile gets a gateway of its own\nonly with 'gateway.standalone: true' in its "
-                     "config.yaml; the root's config.yaml gets 'gateway.auto_multiplex_migration: false'\n"
-                     "so that 'hermes update' does not fold the fleet. Each change is shown as a diff; the "
-                     "originals are kept under\n<root>/.hermesd/adopt/; --undo restores the newest record "
-                     "byte for byte.\nExit 0 done or nothing to do, 1 a file could not be changed, 2 usage "
-                     "error.")
+    _arguments(commands.add("standalone", cmd_standalone, HELP,
+                            (EXAMPLE, "hermesd standalone", "hermesd standalone --undo"), description=DESCRIPTION))
+    _arguments(commands.add(OLD_NAME, cmd_adopt, HELP, description=DESCRIPTION, hidden=True))
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("profiles", nargs="*", metavar="PROFILE",
                    help="profiles to change (default: every named profile, and the root's config.yaml)")
     p.add_argument("--dry-run", action="store_true", help="show the changes, write nothing")
-    p.add_argument("--undo", action="store_true", help="restore the files of the newest adoption")
+    p.add_argument("--undo", action="store_true", help="restore the files of the newest record")
     p.add_argument("--ahead", action="store_true",
                    help="write them although the installed release does not read them (ahead of an upgrade)")
 
@@ -67,12 +76,18 @@ def _not_needed(root: Path) -> str | None:
         return None
     return (f"hermes-agent {facts.version} (the {contract.line.value} line) runs one gateway per profile without "
             "gateway.standalone or gateway.auto_multiplex_migration, and ignores both: nothing to change. To write "
-            "them ahead of an upgrade to the multiplex-default line: hermesd adopt --ahead (or 'hermesd upgrade "
+            "them ahead of an upgrade to the multiplex-default line: hermesd standalone --ahead (or 'hermesd upgrade "
             "--to … --yes', which saves the files first)")
 
 
 def cmd_adopt(args: argparse.Namespace) -> int:
-    from profiles import adopt  # run-time only (see cli/__init__)
+    """The old spelling: one line naming the new one, then the same command."""
+    renamed(f"hermesd {OLD_NAME}", "hermesd standalone")
+    return cmd_standalone(args)
+
+
+def cmd_standalone(args: argparse.Namespace) -> int:
+    from profiles import standalone  # run-time only (see cli/__init__)
     from profiles.discovery import profiles_to_serve  # run-time only (see cli/__init__)
     from profiles.upstream.multiplex import IDENTITY_MARKERS  # run-time only (see cli/__init__)
 
@@ -80,12 +95,12 @@ def cmd_adopt(args: argparse.Namespace) -> int:
     layout = Layout(root)
     if args.undo:
         if args.profiles or args.dry_run:
-            raise UserError("--undo restores a whole adoption record: give no PROFILE and no --dry-run")
-        record = adopt.latest(layout.adopt_dir)
+            raise UserError("--undo restores a whole record: give no PROFILE and no --dry-run")
+        record = standalone.latest(*layout.standalone_dirs)
         if record is None:
-            print(f"nothing to undo: no adoption record under {layout.adopt_dir}")
+            print(f"nothing to undo: no record under {layout.standalone_dir}")
             return 0
-        results = adopt.undo(record)
+        results = standalone.undo(record)
         for r in results:
             print(f"{r.path}: {r.note}")
         print(f"record {record} marked undone")
@@ -101,7 +116,7 @@ def cmd_adopt(args: argparse.Namespace) -> int:
     if args.profiles:
         known = [n for n, _ in profiles_to_serve(True, root=root, identity=IDENTITY_MARKERS)]
         names = check_names(list(args.profiles), known)
-    changes, refusals = adopt.plan(root, names)
+    changes, refusals = standalone.plan(root, names)
     for c in changes:
         print(f"# {c.profile}: {c.why}")
         sys.stdout.write(c.diff())
@@ -114,8 +129,8 @@ def cmd_adopt(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(f"(dry run: {len(changes)} file(s) would change; nothing written)")
         return 1 if refusals else 0
-    record = adopt.apply(changes, layout.ensure_adopt_dir())
-    print(f"wrote {len(changes)} file(s); originals kept in {record} (undo: hermesd adopt --undo --root {root})")
+    record = standalone.apply(changes, layout.ensure_standalone_dir())
+    print(f"wrote {len(changes)} file(s); originals kept in {record} (undo: hermesd standalone --undo --root {root})")
     if refusals:
         raise Failure(f"{len(refusals)} file(s) not changed (see above)")
     return 0
