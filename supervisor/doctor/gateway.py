@@ -47,10 +47,12 @@ def check_gateway_interpreter(scan: Scan) -> None:
                      "run 'bash scripts/test-releases.sh' from hermesd's source against this release, or pin a "
                      "measured one")
         if contract.multiplex_default:
+            force = ("hermesd starts every gateway with --force" if contract.force_flag else
+                     "hermesd starts with --force only a gateway whose confinement hides the other profiles "
+                     "(upstream's own attach check guards the others)")
             scan.add(INFO, "release_multiplex_default", None,
-                     f"hermes-agent {facts.version} follows upstream's one-gateway-per-host line: hermesd starts every "
-                     "gateway with --force, and a named profile needs 'gateway.standalone: true' in its own "
-                     "config.yaml to keep a gateway of its own",
+                     f"hermes-agent {facts.version} follows upstream's one-gateway-per-host line: {force}, and a named "
+                     "profile needs 'gateway.standalone: true' in its own config.yaml to keep a gateway of its own",
                      "nothing to do when 'hermesd standalone' has run; see docs/upstream.md")
     guard = duplicate_guard_problem(command)
     if guard:

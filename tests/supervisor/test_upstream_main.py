@@ -86,6 +86,10 @@ def test_a_standalone_fleet_runs_without_force_where_the_attach_check_reaches_th
     assert status["supervisor"]["release_contract"] == "main", status["supervisor"]
     text = d.cli("status").stdout
     assert "upstream main after 0.22.2" in text and "read, not run" in text, text
+    doctor = json.loads(d.cli("doctor", "--json").stdout)
+    codes = {f["code"]: f for f in doctor["findings"]}
+    assert "read, not run" in codes["release_newer_than_known"]["message"], codes
+    assert "only a gateway whose confinement hides" in codes["release_multiplex_default"]["message"], codes
 
 
 def test_a_transient_attach_verdict_is_retried_never_held(main_daemon, tmp_path: Path) -> None:
