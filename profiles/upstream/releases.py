@@ -149,6 +149,10 @@ class Contract:
     # ``hermes update`` folds a per-profile fleet into one multiplexing gateway unless
     # ``gateway.auto_multiplex_migration: false`` is in the default profile's config.yaml.
     auto_migration: bool = False
+    # Measured by running it here (False: read from upstream's source, nothing ran).
+    ran: bool = True
+    exact: bool = True  # False: a release no row names, given the newest row of its line
+    detected_by: tuple[str, ...] = ()  # the markers that chose the line when the number did not
     # Without ``--force`` a gateway runs its own attach check: a standalone named profile starts when no
     # live gateway serves it, and beside another profile's standalone gateway (upstream main after
     # 0.22.2, ``gateway/host_attach.py``). The check dials every live gateway's control socket, so it is
@@ -158,10 +162,6 @@ class Contract:
     # Every attach exit (``attach_exit``) is a transient verdict ("another gateway serves you", "the owner
     # has not answered yet") that a supervisor must retry, never park on (``HostAttachDecision.transient``).
     attach_transient: bool = False
-    # Measured by running it here (False: read from upstream's source, nothing ran).
-    ran: bool = True
-    exact: bool = True  # False: a release no row names, given the newest row of its line
-    detected_by: tuple[str, ...] = ()  # the markers that chose the line when the number did not
 
     @property
     def gateway_args(self) -> tuple[str, ...]:
