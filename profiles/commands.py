@@ -41,10 +41,10 @@ from profiles.progress import Progress
 from wrappers.scripts import (
     KIND_UPSTREAM,
     WrapperInfo,
-    adopt_wrapper,
     alias_collision,
     aliases_for_profile,
     all_wrappers,
+    convert_wrapper,
     create_wrapper,
     remove_wrapper,
     upstream_style_wrappers,
@@ -132,7 +132,7 @@ def _alias_text(alias: str, upstream: bool) -> str:
 
 UPSTREAM_NOTE = (
     "(upstream): an alias written by 'hermes profile'; its 'gateway' commands bypass hermesd. "
-    "Convert it: hermesd profile alias --adopt"
+    "Convert it: hermesd profile alias --convert"
 )
 
 
@@ -157,7 +157,7 @@ def _print_summary(s: ProfileSummary) -> None:
     for alias in s.aliases:
         if alias in s.upstream_aliases:
             print(f"Alias:   {printable(alias)}  (upstream's wrapper: '{printable(alias)} gateway ...' bypasses "
-                  f"hermesd; convert it with: hermesd profile alias {s.name} --adopt --name {printable(alias)})")
+                  f"hermesd; convert it with: hermesd profile alias {s.name} --convert --name {printable(alias)})")
         else:
             print(f"Alias:   {printable(alias)}")
     for problem in s.problems:
@@ -433,9 +433,9 @@ def _print_wrapper(w: WrapperInfo) -> None:
 def cmd_alias(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     folder = _alias_dir(args)
-    picked = [flag for flag in ("list", "remove", "adopt") if getattr(args, flag)]
+    picked = [flag for flag in ("list", "remove", "convert") if getattr(args, flag)]
     if len(picked) > 1:
-        raise UsageError(f"profile alias takes one of --list, --remove, --adopt (got {', '.join(picked)})")
+        raise UsageError(f"profile alias takes one of --list, --remove, --convert (got {', '.join(picked)})")
     canon: str | None = None
     if args.profile_name is not None:
         canon = parse_profile_name(args.profile_name)
@@ -448,10 +448,10 @@ def cmd_alias(args: argparse.Namespace, ctx: Context) -> int:
         for w in shown:
             _print_wrapper(w)
         return EXIT_OK
-    if args.adopt:
-        return _adopt(args, root, folder, canon)
+    if args.convert:
+        return _convert(args, root, folder, canon)
     if canon is None:
-        raise UsageError("profile alias needs NAME (or --list, or --adopt)")
+        raise UsageError("profile alias needs NAME (or --list, or --convert)")
     if args.remove:
         names = [args.alias_name] if args.alias_name else [
             w.alias for w in aliases_for_profile(canon, root, folder, include_upstream=True)
@@ -469,7 +469,7 @@ def cmd_alias(args: argparse.Namespace, ctx: Context) -> int:
     return EXIT_OK
 
 
-def _adopt(args: argparse.Namespace, root: Path, folder: Path, canon: str | None) -> int:
+def _convert(args: argparse.Namespace, root: Path, folder: Path, canon: str | None) -> int:
     """Rewrite upstream-style aliases as hermesd wrappers, keeping each one's name and target."""
     found = upstream_style_wrappers(root, folder)
     if canon is not None:
@@ -481,7 +481,7 @@ def _adopt(args: argparse.Namespace, root: Path, folder: Path, canon: str | None
     if not found:
         what = f" for {canon!r}" if canon else ""
         named = f" named {args.alias_name!r}" if args.alias_name else ""
-        print(f"No upstream-style alias{named}{what} found (nothing to adopt).")
+        print(f"No upstream-style alias{named}{what} found (nothing to convert).")
         return EXIT_OK
     failed = 0
     for w in found:
@@ -489,6 +489,6 @@ def _adopt(args: argparse.Namespace, root: Path, folder: Path, canon: str | None
             _warn(f"{w.path} runs profile {w.profile!r}, which does not exist under {root}; left alone")
             failed += 1
             continue
-        path = adopt_wrapper(w, root)
-        print(f"Adopted alias {w.alias!r} ({path}): now a hermesd wrapper for profile {w.profile!r}")
+        path = convert_wrapper(w, root)
+        print(f"Converted alias {w.alias!r} ({path}): now a hermesd wrapper for profile {w.profile!r}")
     return EXIT_FAILURE if failed else EXIT_OK

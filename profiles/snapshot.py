@@ -29,7 +29,7 @@ from profiles.envfile import read_env_file
 from profiles.errors import ProfileConfigError
 from profiles.safeio import home_file
 from profiles.upstream.lines import BASELINE, RuleLine
-from profiles.upstream.multiplex import PARKED_MARKER, standalone
+from profiles.upstream.multiplex import PARKED_MARKER, standalone, without_consent
 from profiles.upstream.platforms import SRC_ENV, enabled_platforms, gateway_env
 from profiles.upstream.process import FIXED_ENV, Override, env_overrides, profile_drain_seconds
 
@@ -55,7 +55,8 @@ class ProfileFacts:
 
     ``problems`` names every unreadable or malformed file (file and line, never a value); when it
     is non-empty, ``env``/``config`` may be missing and ``claims`` is empty. ``digest`` changes
-    exactly when the effective content changes (comments and formatting do not count); it is one
+    exactly when the effective content changes (comments and formatting do not count, nor the consent
+    keys no running gateway reads: :data:`profiles.upstream.multiplex.CONSENT_KEYS`); it is one
     ``file=digest`` per file, comma-separated (:func:`changed_files` names the files that differ).
     """
 
@@ -148,6 +149,7 @@ def read_profile(name: str, home: Path, salt: bytes, line: RuleLine = BASELINE) 
     return ProfileFacts(
         name, home, env, config, (), tuple(claims), tuple(env_overrides(gateway, own, config, line)), tuple(platforms),
         profile_drain_seconds(gateway, config),
-        ",".join(f"{f}={digest_of(v)}" for f, v in ((ENV_FILE, env), (CONFIG_FILE, config), (OP_ENV_FILE, op_env))),
+        ",".join(f"{f}={digest_of(v)}"
+                 for f, v in ((ENV_FILE, env), (CONFIG_FILE, without_consent(config)), (OP_ENV_FILE, op_env))),
         standalone=standalone(config), parked=parked, op_env=op_env,
     )

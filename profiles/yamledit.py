@@ -1,6 +1,6 @@
 """Set one ``section: {key: value}`` in a user's YAML text, changing nothing else in it.
 
-hermesd edits a user's config.yaml only with consent (``hermesd adopt``), and the change must be the
+hermesd edits a user's config.yaml only with consent (``hermesd standalone``), and the change must be the
 one line it shows: comments, order, quoting and blank lines stay as they were. PyYAML cannot write a
 document back that way, so the edit is textual, guided by the parsed document: a missing section is
 appended as a block, a block section gets the key as its first entry (indented like its other

@@ -36,15 +36,17 @@ class GatewayCommandError(RuntimeError):
     """No way to run ``hermes`` was found."""
 
 
-def child_argv(command: list[str], profile: str, contract: Contract | None = None) -> list[str]:
+def child_argv(command: list[str], profile: str, contract: Contract | None = None, *,
+               hidden: bool = False) -> list[str]:
     """``hermes [-p NAME] gateway run --external-supervisor``; never ``--replace``.
 
     ``contract`` (:class:`profiles.upstream.releases.Contract` of the installed release, None when
     unknown): a release without ``--external-supervisor`` (before 0.19.0) gets ``gateway run``
     alone, because there the flag is an argparse error (exit 2) and the child could never start.
+    ``hidden``: the child's confinement hides the other profiles (see ``Contract.gateway_args_for``).
     """
     if contract is not None:
-        return [*command, *profile_args(profile), *contract.gateway_args]
+        return [*command, *profile_args(profile), *contract.gateway_args_for(hidden=hidden)]
     return [*command, *profile_args(profile), *GATEWAY_ARGS]
 
 

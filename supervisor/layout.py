@@ -70,16 +70,28 @@ class Layout:
         return self.dir / "upgrades"
 
     @property
-    def adopt_dir(self) -> Path:
-        """Records of ``hermesd adopt``: every original byte of the user's files it changed."""
-        return self.dir / "adopt"
+    def upgrade_lock(self) -> Path:
+        """Held (``flock``) for the whole of a fleet operation: by ``hermesd upgrade`` and ``restart
+        --rolling``, which take it, and by ``status``, which asks who holds it (:mod:`supervisor.lockholder`)."""
+        return self.dir / "upgrade.lock"
 
-    def ensure_adopt_dir(self) -> Path:
+    @property
+    def standalone_dir(self) -> Path:
+        """Records of ``hermesd standalone``: every original byte of the user's files it changed."""
+        return self.dir / "standalone"
+
+    @property
+    def standalone_dirs(self) -> tuple[Path, Path]:
+        """Where ``--undo`` looks: :attr:`standalone_dir`, then ``adopt/``, where the command kept its
+        records while it was called ``hermesd adopt``."""
+        return self.standalone_dir, self.dir / "adopt"
+
+    def ensure_standalone_dir(self) -> Path:
         self.ensure()
         with contextlib.suppress(FileExistsError):
-            mkdir(self.beneath(self.adopt_dir), 0o700)
-        check_private(self.adopt_dir)
-        return self.adopt_dir
+            mkdir(self.beneath(self.standalone_dir), 0o700)
+        check_private(self.standalone_dir)
+        return self.standalone_dir
 
     @property
     def salt_file(self) -> Path:

@@ -17,14 +17,15 @@ from profiles.upstream.process import proc_start_time
 from supervisor.layout import Layout
 
 
-def holder(layout: Layout) -> int | None:
-    """The PID holding the root's lock, from ``/proc/locks`` (the kernel's own answer), or ``None``.
+def holder(layout: Layout, lock: Path | None = None) -> int | None:
+    """The PID holding the root's lock (or ``lock``, another of hermesd's lock files), from
+    ``/proc/locks`` (the kernel's own answer), or ``None``.
 
     Reading the table never takes the lock, so it cannot make a daemon that starts at that
     instant fail to acquire it.
     """
     try:
-        st = safeio.lstat(layout.beneath(layout.lock))
+        st = safeio.lstat(layout.beneath(lock or layout.lock))
         if st is None:
             return None
         table = Path("/proc/locks").read_text()
@@ -48,6 +49,12 @@ def owner_pid(layout: Layout) -> int | None:
         if pid is not None and proc_start_time(pid) is not None:
             return pid
     return None
+
+
+def fleet_operation(layout: Layout) -> int | None:
+    """The PID of the fleet operation (``hermesd upgrade``, ``restart --rolling``) running on the root, or None."""
+    pid = holder(layout, layout.upgrade_lock)
+    return pid if pid is not None and proc_start_time(pid) is not None else None
 
 
 def read_pid(path: Path) -> int | None:

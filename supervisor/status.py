@@ -116,8 +116,9 @@ def _code_label(code: dict[str, Any] | None) -> str:
     return f"{code.get('version')} ({code.get('digest')})"
 
 
-def stale_note(code: dict[str, Any]) -> str:
-    """One line for a gateway that runs older code than is installed (status and doctor)."""
+def stale_note(code: dict[str, Any], *, rolling: bool = False) -> str:
+    """One line for a gateway that runs older code than is installed (status and doctor); ``rolling``:
+    a fleet operation is restarting the gateways onto it now."""
     running = code.get("running")
     if running:
         what = f"runs hermes-agent {_code_label(running)}"
@@ -125,7 +126,8 @@ def stale_note(code: dict[str, Any]) -> str:
         what = f"reports hermes-agent {code.get('reported_version')}"
     else:
         what = "started before the installed hermes-agent changed"
-    return f"stale code: {what}, {_code_label(code.get('installed'))} is installed; restart it to load it"
+    todo = "the fleet operation running now restarts it" if rolling else "restart it to load it"
+    return f"stale code: {what}, {_code_label(code.get('installed'))} is installed; {todo}"
 
 
 _COLORS = {"running": "32", "starting": "36", "stopping": "36", "backoff": "33", "held": "31", "stopped": "90"}
@@ -154,10 +156,15 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
         if sup.get(key):
             lines.append(f"  note: {sup[key]}")
     stale = [r["code"] for r in doc["profiles"] if (r.get("code") or {}).get("stale")]
+    rolling = sup.get("fleet_operation")
     if stale:
         runs = "gateways run" if len(stale) > 1 else "gateway runs"
+        todo = (f"a fleet operation (PID {rolling}: hermesd upgrade or restart --rolling) is restarting them one "
+                "at a time" if rolling else "'hermesd upgrade' restarts them onto it one at a time")
         lines.append(f"  ! {len(stale)} {runs} older code than the installed hermes-agent "
-                     f"{_code_label(stale[0].get('installed'))}: 'hermesd upgrade' restarts them onto it one at a time")
+                     f"{_code_label(stale[0].get('installed'))}: {todo}")
+    elif rolling:
+        lines.append(f"  note: a fleet operation (PID {rolling}: hermesd upgrade or restart --rolling) is running")
     cols = ["PROFILE", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT", "GATEWAY", "PLATFORMS", "SERVING", "BEAT",
             "CPU", "MEM"]
     serves_column = any(r.get("serves") is not None for r in doc["profiles"])
@@ -207,7 +214,7 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
         if note := api_note(r):
             notes.append(f"  {r['name']}: {note}")
         if (r.get("code") or {}).get("stale"):
-            notes.append(f"  {r['name']}: {stale_note(r['code'])}")
+            notes.append(f"  {r['name']}: {stale_note(r['code'], rolling=bool(rolling))}")
     widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
     for n, row in enumerate(table):
         cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=True)]

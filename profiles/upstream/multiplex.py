@@ -30,6 +30,14 @@ STANDALONE_KEY = ("gateway", "standalone")
 # service domains, UNIX users and home trees, never at an external supervisor).
 AUTO_MIGRATION_KEY = ("gateway", "auto_multiplex_migration")
 
+# The keys ``hermesd standalone`` (and ``hermesd upgrade --yes``) write: the consent a per-profile fleet needs
+# on this line. No running gateway acts on either: ``standalone`` decides whether a named profile's
+# NEXT start may run a gateway of its own (the default's multiplexer re-reads it at its own 30 s
+# rescan), ``auto_multiplex_migration`` is read by ``hermes update`` alone. So writing them restarts
+# nothing (:func:`without_consent`): an upgrade writes them while the whole fleet still runs the old
+# release, and a restart then would put every gateway through a restart at once, with no canary.
+CONSENT_KEYS = (STANDALONE_KEY, AUTO_MIGRATION_KEY)
+
 # Written by the default gateway beside its config.yaml when it rewrote a retired
 # ``gateway.multiplex_profiles: false`` to true (``hermes update`` prints it once and removes it).
 REWRITTEN_MARKER = ".multiplex_opt_out_rewritten"
@@ -67,6 +75,18 @@ def auto_migration_on(config: Mapping[str, Any] | None) -> bool:
     """``gateway_migrate_guards.auto_migration_opted_out`` negated, over the default profile's own file
     (the managed overlay is not modelled): on unless the key is there and not a truthy value."""
     return is_truthy_value(_section(config, AUTO_MIGRATION_KEY), default=True)
+
+
+def without_consent(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``config`` without the :data:`CONSENT_KEYS` (a shallow copy where one is present): what decides
+    whether a change of config.yaml restarts a running gateway."""
+    section = config.get("gateway")
+    if not isinstance(section, Mapping) or not any(k[1] in section for k in CONSENT_KEYS):
+        return config
+    kept = {k: v for k, v in section.items() if k not in {key[1] for key in CONSENT_KEYS}}
+    if kept:
+        return {**config, "gateway": kept}
+    return {k: v for k, v in config.items() if k != "gateway"}  # a section holding only consent: as if absent
 
 
 def multiplex_flag(config: Mapping[str, Any] | None) -> Any:

@@ -3,7 +3,9 @@
 Every row below was measured by ``tests/releases/test_contract.py`` against that release installed
 from the package index (``scripts/test-releases.sh``, which also prints the per-release results),
 offline, with no platform configured, in the environment hermesd gives its children. Nothing here
-comes from a changelog. Pure data and pure functions: no file, no process, no clock.
+comes from a changelog. One contract is read, not run: :data:`UPSTREAM_MAIN`, upstream's main after
+0.22.2 (its code needs Python 3.14), chosen only by the modules its code has. Pure data and pure
+functions: no file, no process, no clock.
 
 Two lines of releases. The **per-profile** line (up to 0.20.x) runs one gateway per profile: what
 hermesd puts on the command line and in the environment pins a child to its profile. The
@@ -28,6 +30,7 @@ again when the gateway command changes)::
         (hold every profile with it; never spawn, so never a crash loop).
     OLDEST_SUPPORTED, NEWEST_KNOWN: version strings.
     KNOWN: every measured release, oldest first, supported or not (for tables and tests).
+    UPSTREAM_MAIN: the contract read from upstream's main (``ran`` False), for code with MAIN_MARKERS.
     line_of(markers) -> Line | None; parse_version(text) -> Version | None;
     interpreter_from_script(head: bytes) -> list[str] | None.
     settings_needed(version) -> tuple[NeededSetting, ...]
@@ -44,7 +47,7 @@ on 0.18.1 and 0.18.2 is adapted to, not fatal: no ``--external-supervisor`` flag
 it exits 2), no heartbeat file, no exit 78 for a port already in use (the gateway keeps running with
 the platform retrying), no respawn-storm breaker. On the multiplex-default line argv and
 environment are not enough: a named profile also needs ``gateway.standalone: true`` in its own
-config.yaml, which only its owner may write (``hermesd adopt``); hermesd holds it until then.
+config.yaml, which only its owner may write (``hermesd standalone``); hermesd holds it until then.
 """
 
 from __future__ import annotations
@@ -83,10 +86,19 @@ class Line(enum.Enum):
 
 
 # Modules whose presence in the gateway's interpreter shows the multiplex-default line: the boot-time
-# multiplex verdict and the host-attach decision (exit 75 "another gateway serves you").
+# multiplex verdict and the host-attach decision (exit 75 "another gateway serves you"), and where
+# upstream main after 0.22.2 moved them (:data:`MAIN_MARKERS`; the old names stay behind a
+# compatibility layer there, so either set is enough).
 LINE_MARKERS: dict[Line, tuple[str, ...]] = {
-    Line.MULTIPLEX_DEFAULT: ("hermes_cli.gateway_multiplex_mode", "gateway.host_attach"),
+    Line.MULTIPLEX_DEFAULT: ("hermes_cli.gateway_multiplex_mode", "gateway.host_attach",
+                             "gateway.multiplex_mode", "gateway.profile_serving", "gateway.served_profiles"),
 }
+
+# Modules only upstream main after 0.22.2 has (read in NousResearch/hermes-agent, not run: that code
+# needs Python 3.14): the multiplex verdict, the serving policy and the served-set reader moved into
+# ``gateway/``. Any one of them gives a release :data:`UPSTREAM_MAIN`'s contract. Upstream's new
+# top-level ``profiles`` package is no marker: hermesd's own package has that name.
+MAIN_MARKERS: tuple[str, ...] = ("gateway.multiplex_mode", "gateway.profile_serving", "gateway.served_profiles")
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,12 +156,27 @@ class Contract:
     ran: bool = True
     exact: bool = True  # False: a release no row names, given the newest row of its line
     detected_by: tuple[str, ...] = ()  # the markers that chose the line when the number did not
+    # Without ``--force`` a gateway runs its own attach check: a standalone named profile starts when no
+    # live gateway serves it, and beside another profile's standalone gateway (upstream main after
+    # 0.22.2, ``gateway/host_attach.py``). The check dials every live gateway's control socket, so it is
+    # enough only where the child can reach them: hermesd passes ``--force`` just to a child whose
+    # confinement hides the other profiles' homes (:meth:`gateway_args_for`).
+    standalone_start: bool = False
+    # Every attach exit (``attach_exit``) is a transient verdict ("another gateway serves you", "the owner
+    # has not answered yet") that a supervisor must retry, never park on (``HostAttachDecision.transient``).
+    attach_transient: bool = False
 
     @property
     def gateway_args(self) -> tuple[str, ...]:
-        """What follows ``hermes [-p NAME]`` in the child's command line."""
+        """What follows ``hermes [-p NAME]`` in the command line of a gateway that can reach the others."""
+        return self.gateway_args_for(hidden=False)
+
+    def gateway_args_for(self, *, hidden: bool) -> tuple[str, ...]:
+        """What follows ``hermes [-p NAME]``; ``hidden``: the child's confinement hides the other
+        profiles' homes, so upstream's attach check could not reach their gateways' control sockets."""
         args = (*GATEWAY_RUN, EXTERNAL_SUPERVISOR_FLAG) if self.external_supervisor_flag else GATEWAY_RUN
-        return (*args, FORCE_FLAG) if self.force_flag else args
+        force = self.force_flag or (self.standalone_start and hidden)
+        return (*args, FORCE_FLAG) if force else args
 
     @property
     def multiplex_default(self) -> bool:
@@ -211,6 +238,15 @@ KNOWN: tuple[Contract, ...] = (
 
 OLDEST_SUPPORTED = "0.18.1"
 NEWEST_KNOWN = KNOWN[-1].release
+
+# Upstream main after 0.22.2: read, not run (its code needs Python 3.14 and no package of it installs
+# here). Files and commits read are named in docs/upstream.md. As 0.22.2, plus: a standalone profile
+# starts without ``--force`` (``standalone_start``), every attach exit is transient
+# (``attach_transient``), and the start-up watchdog exits 75 too (``hermes_startup_watchdog.py``;
+# hermesd tells it by the record it leaves, on any release: ``files.startup_watchdog_fired``). Given
+# to a release whose code has one of :data:`MAIN_MARKERS`, never by number.
+UPSTREAM_MAIN = replace(KNOWN[-1], release="main", force_flag=False, standalone_start=True, attach_transient=True,
+                        ran=False, exact=False)
 
 # Why a release below OLDEST_SUPPORTED is refused: (first release of the line, reason), newest first.
 _WHY_UNSUPPORTED = (
@@ -307,7 +343,11 @@ def contract_for(version: str, markers: Mapping[str, bool] | None = None) -> Con
 
 
 def _by_behaviour(version: str, parsed: Version | None, line: Line, markers: Mapping[str, bool]) -> Contract:
-    """A release whose code shows ``line``: its own row when one is measured, else the newest row of the line."""
+    """A release whose code shows ``line``: upstream main's read contract when its code has main's modules,
+    else its own row when one is measured, else the newest row of the line."""
+    main = tuple(n for n in MAIN_MARKERS if markers.get(n))
+    if main:
+        return replace(UPSTREAM_MAIN, detected_by=main)
     rows = [c for c in KNOWN if c.line is line]
     found = tuple(n for n in LINE_MARKERS[line] if markers.get(n))
     if parsed is not None:
@@ -329,6 +369,11 @@ def newer_than_known_note(version: str, contract: Contract | None = None) -> str
     """The warning for ``contract.exact is False`` (doctor: warning, not error; status: a note)."""
     row = contract.release if contract is not None else NEWEST_KNOWN
     line = contract.line.value if contract is not None else Line.PER_PROFILE.value
+    if contract is not None and not contract.ran:
+        has = ", ".join(m.replace(".", "/") + ".py" for m in contract.detected_by)
+        return (f"hermes-agent {version} is no release hermesd was checked against; its code has {has}, so it is "
+                f"upstream main after 0.22.2: running it with the contract read from upstream's code (read, not "
+                f"run; see docs/upstream.md)")
     if contract is not None and contract.detected_by:
         why = (f"its code has {', '.join(m.replace('.', '/') + '.py' for m in contract.detected_by)}, so it "
                f"follows the {line} line whatever its number says")

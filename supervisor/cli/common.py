@@ -28,6 +28,29 @@ from supervisor.layout import Layout
 Handler = Callable[[argparse.Namespace], int]
 SubParsers = argparse._SubParsersAction  # argparse's own type for what add_subparsers returns
 
+
+def renamed(old: str, new: str) -> None:
+    """The one line an old spelling prints on stderr: it still works, under its new name."""
+    print(f"hermesd: '{old}' is now '{new}' (the old name still works, for now)", file=sys.stderr)
+
+
+class _RenamedFlag(argparse.Action):
+    """An old flag, hidden from help and completion: sets the new flag's ``dest`` and says its new name."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, new: str = "", **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help=argparse.SUPPRESS, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        renamed(str(option_string), self.new)
+        setattr(namespace, self.dest, True)
+
+
+def renamed_flag(parser: argparse.ArgumentParser, old: str, new: str, dest: str) -> None:
+    """Accept ``old`` as a hidden, deprecated spelling of the store-true flag ``new`` (whose ``dest`` it sets)."""
+    parser.add_argument(old, dest=dest, action=_RenamedFlag, new=new)
+
 ROOT_HELP = "Hermes root (default: resolved from HERMES_HOME as upstream does)"
 
 

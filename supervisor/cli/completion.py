@@ -12,7 +12,8 @@ it, and a new command needs nothing here. Only what a *value* is must be said:
 * directories for ``--root`` and ``DIR`` metavars; files for ``FILE``, ``PATH`` and ``ARCHIVE``
   metavars and ``--output``; nothing for other free-form values.
 
-Internal commands (``_planned-stop``) and arguments with ``help=SUPPRESS`` are not offered.
+Internal commands (``_planned-stop``), hidden ones (an old name: ``adopt``) and arguments with
+``help=SUPPRESS`` (an old flag: ``profile alias --adopt``) are not offered.
 argcomplete is imported by this module alone, and this module only by ``completion`` and under
 completion: no other command pays for it. A <TAB> costs one ``hermesd`` start that builds the whole
 parser (60-90 ms measured, against none for the hand-written scripts this replaced: the price of
@@ -69,8 +70,9 @@ def _completer(action: argparse.Action) -> object | None:
 def _mark(parser: argparse.ArgumentParser, hidden: set[str]) -> None:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
+            listed = {choice.dest for choice in action._choices_actions}  # those declared with help
             for name, sub in action.choices.items():
-                if name.startswith("_"):
+                if name.startswith("_") or name not in listed:
                     hidden.add(name)
                 _mark(sub, hidden)
         elif action.nargs != 0:

@@ -47,9 +47,13 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("supervisor.cli.observe", ("events", "metrics")),
     ("supervisor.cli.deps", ("install-deps",)),
     ("supervisor.cli.upgrade", ("upgrade",)),
-    ("supervisor.cli.adopt", ("adopt",)),
+    ("supervisor.cli.standalone", ("standalone", "adopt")),  # adopt: its old name, hidden
     ("supervisor.cli.profile", ("profile",)),
 )
+
+
+# Old names of commands, hidden (not listed, completed or suggested); each still works and says its new one.
+RENAMED = frozenset({"adopt"})
 
 
 def _command_of(argv: list[str]) -> str | None:
@@ -82,7 +86,7 @@ def _unknown_command(argv: list[str]) -> str | None:
         return None
     import difflib  # only for a word that is no command: 3 ms every other start need not pay
 
-    public = [n for n in known if not n.startswith("_")]
+    public = [n for n in known if not n.startswith("_") and n not in RENAMED]
     close = difflib.get_close_matches(command, public, n=1, cutoff=0.6)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     return f"unknown command {command[:80]!r}{hint}; the commands are: {', '.join(public)}"

@@ -9,8 +9,8 @@ meanings: ``--clone-all`` wins over ``--clone``; ``use`` needs a name; ``export 
 (default: the root resolved from the environment, as upstream resolves it; it must exist),
 ``--json`` on ``list``, ``show`` and ``info``, ``delete/rename --stop`` (through the supervisor's
 injected ``stop_gateway``; without it both refuse while a gateway runs), ``rename --no-alias``,
-``use --clear``, ``alias --list`` and ``alias --adopt``, ``import --no-alias`` and
-``--alias-dir`` (also ``$HERMESD_WRAPPER_DIR``).
+``use --clear``, ``alias --list`` and ``alias --convert`` (formerly ``--adopt``, still accepted),
+``import --no-alias`` and ``--alias-dir`` (also ``$HERMESD_WRAPPER_DIR``).
 
 A user mistake is one line on stderr, ``hermesd: error: ...``, and exit status 2 (argument
 errors of the verbs included); never a traceback. What each verb does is :mod:`profiles.commands`;
@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from supervisor.cli.common import Commands
+from supervisor.cli.common import Commands, renamed_flag
 from supervisor.exits import UserError
 
 if TYPE_CHECKING:
@@ -95,9 +95,9 @@ examples:
   hermesd profile alias coder                  write the wrapper 'coder' (runs hermes -p coder)
   hermesd profile alias coder --name cdr       a second name for it
   hermesd profile alias --list                 every alias of this root, hermesd's and upstream's
-  hermesd profile alias coder --adopt          convert upstream's wrapper(s) for coder into hermesd
+  hermesd profile alias coder --convert          convert upstream's wrapper(s) for coder into hermesd
                                                wrappers, keeping each file's name and target
-  hermesd profile alias --adopt                the same for every upstream-style alias of the root
+  hermesd profile alias --convert                the same for every upstream-style alias of the root
   hermesd profile alias coder --remove --name cdr
 
 An upstream-style alias is what 'hermes profile create' writes: ~/.local/bin/NAME running
@@ -198,12 +198,13 @@ def declare(commands: Commands, context: Context | None) -> None:
     p.add_argument("--no-alias", action="store_true", help="do not create a wrapper alias")
     _alias_dir(p)
 
-    p = verbs.add("alias", run("cmd_alias"), "create, list, remove or adopt wrapper aliases",
+    p = verbs.add("alias", run("cmd_alias"), "create, list, remove or convert wrapper aliases",
                   epilog=ALIAS_EPILOG)
     _existing(p.add_argument("profile_name", metavar="NAME", nargs="?", default=None))
     p.add_argument("--name", dest="alias_name", metavar="ALIAS", default=None, help="alias name (default: NAME)")
     p.add_argument("--remove", action="store_true", help="remove the alias(es) instead")
     p.add_argument("--list", action="store_true", help="list the aliases of this root (hermesd's and upstream's)")
-    p.add_argument("--adopt", action="store_true",
+    p.add_argument("--convert", action="store_true",
                    help="turn upstream-style aliases (of NAME, or all) into hermesd wrappers, same name and target")
+    renamed_flag(p, "--adopt", "--convert", dest="convert")  # its name until 'adopt' kept one meaning
     _alias_dir(p)

@@ -17,10 +17,12 @@ from typing import Any
 
 from profiles.discovery import profiles_to_serve
 from profiles.printable import printable_lines
+from supervisor import lockholder
 from supervisor.cli.common import Commands, check_names, layout_of, root_of, use_color
 from supervisor.cli.request import call, client_of
 from supervisor.control.client import ControlError, DaemonNotAnswering, DaemonNotRunning
 from supervisor.exits import EXIT_NOT_ANSWERING, Failure
+from supervisor.layout import Layout
 
 
 def register(commands: Commands) -> None:
@@ -65,6 +67,8 @@ def _status_document(args: argparse.Namespace) -> dict[str, Any]:
         doc["supervisor"].update(running=True, answering=False, problem=str(exc))
     except ControlError as exc:
         raise Failure(str(exc)) from None
+    # A fleet operation restarting gateways one at a time: status says so instead of advising one.
+    doc["supervisor"]["fleet_operation"] = lockholder.fleet_operation(Layout(root))
     if args.profiles:
         wanted = check_names(args.profiles, [r["name"] for r in doc["profiles"]])
         doc["profiles"] = [r for r in doc["profiles"] if r["name"] in wanted]

@@ -56,7 +56,15 @@ class Effective(NamedTuple):
     isolation: IsolationSettings
     limits: Limits
     hung: HungSettings  # hung_after None: off (also when the release writes no heartbeat)
-    spec: str  # digest of what shapes the child (command, environment, isolation, limits): a change restarts it
+    # digest of what shapes the child (environment, isolation, limits): a change restarts it. Not the
+    # gateway command: a new ``command:`` is new code under the fleet, rolled out like an upgrade (each
+    # gateway whose code differs is flagged stale; ``hermesd upgrade`` restarts them canary first, each
+    # gated), never all at once by an edit.
+    spec: str
+    # Its confinement hides the other profiles' homes (a private mount namespace), so upstream's attach
+    # check could not reach their gateways' control sockets: the child needs ``--force`` where the release
+    # has that check (``Contract.gateway_args_for``). True when the kernel's facts are unknown.
+    hidden: bool
 
 
 class InForce(NamedTuple):
@@ -100,13 +108,12 @@ def build(cfg: Config, *, command: tuple[str, ...] | None = None, command_error:
     facts (the default gateway's view of the other profiles depends on them); ``root_hold``: a hold
     the caller already knows of (no valid hermesd.yaml), which beats the others."""
     release = release or Release()
-    default = _effective(cfg, "", release.contract)
+    default = _effective(cfg, "", release.contract, probe)
     # The chosen kanban dispatcher's environment differs from every other profile's: its own entry.
-    named = {n: _effective(cfg, n, release.contract) for n in {*cfg.profiles, cfg.kanban_dispatcher} - {OFF}}
+    named = {n: _effective(cfg, n, release.contract, probe) for n in {*cfg.profiles, cfg.kanban_dispatcher} - {OFF}}
     rules = None
     if release.contract is not None and probe is not None:
-        hidden = hides_other_profiles(named.get("default", default).isolation, probe)
-        rules = ReleaseRules.of(release.contract, release.version, default_hidden=hidden)
+        rules = ReleaseRules.of(release.contract, release.version, default_hidden=named.get("default", default).hidden)
     if root_hold is None:
         root_hold = release.hold or (Hold(HoldKind.NO_COMMAND, command_error) if command_error else None)
     planner = Settings(
@@ -126,16 +133,17 @@ def build(cfg: Config, *, command: tuple[str, ...] | None = None, command_error:
     return InForce(cfg, command, command_error, release, root_hold, planner, default, named)
 
 
-def _effective(cfg: Config, name: str, contract: Contract | None) -> Effective:
+def _effective(cfg: Config, name: str, contract: Contract | None, probe: Probe | None) -> Effective:
     environment = cfg.child_environment(name)
     isolation = cfg.isolation_for(name)
     limits = cfg.limits_for(name)
     hung = cfg.hung_for(name)
     if contract is not None and not contract.heartbeat:
         hung = replace(hung, hung_after=None)  # no heartbeat: "no beat" or an old beat says nothing
-    spec = digest_of({"command": cfg.command, "env": environment, "isolation": repr(isolation),
+    spec = digest_of({"env": environment, "isolation": repr(isolation),
                       "limits": repr(limits)})
-    return Effective(environment, isolation, limits, hung, spec)
+    hidden = probe is None or hides_other_profiles(isolation, probe)
+    return Effective(environment, isolation, limits, hung, spec, hidden)
 
 
 async def load(layout: Layout, env: Mapping[str, str], pool: Executor, probe: Probe | None) -> InForce:

@@ -32,7 +32,9 @@ from supervisor.layout import Layout
 from supervisor.plan.model import Ident
 from supervisor.plan.policy import ExitKind, describe_exit
 
-_CLUES = (b"already owns this host", b"already serves profile", b"has not published its served set")
+# What a gateway says before an attach exit (upstream's host_attach.py messages, 0.22.2 and main).
+_CLUES = (b"already owns this host", b"already serves profile", b"has not published its served set",
+          b"still serves profile")
 # The kernel's own verdict on a tree it killed in the profile's cgroup.
 _KILLED = {ExitKind.MEMORY_LIMIT: "the kernel's OOM killer ended the tree",
            ExitKind.TASKS_LIMIT: "the tree hit tasks_max"}
@@ -46,14 +48,16 @@ class ExitReport(NamedTuple):
     stated: bool  # its state file names this process at all
     detail: str  # why the kernel killed it, or who serves the profile after an "attach"
     unconfined: str | None  # the confinement shim's reason: the gateway never ran
+    startup_watchdog: bool  # upstream's start-up watchdog left its record for this process
     replaced_by: int | None = None  # the gateway that stopped it to serve the profile itself
 
 
 def read_exit(env: Mapping[str, str], layout: Layout, name: str, home: Path | None, ident: Ident, *,
-              code: int | None, cause: ExitKind | None, requested: bool = False) -> ExitReport:
+              code: int | None, cause: ExitKind | None, since: float, requested: bool = False) -> ExitReport:
     """Read what the gateway ``ident`` of ``name`` (``home``: None when the profile is gone) left behind.
 
-    ``cause``: the kernel's verdict from the profile's cgroup (an OOM kill, the pids limit);
+    ``cause``: the kernel's verdict from the profile's cgroup (an OOM kill, the pids limit); ``since``:
+    when it was started (epoch seconds), so an old watchdog record of a recycled PID is not taken for its;
     ``requested``: hermesd asked for this end. A clean stop it did not ask for is upstream's own
     stop; when a gateway hermesd did not start serves the profile at that moment, it is the one
     that stopped ours to take its place (``gateway run --replace`` SIGTERMs the running gateway and
@@ -72,14 +76,30 @@ def read_exit(env: Mapping[str, str], layout: Layout, name: str, home: Path | No
     unconfined = None
     if code == EXIT_CANNOT_CONFINE and not ours and home is not None:
         unconfined = _shim_reason(layout, name) or "the confinement could not be applied"
+    fired = None
+    if code in (Exit.RESTART, None) and cause is None and home is not None:
+        fired = gf.startup_watchdog_fired(home, ident.pid, since)
     if cause is not None:
         detail = _KILLED.get(cause, "")
+    elif fired is not None:
+        detail = _watchdog_detail(fired, home)
     elif code == Exit.RESTART and not ours:
         detail = who_serves(env, home or layout.root, layout.beneath(layout.child_log(name)))
     else:
         detail = ""
     return ExitReport(state, bool(gstate.get("restart_requested")) if ours else False, ours, detail, unconfined,
-                      replaced_by)
+                      fired is not None, replaced_by)
+
+
+def _watchdog_detail(record: Mapping[str, object], home: Path | None) -> str:
+    """One line: how long the start-up ran and where upstream put every thread's stack."""
+    def secs(key: str) -> str:
+        value = record.get(key)
+        return f"{value:g} s" if isinstance(value, int | float) and not isinstance(value, bool) else "?"
+
+    where = (home / gf.STARTUP_WATCHDOG_LOG) if home is not None else gf.STARTUP_WATCHDOG_LOG
+    return (f"no live event loop after {secs('elapsed_s')} (timeout {secs('timeout_s')}, "
+            f"{gf.STARTUP_WATCHDOG_ENV}); every thread's stack is in {printable(str(where), 300)}")
 
 
 def note(layout: Layout, name: str, pid: int, code: int | None, sig: int | None, kind: str) -> None:

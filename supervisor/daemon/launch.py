@@ -65,7 +65,7 @@ class Launcher:
         if problem is not None or in_force.command is None:
             return NotStarted(problem or in_force.command_error or "no gateway command")
         settings = in_force.of(name)
-        argv = childspec.child_argv(list(in_force.command), name, in_force.contract)
+        argv = childspec.child_argv(list(in_force.command), name, in_force.contract, hidden=settings.hidden)
         env = childspec.child_env(self.env, root=self.root, profile=name, home=home,
                                   extra={**settings.environment, **kanban.env}, salt=salt, scrub=in_force.scrub)
         logfile: Beneath | Path = self.layout.beneath(self.layout.child_log(name))

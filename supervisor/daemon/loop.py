@@ -382,11 +382,13 @@ class Daemon:
         cause = self.domains.exit_cause(name, ident)
         self.domains.forget(name, ident)
         asked = p is not None and p.child is not None and p.child.ident == ident and p.child.stop_requested
+        since = p.child.started_wall if p is not None and p.child is not None and p.child.ident == ident else 0.0
         r = exit_report.read_exit(self.env, self.layout, name, p.home if p is not None else None, ident, code=code,
-                                  cause=cause, requested=asked)
+                                  cause=cause, since=since, requested=asked)
         actions = self.planner.child_exited(name, ident, code, sig, r.gateway_state, r.restart_requested,
                                             killed_for=cause, detail=r.detail, unconfined=r.unconfined,
-                                            stated=r.stated, replaced_by=r.replaced_by)
+                                            stated=r.stated, replaced_by=r.replaced_by,
+                                            startup_watchdog=r.startup_watchdog)
         if p is not None:
             exit_report.note(self.layout, name, ident.pid, code, sig, (p.last_exit or {}).get("kind") or "?")
         self.execute(actions)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from profiles.upstream import files as gf
 from profiles.upstream.lines import unmodelled
 from profiles.upstream.releases import Unsupported, newer_than_known_note
-from supervisor import childspec, codeid, identity
+from supervisor import childspec, codeid, identity, lockholder
 from supervisor import config as config_mod
 from supervisor import state as state_mod
 from supervisor.childspec import unmodelled_note
@@ -56,11 +56,13 @@ def check_gateway_interpreter(scan: Scan) -> None:
                      "run 'bash scripts/test-releases.sh' from hermesd's source against this release, or pin a "
                      "measured one")
         if contract.multiplex_default:
+            force = ("hermesd starts every gateway with --force" if contract.force_flag else
+                     "hermesd starts with --force only a gateway whose confinement hides the other profiles "
+                     "(upstream's own attach check guards the others)")
             scan.add(INFO, "release_multiplex_default", None,
-                     f"hermes-agent {facts.version} follows upstream's one-gateway-per-host line: hermesd starts every "
-                     "gateway with --force, and a named profile needs 'gateway.standalone: true' in its own "
-                     "config.yaml to keep a gateway of its own",
-                     "nothing to do when 'hermesd adopt' has run; see docs/upstream.md")
+                     f"hermes-agent {facts.version} follows upstream's one-gateway-per-host line: {force}, and a named "
+                     "profile needs 'gateway.standalone: true' in its own config.yaml to keep a gateway of its own",
+                     "nothing to do when 'hermesd standalone' has run; see docs/upstream.md")
     guard = duplicate_guard_problem(command)
     if guard:
         scan.add(WARNING, "command_defeats_duplicate_guard", None, guard,
@@ -88,6 +90,7 @@ def check_stale_code(scan: Scan) -> None:
     if installed is None:
         return
     saved = state_mod.load(Layout(scan.root).state, identity.boot_id())
+    rolling = lockholder.fleet_operation(Layout(scan.root))
     for prof in scan.profiles:
         live = gf.live_gateway(prof.home)
         if live is None:
@@ -96,10 +99,12 @@ def check_stale_code(scan: Scan) -> None:
         found = codeid.view(prof.home, live.pid, started_wall=identity.proc_start_wall(live.pid), installed=installed,
                             recorded=state_mod.recorded_code(rec, live.pid, live.start_time))
         if found is not None and found.stale:
+            note = stale_note(found.to_json(), rolling=rolling is not None).removeprefix("stale code: ")
             scan.add(WARNING, "stale_code", prof.name,
-                     f"the gateway (PID {live.pid}) {stale_note(found.to_json()).removeprefix('stale code: ')}; "
+                     f"the gateway (PID {live.pid}) {note}; "
                      "a first import of a changed module can fail in it ('cannot import name …')",
-                     f"hermesd upgrade --root {scan.root} (one gateway at a time, each health-checked), "
+                     f"wait for the fleet operation running now (PID {rolling}) to finish" if rolling is not None
+                     else f"hermesd upgrade --root {scan.root} (one gateway at a time, each health-checked), "
                      f"or hermesd restart {prof.name}")
 
 

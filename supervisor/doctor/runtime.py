@@ -244,6 +244,6 @@ def check_wrappers(scan: Scan) -> None:
             WARNING, "upstream_wrapper", w.profile,
             f"{w.path} runs 'hermes -p {w.profile}' directly: '{w.alias} gateway restart' (or stop/start) acts "
             f"behind hermesd's back and runs its own gateway in the foreground",
-            f"hermesd profile alias {w.profile} --adopt --name {w.alias} --root {root} "
+            f"hermesd profile alias {w.profile} --convert --name {w.alias} --root {root} "
             "(keeps its name and target; gateway verbs then go to hermesd)",
         )

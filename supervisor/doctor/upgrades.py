@@ -23,7 +23,7 @@ def check_upgrades(scan: Scan) -> None:
             f"multiplexing gateway unless {scan.root / 'config.yaml'} says gateway.auto_multiplex_migration: false "
             "(its guards look at service managers, UNIX users and home folders, never at hermesd): one update and "
             "every profile would be served by the default profile's process",
-            f"run 'hermesd adopt --root {scan.root}' (it adds the line, shows the diff, keeps a backup), or add "
+            f"run 'hermesd standalone --root {scan.root}' (it adds the line, shows the diff, keeps a backup), or add "
             "'gateway: {auto_multiplex_migration: false}' to that file yourself",
         )
     marker = scan.root / mx.REWRITTEN_MARKER
@@ -33,5 +33,5 @@ def check_upgrades(scan: Scan) -> None:
             f"{marker} is there: a gateway of the multiplex-default line rewrote {scan.root / 'config.yaml'} "
             f"(gateway.multiplex_profiles: false became true; the key now reads "
             f"{mx.multiplex_flag(config)!r}) and served every profile it could see",
-            "check which gateway did it ('hermesd events'), run 'hermesd adopt', then remove the marker",
+            "check which gateway did it ('hermesd events'), run 'hermesd standalone', then remove the marker",
         )

@@ -35,7 +35,7 @@ class Child:
     own: bool  # our child (its exit status can be waited for) or adopted after a hermesd restart
     started: float  # monotonic
     started_wall: float
-    spec: str  # digest of what it was started with: files, command, settings
+    spec: str  # digest of what it was started with: files, settings (not the command: see daemon/effective.py)
     claims: tuple[Claim, ...] = ()  # the credentials and ports it was started with
     stop_requested: bool = False
     then_restart: bool = False

@@ -247,7 +247,7 @@ class Planner(OtherGateways):
                      gateway_state: str | None = None, restart_requested: bool = False, *,
                      killed_for: ExitKind | None = None, detail: str = "",
                      unconfined: str | None = None, stated: bool = True,
-                     replaced_by: int | None = None) -> list[m.Action]:
+                     replaced_by: int | None = None, startup_watchdog: bool = False) -> list[m.Action]:
         """The child ``ident`` ended; ``gateway_state``/``restart_requested`` only when its state file names it.
 
         ``killed_for``: the kernel's own verdict (an OOM kill in the profile's cgroup); ``unconfined``:
@@ -256,6 +256,7 @@ class Planner(OtherGateways):
         gateway serves the profile; ``detail`` then says which, when the loop could tell).
         ``replaced_by``: a gateway hermesd did not start, serving the profile as ours ended (it
         stopped ours to take its place): a stop from outside then holds the profile for that gateway.
+        ``startup_watchdog``: upstream's start-up watchdog left its record for this process.
         """
         p = self.profiles.get(name)
         if p is None or p.child is None or p.child.ident != ident:
@@ -265,7 +266,8 @@ class Planner(OtherGateways):
         self._out += [m.Cancel(name, "kill"), m.Cancel(name, "release"), m.Cancel(name, "start_slot"), m.Sweep(name)]
         if c.killed_for is None and killed_for is not None:
             c.killed_for, c.kill_detail = killed_for, detail
-        facts = ExitFacts(code, sig, c.stop_requested, gateway_state, restart_requested, c.killed_for, stated)
+        facts = ExitFacts(code, sig, c.stop_requested, gateway_state, restart_requested, c.killed_for, stated,
+                          startup_watchdog)
         self._conclude(p, c, facts, code=code, sig=sig, detail=c.kill_detail or (detail if killed_for is None else ""),
                        replaced_by=replaced_by)
         if unconfined is not None and not c.stop_requested:
@@ -536,7 +538,9 @@ class Planner(OtherGateways):
             reason = c.stop_reason or "stopped by hermesd"
             log.info("profile %s: PID %d stopped (%s): %s", p.name, c.ident.pid, what, reason)
         else:
-            decision = decide(kind, failures=p.failures, uptime=uptime, policy=self.settings.policy, rng=self.rng)
+            rules = self.settings.release
+            decision = decide(kind, failures=p.failures, uptime=uptime, policy=self.settings.policy, rng=self.rng,
+                              hold_attach=rules is None or not rules.retry_attach)
             p.failures = decision.failures
             reason = f"{decision.reason}: {detail}" if detail else decision.reason
             if replaced_by is not None:

@@ -21,6 +21,7 @@ class ExitKind(enum.Enum):
     PLANNED = "planned"  # hermesd asked for this stop
     RESTART_REQUESTED = "restart_requested"  # 75 / restart_requested: restart now, unless it keeps coming quickly
     ATTACHED = "attached"  # 75 before the gateway ever ran: another gateway serves this profile
+    STARTUP_HUNG = "startup_hung"  # 75 from upstream's start-up watchdog: no live event loop in time
     CONFIG_ERROR = "config_error"  # 78 / startup_failed: hold until files change
     EXTERNAL_STOP = "external_stop"  # clean stop hermesd did not ask for: stay stopped
     CRASH = "crash"  # anything else: restart with backoff
@@ -34,7 +35,7 @@ class ExitKind(enum.Enum):
 # profile instead of backing off (:func:`decide`); the rest were asked for by hermesd, the gateway
 # itself or someone outside. Status, events and metrics count failures by this one set.
 FAILURES = frozenset({ExitKind.CRASH, ExitKind.HUNG, ExitKind.MEMORY_LIMIT, ExitKind.TASKS_LIMIT,
-                      ExitKind.SPAWN_ERROR, ExitKind.CONFIG_ERROR, ExitKind.ATTACHED})
+                      ExitKind.SPAWN_ERROR, ExitKind.CONFIG_ERROR, ExitKind.ATTACHED, ExitKind.STARTUP_HUNG})
 
 # The limits layer names a breached limit by these words (``supervisor.limits``: the watcher's
 # breach, the kernel's cgroup events); a tree killed for one ends as that kind of exit.
@@ -70,6 +71,8 @@ class ExitFacts:
     ``stated``: the state file names this process at all. A 75 from a gateway that never wrote
     its state is no restart request: on the multiplex-default line it is upstream's "attach"
     (another gateway already serves this profile), which a restart only repeats.
+    ``startup_watchdog``: upstream's start-up watchdog left its record for this process (it exits 75
+    when ``gateway run`` has no live event loop in time): a start-up that hung, whatever the state file says.
     """
 
     code: int | None
@@ -79,6 +82,7 @@ class ExitFacts:
     restart_requested: bool = False
     killed_for: ExitKind | None = None
     stated: bool = True
+    startup_watchdog: bool = False
 
 
 def classify_exit(f: ExitFacts) -> ExitKind:
@@ -87,6 +91,8 @@ def classify_exit(f: ExitFacts) -> ExitKind:
         return f.killed_for
     if f.requested_by_us:
         return ExitKind.PLANNED
+    if f.startup_watchdog and f.code in (Exit.RESTART, None):
+        return ExitKind.STARTUP_HUNG
     if f.code == Exit.RESTART and not f.stated:
         return ExitKind.ATTACHED
     if f.code in (Exit.RESTART, None) and f.gateway_state == GatewayState.DEGRADED:
@@ -166,6 +172,7 @@ class Decision:
 
 _REASONS = {
     ExitKind.ATTACHED: "exit 75 before start-up: another gateway serves this profile",
+    ExitKind.STARTUP_HUNG: "exit 75 from upstream's start-up watchdog: the gateway never reached a live event loop",
     ExitKind.HUNG: "killed: hung",
     ExitKind.MEMORY_LIMIT: "killed: over its memory limit",
     ExitKind.TASKS_LIMIT: "killed: over its tasks limit",
@@ -180,6 +187,7 @@ def decide(
     uptime: float,
     policy: RestartPolicy,
     rng: random.Random | None = None,
+    hold_attach: bool = True,
 ) -> Decision:
     """What to do after an exit of ``kind`` that followed ``uptime`` seconds of running.
 
@@ -189,6 +197,9 @@ def decide(
     spawns and attach exits back off like crashes: a profile that keeps hitting its limit is a
     crash loop. A restart request is honoured at once after a healthy run or as the first quick
     exit; one that comes quickly again counts like a crash, so no exit code restarts without limit.
+    A start-up the watchdog ended never ran, however long it took: it wipes no failures.
+    ``hold_attach``: :data:`ATTACH_LOOP` attach exits in a row hold the profile; False where the
+    release makes every attach exit a transient verdict a supervisor must keep retrying.
     """
     if kind is ExitKind.PLANNED:
         return Decision(Action.STOP, 0.0, 0, "stopped by hermesd")
@@ -204,9 +215,11 @@ def decide(
         return Decision(Action.HOLD, 0.0, failures, "configuration error: fix the profile's files")
     if kind is ExitKind.EXTERNAL_STOP:
         return Decision(Action.STOP, 0.0, 0, OUTSIDE)
+    if kind is ExitKind.STARTUP_HUNG:
+        uptime = 0.0
     if uptime >= policy.healthy_after:
         failures = 0
-    if kind is ExitKind.ATTACHED and failures + 1 >= ATTACH_LOOP:
+    if kind is ExitKind.ATTACHED and hold_attach and failures + 1 >= ATTACH_LOOP:
         return Decision(Action.HOLD, 0.0, failures + 1,
                         f"exit 75 before start-up {failures + 1} times in a row: another gateway serves this profile")
     prefix = _REASONS.get(kind)

@@ -91,11 +91,11 @@ _DOCTOR: dict[HoldKind, tuple[str, str, str]] = {
         "see 'hermesd doctor' for what the kernel lacks, or set isolation: auto (or off) for the profile"),
     HoldKind.STANDALONE_REQUIRED: (
         "standalone_required", ERROR,
-        "run 'hermesd adopt' (it shows the change to each config.yaml first, keeps a backup under "
-        "<root>/.hermesd/adopt/, and 'hermesd adopt --undo' restores the files byte for byte)"),
+        "run 'hermesd standalone' (it shows the change to each config.yaml first, keeps a backup under "
+        "<root>/.hermesd/standalone/, and 'hermesd standalone --undo' restores the files byte for byte)"),
     HoldKind.WOULD_MULTIPLEX: (
         "default_would_multiplex", ERROR,
-        "run 'hermesd adopt' (gateway.standalone: true in each named profile), or turn isolation on so the "
+        "run 'hermesd standalone' (gateway.standalone: true in each named profile), or turn isolation on so the "
         "default profile's gateway cannot see the other profiles"),
     HoldKind.PARKED: (
         "profile_parked", WARNING,
@@ -106,7 +106,7 @@ _DOCTOR: dict[HoldKind, tuple[str, str, str]] = {
         "stop the other gateway that serves this profile (its PID is in the message), then 'hermesd start NAME'"),
     HoldKind.MULTIPLEXING: (
         "gateway_multiplexing", ERROR,
-        "run 'hermesd adopt' so every named profile keeps to its own gateway, or turn isolation on; hermesd "
+        "run 'hermesd standalone' so every named profile keeps to its own gateway, or turn isolation on; hermesd "
         "starts it again when files or hermesd.yaml change, or on 'hermesd start NAME'"),
 }
 
@@ -150,13 +150,15 @@ class ReleaseRules:
     confinement. ``standalone_required``: a named profile's gateway keeps to itself only with
     ``gateway.standalone: true`` in its own config.yaml; ``default_sees_named``: the default
     profile's gateway can see the named profiles' folders (no private mount namespace), so it would
-    serve every one that lacks the key (and rewrite the root's config.yaml).
+    serve every one that lacks the key (and rewrite the root's config.yaml). ``retry_attach``: every
+    attach exit is a transient verdict (upstream main after 0.22.2): back off, never hold on it.
     """
 
     release: str = ""
     standalone_required: bool = False
     default_sees_named: bool = True
     parked_marker: bool = False
+    retry_attach: bool = False
 
     @classmethod
     def of(cls, contract: Contract | None, version: str | None, *, default_hidden: bool) -> ReleaseRules | None:
@@ -165,7 +167,8 @@ class ReleaseRules:
         if contract is None:
             return None
         return cls(release=version or contract.release, standalone_required=contract.standalone_key,
-                   default_sees_named=not default_hidden, parked_marker=contract.parked_marker)
+                   default_sees_named=not default_hidden, parked_marker=contract.parked_marker,
+                   retry_attach=contract.attach_transient)
 
 
 def release_hold(facts: ProfileFacts, rules: ReleaseRules, others: Sequence[ProfileFacts]) -> Hold | None:
@@ -182,14 +185,14 @@ def release_hold(facts: ProfileFacts, rules: ReleaseRules, others: Sequence[Prof
             f"hermes-agent {rules.release} runs one gateway per host: a named profile gets a gateway of its own "
             f"only with 'gateway.standalone: true' in {facts.home / 'config.yaml'}, which is your file and "
             f"hermesd does not change it without your consent; to keep this profile in its own gateway run: "
-            f"hermesd adopt --root {root}"))
+            f"hermesd standalone --root {root}"))
     if not named and rules.default_sees_named:
         folded = sorted(o.name for o in others if o.name != DEFAULT_PROFILE and not o.standalone and not o.parked)
         if folded:
             return Hold(HoldKind.WOULD_MULTIPLEX, (
                 f"hermes-agent {rules.release}'s default gateway would serve {', '.join(folded)} as well (they "
                 f"lack 'gateway.standalone: true' and isolation does not hide them from it) and rewrite "
-                f"{facts.home / 'config.yaml'}; run: hermesd adopt --root {root}"))
+                f"{facts.home / 'config.yaml'}; run: hermesd standalone --root {root}"))
     return None
 
 

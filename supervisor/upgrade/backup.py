@@ -32,7 +32,7 @@ from typing import Any
 
 from profiles import safeio
 from profiles.safeio import Beneath, LinkRefusedError
-from profiles.upstream.files import MIGRATED_FILES
+from profiles.upstream.files import MIGRATED_FILES, RUN_WRITES
 
 MAX_FILE = 16 << 20
 
@@ -222,3 +222,33 @@ def restore(root: Path, home: Path, store: Beneath | Path, saved: Sequence[Saved
 def differences(root: Path, home: Path, saved: Sequence[Saved]) -> list[str]:
     """The saved files of ``home`` that are not as they were saved (empty: restored byte for byte)."""
     return [then.path for then in saved if then.kind != "refused" and not same(read(root, home, then.path)[0], then)]
+
+
+def inventory(root: Path, home: Path) -> dict[str, str]:
+    """The entries directly in a profile's folder: name -> kind, size and modification time (nothing is
+    read: the folder is the profile's, its files can be large); empty when it cannot be listed safely."""
+    try:
+        fd = safeio.open_dir(safeio.under(root, home), path_only=False)
+    except (OSError, LinkRefusedError):
+        return {}
+    out = {}
+    try:
+        for name in os.listdir(fd):
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue
+            kind = "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
+            out[name] = kind if kind == "dir" else f"{kind}:{st.st_size}:{st.st_mtime_ns}"
+    finally:
+        os.close(fd)
+    return out
+
+
+def left_changed(before: dict[str, str], after: dict[str, str], saved: Sequence[str] = MIGRATED_FILES) -> list[str]:
+    """Top-level entries created, changed or removed since ``before`` that a rollback does not put back:
+    not a saved file, not what every gateway run writes (folders count as created or removed only)."""
+    skip = {p.split("/", 1)[0] for p in saved if "/" not in p} | RUN_WRITES
+    names = sorted(n for n in set(before) | set(after) if n not in skip and before.get(n) != after.get(n)
+                   and not (before.get(n) == after.get(n) == "dir"))
+    return [n + ("/" if (after.get(n) or before.get(n)) == "dir" else "") for n in names]

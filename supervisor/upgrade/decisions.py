@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from profiles.upstream.apiserver import API_SERVER
-from supervisor.codeid import CodeId
+from supervisor.codeid import CodeId, same_code
 from supervisor.readiness import judge
 
 Row = Mapping[str, Any]
@@ -245,7 +245,7 @@ class Gate:
                 f"{p} ({locks[p].get('message') or locks[p].get('error_code')})" for p in new_locks)
         running = (row.get("code") or {}).get("running")
         if self.rules.code is not None and row.get("pid") != self.baseline.pid and running is not None \
-                and running != self.rules.code.to_json():
+                and not same_code(running, self.rules.code):
             return (f"the new gateway runs {running.get('version')} ({running.get('digest')}), not "
                     f"{self.rules.code}: the installed code changed during the operation")
         return None

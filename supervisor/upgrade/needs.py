@@ -10,10 +10,10 @@ them. ``hermesd upgrade`` asks :func:`missing_for` before it installs or restart
 again after the last restart (a migration must not have undone them).
 
 :func:`settle` is the one place where a missing setting is put in place, and only with the user's
-consent (``hermesd upgrade --yes``): it writes through ``hermesd adopt``'s code
-(:mod:`profiles.adopt`), so each change is printed as a diff, every original byte is kept under
-``<root>/.hermesd/adopt/`` and ``hermesd adopt --undo`` puts them back. Without consent the upgrade
-refuses, naming each file, key and value, and ``hermesd adopt``.
+consent (``hermesd upgrade --yes``): it writes through ``hermesd standalone``'s code
+(:mod:`profiles.standalone`), so each change is printed as a diff, every original byte is kept under
+``<root>/.hermesd/standalone/`` and ``hermesd standalone --undo`` puts them back. Without consent the upgrade
+refuses, naming each file, key and value, and ``hermesd standalone``.
 """
 
 from __future__ import annotations
@@ -81,19 +81,23 @@ def missing_for(target: str, profiles: Sequence[tuple[str, Path]]) -> list[Need]
     return out
 
 
-def settle(needs: Sequence[Need], root: Path, say: Callable[[str], None]) -> None:
-    """Write the missing settings of ``needs`` (the user consented) as ``hermesd adopt`` would.
+def settle(needs: Sequence[Need], root: Path, say: Callable[[str], None]) -> Path | None:
+    """Write the missing settings of ``needs`` (the user consented) as ``hermesd standalone`` would; the
+    adoption record (None: nothing written).
 
     Each change is said as a diff, then written with its original kept in a new adoption record; a
     file that cannot be changed is said with why. The caller reads the files again for what is left.
+    The settings restart no running gateway (:data:`profiles.upstream.multiplex.CONSENT_KEYS`).
     """
-    from profiles import adopt  # the upgrade's rare path; status and the daemon never need it
+    from profiles import standalone  # the upgrade's rare path; status and the daemon never need it
 
-    changes, refusals = adopt.plan(root, sorted({n.profile for n in needs}))
+    changes, refusals = standalone.plan(root, sorted({n.profile for n in needs}))
     for c in changes:
         say(f"# {c.profile}: {c.why}\n{c.diff().rstrip()}")
     for refused in refusals:
         say(f"# {refused.profile}: cannot change {refused.path}: {refused.reason}")
-    if changes:
-        record = adopt.apply(changes, Layout(root).ensure_adopt_dir())
-        say(f"wrote {len(changes)} file(s); originals kept in {record} (undo: hermesd adopt --undo --root {root})")
+    if not changes:
+        return None
+    record = standalone.apply(changes, Layout(root).ensure_standalone_dir())
+    say(f"wrote {len(changes)} file(s); originals kept in {record} (undo: hermesd standalone --undo --root {root})")
+    return record

@@ -3,21 +3,27 @@
 An upgrade, in order, stopping at the first step that fails (nothing after it is touched):
 
 1. read the daemon's status and the gateway interpreter (its release and installed code);
-2. with ``--to``: ask pip what it would install (``--dry-run``); the target release is known now;
+2. with ``--to``: ask pip what it would install (``--dry-run``); the target release is known now
+   (the distribution the requirement names: the installed one, or another that replaces it);
 3. pre-flight: refuse a release hermesd does not support, and one that needs settings this root
-   lacks (:mod:`supervisor.upgrade.needs`);
-4. save every served profile's migrated files and (with ``--to``) the distributions pip replaces;
-5. install (``--to``), then ``reload`` the daemon so it reads the new release (its contract: the
+   lacks unless the user consented (``--yes``) (:mod:`supervisor.upgrade.needs`);
+4. save every served profile's migrated files and (with ``--to``) the distributions pip replaces
+   or, for a switch to another distribution, the one it removes;
+5. write the consented settings (they restart no gateway: :data:`profiles.upstream.multiplex.CONSENT_KEYS`),
+   and only then read each gateway's baseline (PID, restarts, platforms);
+6. install (``--to``), then ``reload`` the daemon so it reads the new release (its contract: the
    child's arguments) before anything restarts; it must report exactly the installed code;
-6. restart the gateways that run older code, canary first, each through the health gate;
-7. pre-flight again: the new release must not have undone a needed setting.
+7. restart the gateways that run older code, canary first, each through the health gate;
+8. pre-flight again: the new release must not have undone a needed setting.
 
 A rollback undoes the newest upgrade (or the one named): it puts the saved distributions back
 (offline; or reinstalls the recorded release with pip when the upgrade took no copy), reloads the
 daemon, then for each profile whose gateway runs other code than the restored one or whose files
 differ from the saved copies: stops it, restores its files, starts it, and gates it. It goes on
 past a failure (a rollback is the way back; each failure is reported) and checks every saved file
-byte for byte at the end.
+byte for byte at the end; the consent it wrote goes with the saved config.yaml (its adoption record
+is marked undone), and whatever else the new release created or changed at the top of a profile's
+folder is named, not hidden (:func:`supervisor.upgrade.backup.left_changed`).
 """
 
 from __future__ import annotations
@@ -79,23 +85,27 @@ def _served(doc: Mapping[str, Any]) -> list[tuple[str, Path]]:
 
 
 def _preflight(target: str, doc: Mapping[str, Any], layout: Layout, opts: Options, when: str,
-               reporter: Reporter) -> None:
-    """Refuse a release hermesd will not run, or one that needs settings this root lacks (written
-    first when the user consented with ``--yes``)."""
+               reporter: Reporter, *, settle: bool = True) -> list[needs.Need]:
+    """Refuse a release hermesd will not run, or one that needs settings this root lacks; with the
+    user's consent (``--yes``) those are returned instead (``settle=False``: the caller writes them
+    once the files are saved) or written here."""
     contract = contract_for(target)
     if isinstance(contract, Unsupported):
         raise OperationFailed(f"refused {when}: {contract.message}")
     served = _served(doc)
     missing = needs.missing_for(target, served)
     if missing and opts.assume_yes:
+        if not settle:
+            return missing
         needs.settle(missing, layout.root, reporter.line)
         missing = needs.missing_for(target, served)
     if missing:
         lines = "\n".join(f"  {shown(n.describe(), 600)}" for n in missing)
         raise OperationFailed(f"refused {when}: hermes-agent {target} needs settings this root lacks, or the "
-                              f"fleet folds into one gateway:\n{lines}\nset them with 'hermesd adopt' (a diff "
+                              f"fleet folds into one gateway:\n{lines}\nset them with 'hermesd standalone' (a diff "
                               "of each change, a backup, --undo) or consent with 'hermesd upgrade --yes', "
                               "and run the upgrade again")
+    return []
 
 
 def _rules(opts: Options, release: str | None, code: CodeId | None) -> tuple[GateRules, GateRules]:
@@ -144,12 +154,9 @@ def upgrade(layout: Layout, opts: Options, reporter: Reporter) -> dict[str, Any]
             plan_dists = interp.plan(requirement)
         except EnvironmentProblem as exc:
             raise OperationFailed(str(exc)) from None
-        mine = next((d for d in plan_dists if canonical(d.name) == canonical(interp.dist_name)), None)
-        if mine is None and any(canonical(d.name).startswith("hermes-agent") for d in plan_dists):
-            raise OperationFailed(f"{requirement!r} installs {', '.join(d.name for d in plan_dists)}, not "
-                                  f"{interp.dist_name} (the distribution the gateways run)")
+        mine = _target(requirement, plan_dists, interp.dist_name)
         target = mine.version if mine is not None else target
-    _preflight(target, doc, layout, opts, "before anything was changed", reporter)
+    consent = _preflight(target, doc, layout, opts, "before anything was changed", reporter, settle=False)
     skip = decisions.any_running if plan_dists else decisions.stale_or_unknown
     try:
         order = decisions.choose(rows, skip=skip, canary=opts.canary, only=opts.only)
@@ -172,12 +179,29 @@ def upgrade(layout: Layout, opts: Options, reporter: Reporter) -> dict[str, Any]
                 "order": list(order.names), "canary": order.canary, "skipped": order.skipped}
     with records.lock(layout):
         rec = records.create(layout, "upgrade", time.time())
-        return _upgrade(fleet, rec, layout, opts, reporter, doc, interp, before, requirement, plan_dists, order)
+        return _upgrade(fleet, rec, layout, opts, reporter, doc, interp, before, requirement, plan_dists, order,
+                        consent, target)
+
+
+def _target(requirement: str, plan: Sequence[Dist], installed: str) -> Dist | None:
+    """The distribution ``--to`` installs the gateways' code from: the installed one in a new release,
+    or the one the requirement names (another distribution of hermes-agent: a switch). None: pip
+    installs nothing new of it (that release is installed already)."""
+    mine = next((d for d in plan if canonical(d.name) == canonical(installed)), None)
+    if mine is not None:
+        return mine
+    named = [d for d in plan if d.requested]
+    if not named:
+        return None
+    if len(named) > 1 or "hermes" not in canonical(named[0].name):
+        raise OperationFailed(f"{requirement!r} installs {', '.join(d.name for d in named)}, not a distribution of "
+                              f"hermes-agent to replace {installed} (the distribution the gateways run)")
+    return named[0]
 
 
 def _upgrade(fleet: Fleet, rec: records.Record, layout: Layout, opts: Options, reporter: Reporter,
              doc: dict[str, Any], interp: Interpreter, before: Installed, requirement: str | None,
-             plan_dists: Sequence[Dist], order: Order) -> dict[str, Any]:
+             plan_dists: Sequence[Dist], order: Order, consent: Sequence[needs.Need], target: str) -> dict[str, Any]:
     rows = doc["profiles"]
     # What a rollback returns to: the code installed before (--to), or else the code most of the
     # gateways to restart run (the interpreter was upgraded outside hermesd).
@@ -188,7 +212,6 @@ def _upgrade(fleet: Fleet, rec: records.Record, layout: Layout, opts: Options, r
     rec.data.update(
         interpreter={"python": interp.python, "prefix": interp.prefix, "dist_name": interp.dist_name},
         requirement=requirement, order=list(order.names), canary=order.canary, skipped=order.skipped,
-        baselines={r["name"]: Baseline.of(r).to_json() for r in rows},
         homes={str(r["name"]): str(r["home"]) for r in rows},
     )
     rec.data["from"] = origin.to_json() if origin is not None else None
@@ -198,13 +221,26 @@ def _upgrade(fleet: Fleet, rec: records.Record, layout: Layout, opts: Options, r
     try:
         saved_files = _save_files(layout, rec, _served(doc))
         reporter.line(f"  saved {saved_files} profile file(s) of {len(rows)} profile(s)")
+        if consent:
+            written = needs.settle(consent, layout.root, reporter.line)
+            rec.data["consent"] = str(written) if written is not None else None
+            rec.save()
+            left = needs.missing_for(target, _served(doc))
+            if left:
+                lines = "\n".join(f"  {shown(n.describe(), 600)}" for n in left)
+                raise OperationFailed(f"refused: settings hermes-agent {target} needs could not be written:\n{lines}\n"
+                                      "nothing was installed or restarted")
+        # The baseline is what the gate holds each new gateway to: read after the consent was written.
+        rows = fleet.rows()
+        rec.data["baselines"] = {r["name"]: Baseline.of(r).to_json() for r in rows}
+        rec.save()
         after = before
         if requirement is not None:
             after = _install(rec, interp, before, requirement, plan_dists, reporter)
         fleet.call("reload")
         doc = fleet.status()
         reported = doc["supervisor"].get("installed_code")
-        if reported != after.code.to_json():
+        if not codeid.same_code(reported, after.code):
             raise OperationFailed(f"after the reload hermesd sees {reported}, not the installed {after.code}")
         if doc["supervisor"].get("release_problem"):
             raise OperationFailed(f"hermesd cannot run the installed release: {doc['supervisor']['release_problem']}")
@@ -245,6 +281,7 @@ def _save_files(layout: Layout, rec: records.Record, served: Sequence[tuple[str,
         files[name] = [s.to_json() for s in saved]
         count += sum(1 for s in saved if s.kind in ("file", "link"))
     rec.data["files"] = files
+    rec.data["inventory"] = {name: backup.inventory(layout.root, home) for name, home in served}
     rec.save()
     return count
 
@@ -254,20 +291,31 @@ def _install(rec: records.Record, interp: Interpreter, before: Installed, requir
     current = interp.dists()
     replaced = [current[canonical(d.name)] for d in plan_dists
                 if canonical(d.name) in current and current[canonical(d.name)].version != d.version]
+    target = _target(requirement, plan_dists, interp.dist_name)
+    switch = target is not None and canonical(target.name) != canonical(interp.dist_name)
+    if switch and canonical(interp.dist_name) in current:
+        replaced.append(current[canonical(interp.dist_name)])
     started = time.monotonic()
     saved = environment.save(interp.prefix, replaced, rec.python_dir)
     rec.data["python"] = {"saved": [s.to_json() for s in saved], "installed": [d.name for d in plan_dists],
-                          "before": {d.name: d.version for d in current.values()}}
+                          "before": {d.name: d.version for d in current.values()},
+                          "switch": {"from": interp.dist_name, "to": target.name} if switch and target else None}
     rec.save()
     size = sum(s.size for s in saved)
     reporter.line(f"  saved {len(saved)} distribution(s) pip replaces ({sum(len(s.files) for s in saved)} files, "
                   f"{size / 1e6:.0f} MB) in {time.monotonic() - started:.1f}s")
     started = time.monotonic()
+    if switch and target is not None:
+        reporter.line(f"  {target.name} replaces {interp.dist_name} (both install hermes_cli): uninstalling "
+                      f"{interp.dist_name} {before.code.version} first")
+        interp.pip(["uninstall", "-y", interp.dist_name], log=rec.log)
     interp.pip(["install", requirement], log=rec.log)
     after = codeid.installed_now(before.dist_info)
-    if after is None:
-        raise OperationFailed(f"after pip install {requirement!r} no {interp.dist_name} is installed (see {rec.log})")
-    reporter.line(f"  installed hermes-agent {after.code} in {time.monotonic() - started:.1f}s")
+    if after is None or (target is not None and after.code.source is not None
+                         and canonical(after.code.source.dist) != canonical(target.name)):
+        raise OperationFailed(f"after pip install {requirement!r} hermes_cli is not installed by "
+                              f"{target.name if target else interp.dist_name} (see {rec.log})")
+    reporter.line(f"  installed hermes-agent {after.code} ({after.code.source}) in {time.monotonic() - started:.1f}s")
     return after
 
 
@@ -300,8 +348,10 @@ def rollback(layout: Layout, rid: str | None, opts: Options, reporter: Reporter)
 
 def _restore_interpreter(rec: records.Record, reporter: Reporter) -> Installed:
     info = rec.data.get("interpreter") or {}
-    interp = Interpreter(info["python"], info["prefix"], info["dist_name"])
     target = CodeId.from_json(rec.data.get("from"))
+    # The distribution to put back: the one installed before (--to), else the one the gateways ran.
+    name = target.source.dist if target is not None and target.source is not None else info["dist_name"]
+    interp = Interpreter(info["python"], info["prefix"], name)
     py = rec.data.get("python") or {}
     saved = [environment.SavedDist.from_json(s) for s in py.get("saved") or []]
     current = interp.dists()
@@ -318,9 +368,10 @@ def _restore_interpreter(rec: records.Record, reporter: Reporter) -> Installed:
             if bad:
                 raise OperationFailed(f"restored files differ from their RECORD: {', '.join(bad[:10])}")
         elif target is not None and (now is None or now.code != target):
-            reporter.line(f"  no copy of the old code was taken (the interpreter was upgraded outside hermesd): "
-                          f"reinstalling {interp.dist_name}=={target.version} with pip")
-            environment.reinstall(interp, target.version, log=rec.log)
+            source = target.source or codeid.Source(interp.dist_name, target.version)
+            reporter.line(f"  no copy of the old code was taken (the interpreter was changed outside hermesd): "
+                          f"reinstalling {source} with pip")
+            environment.reinstall(Interpreter(interp.python, interp.prefix, info["dist_name"]), source, log=rec.log)
     except EnvironmentProblem as exc:
         raise OperationFailed(str(exc)) from None
     now = codeid.installed_now(_dist_info(interp))
@@ -354,7 +405,7 @@ def _rollback(fleet: Fleet | None, doc: dict[str, Any] | None, rec: records.Reco
                             note="hermesd is not running: start it to run every profile on the restored code")
     fleet.call("reload")
     doc = fleet.status()
-    if doc["supervisor"].get("installed_code") != restored.code.to_json():
+    if not codeid.same_code(doc["supervisor"].get("installed_code"), restored.code):
         raise OperationFailed(f"after the reload hermesd sees {doc['supervisor'].get('installed_code')}, not the "
                               f"restored {restored.code}")
     fleet.note("upgrade_installed", id=rec.id, operation="rollback", release=restored.code.version,
@@ -439,7 +490,18 @@ def _rolled_back(fleet: Fleet | None, rec: records.Record, layout: Layout,
                  saved: Mapping[str, Sequence[backup.Saved]], homes: Mapping[str, Path], reporter: Reporter, *,
                  failures: Sequence[str], note: str = "") -> dict[str, Any]:
     left = {name: d for name, entries in saved.items() if (d := backup.differences(layout.root, homes[name], entries))}
-    rec.data["rollback"] = {"at": time.time(), "failed": list(failures), "files_differ": left}
+    before = rec.data.get("inventory") or {}
+    kept = {name: d for name in saved if name in before
+            and (d := backup.left_changed(before[name], backup.inventory(layout.root, homes[name])))}
+    consent = rec.data.get("consent")
+    if consent and not left:
+        from profiles import standalone  # the rare path: only an upgrade that wrote consent
+
+        standalone.mark_undone(Path(consent), f"hermesd upgrade --rollback {rec.id} restored the files it changed")
+    rec.data["rollback"] = {"at": time.time(), "failed": list(failures), "files_differ": left, "left": kept}
+    if kept:
+        reporter.line("  left as the new release wrote them (not saved before the upgrade, so not put back): "
+                      + "; ".join(f"{n}: {', '.join(shown(x) for x in d)}" for n, d in kept.items()))
     if failures or left:
         why = "; ".join([*(f"{n} did not come back healthy" for n in failures),
                          *(f"{n}: {', '.join(d)} not as saved" for n, d in left.items())])

@@ -36,7 +36,6 @@ from profiles.upstream.files import read_json, write_json_atomic
 from supervisor.layout import Layout, check_private
 
 RECORD = "record.json"
-LOCK = "upgrade.lock"
 KEEP_PYTHON_COPIES = 3  # the saved distributions of older upgrades are removed (tens of MB each)
 
 
@@ -48,7 +47,7 @@ class Busy(RuntimeError):
 def lock(layout: Layout) -> Iterator[None]:
     """Hold ``<root>/.hermesd/upgrade.lock`` for the whole operation; :class:`Busy` when another has it."""
     layout.ensure()
-    fd = safeio.open_beneath(layout.beneath(layout.dir / LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+    fd = safeio.open_beneath(layout.beneath(layout.upgrade_lock), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from profiles.discovery import TOMBSTONES
 from profiles.upstream.files import PID_FILE, STATE_FILE
 from profiles.upstream.multiplex import IDENTITY_MARKERS, PARKED_MARKER, REWRITTEN_MARKER
 from supervisor.layout import CONFIG_NAME
@@ -59,10 +60,11 @@ def classify(root: Path, paths: Iterable[str]) -> FsEvents:
     """Pure: map changed paths to actions; everything else (state, logs, databases) is ignored."""
     out = FsEvents()
     profiles_dir = root / "profiles"
+    tombstones = profiles_dir / TOMBSTONES
     for raw in paths:
         p = Path(raw)
-        if p == profiles_dir or p.parent == profiles_dir:
-            out.rescan = True
+        if p == profiles_dir or p.parent == profiles_dir or p.parent == tombstones:
+            out.rescan = True  # a folder, or upstream's tombstone of a deleted profile, came or went
         elif p == root / CONFIG_NAME:
             out.config = True
         elif p == root / REWRITTEN_MARKER:
@@ -81,9 +83,14 @@ def classify(root: Path, paths: Iterable[str]) -> FsEvents:
 
 
 def watched_dirs(root: Path, homes: Iterable[Path]) -> list[Path]:
+    """The root, ``profiles/``, upstream's tombstone folder ``profiles/.deleted/`` (a profile deleted while
+    hermesd runs is stopped at once, not at the next reload; never a link) and each profile's home."""
     dirs = {root}
     if (root / "profiles").is_dir():
         dirs.add(root / "profiles")
+        tombstones = root / "profiles" / TOMBSTONES
+        if tombstones.is_dir() and not tombstones.is_symlink():
+            dirs.add(tombstones)
     dirs.update(h for h in homes if h.is_dir())
     return sorted(dirs)
 

@@ -10,7 +10,17 @@ Knobs (defaults and one-line meanings in ``fakegw.DEFAULTS``): ``exit_at_start``
 ``ignore_sigterm``, ``hang_on_exit``, ``grandchildren``, ``grandchildren_setsid``,
 ``grandchildren_lifetime``, ``platforms``, ``active_agents``, ``heartbeat_interval``,
 ``poll_interval``, ``diagnostic_shell``, ``diagnostic_seconds``, ``print_env``, ``write_counter``,
-``shell``, ``api_server``.
+``shell``, ``api_server``,
+and for upstream main's line ``attach_wait``, ``startup_wedge``, ``startup_watchdog_floor``.
+
+Which contract it speaks follows its installation's code, as hermesd's probe decides it: run plainly
+it is hermes-agent 0.19.0's; run as ``python -m hermes_cli.main`` from a folder :func:`fake_install`
+made with ``main=True`` (whose ``gateway`` package has upstream main's modules) it is upstream main's
+after 0.22.2: identity files and tombstones decide what a profile is, a run without ``--force`` makes
+upstream's attach check (host record and lock beside the credential locks, ``identify`` over each
+gateway's ``gateway.sock``; a standalone profile starts beside the others, a transient verdict exits
+75, a permanent one 78), and the start-up watchdog exits 75 leaving its record in
+``logs/gateway-startup-watchdog.log``.
 
 An unmarked SIGTERM ends the fake as it ends upstream, by phase: killed by the signal during
 ``startup_delay`` (upstream's imports); exit 0 with state ``running`` during start-up
@@ -62,13 +72,41 @@ KNOBS: frozenset[str] = frozenset(
         "shell",
         "write_counter",
         "api_server",
+        "attach_wait",
+        "startup_wedge",
+        "startup_watchdog_floor",
     }
 )
+
+# Modules whose presence makes the fake (and hermesd's probe) take an installation for upstream main's
+# code (profiles/upstream/releases.py MAIN_MARKERS; host_attach stays there behind the compatibility layer).
+MAIN_GATEWAY_MODULES = ("host_attach", "multiplex_mode", "profile_serving", "served_profiles")
 
 
 def fake_gateway_command() -> list[str]:
     """The command to configure as hermesd's "hermes" executable."""
     return [sys.executable, str(FAKEGW)]
+
+
+def fake_install(base: Path, version: str, *, main: bool = False) -> Path:
+    """A folder to put first on ``PYTHONPATH``: a ``hermes_cli`` package of ``version`` whose ``main`` runs
+    the fake gateway, and with ``main`` a ``gateway`` package holding upstream main's marker modules.
+
+    hermesd's interpreter probe reads the version and the markers from it, exactly as from a real
+    installation; run it as ``[sys.executable, "-m", "hermes_cli.main"]``.
+    """
+    top = base / (f"fake-{version}-main" if main else f"fake-{version}")
+    pkg = top / "hermes_cli"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(f"__version__ = {version!r}\n")
+    (pkg / "main.py").write_text(f"import runpy\nrunpy.run_path({str(FAKEGW)!r}, run_name='__main__')\n")
+    if main:
+        gateway = top / "gateway"
+        gateway.mkdir()
+        (gateway / "__init__.py").write_text("")
+        for name in MAIN_GATEWAY_MODULES:
+            (gateway / f"{name}.py").write_text("# a marker of upstream main's code layout (tests/fakegw)\n")
+    return top
 
 
 def write_behaviour(home: Path, **knobs: Any) -> Path:

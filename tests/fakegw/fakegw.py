@@ -32,7 +32,7 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 T0_EPOCH = time.time()
 
@@ -79,6 +79,10 @@ DEFAULTS: dict[str, Any] = {
     # {port, health, after}: an API server on 127.0.0.1:port from `after` seconds after "running" (default 0);
     # GET /v1/health answers 200 {"status": "ok"} ("ok"), 500 ("error"), or never ("hang")
     "api_server": None,
+    # Upstream main's line only (see LINE):
+    "attach_wait": 5.0,  # seconds to wait for the host gateway's control socket (upstream: ATTACH_CHANNEL_WAIT_S)
+    "startup_wedge": None,  # "imports": hang before the lock; "starting": hang after "starting" (the watchdog's case)
+    "startup_watchdog_floor": 30.0,  # the floor of HERMES_STARTUP_WATCHDOG_TIMEOUT_S (upstream: 30 s); lower in tests
 }
 
 
@@ -93,6 +97,39 @@ def _valid_profile_name(name: str) -> bool:
         and all(c in _NAME_REST for c in name)
         and name not in _RESERVED_PROFILES
     )
+
+
+# Upstream main after 0.22.2 moved the multiplex verdict, the serving policy and the served-set reader
+# into ``gateway/``; hermesd tells that code by these modules (profiles/upstream/releases.py
+# MAIN_MARKERS), and so does the fake: it speaks main's contract when its interpreter has one of them.
+MAIN_MODULES = ("multiplex_mode", "profile_serving", "served_profiles")
+IDENTITY_MARKERS = ("config.yaml", ".env", "SOUL.md", "profile.yaml", "auth.json", "state.db")
+TOMBSTONES = ".deleted"
+
+
+def _code_line() -> str:
+    """``main`` when the interpreter's ``gateway`` package has one of :data:`MAIN_MODULES` (found, not
+    imported), else ``per-profile`` (hermes-agent 0.19.0's contract, the fake's default)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("gateway")
+    except (ImportError, ValueError):
+        return "per-profile"
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        if any(os.path.exists(os.path.join(folder, m + ".py")) for m in MAIN_MODULES):
+            return "main"
+    return "per-profile"
+
+
+def _has_identity(home: Path) -> bool:
+    """upstream's named_profile_has_identity: a marker file, or a link named like one (even dangling)."""
+    return any((home / m).is_file() or (home / m).is_symlink() for m in IDENTITY_MARKERS)
+
+
+def _tombstoned(home: Path) -> bool:
+    """upstream's named_profile_is_deleted: ``profiles/.deleted/<name>`` exists."""
+    return (home.parent / TOMBSTONES / home.name).exists()
 
 
 def _parse_argv(argv: list[str]) -> tuple[str | None, list[str], str | None]:
@@ -119,7 +156,7 @@ def _parse_argv(argv: list[str]) -> tuple[str | None, list[str], str | None]:
     return profile, argv[:1] + kept, error
 
 
-def _resolve_home(env_home: str, profile: str | None) -> tuple[Path, str | None, int, str | None]:
+def _resolve_home(env_home: str, profile: str | None, line: str) -> tuple[Path, str | None, int, str | None]:
     """``(home, error, exit code for the error, note)`` like upstream's profile override."""
     if not env_home:
         return Path(), "HERMES_HOME is not set (the fake never falls back to ~/.hermes)", 2, None
@@ -133,7 +170,8 @@ def _resolve_home(env_home: str, profile: str | None) -> tuple[Path, str | None,
             return home, f"Error: invalid profile name {profile!r}", 1, None
         if home.name != profile:
             return home, f"Error: -p {profile} does not match HERMES_HOME={home}", 1, None
-        if not home.is_dir():
+        if not home.is_dir() or (line == "main" and (not _has_identity(home) or _tombstoned(home))):
+            # main: a folder with no identity file, or with a tombstone, is no profile (named_profile_is_live)
             return home, f"Error: Profile '{profile}' does not exist.", 1, None
         return home, None, 0, None
     # No -p: upstream follows a sticky <root>/active_profile unless HERMES_S6_SUPERVISED_CHILD is set.
@@ -152,7 +190,13 @@ def _resolve_home(env_home: str, profile: str | None) -> tuple[Path, str | None,
 
 
 PROFILE, RECORDED_ARGV, ARGV_ERROR = _parse_argv(sys.argv)
-HERMES_HOME, HOME_ERROR, HOME_ERROR_CODE, HOME_NOTE = _resolve_home(os.environ.get("HERMES_HOME", "").strip(), PROFILE)
+LINE = _code_line()
+HERMES_HOME, HOME_ERROR, HOME_ERROR_CODE, HOME_NOTE = _resolve_home(os.environ.get("HERMES_HOME", "").strip(), PROFILE,
+                                                                    LINE)
+NAMED = HERMES_HOME.parent.name == "profiles"
+ROOT = HERMES_HOME.parent.parent if NAMED else HERMES_HOME
+MY_PROFILE = HERMES_HOME.name if NAMED else "default"
+FORCE = "--force" in RECORDED_ARGV
 PID_PATH = HERMES_HOME / "gateway.pid"
 LOCK_PATH = HERMES_HOME / "gateway.lock"
 STATE_PATH = HERMES_HOME / "gateway_state.json"
@@ -164,6 +208,8 @@ DIAG_LOG_PATH = HERMES_HOME / "logs" / "gateway-shutdown-diag.log"
 BEHAVIOUR_PATH = HERMES_HOME / "fakegw.json"
 STARTS_PATH = HERMES_HOME / "fakegw.starts"
 SPAWNED_PATH = HERMES_HOME / "fakegw.children"
+SOCKET_PATH = HERMES_HOME / "gateway.sock"
+WATCHDOG_LOG_PATH = HERMES_HOME / "logs" / "gateway-startup-watchdog.log"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,6 +360,9 @@ _CHECKS: dict[str, tuple[Any, str]] = {
     "diagnostic_seconds": (lambda v: _is_num(v) and v > 0, "seconds > 0"),
     "print_env": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of names"),
     "write_counter": (lambda v: isinstance(v, bool), "a boolean"),
+    "attach_wait": (lambda v: _is_num(v) and v >= 0, "seconds >= 0"),
+    "startup_wedge": (lambda v: v in (None, "imports", "starting"), 'null, "imports" or "starting"'),
+    "startup_watchdog_floor": (lambda v: _is_num(v) and v > 0, "seconds > 0"),
 }
 assert set(_CHECKS) == set(DEFAULTS)
 
@@ -344,6 +393,306 @@ def load_behaviour(path: Path) -> tuple[dict[str, Any], str | None]:
     return knobs, None
 
 
+
+# ---------------------------------------------------------------------------------------------
+# Upstream main's host gateway (LINE == "main"), read in NousResearch/hermes-agent: gateway/host_attach.py
+# (the attach decision), gateway/run.py _claim_host_gateway_role (the host lock), hermes_cli/gateway.py
+# _host_decision_exit_code (75 for a transient verdict, 78 for a permanent one), gateway/profile_serving.py
+# (standalone, parked, what a multiplexer serves), hermes_startup_watchdog.py. Simplified on purpose:
+# a multiplexer never rescans to take a profile in (it refuses, 78), a socket path over 100 bytes is not
+# bound (upstream binds one in /tmp), the root's config.yaml is never rewritten.
+
+HOST_LOCK = "host-gateway.lock"
+HOST_RECORD = "host-gateway.json"
+CONTROL_PROTOCOL = 1
+WATCHDOG_TAG = "startup_watchdog.fired"
+START, ATTACH, REFUSE = "start", "attach", "refuse"
+_TRUE_WORDS = frozenset({"true", "yes", "on", "1", "y"})
+
+
+def _supervised() -> bool:
+    """upstream's is_gateway_supervisor_process: argv or a service manager's marker."""
+    return ("--external-supervisor" in RECORDED_ARGV or bool(os.environ.get("INVOCATION_ID"))
+            or bool(os.environ.get("HERMES_S6_SUPERVISED_CHILD"))
+            or os.environ.get("XPC_SERVICE_NAME", "0") not in ("", "0"))
+
+
+def _lock_dir() -> Path:
+    """The per-user folder of upstream's credential locks and host record (as hermesd's ``lock_dir``)."""
+    if os.environ.get("HERMES_GATEWAY_LOCK_DIR"):
+        return Path(os.environ["HERMES_GATEWAY_LOCK_DIR"])
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "hermes" / "gateway-locks"
+
+
+def _standalone(home: Path) -> bool:
+    """``gateway.standalone`` truthy in a NAMED home's config.yaml (ignored on the default profile).
+
+    A line reader (the fake is stdlib only): ``gateway:`` at the top level, then an indented
+    ``standalone:``, or the flow form ``gateway: {standalone: true}``; anchors and tags are not modelled.
+    """
+    if home.parent.name != "profiles":
+        return False
+    try:
+        text = (home / "config.yaml").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    inside = False
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].rstrip()
+        if not line.strip():
+            continue
+        if not line[0].isspace():
+            key, _, rest = line.partition(":")
+            inside = key.strip() == "gateway"
+            if inside and rest.strip().startswith("{"):
+                for item in rest.strip().strip("{}").split(","):
+                    k, _, v = item.partition(":")
+                    if k.strip() == "standalone":
+                        return v.strip().strip("'\"").lower() in _TRUE_WORDS
+            continue
+        key, _, value = line.strip().partition(":")
+        if inside and key == "standalone":
+            return value.strip().strip("'\"").lower() in _TRUE_WORDS
+    return False
+
+
+def _parked(home: Path) -> bool:
+    return (home / "gateway.parked").exists()
+
+
+def _named_homes() -> list[Path]:
+    """The named profiles this process can see (upstream's _iter_named_profile_dirs: id, identity, no tombstone)."""
+    try:
+        entries = sorted((ROOT / "profiles").iterdir())
+    except OSError:
+        return []
+    return [e for e in entries if e.name != "default" and e.name[:1] in _NAME_FIRST and len(e.name) <= 64
+            and all(c in _NAME_REST for c in e.name) and e.is_dir() and _has_identity(e) and not _tombstoned(e)]
+
+
+def served_set() -> list[str]:
+    """What this gateway serves: ``[]`` (itself only) for a standalone profile or a host with nothing else
+    to serve; else the launching profile and every visible profile that is neither standalone nor parked."""
+    if NAMED and _standalone(HERMES_HOME):
+        return []
+    servable = ["default", *(h.name for h in _named_homes() if not _standalone(h) and not _parked(h))]
+    if MY_PROFILE not in servable:
+        servable.insert(0, MY_PROFILE)  # a named profile run with --force serves the default a second time
+    return servable if len(servable) >= 2 else []
+
+
+class Peer(NamedTuple):
+    """A live gateway as the attach check sees it; ``served`` None: it has not answered ``identify``."""
+
+    pid: int
+    home: Path
+    served: tuple[str, ...] | None
+    multiplex: bool | None = None
+
+    def serves(self, profile: str) -> bool:
+        return self.served is not None and profile in self.served
+
+    def describe(self) -> str:
+        what = "not published yet (its control socket has not answered)" if self.served is None else (
+            ", ".join(self.served) or "nothing")
+        return f"PID {self.pid} (launched from {self.home}; serves: {what})"
+
+
+def _identify(home: Path, timeout: float = 1.0) -> dict[str, Any] | None:
+    """The ``identify`` result of the gateway whose socket is ``<home>/gateway.sock``, or None."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(str(home / "gateway.sock"))
+            sock.sendall(json.dumps({"verb": "identify", "id": 1, "protocol": CONTROL_PROTOCOL}).encode() + b"\n")
+            data = b""
+            while b"\n" not in data and len(data) < 65536:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        reply = json.loads(data.split(b"\n", 1)[0])
+    except (OSError, ValueError):
+        return None
+    result = reply.get("result") if isinstance(reply, dict) and reply.get("ok") is True else None
+    return result if isinstance(result, dict) else None
+
+
+def _peer(pid: int, home: Path) -> Peer:
+    answer = _identify(home)
+    if answer is None or answer.get("pid") != pid or answer.get("hermes_home") not in (None, str(home)):
+        return Peer(pid, home, None)
+    served = answer.get("served_profiles")
+    names = tuple(str(x) for x in served) if isinstance(served, list) and served else (
+        str(answer.get("profile") or "default"),)
+    multiplex = answer.get("multiplex")
+    return Peer(pid, home, names, multiplex if isinstance(multiplex, bool) else None)
+
+
+def _live(pid: object, start: object) -> bool:
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or pid == os.getpid():
+        return False
+    stat = proc_stat(pid)
+    return stat is not None and stat[0] != "Z" and start in (None, stat[1])
+
+
+def host_owner(wait: float) -> Peer | None:
+    """The live owner of the host record, asked ``identify`` for up to ``wait`` seconds; None: no owner."""
+    record = read_json(_lock_dir() / HOST_RECORD)
+    if record is None or not _live(record.get("pid"), record.get("startTime")):
+        return None
+    home = Path(str(record.get("home") or ROOT))
+    deadline = time.monotonic() + wait
+    while True:
+        peer = _peer(record["pid"], home)
+        if peer.served is not None or time.monotonic() >= deadline:
+            return peer
+        time.sleep(0.25)
+
+
+def _coexisting(owner: Peer | None) -> list[Peer]:
+    """The owner and every other live gateway of a profile this process can see (standalone ones included)."""
+    peers = [owner] if owner is not None else []
+    seen = {p.pid for p in peers}
+    for home in (ROOT, *_named_homes()):
+        rec = read_json(home / "gateway.pid") or {}
+        pid = rec.get("pid")
+        if not isinstance(pid, int) or not _live(pid, rec.get("start_time")) or pid in seen:
+            continue
+        seen.add(pid)
+        peers.append(_peer(pid, home))
+    return peers
+
+
+def _unknown_message(peer: Peer) -> str:
+    return (f"A gateway already owns this host and has not published its served set yet.\n   {peer.describe()}\n"
+            f"   Whether it will serve profile '{MY_PROFILE}' is unknown; nothing was started (transient).")
+
+
+def standalone_decision(owner: Peer | None) -> tuple[str, str, bool]:
+    """A standalone profile starts only once every live gateway confirms it does not serve it."""
+    for peer in _coexisting(owner):
+        if peer.served is None:
+            return REFUSE, _unknown_message(peer), True
+        if peer.serves(MY_PROFILE):
+            return REFUSE, (f"The host gateway still serves profile '{MY_PROFILE}'; gateway.standalone is not live "
+                            f"yet. {peer.describe()}"), True
+    return START, "", False
+
+
+def attach_decision(wait: float) -> tuple[str, str, bool]:
+    """``(outcome, message, transient)`` of upstream's host_attach.decide, for a run without --force."""
+    owner = host_owner(0.0)
+    if owner is not None and owner.served is None:
+        owner = host_owner(wait)  # the owner's record lands a moment before its socket binds
+    if NAMED and _standalone(HERMES_HOME):
+        return standalone_decision(owner)
+    if owner is None:
+        return START, "", False
+    if owner.served is None:
+        return REFUSE, _unknown_message(owner), True
+    if owner.serves(MY_PROFILE):
+        return ATTACH, (f"The host gateway already serves profile '{MY_PROFILE}' -- nothing to start.\n"
+                        f"  {owner.describe()}"), True
+    if owner.multiplex is False:
+        return START, "", False  # another profile's standalone gateway: start beside it
+    return REFUSE, (f"A gateway already owns this host and will not serve profile '{MY_PROFILE}'.\n"
+                    f"   {owner.describe()}"), False
+
+
+class ControlSocket:
+    """``gateway.sock``: one JSON line in, one out, per connection (``identify`` only)."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.sock: Any = None
+
+    def start(self) -> None:
+        import socket
+
+        if len(str(SOCKET_PATH).encode()) > 100:
+            warn(f"{SOCKET_PATH}: path too long for a unix socket; not bound (upstream uses /tmp)")
+            return
+        with contextlib.suppress(FileNotFoundError):
+            SOCKET_PATH.unlink()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(str(SOCKET_PATH))
+            sock.listen(8)
+        except OSError as exc:
+            sock.close()
+            warn(f"control socket: {exc}")
+            return
+        self.sock = sock
+        threading.Thread(target=self._serve, name="control-socket", daemon=True).start()
+
+    def _serve(self) -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    conn.settimeout(1.0)
+                    line = conn.recv(65536).split(b"\n", 1)[0]
+                    verb = json.loads(line).get("verb")
+                    reply = ({"ok": True, "protocol": CONTROL_PROTOCOL, "result": self.answer()} if verb == "identify"
+                             else {"ok": False, "error": f"unknown verb: {verb!r}", "protocol": CONTROL_PROTOCOL})
+                    conn.sendall(json.dumps(reply).encode() + b"\n")
+                except (OSError, ValueError, AttributeError):
+                    continue
+
+    def close(self) -> None:
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.close()
+            with contextlib.suppress(OSError):
+                SOCKET_PATH.unlink()
+
+
+def watchdog_timeout(floor: float) -> float:
+    """upstream's resolve_startup_watchdog_timeout: the variable, else 300 s; junk or <= 0: 300 s; floor-clamped."""
+    raw = os.environ.get("HERMES_STARTUP_WATCHDOG_TIMEOUT_S", "").strip()
+    try:
+        value = float(raw) if raw else 300.0
+    except ValueError:
+        value = 300.0
+    return max(value if value > 0 else 300.0, floor)
+
+
+class StartupWatchdog:
+    """Armed at process entry, disarmed once "running" is written; on expiry it appends its record and a
+    stack dump to logs/gateway-startup-watchdog.log and exits 75 (os._exit, no clean-up), like upstream's."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.armed_at = time.monotonic()
+        self.disarmed = threading.Event()
+        threading.Thread(target=self._run, name="startup-watchdog", daemon=True).start()
+
+    def _run(self) -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
+        if self.disarmed.wait(self.timeout):
+            return
+        elapsed = time.monotonic() - self.armed_at
+        record = {"ts": now_iso(), "tag": WATCHDOG_TAG, "pid": os.getpid(), "timeout_s": self.timeout,
+                  "elapsed_s": round(elapsed, 3), "extensions": 0, "lease_count": 0, "last_lease_phase": None,
+                  "exit_code": RESTART_EXIT_CODE}
+        with contextlib.suppress(OSError):
+            WATCHDOG_LOG_PATH.parent.mkdir(parents=True, exist_ok=True)
+            append_line(WATCHDOG_LOG_PATH, json.dumps(record))
+            append_line(WATCHDOG_LOG_PATH, f"Thread 0x{threading.get_ident():x} (most recent call first):\n"
+                                           '  File "fakegw.py", line 1 in startup_wedge')
+        error(f"Gateway startup did not reach a live event loop within {self.timeout:.0f}s; exiting with code "
+              f"{RESTART_EXIT_CODE} so the service supervisor can restart it")
+        os._exit(RESTART_EXIT_CODE)
+
+
 # ---------------------------------------------------------------------------------------------
 # The gateway.
 
@@ -359,6 +708,12 @@ class FakeGateway:
             "argv": RECORDED_ARGV,
             "start_time": self.start_time,
         }
+        if LINE == "main":
+            self.record["hermes_home"] = str(HERMES_HOME)  # gateway.pid and the state file carry it (0.20+)
+        self.served: list[str] = []  # main: what this gateway serves ([]: its own profile only)
+        self.host_fd: int | None = None  # main: the host lock, when this gateway owns the host
+        self.control: ControlSocket | None = None
+        self.watchdog: StartupWatchdog | None = None
         self.lock_fd: int | None = None
         self.phase = "init"  # init, starting, running, stopping
         self.started_up = False  # past upstream's runner.start(): an unmarked SIGTERM now exits 1
@@ -493,6 +848,75 @@ class FakeGateway:
             fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
             os.close(self.lock_fd)
             self.lock_fd = None
+
+    # -- upstream main's host gateway -----------------------------------------------------------
+
+    def identify(self) -> dict[str, Any]:
+        answer: dict[str, Any] = {
+            "protocol": CONTROL_PROTOCOL, "kind": KIND, "pid": self.pid, "start_time": self.start_time,
+            "hermes_home": str(HERMES_HOME), "profile": MY_PROFILE,
+            "supervisor": "external" if _supervised() else None, "multiplex": bool(self.served),
+        }
+        if self.served:
+            answer["served_profiles"] = list(self.served)
+        return answer
+
+    def publish_host(self) -> None:
+        """The host record beside the credential locks (gateway/host_rendezvous.py's fields)."""
+        if self.host_fd is None:
+            return
+        write_json_atomic(_lock_dir() / HOST_RECORD, {
+            "role": "gateway", "home": str(HERMES_HOME), "pid": self.pid, "startTime": self.start_time,
+            "createTime": T0_EPOCH, "profiles": list(self.served) or [MY_PROFILE], "updatedAt": now_iso(),
+        }, indent=2)
+
+    def claim_host(self) -> None:
+        """gateway/run.py _claim_host_gateway_role: take the host lock, or prove this gateway may run beside
+        its owner; otherwise exit 75 (a lost race is a runtime verdict a supervisor retries)."""
+        import fcntl
+
+        standalone = NAMED and _standalone(HERMES_HOME)
+        if standalone:
+            outcome, message, _ = standalone_decision(None)
+            if outcome == REFUSE:
+                say(message)
+                self._exit(RESTART_EXIT_CODE)
+        folder = _lock_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / HOST_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+        else:
+            self.host_fd = fd
+            self.publish_host()
+            return
+        owner = host_owner(self.k["attach_wait"])
+        if standalone:
+            outcome, message, _ = standalone_decision(owner)
+            if outcome == START:
+                return
+            say(message)
+            self._exit(RESTART_EXIT_CODE)
+        if owner is not None and owner.multiplex is False:
+            warn(f"another profile's standalone gateway owns this host ({owner.describe()}); starting beside it")
+            return
+        say(f"A gateway already owns this host; refusing to be the second one "
+            f"({owner.describe() if owner else 'owner unknown'}).")
+        self._exit(RESTART_EXIT_CODE)
+
+    def release_host(self) -> None:
+        if self.control is not None:
+            self.control.close()
+        if self.host_fd is None:
+            return
+        record = read_json(_lock_dir() / HOST_RECORD)
+        if record is not None and record.get("pid") == self.pid:
+            with contextlib.suppress(OSError):
+                (_lock_dir() / HOST_RECORD).unlink()
+        os.close(self.host_fd)
+        self.host_fd = None
 
     def _existing_pid_owner(self) -> int | None:
         """Remove a stale ``gateway.pid``; the PID of a live gateway still named in it, if any."""
@@ -722,6 +1146,7 @@ class FakeGateway:
                 self.remove_pid_file()
             except OSError as exc:
                 warn(f"removing {PID_PATH.name}: {exc}")
+            self.release_host()
             self.release_lock()
         warn(f"exit {code}{'' if clean else ' (crash: no clean-up)'}")
         for stream in (sys.stdout, sys.stderr):
@@ -797,9 +1222,21 @@ class FakeGateway:
         except FileExistsError:
             say("another gateway is already running (lost the gateway.pid race)")
             self._exit(1)
+        if LINE == "main":
+            if not FORCE:
+                self.claim_host()
+            self.served = served_set()
+            self.control = ControlSocket(self.identify)
+            self.control.start()
         self.phase = "starting"
-        self.write_state(gateway_state="starting", exit_reason=None)
+        main_fields: dict[str, Any] = {"served_profiles": self.served} if LINE == "main" else {}
+        self.write_state(None, gateway_state="starting", exit_reason=None, **main_fields)
         if self._wait(self.k["running_delay"]):
+            self.shutdown(self.request or "")
+        if self.k["startup_wedge"] == "starting":
+            warn("startup_wedge: hanging in start-up (no event loop)")
+            while not self._wait(3600.0):
+                pass
             self.shutdown(self.request or "")
 
         if self.k["grandchildren"]:
@@ -815,6 +1252,7 @@ class FakeGateway:
         # Without a tail, start-up ends before "running" is written, so that a test that waits
         # for "running" and then signals gets the same exit code every time.
         self.started_up = not tail
+        self.publish_host()  # the served set in the host record before anyone reads "running"
         with self.state_lock:
             self.phase = "running"
             self._write_state_locked(
@@ -824,6 +1262,8 @@ class FakeGateway:
                 restart_requested=False,
                 active_agents=self.k["active_agents"],
             )
+        if self.watchdog is not None:
+            self.watchdog.disarmed.set()  # a live event loop: the start-up watchdog stands down
         if not self.k["platforms"]:
             warn("No messaging platforms enabled.")
         self.write_heartbeat()
@@ -861,6 +1301,9 @@ def main() -> NoReturn:
         print(f"fakegw: bad behaviour file: {problem}", file=sys.stderr, flush=True)
         os._exit(2)
     gw = FakeGateway(knobs)
+    watchdog_off = os.environ.get("HERMES_STARTUP_WATCHDOG", "").strip().lower() in ("0", "false", "no", "off")
+    if LINE == "main" and not watchdog_off:
+        gw.watchdog = StartupWatchdog(watchdog_timeout(knobs["startup_watchdog_floor"]))  # armed at process entry
     if knobs["ignore_sigterm"]:
         gw.install_signal_handlers()  # ignored from the first moment
     else:
@@ -877,11 +1320,32 @@ def main() -> NoReturn:
         say("fakegw env " + json.dumps({name: os.environ.get(name)}))
     if knobs["startup_delay"]:
         time.sleep(knobs["startup_delay"])  # upstream's imports: no handlers, no lock yet
+    if knobs["startup_wedge"] == "imports":
+        warn("startup_wedge: hanging in the imports (no handlers, no lock)")
+        while True:
+            time.sleep(3600.0)
     gw.install_signal_handlers()
+    if LINE == "main" and not FORCE:
+        attach(knobs)
     if not gw.acquire_lock():
         say(f"another gateway is already running (gateway.lock held, HERMES_HOME={HERMES_HOME})")
         os._exit(1)
     gw.run()
+
+
+def attach(knobs: dict[str, Any]) -> None:
+    """hermes_cli/gateway.py _attach_to_host_gateway_or_guard, before the lock: attach, refuse or go on."""
+    outcome, message, transient = attach_decision(knobs["attach_wait"])
+    if outcome == ATTACH:
+        say(message)
+        os._exit(RESTART_EXIT_CODE if _supervised() else 0)  # a supervised unit is retried, never parked
+    if outcome == REFUSE:
+        say(message)
+        os._exit(RESTART_EXIT_CODE if transient else FATAL_CONFIG_EXIT_CODE)
+    if NAMED and not _standalone(HERMES_HOME):
+        say(f"Profile '{MY_PROFILE}' does not get a gateway of its own (gateway.standalone: true in its "
+            f"config.yaml, or --force)")
+        os._exit(FATAL_CONFIG_EXIT_CODE)
 
 
 if __name__ == "__main__":

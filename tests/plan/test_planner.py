@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 
 from supervisor.plan import words
-from supervisor.plan.verdict import HoldKind
+from supervisor.plan.verdict import HoldKind, ReleaseRules
 from tests.plan.world import TOKEN, World, facts
 
 
@@ -352,6 +352,41 @@ def test_attach_exits_back_off_then_become_a_hold_with_the_reason():
     assert "a" not in w.alive and [e["kind"] for e in w.events if e["type"] == "exited"] == ["attached"] * 3
     w.run(w.planner.request_start("a")[1])  # the operator (or a file change) lifts it
     assert "a" in w.alive and "default" in w.alive and not w.problems
+
+
+def test_on_upstream_main_attach_exits_back_off_without_end_and_never_hold():
+    """Upstream main makes every attach exit transient ("a supervisor must retry, never park"): the
+    backoff grows to its cap and the profile is never held; the first run that starts clears it."""
+    w = World.make(("default", "a"), release=ReleaseRules(release="0.21.3", standalone_required=True,
+                                                          retry_attach=True))
+    w.run(w.planner.set_facts("a", facts("a", standalone=True)))
+    who = "upstream's host gateway record names PID 4242 (alive), launched from /x, serving ?"
+    for _ in range(8):
+        if "a" not in w.alive:
+            w.advance(w.timers[("a", "retry")] - w.now)
+        w.exit("a", 75, stated=False, detail=who)
+        assert w.state("a") != "held" and w.planner.profiles["a"].hold is None
+    backoffs = [e["delay_s"] for e in w.events if e["type"] == "backoff" and e["profile"] == "a"]
+    assert backoffs == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0], backoffs  # world's policy: 1 s doubling to 8 s
+    assert "PID 4242" in w.planner.profiles["a"].last_exit["reason"]
+    w.advance(w.timers[("a", "retry")] - w.now)
+    assert "a" in w.alive and w.state("a") == "running" and not w.problems
+
+
+def test_a_start_up_the_watchdog_ended_backs_off_like_a_crash_not_a_restart_request():
+    """75 with the watchdog's record: counted as a failure and backed off, even after a long wedge;
+    a plain 75 (a restart request) after the same time would restart at once."""
+    w = World.make(("default", "a"), auto_ready=False)
+    for _ in range(3):
+        if "a" not in w.alive:
+            w.advance(w.timers[("a", "retry")] - w.now)
+        w.advance(300)  # wedged in start-up for 300 s (the start-up slot times out meanwhile)
+        w.exit("a", 75, state="starting", startup_watchdog=True,
+               detail="no live event loop after 300 s")
+    kinds = [e["kind"] for e in w.events if e["type"] == "exited" and e["profile"] == "a"]
+    assert kinds == ["startup_hung"] * 3
+    assert [e["delay_s"] for e in w.events if e["type"] == "backoff" and e["profile"] == "a"] == [1.0, 2.0]
+    assert w.planner.profiles["a"].failures == 3 and not w.problems
 
 
 def test_shutdown_stops_everyone_then_finishes():

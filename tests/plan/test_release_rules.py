@@ -31,7 +31,7 @@ def test_named_profiles_need_standalone_and_the_message_says_how():
     hold = got["b"]
     assert hold.kind is HoldKind.STANDALONE_REQUIRED
     assert "gateway.standalone: true" in hold.message and str(Path("/r/profiles/b/config.yaml")) in hold.message
-    assert "hermesd adopt --root /r" in hold.message and "consent" in hold.message
+    assert "hermesd standalone --root /r" in hold.message and "consent" in hold.message
 
 
 def test_default_is_held_only_when_its_gateway_could_see_profiles_to_fold_in():

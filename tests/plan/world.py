@@ -109,9 +109,10 @@ class World:
     # ------------------------------------------------------------------ the world moving
 
     def exit(self, name: str, code: int | None = 1, sig: int | None = None, state: str | None = None, *,
-             stated: bool = True, detail: str = "") -> None:
+             stated: bool = True, detail: str = "", startup_watchdog: bool = False) -> None:
         ident = self.alive.pop(name)
-        self.run(self.planner.child_exited(name, ident, code, sig, state, stated=stated, detail=detail))
+        self.run(self.planner.child_exited(name, ident, code, sig, state, stated=stated, detail=detail,
+                                           startup_watchdog=startup_watchdog))
 
     def ready(self, name: str) -> None:
         self.run(self.planner.gateway_reported(name, self.alive[name].pid, "running"))

@@ -174,3 +174,20 @@ def test_identity_rule_of_the_multiplex_default_line(tmp_path: Path) -> None:
     assert ("c", root / "profiles" / "c", REASON_NO_IDENTITY) in unserved_profile_dirs(root, identity=IDENTITY_MARKERS)
     os.symlink("/nonexistent", root / "profiles" / "c" / ".env")  # a dangling marker still claims identity
     assert "c" in [n for n, _ in profiles_to_serve(True, root=root, identity=IDENTITY_MARKERS)]
+
+
+def test_a_tombstoned_profile_is_never_served_again(tmp_path: Path) -> None:
+    """Upstream's newest delete leaves profiles/.deleted/NAME (profiles/registry.py, read, not run): a
+    folder a stray write re-created under that name is no profile; the tombstone's removal revives it."""
+    from profiles.discovery import REASON_DELETED, unserved_profile_dirs
+
+    root = tmp_path / "root"
+    for name in ("gone", "kept"):
+        (root / "profiles" / name).mkdir(parents=True)
+        (root / "profiles" / name / "config.yaml").write_text("")
+    (root / "profiles" / ".deleted").mkdir()
+    (root / "profiles" / ".deleted" / "gone").write_text("deleted\n")
+    assert [n for n, _ in profiles_to_serve(True, root=root)] == ["default", "kept"]
+    assert ("gone", root / "profiles" / "gone", REASON_DELETED) in unserved_profile_dirs(root)
+    (root / "profiles" / ".deleted" / "gone").unlink()  # upstream's clear_named_profile_deleted (re-create)
+    assert [n for n, _ in profiles_to_serve(True, root=root)] == ["default", "gone", "kept"]

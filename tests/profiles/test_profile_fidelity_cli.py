@@ -181,7 +181,7 @@ def test_bare_profile_with_a_missing_root_is_an_error(cli, tmp_path: Path, monke
 @pytest.mark.parametrize("argv", [
     ["show", "alpah"], ["delete", "alpah", "-y"], ["rename", "alpah", "beta"], ["use", "alpah"],
     ["export", "alpah"], ["alias", "alpah"], ["describe", "alpah"], ["info", "alpah"],
-    ["create", "beta", "--clone-from", "alpah"], ["alias", "alpah", "--adopt"],
+    ["create", "beta", "--clone-from", "alpah"], ["alias", "alpah", "--convert"],
 ], ids=lambda a: a[0])
 def test_unknown_names_exit_2_with_a_suggestion(cli, empty_root: Path, argv: list[str]) -> None:
     make_profile(empty_root, "alpha")

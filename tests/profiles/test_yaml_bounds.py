@@ -97,7 +97,7 @@ def _distribution(tmp: Path, text: str) -> str:
 
 
 def _adopted(tmp: Path, text: str) -> str:
-    """``hermesd adopt`` editing a config.yaml in place (it keeps the text, so it composes the tree)."""
+    """``hermesd standalone`` editing a config.yaml in place (it keeps the text, so it composes the tree)."""
     with pytest.raises(ProfileConfigError) as caught:
         set_key(text, "gateway", "standalone", True, where=str(tmp / "config.yaml"))
     return str(caught.value)
@@ -109,7 +109,7 @@ KINDS: dict[str, tuple[str, Callable[[Path, str], str]]] = {
     "profile.yaml": ("profile.yaml", _profile_meta),
     "hermesd.yaml": ("hermesd.yaml", _hermesd_yaml),
     "distribution.yaml": ("distribution.yaml", _distribution),
-    "config.yaml edited by adopt": ("config.yaml", _adopted),
+    "config.yaml edited by standalone": ("config.yaml", _adopted),
 }
 
 

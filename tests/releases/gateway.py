@@ -185,7 +185,7 @@ class Sandbox:
         return run
 
     def standalone(self, *names: str) -> None:
-        """``gateway.standalone: true`` in each named profile's config.yaml (what ``hermesd adopt`` writes)."""
+        """``gateway.standalone: true`` in each named profile's config.yaml (what ``hermesd standalone`` writes)."""
         for name in names:
             (self.profile_home(name) / "config.yaml").write_text("model: {}\ngateway:\n  standalone: true\n")
 

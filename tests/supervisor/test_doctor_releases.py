@@ -28,7 +28,7 @@ def test_hermes_update_would_fold_the_fleet_until_the_root_opts_out(tmp_path):
     scan = _scan(tmp_path, "0.22.2")
     check_upgrades(scan)
     [f] = scan.findings
-    assert f.code == "auto_multiplex_migration" and "hermes update" in f.message and "hermesd adopt" in f.fix
+    assert f.code == "auto_multiplex_migration" and "hermes update" in f.message and "hermesd standalone" in f.fix
     for opted_out in ("gateway:\n  auto_multiplex_migration: false\n", "gateway: {auto_multiplex_migration: 'no'}\n"):
         (tmp_path / "config.yaml").write_text(opted_out)
         scan = _scan(tmp_path, "0.22.2")
@@ -69,7 +69,7 @@ def test_status_shows_what_each_child_serves_only_where_it_is_reported():
     text = render(_doc([
         {"name": "default", "serves": ["default"], "serves_agree": True},
         {"name": "coder", "serves": ["coder", "default"], "serves_agree": False},
-        {"name": "writer", "state": "held", "pid": None, "reason": "held: standalone_required: run hermesd adopt"},
+        {"name": "writer", "state": "held", "pid": None, "reason": "held: standalone_required: run hermesd standalone"},
     ], release_note="hermes-agent 0.0.0 is no release hermesd was checked against"), now=0)
     lines = text.splitlines()
     assert lines[1].startswith("  note: hermes-agent 0.0.0")

@@ -102,3 +102,33 @@ def test_hermesd_pid_file_of_junk_names_no_daemon(tmp_path, kind):
     layout.pidfile.write_bytes(JUNK[kind])
     assert read_pid(layout.pidfile) == (99999999 if kind == "pid_beyond_pid_max" else None)
     assert owner_pid(layout) is None  # a PID is only named once a live process answers to it
+
+
+def _fired(pid: int, ts: str, **extra: object) -> bytes:
+    return json.dumps({"ts": ts, "tag": gf.STARTUP_WATCHDOG_TAG, "pid": pid, "timeout_s": 300.0,
+                       "elapsed_s": 300.1, **extra}).encode() + b"\n"
+
+
+def test_the_start_up_watchdog_record_names_its_process_and_its_time(home):
+    """upstream's start-up watchdog appends one JSON record, then every thread's stack: the record of this
+    PID written since the process started is found past junk and stacks; an older one (a recycled PID),
+    another PID's, a link or a FIFO in its place is not."""
+    log = home / gf.STARTUP_WATCHDOG_LOG
+    log.parent.mkdir()
+    stacks = b"".join(b'  File "gateway/run.py", line %d in main\n' % i for i in range(5000))
+    log.write_bytes(_fired(4242, "2026-12-01T10:00:00+00:00") + b"{not json startup_watchdog.fired\n" + stacks
+                    + _fired(5151, "2026-12-03T10:00:00+00:00") + _fired(4242, "2026-12-03T10:00:00+00:00",
+                                                                            tag="other") + stacks)
+    started = 1796289600.0  # 2026-12-03T09:20:00Z
+    assert gf.startup_watchdog_fired(home, 4242, started) is None  # only an older firing, and another tag
+    assert gf.startup_watchdog_fired(home, 5151, started)["pid"] == 5151
+    with log.open("ab") as f:
+        f.write(_fired(4242, "2026-12-03T10:05:00+00:00") + stacks)
+    assert gf.startup_watchdog_fired(home, 4242, started)["elapsed_s"] == 300.1
+    assert gf.startup_watchdog_fired(home, 4242, started + 3600) is None  # fired before that process started
+    log.rename(home / "elsewhere.log")
+    log.symlink_to(home / "elsewhere.log")
+    assert gf.startup_watchdog_fired(home, 4242, started) is None  # a link planted by the profile: not followed
+    log.unlink()
+    os.mkfifo(log)
+    assert gf.startup_watchdog_fired(home, 4242, started) is None

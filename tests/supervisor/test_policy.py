@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from supervisor.plan.policy import (
+    FAILURES,
     Action,
     ExitFacts,
     ExitKind,
@@ -32,6 +33,13 @@ P = RestartPolicy()
         (ExitFacts(75, None, False, gateway_state="degraded", restart_requested=True), ExitKind.HUNG),
         (ExitFacts(None, None, False, gateway_state="degraded", restart_requested=True), ExitKind.HUNG),
         (ExitFacts(75, None, True, stated=False), ExitKind.PLANNED),
+        # upstream's start-up watchdog left its record for this PID: a start-up that hung, whether the state
+        # file named the process ("starting") or not (it hung in its imports), never a restart request
+        (ExitFacts(75, None, False, gateway_state="starting", startup_watchdog=True), ExitKind.STARTUP_HUNG),
+        (ExitFacts(75, None, False, stated=False, startup_watchdog=True), ExitKind.STARTUP_HUNG),
+        (ExitFacts(None, None, False, stated=False, startup_watchdog=True), ExitKind.STARTUP_HUNG),
+        (ExitFacts(1, None, False, startup_watchdog=True), ExitKind.CRASH),  # not the watchdog's 75
+        (ExitFacts(75, None, True, startup_watchdog=True), ExitKind.PLANNED),
         (ExitFacts(1, None, False, stated=False), ExitKind.CRASH),
         (ExitFacts(78, None, False), ExitKind.CONFIG_ERROR),
         (ExitFacts(1, None, False, gateway_state="startup_failed"), ExitKind.CONFIG_ERROR),
@@ -145,3 +153,25 @@ def test_attach_loop_becomes_a_hold():
     d3 = decide(ExitKind.ATTACHED, failures=d2.failures, uptime=3, policy=P)
     assert (d1.action, d1.delay) == (Action.RESTART, 0.0) and d2.action is Action.RESTART and d2.delay > 0
     assert d3.action is Action.HOLD and "another gateway serves this profile" in d3.reason
+
+
+def test_an_attach_exit_is_retried_without_end_where_the_release_says_it_is_transient():
+    """Upstream main: every attach exit is a transient verdict a supervisor must retry, never park on."""
+    failures = 0
+    delays = []
+    for _ in range(12):
+        d = decide(ExitKind.ATTACHED, failures=failures, uptime=1, policy=P, rng=random.Random(3), hold_attach=False)
+        assert d.action is Action.RESTART, d
+        delays.append(d.delay)
+        failures = d.failures
+    assert delays[0] == 0.0 and delays[1] > 0 and max(delays) <= P.max_delay and delays[-1] > P.max_delay / 2
+
+
+def test_a_start_up_the_watchdog_ended_is_no_healthy_run():
+    """300 s of a wedged start-up is no healthy run: it wipes no failures, so the backoff keeps growing."""
+    d1 = decide(ExitKind.STARTUP_HUNG, failures=0, uptime=301, policy=P)
+    d2 = decide(ExitKind.STARTUP_HUNG, failures=d1.failures, uptime=301, policy=P, rng=random.Random(1))
+    d3 = decide(ExitKind.STARTUP_HUNG, failures=d2.failures, uptime=301, policy=P, rng=random.Random(1))
+    assert (d1.action, d1.delay) == (Action.RESTART, 0.0) and "start-up watchdog" in d1.reason
+    assert d2.action is Action.RESTART and 0 < d2.delay < d3.delay and d3.failures == 3
+    assert ExitKind.STARTUP_HUNG in FAILURES

@@ -28,7 +28,7 @@ HERMES = Path(os.environ.get("HERMESD_TEST_HERMES") or Path(sys.executable).pare
 @pytest.fixture
 def real_root(fake_root: Path) -> Path:
     """A root as its owner has it for this release: on the multiplex-default line each named profile's
-    config.yaml says ``gateway.standalone: true`` (what ``hermesd adopt`` writes; without it hermesd
+    config.yaml says ``gateway.standalone: true`` (what ``hermesd standalone`` writes; without it hermesd
     holds them, see tests/releases/test_fleet.py)."""
     if not HERMES.exists():
         pytest.fail(f"hermes-agent is a test dependency but {HERMES} is missing: install '.[test]'")

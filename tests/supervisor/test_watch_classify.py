@@ -50,3 +50,17 @@ def test_the_multiplex_default_lines_files():
     assert not classify(ROOT, ["/r/SOUL.md", "/r/profiles/coder/logs/SOUL.md"])
     ev = classify(ROOT, ["/r/.multiplex_opt_out_rewritten"])
     assert ev.rewritten and bool(ev) and not ev.profiles
+
+
+def test_upstreams_tombstones_are_watched(tmp_path):
+    """``profiles/.deleted/NAME`` (upstream's delete) decides what is served: a change there is a rescan,
+    and the folder is watched when it is a real folder, never through a link."""
+    assert classify(ROOT, ["/r/profiles/.deleted/coder"]).rescan
+    assert classify(ROOT, ["/r/profiles/.deleted"]).rescan
+    assert not classify(ROOT, ["/r/profiles/coder/.deleted/x"]).rescan
+    (tmp_path / "profiles" / ".deleted").mkdir(parents=True)
+    assert tmp_path / "profiles" / ".deleted" in watched_dirs(tmp_path, [])
+    (tmp_path / "profiles" / ".deleted").rmdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "profiles" / ".deleted").symlink_to(tmp_path / "elsewhere")
+    assert watched_dirs(tmp_path, []) == [tmp_path, tmp_path / "profiles"]

@@ -39,6 +39,9 @@ def main():
     if {sync!r}:
         (home / "skills").mkdir(exist_ok=True)
         (home / "skills" / ".bundled_manifest").write_text("bundled by {version}\\n")
+    if {soul!r}:
+        (home / "SOUL.md").write_text("persona template of {version}\\n")
+        (home / "cache").mkdir(exist_ok=True)
     if {broken!r}:
         sys.stderr.write("simulated broken release {version}: the gateway cannot start\\n")
         raise SystemExit(1)
@@ -70,14 +73,17 @@ def _wheel(out: Path, dist: str, version: str, files: dict[str, str], requires: 
 
 
 def build_release(out: Path, version: str, *, broken: bool = False, sync_skills: bool = False,
-                  helper: int | None = None, name: str | None = None) -> Path:
-    """A ``hermes-agent`` wheel of ``version`` in ``out`` (``name``: a subfolder, for two builds of one version)."""
+                  helper: int | None = None, name: str | None = None, dist: str = "hermes-agent",
+                  soul: bool = False) -> Path:
+    """A ``hermes-agent`` wheel of ``version`` in ``out`` (``name``: a subfolder, for two builds of one
+    version; ``dist``: another distribution of the same code, as the repackagings of upstream's newer
+    releases are; ``soul``: its gateway rewrites SOUL.md and adds ``cache/`` at start, as 0.22's does)."""
     folder = out / name if name else out
     folder.mkdir(parents=True, exist_ok=True)
-    main = MAIN.format(sync=sync_skills, broken=broken, version=version, fakegw=str(FAKEGW))
+    main = MAIN.format(sync=sync_skills, broken=broken, version=version, fakegw=str(FAKEGW), soul=soul)
     files = {"hermes_cli/__init__.py": f"__version__ = {version!r}\n", "hermes_cli/main.py": main}
     requires = [f"hermes-test-helper=={helper}"] if helper is not None else []
-    return _wheel(folder, "hermes-agent", version, files, requires, {"hermes": "hermes_cli.main:main"})
+    return _wheel(folder, dist, version, files, requires, {"hermes": "hermes_cli.main:main"})
 
 
 def build_helper(out: Path, n: int) -> Path:
@@ -141,7 +147,7 @@ def files(root: Path) -> dict[str, bytes | None]:
     out: dict[str, bytes | None] = {}
     for name in NAMES:
         home = root if name == "default" else root / "profiles" / name
-        for rel in MIGRATED_FILES:
+        for rel in (*MIGRATED_FILES, "profile.yaml"):
             p = home / rel
             out[f"{name}/{rel}"] = p.read_bytes() if p.exists() else None
     return out

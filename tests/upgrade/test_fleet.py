@@ -143,3 +143,79 @@ def test_upgrade_without_a_daemon_says_so(tmp_path):
                             text=True, timeout=60, cwd=str(Path(__file__).resolve().parents[2]),
                             env={**os.environ, "HOME": str(tmp_path)})
     assert result.returncode == 3 and "not running" in result.stderr
+
+
+def test_upgrade_to_another_distribution_with_consent_rolls_one_at_a_time_and_rolls_back_every_file(fleet):
+    """0.18.2 (hermes-agent) → 0.22.2 as another distribution (as the newer releases ship), with
+    ``--yes``: the consent edits restart nothing, the canary is the first gateway to restart and the
+    first on the new code, no gate sees a false "code changed"; the rollback puts back the old
+    distribution byte for byte, every saved file (the consent, SOUL.md the new release rewrote) and
+    names what else the release created."""
+    d, root, site = fleet["d"], fleet["root"], fleet["site"]
+    support.build_release(fleet["wheels"], "0.22.2", helper=2, sync_skills=True, soul=True, dist="hermes-agent-fork")
+    for name in ("beta", "gamma"):  # a profile on the 0.22 line has an identity file
+        (root / "profiles" / name / "SOUL.md").write_text(f"You are {name}.\n")
+    before = rows(d)
+    files_0, tree_0 = files(root), support.tree_digest(site)
+
+    code, doc = run(d, "upgrade", "--to", "hermes-agent-fork==0.22.2", "--yes", *GATE)
+    assert code == 0, doc
+    rid, order = doc["id"], doc["order"]
+    assert [s["result"] for s in doc["steps"]] == ["passed"] * 4, doc["steps"]
+    assert doc["python"]["switch"] == {"from": "hermes-agent", "to": "hermes-agent-fork"}
+    assert_one_at_a_time(root, rid, order)
+    evs = events(root)
+    started = next(e["seq"] for e in evs if e["type"] == "upgrade_started" and e.get("id") == rid)
+    canary_at = next(e["seq"] for e in evs if e["type"] == "upgrade_restarting" and e.get("id") == rid)
+    assert [e for e in evs if started < e["seq"] < canary_at and e["type"] in ("exited", "started")] == []
+    # consent written (and kept in an adoption record), the code switched, each on it
+    assert "standalone: true" in (root / "profiles" / "alpha" / "config.yaml").read_text()
+    assert "auto_multiplex_migration: false" in (root / "config.yaml").read_text()
+    now = rows(d)
+    for n, r in now.items():
+        assert r["state"] == "running" and r["pid"] != before[n]["pid"] and r["code"]["stale"] is False
+        assert r["code"]["running"]["source"] == {"dist": "hermes-agent-fork", "version": "0.22.2"}
+    assert (root / "SOUL.md").read_text() == "persona template of 0.22.2\n"
+
+    code, doc = run(d, "upgrade", "--rollback", *GATE)
+    assert code == 0, doc
+    assert files(root) == files_0  # consent, SOUL.md, manifests: as before, byte for byte
+    assert support.tree_digest(site) == tree_0
+    # 0.18.2 keeps no skills manifest: the file the new release wrote is removed, its folder named
+    assert doc["rollback"]["left"] == {n: ["cache/", "skills/"] for n in NAMES}
+    back = rows(d)
+    assert all(r["state"] == "running" and r["code"]["running"]["version"] == "0.18.2"
+               and r["code"]["running"]["source"]["dist"] == "hermes-agent" for r in back.values())
+    records = list((root / ".hermesd" / "standalone").iterdir())
+    assert len(records) == 1
+    manifest = json.loads((records[0] / "manifest.json").read_text())
+    assert manifest["undone_at"] is not None and rid in manifest["undone_by"]
+
+
+def test_a_switch_by_hand_is_flagged_by_status_and_doctor_alike_and_rolled_back_to_the_old_distribution(fleet):
+    """pip uninstall hermes-agent; pip install hermes-agent-fork: status and doctor both flag every
+    gateway as running older code; 'hermesd upgrade' rolls them; '--rollback' (no copy was taken)
+    reinstalls hermes-agent 0.18.2 (the distribution, release and source they ran), not the new name."""
+    d = fleet["d"]
+    support.build_release(fleet["wheels"], "0.19.0", helper=2, dist="hermes-agent-fork", name="fork")
+    python, wheels = fleet["python"], fleet["wheels"]
+    subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", "hermes-agent"], check=True, timeout=120)
+    support.pip_install(python, wheels / "fork", "hermes-agent-fork==0.19.0", "--find-links", str(wheels))
+    stale = rows(d)
+    assert all(r["code"]["stale"] is True and r["code"]["installed"]["source"]["dist"] == "hermes-agent-fork"
+               for r in stale.values())
+    assert "4 gateways run older code" in d.cli("status").stdout
+    doctor = json.loads(d.cli("doctor", "--json").stdout)
+    assert sorted(f["profile"] for f in doctor["findings"] if f["code"] == "stale_code") == sorted(NAMES)
+    code, doc = run(d, "upgrade", *GATE)
+    assert code == 0 and [s["result"] for s in doc["steps"]] == ["passed"] * 4, doc
+    assert doc["from"]["source"] == {"dist": "hermes-agent", "version": "0.18.2"}
+    code, doc = run(d, "upgrade", "--rollback", *GATE)
+    assert code == 0, doc
+    back = rows(d)
+    assert all(r["code"]["running"]["version"] == "0.18.2" and r["code"]["stale"] is False
+               and r["code"]["running"]["source"]["dist"] == "hermes-agent" for r in back.values())
+    listed = subprocess.run([str(python), "-m", "pip", "list", "--format=json"], capture_output=True, text=True,
+                            check=True, timeout=120).stdout
+    names = {x["name"] for x in json.loads(listed)}
+    assert "hermes-agent" in names and "hermes-agent-fork" not in names

@@ -48,10 +48,10 @@ def test_an_unreadable_config_counts_as_missing(served):
     assert coder[0].setting.key == "gateway.standalone"
 
 
-def test_consent_writes_them_as_adopt_would_with_a_record_to_undo(served):
+def test_consent_writes_them_as_standalone_would_with_a_record_to_undo(served):
     """``--yes`` is the consent: every missing setting is written (diff said, original kept), nothing
-    is left missing, and ``hermesd adopt --undo``'s code puts the files back byte for byte."""
-    from profiles import adopt
+    is left missing, and ``hermesd standalone --undo``'s code puts the files back byte for byte."""
+    from profiles import standalone
     from supervisor.layout import Layout
 
     root, coder, writer = (h for _, h in served)
@@ -63,8 +63,8 @@ def test_consent_writes_them_as_adopt_would_with_a_record_to_undo(served):
     needs.settle(missing, root, said.append)
     assert needs.missing_for("0.22.2", served) == []
     assert "# mine\nmodel: x\n" in (coder / "config.yaml").read_text()
-    assert any("+  standalone: true" in s for s in said) and "hermesd adopt --undo" in said[-1]
-    record = adopt.latest(Layout(root).adopt_dir)
-    assert record is not None and all(r.restored for r in adopt.undo(record))
+    assert any("+  standalone: true" in s for s in said) and "hermesd standalone --undo" in said[-1]
+    record = standalone.latest(*Layout(root).standalone_dirs)
+    assert record is not None and all(r.restored for r in standalone.undo(record))
     assert (coder / "config.yaml").read_text() == "# mine\nmodel: x\n"
     assert not (writer / "config.yaml").exists()

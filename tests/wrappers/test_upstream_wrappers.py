@@ -24,8 +24,8 @@ from supervisor.cli.profile import declare
 from wrappers.scripts import (
     KIND_HERMESD,
     KIND_UPSTREAM,
-    adopt_wrapper,
     all_wrappers,
+    convert_wrapper,
     create_wrapper,
     read_upstream_wrapper,
     read_wrapper,
@@ -188,11 +188,11 @@ def test_collisions_with_upstream_wrappers(world: World) -> None:
         create_wrapper("bb", "alpha", world.root, env=world.env)
 
 
-def test_adopt_keeps_name_and_target(world: World) -> None:
+def test_convert_keeps_name_and_target(world: World) -> None:
     world.profile("alpha")
     world.upstream_alias("al", "alpha")
     [info] = upstream_style_wrappers(world.root, env=world.env)
-    path = adopt_wrapper(info, world.root, env=world.env)
+    path = convert_wrapper(info, world.root, env=world.env)
     assert path == world.bin / "al"
     adopted = read_wrapper(path)
     assert adopted is not None and (adopted.alias, adopted.profile, adopted.root) == ("al", "alpha", world.root)
@@ -224,33 +224,45 @@ def test_list_and_show_say_the_alias_is_upstreams(world: World, cli) -> None:
     world.profile("alpha")
     world.upstream_alias("alpha")
     rc, out, _ = cli("list")
-    assert rc == 0 and "alpha (upstream)" in out and "hermesd profile alias --adopt" in out
+    assert rc == 0 and "alpha (upstream)" in out and "hermesd profile alias --convert" in out
     rc, out, _ = cli("show", "alpha")
-    assert rc == 0 and "upstream's wrapper" in out and "hermesd profile alias alpha --adopt --name alpha" in out
+    assert rc == 0 and "upstream's wrapper" in out and "hermesd profile alias alpha --convert --name alpha" in out
     rc, out, _ = cli("show", "alpha", "--json")
     assert '"upstream_aliases": [\n    "alpha"\n  ]' in out
 
 
-def test_alias_adopt_verb(world: World, cli) -> None:
+def test_alias_convert_verb(world: World, cli) -> None:
     world.profile("alpha")
     world.profile("beta")
     world.upstream_alias("alpha")
     world.upstream_alias("bb", "beta")
     world.upstream_alias("ghosty", "ghost")  # runs a profile that does not exist
-    rc, out, err = cli("alias", "alpha", "--adopt")
-    assert rc == 0 and "Adopted alias 'alpha'" in out
-    rc, out, err = cli("alias", "--adopt")
-    assert rc == 1 and "Adopted alias 'bb'" in out and "'ghost'" in err
+    rc, out, err = cli("alias", "alpha", "--convert")
+    assert rc == 0 and "Converted alias 'alpha'" in out and not err
+    rc, out, err = cli("alias", "--convert")
+    assert rc == 1 and "Converted alias 'bb'" in out and "'ghost'" in err
     assert [w.alias for w in upstream_style_wrappers(world.root, env=world.env)] == ["ghosty"]
-    rc, out, _ = cli("alias", "alpha", "--adopt")
-    assert rc == 0 and "nothing to adopt" in out
-    rc, _, err = cli("alias", "alpha", "--adopt", "--remove")
+    rc, out, _ = cli("alias", "alpha", "--convert")
+    assert rc == 0 and "nothing to convert" in out
+    rc, _, err = cli("alias", "alpha", "--convert", "--remove")
     assert rc == 2 and err.startswith("hermesd: error: ") and len(err.strip().splitlines()) == 1
 
 
-def test_alias_help_has_an_adopt_example(world: World, cli, capsys: pytest.CaptureFixture[str]) -> None:
+def test_alias_adopt_is_the_old_spelling_of_convert(world: World, cli) -> None:
+    """'--adopt' was its name until 'adopt' kept one meaning (the daemon taking over running gateways):
+    it still works, hidden from help, and says the new name in one line."""
+    world.profile("alpha")
+    world.upstream_alias("alpha")
+    rc, out, err = cli("alias", "alpha", "--adopt")
+    assert rc == 0 and "Converted alias 'alpha'" in out
+    assert err.strip() == "hermesd: '--adopt' is now '--convert' (the old name still works, for now)"
     rc, out, _ = cli("alias", "--help")
-    assert rc == 0 and "hermesd profile alias coder --adopt" in out and "upstream-style" in out
+    assert rc == 0 and "--adopt" not in out and "--convert" in out
+
+
+def test_alias_help_has_a_convert_example(world: World, cli, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = cli("alias", "--help")
+    assert rc == 0 and "hermesd profile alias coder --convert" in out and "upstream-style" in out
 
 
 def test_alias_remove_takes_upstream_aliases_of_that_profile_only(world: World, cli) -> None:
@@ -272,7 +284,7 @@ def test_delete_through_cli_lists_and_removes_upstream_alias(world: World, cli) 
     assert rc == 0 and "Alias removed: alpha (upstream's)" in out and not (world.bin / "alpha").exists()
 
 
-def test_adopt_keeps_the_hermes_the_alias_ran(world: World, tmp_path: Path) -> None:
+def test_convert_keeps_the_hermes_the_alias_ran(world: World, tmp_path: Path) -> None:
     world.profile("alpha")
     other = tmp_path / "other-install" / "bin"
     other.mkdir(parents=True)
@@ -281,7 +293,7 @@ def test_adopt_keeps_the_hermes_the_alias_ran(world: World, tmp_path: Path) -> N
     world.bin.mkdir(parents=True, exist_ok=True)
     (world.bin / "alpha").write_text(f'#!/bin/sh\nexec {other / "hermes"} -p alpha "$@"\n')
     [info] = upstream_style_wrappers(world.root, env=world.env)
-    text = adopt_wrapper(info, world.root, env=world.env).read_text()
+    text = convert_wrapper(info, world.root, env=world.env).read_text()
     assert f'exec {other / "hermes"} -p alpha "$@"' in text and "hermesd-wrapper" in text
 
 

@@ -3,7 +3,7 @@
 On that line (upstream main after 0.21.3) a named profile gets a gateway of its own only with
 ``gateway.standalone: true`` in its own config.yaml, and ``hermes update`` folds a per-profile fleet
 into one process unless the default profile's config.yaml says ``gateway.auto_multiplex_migration:
-false``. Those files are the user's: this module changes them only when asked (``hermesd adopt``),
+false``. Those files are the user's: this module changes them only when asked (``hermesd standalone``),
 shows each change as a diff first, keeps every original byte in a backup record, and undoes a
 record byte for byte, as long as the file is still what it wrote (a file edited since is left
 alone and named). Nothing here runs by itself: the daemon never calls it.
@@ -113,7 +113,7 @@ def _change(profile: str, home: Path, key: tuple[str, str], value: bool, why: st
 
 
 def plan(root: Path, names: list[str] | None = None) -> tuple[list[Change], list[Refusal]]:
-    """What ``hermesd adopt`` would write for ``names`` (default: every named profile) and the root."""
+    """What ``hermesd standalone`` would write for ``names`` (default: every named profile) and the root."""
     changes: list[Change] = []
     refusals: list[Refusal] = []
     served = profiles_to_serve(True, root=root, identity=IDENTITY_MARKERS)
@@ -168,13 +168,15 @@ def _write_manifest(record: Path, data: dict[str, Any]) -> None:
     safeio.replace_bytes(safeio.at(record, MANIFEST), (json.dumps(data, indent=1) + "\n").encode(), 0o600)
 
 
-def latest(backups: Path) -> Path | None:
-    """The newest record not undone yet, or None."""
-    try:
-        found = sorted((p for p in backups.iterdir() if p.is_dir() and not p.is_symlink()), reverse=True)
-    except FileNotFoundError:
-        return None
-    for record in found:
+def latest(*folders: Path) -> Path | None:
+    """The newest record not undone yet in any of ``folders``, or None (records are named by their time)."""
+    found: list[Path] = []
+    for backups in folders:
+        try:
+            found += [p for p in backups.iterdir() if p.is_dir() and not p.is_symlink()]
+        except FileNotFoundError:
+            continue
+    for record in sorted(found, key=lambda p: p.name, reverse=True):
         data = _manifest(record)
         if data.get("undone_at") is None:
             return record
@@ -212,11 +214,11 @@ def undo(record: Path) -> list[Undone]:
             continue
         if now is None or _sha(now) != entry.get("sha256_after"):
             where = f"; the original is {record / entry['backup']}" if entry.get("backup") else ""
-            out.append(Undone(path, False, f"changed since 'hermesd adopt' wrote it: left alone{where}"))
+            out.append(Undone(path, False, f"changed since 'hermesd standalone' wrote it: left alone{where}"))
             continue
         if entry.get("backup") is None:
             safeio.unlink(safeio.beneath(path))
-            out.append(Undone(path, True, "removed (hermesd adopt had created it)"))
+            out.append(Undone(path, True, "removed (hermesd standalone had created it)"))
             continue
         original, _ = _read_nofollow(safeio.at(record, str(entry["backup"])))
         if original is None or _sha(original) != entry.get("sha256_before"):
@@ -228,3 +230,12 @@ def undo(record: Path) -> list[Undone]:
     data["undone_at"] = time.time()
     _write_manifest(record, data)
     return out
+
+
+def mark_undone(record: Path, how: str) -> None:
+    """Mark ``record`` undone by other means (``hermesd upgrade --rollback`` put its files back), so that
+    ``hermesd standalone --undo`` does not offer it again."""
+    data = _manifest(record)
+    if data.get("undone_at") is None:
+        data.update(undone_at=time.time(), undone_by=how)
+        _write_manifest(record, data)
