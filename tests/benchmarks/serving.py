@@ -300,8 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(table(runs, base))
     print()
-    print("Time to serve again, where the wait went (a run whose gateway was replaced):")
-    print(phase_table(runs))
+    if any(r.get("replaced") for r in runs):
+        print("Time to serve again, where the wait went (every run that replaced the victim's gateway):")
+        print(phase_table(runs))
     if colds:
         print()
         print("Seconds after the start, one profile alone, ONE request sent when its port opened:")

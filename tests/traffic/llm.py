@@ -94,7 +94,8 @@ class LLMStub:
         self._profiles = tuple(profiles)
         handler = type("Handler", (_Handler,), {"state": self._state, "profiles": self._profiles})
         self._server = _Server(("127.0.0.1", 0), handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="llm-stub", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="llm-stub",
+                                        daemon=True)
         self._thread.start()
 
     @property

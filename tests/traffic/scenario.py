@@ -118,7 +118,7 @@ def run(side: Side, fault: Fault | None, stub: LLMStub, plan: Plan, scripts: Pat
         log: Callable[[str], None] = print) -> dict[str, Any]:
     """One run (see the module docstring); returns its figures. ``side`` is closed at the end."""
     others = [e.profile for e in side.endpoints if e.profile != plan.victim]
-    result: dict[str, Any] = {"side": side.name, "fault": fault.name if fault else None,
+    result: dict[str, Any] = {"side": side.name, "fault": fault.name if fault else None, "setup": side.describe(),
                               "victim": plan.victim, "others": others, "load_before": os.getloadavg()}
     ctx = Context(side, plan.victim, stub, scripts)
     load: Load | None = None
