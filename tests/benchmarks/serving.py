@@ -139,11 +139,11 @@ def goals(runs: list[dict[str, Any]], base: dict[str, Any]) -> None:
         g: dict[str, Any] = {"others_all_answered": o["success"] == 1.0,
                              "p99_within": None if o["p99_s"] is None or b_p99 is None
                              else o["p99_s"] <= P99_RATIO * b_p99}
-        back = (w.get("victim") or {}).get("back_s")
+        again = (w.get("victim") or {}).get("again_s")
         if r["fault"] in ("sigkill", "sigstop") and cold is not None:
             limit = cold + SLACK_S + (hung if r["fault"] == "sigstop" else 0)
             g["victim_back_limit_s"] = limit
-            g["victim_back_within"] = back is not None and back <= limit
+            g["victim_back_within"] = again is not None and again <= limit
         r["goals"] = g
 
 
@@ -185,10 +185,14 @@ def victim_cell(r: dict[str, Any]) -> str:
         return "fault never took effect"
     if not v["down"]:
         return "never failed"
-    text = "not within the window" if v["back_s"] is None else f"{v['back_s']:.1f}s"
-    if r.get("repaired_at_s") is not None and v["back_s"] is not None:
-        text += f" ({v['back_s'] - r['repaired_at_s']:.1f}s after the repair)"
-    return text + f", {v['failed']} failed"
+    if v["again_s"] is None:
+        return f"not within the window, {v['failed']} failed"
+    text = f"{v['again_s']:.1f}s"
+    if r.get("repaired_at_s") is not None:
+        text += f" ({v['again_s'] - r['repaired_at_s']:.1f}s after the repair)"
+    if v["back_s"] != v["again_s"]:
+        text += "; for good " + ("not within the window" if v["back_s"] is None else f"{v['back_s']:.1f}s")
+    return text + f"; {v['failed']} failed"
 
 
 def goal_cell(r: dict[str, Any]) -> str:

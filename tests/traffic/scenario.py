@@ -190,8 +190,8 @@ def _phases(marks: dict[str, float], stub: LLMStub, victim: str, records: list[R
     spawned = marks.get("spawned")
     if spawned is not None:
         full.update(stub.contacts(victim, spawned))
-    back = recovery(records, victim, fault)["back_s"]
-    full["first_answer"] = None if back is None else fault + back
+    again = recovery(records, victim, fault)["again_s"]
+    full["first_answer"] = None if again is None else fault + again
     return breakdown(full)
 
 

@@ -3,10 +3,12 @@
 - :func:`summary`: for a set of profiles over a window, how many requests were answered right and
   how long the right answers took (p50, p99: nearest rank, so p99 of under 100 requests is the
   slowest one; a failed request counts in the success rate, never in the latencies).
-- :func:`recovery`: for the victim, when it was last failing and when it answered again: the
-  first right answer that ended after the last failed request began (``back``), in seconds from
-  a reference moment (the fault, or its repair). ``None`` when it never answered again in the
-  window; ``down`` False when it never failed at all.
+- :func:`recovery`: for the victim, in seconds from a reference moment (the fault): when it first
+  failed, when it answered again (``again``: the first right answer that ended after its first
+  failed request began) and when it was back for good (``back``: the first right answer that ended
+  after its last failed request began; a gateway swamped by the requests that queued while it was
+  down can answer one and fail the next). ``None`` when that did not happen in the window;
+  ``down`` False when it never failed at all (both are then 0).
 """
 
 from __future__ import annotations
@@ -52,17 +54,20 @@ def recovery(records: list[Record], profile: str, since: float) -> dict[str, Any
     mine = sorted((r for r in records if r.profile == profile and r.start >= since), key=lambda r: r.start)
     failed = [r for r in mine if r.outcome != "ok"]
     if not failed:
-        first = next((r for r in mine if r.outcome == "ok"), None)
-        return {"down": False, "first_failure_s": None, "last_failure_s": None,
-                "back_s": None if first is None else 0.0, "failed": 0, "answered": len(mine)}
-    last = failed[-1]
-    ends = [r.start + r.latency for r in mine if r.outcome == "ok" and r.start + r.latency > last.start]
-    back = min(ends, default=None)
+        answered = 0.0 if any(r.outcome == "ok" for r in mine) else None
+        return {"down": False, "first_failure_s": None, "last_failure_s": None, "again_s": answered,
+                "back_s": answered, "failed": 0, "answered": len(mine)}
+
+    def first_end_after(t: float) -> float | None:
+        ends = [r.start + r.latency for r in mine if r.outcome == "ok" and r.start + r.latency > t]
+        return None if not ends else min(ends) - since
+
     return {
         "down": True,
         "first_failure_s": failed[0].start - since,
-        "last_failure_s": last.start - since,
-        "back_s": None if back is None else back - since,
+        "last_failure_s": failed[-1].start - since,
+        "again_s": first_end_after(failed[0].start),
+        "back_s": first_end_after(failed[-1].start),
         "failed": len(failed),
         "answered": len(mine) - len(failed),
     }
