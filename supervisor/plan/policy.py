@@ -85,6 +85,10 @@ class ExitFacts:
     startup_watchdog: bool = False
 
 
+# The signals a stop sends (upstream's ``gateway stop`` and hermesd's own stopper: SIGTERM; Ctrl-C: SIGINT).
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
 def classify_exit(f: ExitFacts) -> ExitKind:
     """Combine the exit status with the gateway's state file: codes alone are not consistent."""
     if f.killed_for is not None:
@@ -102,12 +106,15 @@ def classify_exit(f: ExitFacts) -> ExitKind:
         return ExitKind.RESTART_REQUESTED
     if f.code == Exit.CONFIG or f.gateway_state == GatewayState.STARTUP_FAILED:
         return ExitKind.CONFIG_ERROR
+    clean = f.signal in _STOP_SIGNALS or (f.signal is None and f.code in (0, None))
+    if f.gateway_state == GatewayState.STOPPED and clean:
+        # A clean, planned stop by someone else (``hermes gateway stop``). Exit 0 alone is not
+        # enough: upstream also exits 0, leaving "running", on a bare SIGTERM during start-up. Its
+        # own marker watcher (0.5 s poll) may have begun the stop before the stopper's SIGTERM
+        # arrives, and the signal then ends the process that already said "stopped".
+        return ExitKind.EXTERNAL_STOP
     if f.signal is not None:
         return ExitKind.CRASH
-    if f.code in (0, None) and f.gateway_state == GatewayState.STOPPED:
-        # A clean, planned stop by someone else (``hermes gateway stop``). Exit 0 alone is not
-        # enough: upstream also exits 0, leaving "running", on a bare SIGTERM during start-up.
-        return ExitKind.EXTERNAL_STOP
     return ExitKind.CRASH
 
 

@@ -44,6 +44,10 @@ P = RestartPolicy()
         (ExitFacts(78, None, False), ExitKind.CONFIG_ERROR),
         (ExitFacts(1, None, False, gateway_state="startup_failed"), ExitKind.CONFIG_ERROR),
         (ExitFacts(0, None, False, gateway_state="stopped"), ExitKind.EXTERNAL_STOP),
+        # upstream's marker watcher began the stop, the stopper's SIGTERM then ended it: still a planned stop
+        (ExitFacts(None, signal.SIGTERM, False, gateway_state="stopped"), ExitKind.EXTERNAL_STOP),
+        (ExitFacts(None, signal.SIGINT, False, gateway_state="stopped"), ExitKind.EXTERNAL_STOP),
+        (ExitFacts(None, signal.SIGKILL, False, gateway_state="stopped"), ExitKind.CRASH),
         # upstream exits 0 on a bare SIGTERM during start-up, leaving "running": not a planned stop
         (ExitFacts(0, None, False, gateway_state="running"), ExitKind.CRASH),
         (ExitFacts(0, None, False), ExitKind.CRASH),
