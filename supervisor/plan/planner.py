@@ -248,16 +248,10 @@ class Planner(OtherGateways):
                      killed_for: ExitKind | None = None, detail: str = "",
                      unconfined: str | None = None, stated: bool = True,
                      replaced_by: int | None = None, startup_watchdog: bool = False) -> list[m.Action]:
-        """The child ``ident`` ended; ``gateway_state``/``restart_requested`` only when its state file names it.
-
-        ``killed_for``: the kernel's own verdict (an OOM kill in the profile's cgroup); ``unconfined``:
-        the confinement shim could not apply the plan (the child never ran the gateway): a hold, not
-        a crash loop. ``stated``: its state file names it (a 75 without that is an "attach": another
-        gateway serves the profile; ``detail`` then says which, when the loop could tell).
-        ``replaced_by``: a gateway hermesd did not start, serving the profile as ours ended (it
-        stopped ours to take its place): a stop from outside then holds the profile for that gateway.
-        ``startup_watchdog``: upstream's start-up watchdog left its record for this process.
-        """
+        """The child ``ident`` ended. The keywords are what the loop read about that end
+        (:class:`supervisor.daemon.exit_report.ExitReport` says what each means); an ``unconfined``
+        child never ran the gateway (a hold, not a crash loop), and one ``replaced_by`` a gateway
+        hermesd did not start is held for that gateway."""
         p = self.profiles.get(name)
         if p is None or p.child is None or p.child.ident != ident:
             return []
