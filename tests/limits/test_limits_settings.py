@@ -144,7 +144,7 @@ def test_sizes_roundtrip_property():
     st = hypothesis.strategies
 
     @hypothesis.given(st.integers(min_value=1, max_value=1 << 20), st.sampled_from(["K", "M", "G"]))
-    @hypothesis.settings(max_examples=200, deadline=None)
+    @hypothesis.settings(max_examples=200)
     def prop(n, unit):
         scale = {"K": 1 << 10, "M": M, "G": G}[unit]
         if n * scale < M:

@@ -217,7 +217,7 @@ class OwnershipMachine(RuleBasedStateMachine):
 
 
 TestOwnership = OwnershipMachine.TestCase
-TestOwnership.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestOwnership.settings = settings(max_examples=150, stateful_step_count=40)
 
 
 def test_the_property_sees_ownership_move():

@@ -104,7 +104,7 @@ def daemon_holds(root: Path) -> set[tuple[str, str]]:
     return {(n, p.hold.kind.value) for n, p in planner.profiles.items() if p.hold is not None}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(trees)
 def test_doctor_export_and_daemon_hold_the_same_profiles(tmp_path_factory, tree):
     named, default_env, default_cfg = tree

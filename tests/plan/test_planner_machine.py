@@ -186,4 +186,4 @@ class PlannerMachine(RuleBasedStateMachine):
 
 
 TestPlannerMachine = PlannerMachine.TestCase
-TestPlannerMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestPlannerMachine.settings = settings(max_examples=150, stateful_step_count=40)

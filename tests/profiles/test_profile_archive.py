@@ -255,7 +255,7 @@ def hostile_archive(draw: st.DrawFn) -> tuple[list[tuple[tarfile.TarInfo, bytes 
     return members, bad[0].name
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=120, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(hostile_archive())
 def test_hostile_archives_are_refused_and_leave_nothing(empty_root: Path, tmp_path: Path, case: tuple) -> None:
     members, bad_name = case
@@ -268,7 +268,7 @@ def test_hostile_archives_are_refused_and_leave_nothing(empty_root: Path, tmp_pa
     assert not (tmp_path / "escape").exists() and not (empty_root / "escape").exists()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.integers(min_value=1, max_value=40), st.integers(min_value=1, max_value=200))
 def test_size_and_count_limits(empty_root: Path, tmp_path: Path, files: int, size: int) -> None:
     members = [dir_member("p"), *(file_member(f"p/f{i}", b"x" * size) for i in range(files))]

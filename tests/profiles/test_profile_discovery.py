@@ -68,7 +68,7 @@ def test_skipped_entries_are_reported_with_reasons(empty_root: Path, tmp_path: P
     assert paths["linked"] == empty_root / "profiles" / "linked"
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(st.sets(st.from_regex(r"[a-z0-9][a-z0-9_-]{0,8}", fullmatch=True), max_size=8))
 def test_served_plus_unserved_covers_every_entry(tmp_path_factory: pytest.TempPathFactory, names: set[str]) -> None:
     base = tmp_path_factory.mktemp("root")

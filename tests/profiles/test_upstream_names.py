@@ -215,7 +215,7 @@ def upstream_served(
         return up.profiles_to_serve(multiplex)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=120, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.dictionaries(st.sampled_from(ENTRY_NAMES), st.sampled_from(KINDS), max_size=8))
 def test_served_profiles_agree_with_upstream(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, entries: dict[str, str]
@@ -336,7 +336,7 @@ def test_issue_10_active_profile_cases(tmp_path: Path, native: bool, home_kind: 
     assert upstream_active(env, tmp_path) == mine
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.booleans(), st.sampled_from(HOMES), st.sampled_from(STICKY), st.booleans())
 def test_active_profile_agrees_with_upstream(
     tmp_path_factory: pytest.TempPathFactory, native: bool, home_kind: str, sticky: str | None, s6: bool

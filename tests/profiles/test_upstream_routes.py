@@ -225,7 +225,7 @@ source = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=600)
 @given(st.lists(entry, max_size=8), source)
 def test_parse_and_match_agree_with_upstream(entries: list[Any], src: dict[str, Any]) -> None:
     theirs, mine = both(entries)
@@ -238,7 +238,7 @@ def test_parse_and_match_agree_with_upstream(entries: list[Any], src: dict[str, 
         assert theirs.index(up) == mine.index(ours)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.one_of(messy, st.lists(entry, max_size=4)))
 def test_any_route_list_value_parses_like_upstream(raw: Any) -> None:
     """Whatever the list slot holds (a number raises upstream: the loader error is predicted)."""
@@ -297,7 +297,7 @@ def _write(home: Path, config: Any, gateway_json: Any) -> None:
         (home / "gateway.json").write_text(json.dumps(gateway_json))
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=250, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(_config, _gateway_json)
 def test_loading_agrees_with_upstreams_loader(tmp_path: Path, config: Any, gateway_json: Any) -> None:
     home = tmp_path / "home"

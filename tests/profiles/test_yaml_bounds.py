@@ -225,7 +225,7 @@ def _expanded(node: yaml.Node) -> tuple[int, int] | None:
     return walk(node)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(node_graphs(), st.integers(3, 30), st.integers(2, 6))
 def test_the_event_walk_refuses_exactly_what_the_expanded_tree_exceeds(node: yaml.Node, budget: int,
                                                                       depth: int) -> None:

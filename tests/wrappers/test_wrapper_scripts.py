@@ -159,7 +159,7 @@ def test_extra_arguments_are_passed_to_hermesd(quoted_root: Path, wdir: Path, fa
 tricky = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(tricky, max_size=4))
 def test_arguments_survive_quoting(quoted_root: Path, wdir: Path, fakes: Fakes, args: list[str]) -> None:
     script = wdir / "coder"
