@@ -191,13 +191,13 @@ def remove_cgroups(root: Path) -> None:
     base = det.base
     if not det.create_base or base is None or not os.path.isdir(base):
         return
-    for entry in os.listdir(base):
-        path = os.path.join(base, entry)
-        if os.path.isdir(path):
-            with contextlib.suppress(OSError, cgroup_io.CgroupError):
-                cgroup_io.remove(path, timeout=2.0)
-    with contextlib.suppress(OSError, cgroup_io.CgroupError):
-        cgroup_io.remove(base, timeout=2.0)
+    # Deepest first (a profile's exec sessions below it); whatever is still in one (a process that
+    # left the tag behind, one slow to die on a loaded machine) is killed through the cgroup first.
+    for path in sorted((d for d, _dirs, _files in os.walk(base)), key=lambda d: -d.count(os.sep)):
+        with contextlib.suppress(OSError, cgroup_io.CgroupError):
+            if cgroup_io.populated(path):
+                cgroup_io.kill(path)
+            cgroup_io.remove(path, timeout=10.0)
 
 
 def pid_alive(pid: int) -> bool:
