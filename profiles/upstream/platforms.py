@@ -803,7 +803,7 @@ def _whatsapp_port(v: View) -> PortBinding | None:
 
 def _photon_port(v: View) -> PortBinding | None:
     # The Photon sidecar (autostarted unless PHOTON_SIDECAR_AUTOSTART says no) listens on loopback.
-    if str(v.get("PHOTON_SIDECAR_AUTOSTART", "true")).lower() in ("0", "false", "no"):
+    if str(v.get("PHOTON_SIDECAR_AUTOSTART", "true")).lower() in ("0", "false", "no") or not _photon_valid(v):
         return None
     port = _int(v.extra("photon").get("sidecar_port") or v.e("PHOTON_SIDECAR_PORT") or None)
     return _listen("photon", 8789 if port is None else port, "127.0.0.1")
@@ -1067,8 +1067,10 @@ def _photon_read(v: View) -> tuple[object, object]:
     return env_id, env_sec
 
 
-@_once
-def _on_photon(v: View) -> bool:  # plugin pass: env seed from stored credentials, then validate_config
+def _photon_valid(v: View) -> bool:
+    """The plugin's ``validate_config`` after the env seed: a project id and secret (the block's
+    ``extra``, the environment, else the stored credentials). Without them the registry builds no
+    adapter, so an explicitly enabled Photon starts no sidecar and claims no port."""
     try:
         pid, psec = _photon_stored(v)
     except _Unreadable:
@@ -1077,7 +1079,12 @@ def _on_photon(v: View) -> bool:  # plugin pass: env seed from stored credential
     probe = _seeded(v.extra("photon"), {"project_id": pid, "project_secret": psec} if stored else None)
     configured = bool((probe.get("project_id") or v.e("PHOTON_PROJECT_ID"))
                       and (probe.get("project_secret") or v.e("PHOTON_PROJECT_SECRET")))
-    return v.plugin_enabled("photon", configured or stored)
+    return configured or stored
+
+
+@_once
+def _on_photon(v: View) -> bool:  # plugin pass: env seed from stored credentials, then validate_config
+    return v.plugin_enabled("photon", _photon_valid(v))
 
 
 @_once

@@ -199,6 +199,18 @@ def test_a2a_listens_on_loopback_unless_a_token_widens_it(tmp_path: Path) -> Non
     assert "a2a" in facts(bad, V022).platforms and claims(bad, V022) == set()  # no adapter: no listener
 
 
+@pytest.mark.parametrize("line", [V019, V020, V022])
+def test_photon_enabled_without_a_project_secret_starts_no_sidecar(tmp_path: Path, line: Any) -> None:
+    """Found by the oracle on 0.20.1: ``enabled: yes`` with an empty secret is enabled in upstream's
+    configuration, but the registry's ``validate_config`` builds no adapter, so no sidecar listens."""
+    config = {"gateway": {"platforms": {"photon": {"enabled": "yes", "project_secret": ""}}}}
+    bare = home(tmp_path, "", config, name="bare", op_env="PHOTON_PROJECT_ID='id-1'\nPHOTON_SIDECAR_PORT=8100\n")
+    full = home(tmp_path, "PHOTON_PROJECT_SECRET=s\n", config, name="full",
+                op_env="PHOTON_PROJECT_ID='id-1'\nPHOTON_SIDECAR_PORT=8100\n")
+    assert "photon" in facts(bare, line).platforms and claims(bare, line) == set()
+    assert claims(full, line) == {"photon:port:8100"}
+
+
 # --------------------------------------------------------------------------- beside the platforms
 
 
