@@ -94,10 +94,10 @@ def usage(name: str, root: ProcRoot | CgroupRoot, watcher: TreeWatcher) -> TreeU
     for a few seconds, :class:`~supervisor.limits.watcher.PssCache`).
     """
     if isinstance(root, CgroupRoot):
-        mem, tasks = cgroup_io.usage(root.path)
+        both = cgroup_io.usage(root.path)
         pids = cgroup_io.procs(root.path)
-        if mem is not None and tasks is not None:
-            return TreeUsage(memory_bytes=mem, tasks=tasks, processes=len(pids))
+        if both is not None:
+            return TreeUsage(memory_bytes=both[0], tasks=both[1], processes=len(pids))
         return tree_usage(pids, pss=watcher.pss)
     return tree_usage((p for p, _ in watcher.rescan_members(name, root)), pss=watcher.pss)
 
