@@ -138,3 +138,34 @@ def get_profile_dir(
 def active_profile_path(root: Path | str | None = None, env: Mapping[str, str] | None = None) -> Path:
     """``<root>/active_profile``: the sticky default written by ``profile use``."""
     return root_or_env(root, env) / ACTIVE_PROFILE_FILE
+
+
+def which(cmd: str, path: str | None = None) -> str | None:
+    """``shutil.which(cmd, path=path)`` for POSIX, looked up the same way without importing ``shutil``.
+
+    The daemon looks its commands up at every spawn, and ``shutil`` brings ``bz2``, ``lzma`` and
+    ``zlib`` with it: ~0.5 MiB of its memory for this one function (measured).
+    """
+
+    def runnable(fn: str) -> bool:
+        return os.path.exists(fn) and os.access(fn, os.F_OK | os.X_OK) and not os.path.isdir(fn)
+
+    if os.path.dirname(cmd):
+        return cmd if runnable(cmd) else None
+    if path is None:
+        path = os.environ.get("PATH")
+        if path is None:
+            try:
+                path = os.confstr("CS_PATH") or os.defpath
+            except (AttributeError, ValueError):
+                path = os.defpath
+    if not path:
+        return None
+    seen = set()
+    for folder in path.split(os.pathsep):
+        if folder not in seen:
+            seen.add(folder)
+            candidate = os.path.join(folder, cmd)
+            if runnable(candidate):
+                return candidate
+    return None

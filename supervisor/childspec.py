@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import stat
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from profiles.paths import which
 from profiles.upstream.platforms import is_platform_variable
 from profiles.upstream.process import FIXED_ENV, GATEWAY_ARGS, profile_args
 from profiles.upstream.releases import interpreter_from_script
@@ -131,11 +131,11 @@ def resolve_gateway_command(configured: Sequence[str] | None, path_env: str | No
     """
     if configured:
         exe = configured[0]
-        found = shutil.which(exe, path=path_env) if "/" not in exe else exe
+        found = which(exe, path=path_env) if "/" not in exe else exe
         if not found or not Path(found).exists():
             raise GatewayCommandError(f"gateway command {exe!r} (from hermesd.yaml 'command') not found")
         return [found, *configured[1:]]
-    found = shutil.which("hermes", path=path_env)
+    found = which("hermes", path=path_env)
     if found:
         return [found]
     if importlib.util.find_spec("hermes_cli") and importlib.util.find_spec("hermes_cli.main"):

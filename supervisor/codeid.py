@@ -48,6 +48,7 @@ import os
 import re
 import stat
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -352,18 +353,21 @@ def judge(*, recorded: CodeId | None, reported_version: str | None, started_wall
     return CodeView(None, now, None, "unknown", reported_version)
 
 
-def reported_version(home: Path, pid: int) -> str | None:
-    """The ``code_version`` the gateway ``pid`` wrote into its own state file (releases after 0.21)."""
-    gstate = gf.read_gateway_state(home)
+def reported_version(home: Path, pid: int, gstate: Mapping[str, Any] | None = None) -> str | None:
+    """The ``code_version`` the gateway ``pid`` wrote into its own state file (releases after 0.21);
+    ``gstate``: that file, when the caller already read it."""
+    if gstate is None:
+        gstate = gf.read_gateway_state(home)
     value = gstate.get("code_version") if gstate.get("pid") == pid else None
     # Written by the gateway, so by whatever runs in the profile: only a plain version string is taken.
     return value if isinstance(value, str) and _VERSION_TEXT.fullmatch(value) else None
 
 
 def view(home: Path, pid: int | None, *, recorded: CodeId | None, started_wall: float | None,
-         installed: Installed | None) -> CodeView | None:
-    """:func:`judge` for the gateway ``pid`` serving ``home`` (reads its state file); None without a PID."""
+         installed: Installed | None, gstate: Mapping[str, Any] | None = None) -> CodeView | None:
+    """:func:`judge` for the gateway ``pid`` serving ``home`` (reads its state file, unless given as
+    ``gstate``); None without a PID."""
     if pid is None:
         return None
-    return judge(recorded=recorded, reported_version=reported_version(home, pid), started_wall=started_wall,
+    return judge(recorded=recorded, reported_version=reported_version(home, pid, gstate), started_wall=started_wall,
                  installed=installed)

@@ -15,14 +15,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import signal
 import stat
 import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from profiles.paths import which
 from profiles.upstream.releases import interpreter_from_script
 from supervisor import childspec
 from supervisor import config as config_mod
@@ -53,7 +52,7 @@ def interpreter_argv(command: Sequence[str], path_env: str | None) -> list[str] 
     if "-m" in command[1:]:
         return _absolute(list(command[: list(command).index("-m", 1)]))
     exe = command[0]
-    path = exe if "/" in exe else shutil.which(exe, path=path_env)
+    path = exe if "/" in exe else which(exe, path=path_env)
     if not path:
         raise HermesVersionError(f"gateway command {exe!r} not found on PATH")
     found = interpreter_from_script(_head(path))
@@ -105,6 +104,8 @@ def version_from_flag(command: Sequence[str], env: dict[str, str], timeout: floa
     # ``hermes --version`` checks for updates and opens its logs: it writes ``.update_check`` and
     # ``logs/`` into its HERMES_HOME (or ``~/.hermes``). Asked in a scratch home, it touches no
     # profile's files and no real home.
+    import tempfile  # here: this fallback is rare, and tempfile brings shutil (see run_capped)
+
     with tempfile.TemporaryDirectory(prefix="hermesd-version-") as scratch:
         code, text = run_capped(_absolute([*command, "--version"]),
                                 {**env, "HERMES_HOME": scratch, "HOME": scratch}, timeout)
@@ -117,8 +118,13 @@ def version_from_flag(command: Sequence[str], env: dict[str, str], timeout: floa
 
 
 def run_capped(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, str]:
-    """Run ``argv`` to completion or the deadline; its exit code and (capped) output."""
-    with tempfile.TemporaryFile() as out:
+    """Run ``argv`` to completion or the deadline; its exit code and (capped) output.
+
+    The output goes to an anonymous file (a pipe would need a reader while waiting), made with
+    ``memfd_create`` rather than ``tempfile.TemporaryFile``: ``tempfile`` imports ``shutil`` and with
+    it ``bz2``, ``lzma`` and ``zlib``, ~0.5 MiB the daemon (which asks its interpreter) kept.
+    """
+    with os.fdopen(os.memfd_create("hermesd-run", os.MFD_CLOEXEC), "w+b") as out:
         try:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, cwd="/",

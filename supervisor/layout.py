@@ -7,9 +7,7 @@ watcher can exclude it with one name, and so that two roots never share anything
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
-import secrets
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +101,8 @@ class Layout:
         direct = self.dir / "control.sock"
         if len(os.fsencode(direct)) <= _SUN_PATH_MAX:
             return direct
+        import hashlib  # here: only long roots need it, and it costs every command ~1 ms to import
+
         digest = hashlib.sha256(os.fsencode(self.root)).hexdigest()[:16]
         return Path(f"/tmp/hermesd-{os.getuid()}") / f"{digest}.sock"
 
@@ -147,6 +147,8 @@ class Layout:
         except FileNotFoundError:
             pass
         self.ensure()
+        import secrets  # here: created once per root; importing it (hmac, random, base64) costs ~2 ms
+
         data = secrets.token_bytes(16)
         try:
             replace_bytes(where, data, 0o600, exclusive=True)  # first writer wins; a racing one reads the winner's

@@ -33,7 +33,6 @@ import hashlib
 import json
 import os
 import shlex
-import shutil
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -43,6 +42,7 @@ from typing import Any
 
 from profiles.credentials import view_of
 from profiles.discovery import profiles_to_serve
+from profiles.paths import which
 from profiles.upstream.lines import BASELINE, RuleLine, line_for
 from profiles.upstream.platforms import (
     LAZY_FEATURES,
@@ -527,7 +527,7 @@ def _program_found(facts: Facts, prog: Program, path_env: str | None) -> bool:
         return os.access(name, os.X_OK)
     if name in facts.programs:
         return facts.programs[name] is not None
-    return shutil.which(name, path=path_env) is not None
+    return which(name, path=path_env) is not None
 
 
 def _shown(imports: Sequence[str], absent: Sequence[str]) -> list[str]:

@@ -233,7 +233,9 @@ def render(doc: dict[str, Any], now: float | None = None, *, color: bool = False
 
 def _printable(value: object, limit: int = 120) -> str:
     """``value`` as text safe for a terminal: control characters escaped, cut at ``limit``."""
-    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value))
+    text = str(value)
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
     return text if len(text) <= limit else text[:limit] + "…"
 
 

@@ -25,7 +25,7 @@ from profiles.upstream.process import is_lock_error
 from supervisor import apicheck, codeid, identity, readiness
 from supervisor import state as state_mod
 from supervisor.apicheck import ApiCheck
-from supervisor.kanban.running import kanban_fields
+from supervisor.kanban.running import Snapshot, kanban_fields
 from supervisor.layout import Layout
 from supervisor.plan.model import Ident
 
@@ -68,23 +68,35 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 
-def make_row(name: str, home: Path, cpu_percent: float | None = None, **fields: Any) -> dict[str, Any]:
-    """One profile's row: the given fields over the defaults, then what the gateway's files and /proc say."""
-    row: dict[str, Any] = {"name": name, "home": str(home), **_DEFAULTS, **fields}
-    add_live_fields(row, home, cpu_percent)
+def make_row(name: str, home: Path, cpu_percent: float | None = None, *, gstate: dict[str, Any] | None = None,
+             usage: tuple[float, int] | None = None, kanban: dict[Path, Snapshot] | None = None,
+             **fields: Any) -> dict[str, Any]:
+    """One profile's row: the given fields over the defaults, then what the gateway's files and /proc say.
 
-    row.update(kanban_fields(name, home))
+    ``gstate``, ``usage``: the gateway's state file and :func:`supervisor.identity.proc_usage` when
+    the caller already read them for this row (each read once per row); ``kanban``: the document's
+    snapshots (:func:`supervisor.kanban.running.kanban_fields`).
+    """
+    row: dict[str, Any] = {"name": name, "home": str(home), **_DEFAULTS, **fields}
+    add_live_fields(row, home, cpu_percent, gstate=gstate, usage=usage)
+
+    row.update(kanban_fields(name, home, kanban))
     row["serving"] = readiness.judge(row).to_json()
     return row
 
 
-def add_live_fields(row: dict[str, Any], home: Path, cpu_percent: float | None = None) -> None:
+def add_live_fields(row: dict[str, Any], home: Path, cpu_percent: float | None = None, *,
+                    gstate: dict[str, Any] | None = None, usage: tuple[float, int] | None = None) -> None:
     """Fill the gateway's own view (state file, heartbeat) and the process's CPU and RSS.
 
     ``cpu_percent`` is the daemon's figure since its previous status request; without one, the
-    average over the process's life is shown.
+    average over the process's life is shown. ``gstate`` and ``usage``: already read (else read
+    here). A row without a PID reads neither file: nothing in them could be its gateway's.
     """
-    gstate = gf.read_gateway_state(home)
+    if row.get("pid") is None:
+        gstate = {}
+    elif gstate is None:
+        gstate = gf.read_gateway_state(home)
     mine = row.get("pid") is not None and gstate.get("pid") == row.get("pid")
     gstate_value = gstate.get("gateway_state") if mine else None
     row["gateway_state"] = gstate_value if isinstance(gstate_value, str) else None
@@ -95,12 +107,13 @@ def add_live_fields(row: dict[str, Any], home: Path, cpu_percent: float | None =
         for p, v in row["platforms"].items()
         if is_lock_error(v.get("error_code"))
     ]
-    beat = gf.read_heartbeat(home)
+    beat = gf.read_heartbeat(home) if row.get("pid") is not None else {}
     age = gf.heartbeat_age(beat) if row.get("pid") is not None and beat.get("pid") == row["pid"] else None
     row["heartbeat_age_s"] = round(age, 1) if age is not None else None
     row["rss_bytes"] = None
     row["cpu_percent"] = None
-    usage = identity.proc_usage(row["pid"]) if row.get("pid") else None
+    if usage is None and row.get("pid"):
+        usage = identity.proc_usage(row["pid"])
     if usage is not None:
         cpu_s, row["rss_bytes"] = usage
         if cpu_percent is None and row.get("uptime_s"):
@@ -158,6 +171,7 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
             live = identity.find_gateway(root, Path(home), name)
         lives[name] = live
     checks = _offline_api_checks({name: (Path(home), lives[name]) for name, home in served})
+    kanban: dict[Path, Snapshot] = {}
     for name, home in served:
         home = Path(home)
         rec = saved.profiles.get(name, {})
@@ -167,10 +181,11 @@ def offline_document(root: Path, why: str = "hermesd is not running") -> dict[st
         held = _saved_hold(rec) if pid is None else None
         started = identity.proc_start_wall(pid) if pid else None
         ticks = identity.proc_start_time(pid) if pid else None
+        gstate = gf.read_gateway_state(home) if pid else {}
         code = codeid.view(home, pid, started_wall=started, installed=installed,
-                           recorded=state_mod.recorded_code(rec, pid, ticks))
+                           recorded=state_mod.recorded_code(rec, pid, ticks), gstate=gstate)
         rows.append(make_row(
-            name, home,
+            name, home, gstate=gstate, kanban=kanban,
             state="running" if pid else "stopped",
             reason=(why + (" (gateway running unsupervised)" if pid else ""))
             + (f"; {down}" if down else "") + (f"; when it last ran it held this profile: {held}" if held else ""),

@@ -15,7 +15,7 @@ import sys
 
 from profiles.errors import ProfileError
 from supervisor import __version__
-from supervisor.cli.common import Commands, fail_line
+from supervisor.cli.common import Commands, HelpFormatter, fail_line
 from supervisor.exits import EXIT_USAGE, Failure, UserError
 from supervisor.layout import UnsafeFolderError
 
@@ -98,7 +98,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         prog="hermesd",
         description="Process-per-profile supervisor for Hermes Agent gateways.",
         epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"hermesd {__version__}")
     parser.add_argument("--root", dest="global_root", metavar="PATH",

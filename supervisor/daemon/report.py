@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from profiles.upstream import files as gf
 from profiles.upstream.releases import newer_than_known_note
 from supervisor import codeid, identity, status_rows
 from supervisor.childspec import unmodelled_note
@@ -24,6 +25,7 @@ from supervisor.daemon.effective import InForce
 from supervisor.daemon.interpreter import Requirements
 from supervisor.daemon.selfcheck import SelfCheck
 from supervisor.daemon.serving import Serving
+from supervisor.kanban.running import Snapshot
 from supervisor.plan.model import Ident, Profile
 from supervisor.plan.planner import Planner
 
@@ -56,13 +58,18 @@ class Report:
         installed = codeid.installed_now(in_force.release.dist_info)
         now = self.wall()
         rows = []
+        kanban: dict[Path, Snapshot] = {}
         for p in sorted(planner.profiles.values(), key=lambda q: (q.name != "default", q.name)):
             state, reason = planner.state_of(p)
             c = p.child
             discarded = ("this run's output is discarded: the log file system was full when it started"
                          if c is not None and c.output_discarded else None)
+            # each read once per row: the state file (code and live fields), the process's CPU and RSS
+            gstate = gf.read_gateway_state(p.home) if c is not None else {}
+            usage = identity.proc_usage(c.ident.pid) if c is not None else None
             rows.append(status_rows.make_row(
-                p.name, p.home, self._cpu_percent(c.ident) if c is not None else None,
+                p.name, p.home, self._cpu_percent(c.ident, usage) if c is not None else None,
+                gstate=gstate, usage=usage, kanban=kanban,
                 **self.domains.fields(p.name, in_force.of(p.name).limits),
                 requirements_missing=self.requirements.of(p.name),
                 state=state,
@@ -81,7 +88,7 @@ class Report:
                 log_problem=self.log_problems.get(p.name) or discarded,
                 down=p.down,
                 start_problem=p.last_start_problem,
-                code=_code(p, installed),
+                code=_code(p, installed, gstate),
                 api=self.apiwatch.api(p.name, c) if c is not None else None,
                 **self.serving.fields(p.name, c.ident.pid) if c is not None else {},
             ))
@@ -121,9 +128,9 @@ class Report:
             "profiles": rows,
         }
 
-    def _cpu_percent(self, ident: Ident) -> float | None:
-        """CPU use since the previous status request (None on the first one)."""
-        usage = identity.proc_usage(ident.pid)
+    def _cpu_percent(self, ident: Ident, usage: tuple[float, int] | None) -> float | None:
+        """CPU use since the previous status request (None on the first one); ``usage``: the child's
+        :func:`~supervisor.identity.proc_usage` now."""
         if usage is None:
             return None
         now, before = time.monotonic(), self._cpu.get(ident)
@@ -140,11 +147,12 @@ class Report:
                 "kill": det.kill, "problems": list(det.problems)}
 
 
-def _code(p: Profile, installed: Installed | None) -> dict[str, Any] | None:
+def _code(p: Profile, installed: Installed | None, gstate: dict[str, Any]) -> dict[str, Any] | None:
     c = p.child
     if c is None:
         return None
-    found = codeid.view(p.home, c.ident.pid, recorded=c.code, started_wall=c.started_wall, installed=installed)
+    found = codeid.view(p.home, c.ident.pid, recorded=c.code, started_wall=c.started_wall, installed=installed,
+                        gstate=gstate)
     return found.to_json() if found is not None else None
 
 

@@ -217,14 +217,38 @@ def raise_fd_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+def _fd_table_size() -> int | None:
+    """``FDSize`` of ``/proc/self/status``: the slots of this process's descriptor table, never fewer
+    than the descriptors open (one small read, where listing ``/proc/self/fd`` grows with them)."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    i = raw.find(b"\nFDSize:")
+    if i < 0:
+        return None
+    parts = raw[i + 8 : raw.find(b"\n", i + 1)].split()
+    return int(parts[0]) if parts and parts[0].isdigit() else None
+
+
 def fd_budget_problem() -> str | None:
-    """Why a spawn must be refused for lack of descriptors (a pidfd for its life, a log while spawning)."""
+    """Why a spawn must be refused for lack of descriptors (a pidfd for its life, a log while spawning).
+
+    Asked before every spawn: the open descriptors are counted only when the table's size (an upper
+    bound) does not already leave room under the limit, which after :func:`raise_fd_limit` is nearly never.
+    """
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    bound = _fd_table_size()
+    if bound is not None and bound + 2 + FD_RESERVE <= soft:
+        return None
     try:
         used = len(os.listdir("/proc/self/fd"))
     except OSError:
         return None
-    if soft != resource.RLIM_INFINITY and used + 2 + FD_RESERVE > soft:
+    if used + 2 + FD_RESERVE > soft:
         return (f"out of file descriptors: {used} open of a limit of {soft}, and hermesd keeps {FD_RESERVE} for "
                 "itself; raise the limit (LimitNOFILE= in the unit, or ulimit -n) or run fewer profiles")
     return None

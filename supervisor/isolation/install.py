@@ -10,13 +10,13 @@ import contextlib
 import os
 import pwd
 import re
-import shutil
 import stat
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from profiles import safeio
+from profiles.paths import which
 from supervisor.isolation import shared_board
 from supervisor.isolation.planning import ROOT_AUTH, SHARED_DIR, UserIds
 
@@ -46,7 +46,7 @@ def _shebang(path: Path) -> str | None:
     if not parts:
         return None
     if os.path.basename(parts[0]) == "env" and len(parts) > 1:
-        return shutil.which(parts[1])
+        return which(parts[1])
     return parts[0]
 
 
@@ -97,7 +97,7 @@ def discover_install_paths(command: Sequence[str], path_env: str | None = None) 
     """
     found: list[Path] = []
     exe = command[0] if command else ""
-    resolved = exe if "/" in exe else shutil.which(exe, path=path_env)
+    resolved = exe if "/" in exe else which(exe, path=path_env)
     if resolved:
         exe_path = Path(resolved)
         interp = _shebang(exe_path)

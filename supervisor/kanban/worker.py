@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import sys
@@ -32,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
+from profiles.paths import which
 from supervisor.kanban.dispatch import HANDOFF_ENV
 from supervisor.kanban.workers import task_env
 from supervisor.layout import Layout
@@ -60,7 +60,7 @@ def _request(sock_path: Path, payload: dict[str, Any], timeout: float | None) ->
 
 def _real_hermes() -> list[str]:
     """The ``hermes`` upstream would have run (``HERMES_BIN`` is us, so PATH, then this interpreter)."""
-    found = shutil.which("hermes")
+    found = which("hermes")
     if found and Path(found).resolve() != Path(sys.argv[0]).resolve():
         return [found]
     return [sys.executable, "-m", "hermes_cli.main"]

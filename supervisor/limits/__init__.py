@@ -90,15 +90,16 @@ def usage(name: str, root: ProcRoot | CgroupRoot, watcher: TreeWatcher) -> TreeU
     cgroup with the memory and pids controllers: ``memory.current`` (what ``memory.max`` is
     compared with; it counts page cache the tree caused and not shared pages another cgroup
     touched first, so it can differ from the watch figure) and ``pids.current``. Otherwise the
-    exact watch figure over the tree's members (a fresh scan: ~3-5 ms).
+    exact watch figure over the tree's members (a fresh scan: ~3-5 ms; each member's PSS is reused
+    for a few seconds, :class:`~supervisor.limits.watcher.PssCache`).
     """
     if isinstance(root, CgroupRoot):
-        mem, tasks = cgroup_io.usage(root.path)
+        both = cgroup_io.usage(root.path)
         pids = cgroup_io.procs(root.path)
-        if mem is not None and tasks is not None:
-            return TreeUsage(memory_bytes=mem, tasks=tasks, processes=len(pids))
-        return tree_usage(pids)
-    return tree_usage(p for p, _ in watcher.rescan_members(name, root))
+        if both is not None:
+            return TreeUsage(memory_bytes=both[0], tasks=both[1], processes=len(pids))
+        return tree_usage(pids, pss=watcher.pss)
+    return tree_usage((p for p, _ in watcher.rescan_members(name, root)), pss=watcher.pss)
 
 
 def status_fields(usage_: TreeUsage | None, limits: Limits, det: Detection | None) -> dict[str, object]:

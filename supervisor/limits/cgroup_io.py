@@ -297,15 +297,18 @@ def read_events(cgdir: str) -> Events:
     )
 
 
-def usage(cgdir: str) -> tuple[int | None, int | None]:
-    """``(memory.current, pids.current)``; ``None`` for a controller that is not enabled."""
+def usage(cgdir: str) -> tuple[int, int] | None:
+    """``(memory.current, pids.current)``, or ``None`` unless both controllers are enabled (then
+    ``pids.current`` is not read: ``status`` asks for every profile on every request)."""
     j = os.path.join
 
     def number(name: str) -> int | None:
         text = (_read_text(j(cgdir, name)) or "").strip()
         return int(text) if text.isdigit() else None
 
-    return number("memory.current"), number("pids.current")
+    mem = number("memory.current")
+    tasks = number("pids.current") if mem is not None else None
+    return (mem, tasks) if mem is not None and tasks is not None else None
 
 
 def remove(cgdir: str, *, timeout: float = 1.0) -> bool:

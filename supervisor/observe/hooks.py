@@ -54,7 +54,6 @@ import json
 import logging
 import os
 import select
-import shutil
 import signal
 import time
 from collections import deque
@@ -64,6 +63,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from profiles.paths import which
 from profiles.upstream.platforms import is_platform_variable
 from supervisor.notify import SERVICE_MANAGER_VARIABLES
 from supervisor.observe.events import summary
@@ -263,7 +263,7 @@ class HookRunner:
         env = hook_environment(self.env, event, root=self.root, hook=hook)
         exe = hook.argv[0]
         if "/" not in exe:
-            found = shutil.which(exe, path=env.get("PATH") or os.defpath)
+            found = which(exe, path=env.get("PATH") or os.defpath)
             if found is None:
                 self._outcome("spawn_error")
                 log.warning("%s: command %r not found on PATH", label, exe)

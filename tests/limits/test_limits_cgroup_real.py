@@ -114,7 +114,7 @@ def test_attach_membership_and_cgroup_kill(trees, cg):
     u = lim.usage("a", CgroupRoot(d), TreeWatcher(trees.tag, salt=trees.salt))
     assert u.processes == 3 and u.memory_bytes > 0  # no memory controller here: the watch figure
     assert cgroup_io.read_events(d) == cgroup.Events()  # no memory/pids controller on this mount
-    assert cgroup_io.usage(d) == (None, None)
+    assert cgroup_io.usage(d) is None
     assert cgroup_io.kill(d) == "cgroup.kill"
     wait_for(lambda: cgroup_io.populated(d) is False, timeout=5, what="the cgroup to empty")
     p.wait(timeout=5)
@@ -235,3 +235,16 @@ def test_setup_on_this_host(trees):
                 cgroup_io.remove(path, timeout=5)
         if det.create_base and os.path.isdir(det.base):
             cgroup_io.remove(det.base, timeout=5)
+
+
+def test_usage_needs_both_controllers_and_reads_tasks_only_with_memory(tmp_path):
+    """A folder stands in for a cgroup (no host here enables the memory controller for us)."""
+    d = str(tmp_path)
+    (tmp_path / "pids.current").write_text("7\n")
+    assert cgroup_io.usage(d) is None  # pids alone: the watch figure is used instead
+    (tmp_path / "memory.current").write_text("123456\n")
+    assert cgroup_io.usage(d) == (123456, 7)
+    (tmp_path / "pids.current").unlink()
+    assert cgroup_io.usage(d) is None
+    u = lim.usage("a", CgroupRoot(d), TreeWatcher("/nonexistent-root", salt=None))
+    assert (u.memory_bytes, u.processes) == (0, 0)  # fell back to the members' own figures: none listed

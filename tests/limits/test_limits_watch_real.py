@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -13,7 +14,7 @@ import pytest
 from supervisor.limits import procfs
 from supervisor.limits.limits_config import Limits
 from supervisor.limits.tree import check_tree, next_scan
-from supervisor.limits.watcher import ProcRoot, TreeWatcher, freeze_and_kill, tree_usage
+from supervisor.limits.watcher import PSS_MAX_AGE_S, ProcRoot, PssCache, TreeWatcher, freeze_and_kill, tree_usage
 from tests.limits.helpers import FORK_BOMB, alive, wait_for
 
 M = 1 << 20
@@ -233,3 +234,28 @@ def test_freeze_and_kill_never_leaves_a_tree_stopped(trees):
     with pytest.raises(OSError, match="simulated"):
         freeze_and_kill(rescan)
     wait_for(lambda: not any(alive(p) for p in members(info)), timeout=5, what="the tree to die")
+
+
+def test_status_reuses_a_pss_reading_for_a_few_seconds_and_never_across_pid_reuse(tmp_path):
+    """``smaps_rollup`` is a page-table walk: status reuses each process's reading for
+    ``PSS_MAX_AGE_S`` (a folder stands in for ``/proc`` so the kernel's figure can be changed)."""
+    now = [100.0]
+    cache = PssCache(clock=lambda: now[0], proc=str(tmp_path))
+    (tmp_path / "42").mkdir()
+
+    def kernel_says(kib: int) -> None:
+        (tmp_path / "42" / "smaps_rollup").write_bytes(f"Rss: 9000 kB\nPss: {kib} kB\nSwapPss: 1 kB\n".encode())
+
+    st = procfs.ProcStat(pid=42, ppid=1, state="S", threads=1, start=7, rss=4096)
+    kernel_says(100)
+    assert cache.rollup_bytes(st) == 101 * 1024
+    kernel_says(300)
+    now[0] += PSS_MAX_AGE_S - 0.5
+    assert cache.rollup_bytes(st) == 101 * 1024  # reused
+    assert cache.rollup_bytes(replace(st, start=8)) == 301 * 1024  # same PID, another process: read
+    now[0] += 1.0
+    assert cache.rollup_bytes(st) == 301 * 1024  # too old: read again
+    # tree_usage with the cache: the figure it shows, and still at least the largest fresh RSS
+    (tmp_path / "42" / "stat").write_bytes(b"42 (x) S 1 42 42 0 -1 0 0 0 0 0 0 0 0 0 20 0 3 0 7 0 10 0")
+    usage = tree_usage([42], str(tmp_path), pss=cache)
+    assert usage.memory_bytes == max(301 * 1024, 10 * procfs.PAGE_SIZE) and usage.tasks == 3

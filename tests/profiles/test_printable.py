@@ -46,3 +46,35 @@ def test_an_event_line_cannot_be_split():
                                         "state": "fatal", "error_code": "auth", "error_message": FORGED}), width=8)
     assert "\n" in line or "\r" in line or "\x1b" in line  # what the journal holds is the gateway's text
     assert "\n" not in shown and "\r" not in shown and "\x1b" not in shown
+
+
+def test_printable_tree_is_printable_applied_to_every_string_at_every_depth():
+    """Its fast path (strings already printable are kept as they are) changes no answer."""
+    import random
+
+    rnd = random.Random(38)
+    alphabet = ["a", " ", "\n", "\r", "\x1b", "\u202e", "é", "\U0001f600", "\x00", "\x7f", "\u2028", "\t", "\\"]
+
+    def text() -> str:
+        return "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 5)))
+
+    def tree(depth: int = 0):
+        kind = rnd.randint(0, 7 if depth < 4 else 3)
+        if kind == 0:
+            return text()
+        if kind < 4:
+            return [None, 7, 1.5][kind - 1]
+        if kind < 6:
+            return {text(): tree(depth + 1) for _ in range(rnd.randint(0, 4))}
+        return (list if kind == 6 else tuple)(tree(depth + 1) for _ in range(rnd.randint(0, 4)))
+
+    def expected(v):
+        if isinstance(v, str):
+            return printable(v)
+        if isinstance(v, dict):
+            return {printable(k): expected(x) for k, x in v.items()}
+        return [expected(x) for x in v] if isinstance(v, list | tuple) else v
+
+    for _ in range(2000):
+        v = tree()
+        assert printable_tree(v) == expected(v)

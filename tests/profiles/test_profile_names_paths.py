@@ -165,3 +165,24 @@ def test_environment_is_read_on_every_call(tmp_path: Path, monkeypatch: pytest.M
     assert resolve_root() == tmp_path / "one"
     monkeypatch.setenv("HERMES_HOME", str(tmp_path / "two" / "profiles" / "x"))
     assert resolve_root() == tmp_path / "two"
+
+
+def test_which_finds_what_shutil_which_finds(tmp_path, monkeypatch):
+    """``profiles.paths.which`` stands in for ``shutil.which`` (kept out of the daemon): same answers."""
+    import shutil
+
+    from profiles.paths import which
+
+    prog = tmp_path / "prog"
+    prog.write_text("#!/bin/sh\n")
+    prog.chmod(0o755)
+    (tmp_path / "noexec").write_text("")
+    (tmp_path / "adir").mkdir()
+    d = str(tmp_path)
+    cases = [("prog", d), ("noexec", d), ("adir", d), ("prog", ""), ("prog", f"/nonexistent:{d}:{d}"),
+             ("missing", d), (str(prog), None), (str(tmp_path / "noexec"), None), ("sh", None), ("./prog", None)]
+    for cmd, path in cases:
+        assert which(cmd, path) == shutil.which(cmd, path=path), (cmd, path)
+    assert which("prog", d) == str(prog)
+    monkeypatch.delenv("PATH")
+    assert which("sh") == shutil.which("sh")

@@ -53,3 +53,23 @@ def test_restore_puts_back_what_this_process_may_change_itself() -> None:
         stop.set()
         worker.join()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_fd_budget_refuses_a_spawn_only_near_the_limit_and_counts_exactly_there() -> None:
+    from supervisor.daemon.selfcheck import FD_RESERVE, _fd_table_size, fd_budget_problem
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    used = len(os.listdir("/proc/self/fd"))
+    table = _fd_table_size()
+    assert table is not None and table >= used  # the bound that spares the count
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (used + 1 + FD_RESERVE, hard))
+        problem = fd_budget_problem()
+        assert problem is not None and problem.startswith(f"out of file descriptors: {used} open of a limit of")
+        # room for exactly one spawn: unless the table is as small as the count, only the exact count says so
+        resource.setrlimit(resource.RLIMIT_NOFILE, (used + 2 + FD_RESERVE, hard))
+        assert fd_budget_problem() is None
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    if soft >= table + 2 + FD_RESERVE:
+        assert fd_budget_problem() is None
