@@ -257,7 +257,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "fast: neither live nor slow (set on every such test); the fast tier")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # First: pytest-xdist's own hook (3.8, in each worker) reads the xdist_group markers to name the
+    # group in every test's ID, which is what --dist loadgroup schedules by; a marker added after it
+    # is ignored and the engine tests ran on every worker at once (two swarms on one dockerd).
     for item in items:
         if _folder(item) in SERIAL_FOLDERS:
             item.add_marker(pytest.mark.xdist_group(_folder(item)))

@@ -4,7 +4,7 @@ Before the bound, libyaml's composer recursed once per level in C and the daemon
 within seconds, then every command that read the profile died the same way: no supervisor, and no
 view that could say which profile did it. Now the file is refused from the parser's events, as a
 problem of that profile named with its path, while the other profile's gateway keeps its PID and
-every view (``status``, ``doctor``, ``profile list``, ``export``, ``adopt --dry-run``) answers.
+every view (``status``, ``doctor``, ``profile list``, ``export``, ``standalone --ahead --dry-run``) answers.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def assert_every_view_names(d, root: Path, target: Path, tmp_path: Path, faults)
         "export compose": d.cli("export", "compose"),
         "export kubernetes": d.cli("export", "kubernetes"),
         "export systemd": d.cli("export", "systemd", "--out", str(tmp_path / "units")),
-        "adopt --dry-run": d.cli("adopt", "--dry-run"),
+        "standalone --ahead --dry-run": d.cli("standalone", "--ahead", "--dry-run"),
     }
     faults.inject(len(views))
     for name, out in views.items():

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from supervisor.isolation.install import discover_install_paths
 from supervisor.isolation.shim_argv import EXIT_CANNOT_CONFINE
 from tests.isolation.conftest import MECHANISMS, PY, Outside, Tree, alive, need, wait_for
 
@@ -611,9 +612,11 @@ def test_granted_handoff_socket_is_the_only_way_in(tree: Tree, facts) -> None:
     paths["control"] = str(tree.root / ".hermesd" / "control.sock")
     servers.append(_serve_unix(paths["control"], stop))
     try:
+        # The script runs this interpreter inside the plan: its install is the profile's code (read-only,
+        # and put back into the private /tmp when the checkout lies there).
         plan = make_plan(PlanInputs(root=tree.root, profile="a", home=tree.home("a"), probe=facts,
                                     grants=((tree.root / ".hermesd" / "handoff" / "a", "rw"),),
-                                    kanban_layout="absent"))
+                                    install_paths=discover_install_paths([PY]), kanban_layout="absent"))
         code = ("import socket, sys\n"
                 "for name, path in zip(sys.argv[1::2], sys.argv[2::2]):\n"
                 "    s = socket.socket(socket.AF_UNIX)\n"
