@@ -135,7 +135,7 @@ def test_a_second_gateway_for_a_standalone_profile_is_refused_transient(host: Ho
     # The second one asks the first for its served set for attach_wait seconds (upstream: 5 s); on a
     # loaded machine the first one's control socket may answer later than that, which is the other
     # transient verdict ("not published yet"), not the one this test is about.
-    write_behaviour(host.home("coder"), attach_wait=60.0)
+    write_behaviour(host.home("coder"), attach_wait=15.0)
     first = host.run("coder")
     host.running("coder", first)
     code, out = host.ended(host.run("coder"))

@@ -499,7 +499,7 @@ class Peer(NamedTuple):
         return f"PID {self.pid} (launched from {self.home}; serves: {what})"
 
 
-def _identify(home: Path, timeout: float = 1.0) -> dict[str, Any] | None:
+def _identify(home: Path, timeout: float = 3.0) -> dict[str, Any] | None:
     """The ``identify`` result of the gateway whose socket is ``<home>/gateway.sock``, or None."""
     import socket
 
