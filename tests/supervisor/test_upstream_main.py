@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,11 +38,16 @@ STANDALONE = "gateway:\n  standalone: true\n"
 
 @pytest.fixture
 def main_daemon(tmp_path: Path) -> Iterator[Any]:
-    """``make(names, **hermesd_yaml)``: a root whose named profiles are standalone, and a daemon on it."""
+    """``make(names, **hermesd_yaml)``: a root whose named profiles are standalone, and a daemon on it.
+
+    The root is a short folder: the fake gateway, like upstream, binds no ``gateway.sock`` whose path is
+    over 100 bytes, and under pytest's per-worker tmp_path a named profile's was (its gateway then never
+    answers the others' attach check)."""
     started: list[Hermesd] = []
+    short = Path(tempfile.mkdtemp(prefix="hdm-", dir="/tmp"))
 
     def make(names: tuple[str, ...] = ("coder", "writer"), **config: object) -> Hermesd:
-        root = tmp_path / "root"
+        root = short / "root"
         (root / "profiles").mkdir(parents=True)
         (root / "config.yaml").write_text("gateway:\n  auto_multiplex_migration: false\n")
         for name in names:
@@ -55,6 +62,7 @@ def main_daemon(tmp_path: Path) -> Iterator[Any]:
     yield make
     for d in started:
         d.close()
+    shutil.rmtree(short, ignore_errors=True)
 
 
 def _argv(pid: int) -> list[str]:
