@@ -52,6 +52,9 @@ def find_conflicts(
     restarts, and a file edit never hands a claim in use to someone else. Profiles whose gateways
     all use the claim already keep running; none of them is held.
     """
+    contested = all_conflicts(order, claims)
+    if not contested:  # the usual case, asked at every step of the planner: nothing below to work out
+        return {}
     used = {n: {_key(c) for c in (claims.get(n, ()) if in_use is None else in_use.get(n, ()))} for n in running}
     rank = {name: i for i, name in enumerate(order)}
 
@@ -60,7 +63,7 @@ def find_conflicts(
         return strength, rank.get(name, len(rank))
 
     held: dict[str, Conflict] = {}
-    for claim, names in all_conflicts(order, claims):
+    for claim, names in contested:
         holders = sorted(names, key=lambda n: right(n, claim))
         first = holders[0]
         state = (states or {}).get(first, "running") if first in running else "first in serving order"
@@ -78,12 +81,19 @@ def _key(claim: Claim) -> tuple[str, str, str]:
 def all_conflicts(order: Sequence[str], claims: Mapping[str, Iterable[Claim]]) -> list[tuple[Claim, list[str]]]:
     """Every contested claim with all its profiles in serving order (for doctor and export)."""
     rank = {name: i for i, name in enumerate(order)}
-    owners: dict[tuple[str, str, str], tuple[Claim, list[str]]] = {}
+    owners: dict[tuple[str, str, str], tuple[Claim, list[str], list[Claim]]] = {}
     for name, items in claims.items():
-        for claim in set(items):
-            owners.setdefault(_key(claim), (claim, []))[1].append(name)
+        for claim in items:
+            _, names, made = owners.setdefault((claim.kind, claim.what, claim.key), (claim, [], []))
+            if names and names[-1] == name:  # this profile again: an equal claim counts once (no hashing
+                if claim in made:            # every claim: this runs at every step of the planner)
+                    continue
+            else:
+                made.clear()
+            made.append(claim)
+            names.append(name)
     out = []
-    for claim, names in owners.values():
+    for claim, names, _ in owners.values():
         if len(names) > 1:
             out.append((claim, sorted(names, key=lambda n: (rank.get(n, len(rank)), n))))
     return sorted(out, key=lambda item: (item[0].kind, item[0].platform, item[0].key))

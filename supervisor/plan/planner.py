@@ -391,23 +391,32 @@ class Planner(OtherGateways):
 
     # ------------------------------------------------------------------------- the step
 
-    def _judge(self) -> dict[str, Hold | None]:
+    def _names(self) -> list[str]:
+        """Every profile, in serving order first (the profiles folder's), then the ones no longer listed."""
+        listed = set(self.order)
+        return [*self.order, *(n for n in self.profiles if n not in listed)]
+
+    def _judge(self, names: list[str] | None = None) -> dict[str, Hold | None]:
         # A gateway whose profile is no longer wanted is stopped by this very step (judged first).
-        candidates = [
-            Candidate(p.facts, p.name, active=p.child is not None or p.retry_at is not None or p.kept is not None,
-                      running=p.child is not None, wants=self.wants(p) and p.runtime_hold is None,
-                      in_use=p.child.claims if p.child is not None else p.kept or (),
-                      doing=words.doing(p) if self.wants(p) or p.child is None else "stopping")
-            for name in [*self.order, *(n for n in self.profiles if n not in self.order)]
-            if (p := self.profiles.get(name)) is not None and (p.present or p.child is not None)
-        ]
+        candidates = []
+        for name in self._names() if names is None else names:
+            p = self.profiles.get(name)
+            if p is None or not (p.present or p.child is not None):
+                continue
+            want = self.wants(p)
+            candidates.append(Candidate(
+                p.facts, p.name, active=p.child is not None or p.retry_at is not None or p.kept is not None,
+                running=p.child is not None, wants=want and p.runtime_hold is None,
+                in_use=p.child.claims if p.child is not None else p.kept or (),
+                doing=words.doing(p) if want or p.child is None else "stopping"))
         return judge(candidates, self.root_hold, self.settings.release)
 
     def _done(self) -> list[m.Action]:
         """Reconcile every profile, hand out start-up slots, and return the actions collected."""
         if self.live:
-            verdicts = self._judge()
-            for name in [*self.order, *(n for n in self.profiles if n not in self.order)]:
+            names = self._names()
+            verdicts = self._judge(names)
+            for name in names:
                 p = self.profiles.get(name)
                 if p is not None:
                     self._reconcile(p, verdicts.get(name))
