@@ -47,6 +47,10 @@ class NotStarted(NamedTuple):
     refused: bool = False
 
 
+def _now(step: Callable[[], object]) -> None:
+    step()
+
+
 class Launcher:
     """Starts gateways for one root (see the module docstring)."""
 
@@ -59,8 +63,10 @@ class Launcher:
         self.wall = wall
 
     def launch(self, name: str, home: Path, in_force: InForce, *, salt: bytes, others: tuple[Path, ...],
-               kanban: Extras) -> Launched | NotStarted:
-        """Start ``name``'s gateway (``others``: the other profiles' homes, hidden from it)."""
+               kanban: Extras, later: Callable[[Callable[[], object]], None] = _now) -> Launched | NotStarted:
+        """Start ``name``'s gateway (``others``: the other profiles' homes, hidden from it). ``later``
+        takes hermesd's "started" line for the child's log, so that the caller can write it after
+        lines it still holds back (the previous run's exit, written after this spawn)."""
         problem = fd_budget_problem()
         if problem is not None or in_force.command is None:
             return NotStarted(problem or in_force.command_error or "no gateway command")
@@ -88,8 +94,8 @@ class Launcher:
         except OSError as exc:  # no pidfd (out of descriptors): never run a child we cannot pin
             child.reap_now(ident.pid)
             return NotStarted(f"cannot pin the new gateway: {exc.strerror or exc}")
-        logs.note(logfile, f"hermesd: started {' '.join(argv)} as PID {ident.pid} "
-                           f"(isolation: {prepared.plan.summary()})")
+        started = f"hermesd: started {' '.join(argv)} as PID {ident.pid} (isolation: {prepared.plan.summary()})"
+        later(lambda: logs.note(logfile, started))
         # The code on disk at the spawn, not at the last probe: a pip install the daemon was not
         # told about is still recorded right.
         found = codeid.installed_now(in_force.release.dist_info)

@@ -33,7 +33,7 @@ import os
 import random
 import signal
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -114,6 +114,7 @@ class Daemon:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._save_pending = False
         self._seq = 0
+        self._later: list[Callable[[], object]] | None = None  # bookkeeping held until the batch's spawns are done
 
     # ------------------------------------------------------------------------- lifetime
 
@@ -282,8 +283,36 @@ class Daemon:
 
     # ------------------------------------------------------------------------- actions
 
+    @contextlib.contextmanager
+    def _spawns_first(self) -> Iterator[None]:
+        """Within this block, bookkeeping that no decision reads (events to the journal, hooks and
+        metrics; hermesd's lines in a child's log) waits until the block ends, in the order it was
+        asked for: a respawn's fork comes before writing about the exit that caused it. Re-entrant."""
+        if self._later is not None:
+            yield
+            return
+        later: list[Callable[[], object]] = []
+        self._later = later
+        try:
+            yield
+        finally:
+            self._later = None
+            for step in later:
+                step()
+
+    def _after_spawns(self, step: Callable[[], object]) -> None:
+        """Run ``step`` when the current :meth:`_spawns_first` block ends (now, outside one)."""
+        if self._later is None:
+            step()
+        else:
+            self._later.append(step)
+
     def execute(self, actions: list[m.Action]) -> None:
         """Perform the planner's actions, in order (a spawn's outcome is reported back at once)."""
+        with self._spawns_first():
+            self._perform(actions)
+
+    def _perform(self, actions: list[m.Action]) -> None:
         for a in actions:
             if isinstance(a, m.Spawn):
                 self._spawn(a.name)
@@ -327,7 +356,7 @@ class Daemon:
             return
         others = tuple(q.home for n, q in self.planner.profiles.items() if n != name and q.present)
         out = self.launcher.launch(name, p.home, self.in_force, salt=self.salt, others=others,
-                                   kanban=self.board.extras(name, others))
+                                   kanban=self.board.extras(name, others), later=self._after_spawns)
         if isinstance(out, NotStarted):
             self.execute(self.planner.spawn_refused(name, out.reason) if out.refused
                          else self.planner.spawn_failed(name, out.reason))
@@ -389,9 +418,11 @@ class Daemon:
                                             killed_for=cause, detail=r.detail, unconfined=r.unconfined,
                                             stated=r.stated, replaced_by=r.replaced_by,
                                             startup_watchdog=r.startup_watchdog)
-        if p is not None:
-            exit_report.note(self.layout, name, ident.pid, code, sig, (p.last_exit or {}).get("kind") or "?")
-        self.execute(actions)
+        with self._spawns_first():  # the exit's line in the log, then the respawn's "started" line
+            if p is not None:
+                kind = (p.last_exit or {}).get("kind") or "?"
+                self._after_spawns(lambda: exit_report.note(self.layout, name, ident.pid, code, sig, kind))
+            self._perform(actions)
 
     def handle_timer(self, name: str, which: str) -> None:
         self.timers.pop((name, which), None)
@@ -566,4 +597,5 @@ class Daemon:
     def _emit(self, event: dict[str, Any]) -> None:
         """Journal, count and hand to hooks one event (stamped with time, sequence and our PID)."""
         self._seq += 1
-        self.observer.record({"ts": self.wall(), "seq": self._seq, "daemon": os.getpid(), **event})
+        stamped = {"ts": self.wall(), "seq": self._seq, "daemon": os.getpid(), **event}
+        self._after_spawns(lambda: self.observer.record(stamped))
