@@ -63,6 +63,17 @@ class Prepared:
     plan: Plan
 
 
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """A profile's last plan, kept with what it was made from: a respawn with the same inputs (the
+    usual case) reuses it, its ``status`` form and its JSON for the shim, instead of planning again."""
+
+    inputs: PlanInputs
+    plan: Plan
+    status: dict[str, Any]
+    shim: dict[str, Any]
+
+
 @dataclass(slots=True)
 class Domains:
     root: Path
@@ -77,6 +88,7 @@ class Domains:
     trees: dict[str, _Tree] = field(default_factory=dict)
     _samples: dict[str, TreeSample] = field(default_factory=dict)
     _hot_until: float = 0.0
+    _plans: dict[str, _Planned] = field(default_factory=dict)
 
     def start(self, salt: bytes) -> None:
         """Once per daemon: what the kernel offers (confinement, cgroup v2), and the tree watcher
@@ -110,19 +122,24 @@ class Domains:
                 grants: tuple[tuple[Path, str], ...] = (), placeholders: tuple[Path, ...] = ()) -> Prepared | str:
         """The command to spawn for ``name`` under its confinement, or why it cannot be started."""
         facts, det, _ = self._host()
-        plan = gateway_plan(self.layout, name, home, env, probe=facts, isolation=isolation, other_homes=other_homes,
-                            install_paths=self.install_paths, grants=grants, placeholders=placeholders,
-                            check_owner=True)
-        if isinstance(plan, str):
-            return plan
-        self.isolation[name] = plan.status_json()
+        inputs = plan_inputs(self.layout, name, home, env, probe=facts, isolation=isolation, other_homes=other_homes,
+                             install_paths=self.install_paths, grants=grants, placeholders=placeholders,
+                             check_owner=True)
+        if isinstance(inputs, str):
+            return inputs
+        planned = self._plans.get(name)
+        if planned is None or planned.inputs != inputs:  # make_plan is pure: equal inputs, equal plan
+            plan = make_plan(inputs)
+            planned = self._plans[name] = _Planned(inputs, plan, plan.status_json(), plan.to_json())
+        plan = planned.plan
+        self.isolation[name] = planned.status
         if not plan.runnable:
             return f"isolation: {plan.reason}"
         try:
             cgroup_io.apply(cgroup.profile_plan(det, name, limits))
         except cgroup_io.CgroupError as exc:
             log.warning("profile %s: cgroup not prepared (%s); its limits are watched", name, exc)
-        return Prepared(wrap_argv(plan, argv), plan)
+        return Prepared(wrap_argv(planned.shim, argv), plan)
 
     def attach(self, name: str, ident: Ident, limits: Limits) -> None:
         """Right after the spawn, before the loop yields: the child joins its cgroup."""
@@ -331,6 +348,17 @@ def gateway_plan(layout: Layout, name: str, home: Path, env: Mapping[str, str], 
                  check_owner: bool = False) -> Plan | str:
     """``name``'s confinement plan, for its gateway and for ``hermesd exec`` alike, or why there is none:
     its isolation user is unknown, or (``check_owner``, as root) cannot use the profile's files."""
+    inputs = plan_inputs(layout, name, home, env, probe=probe, isolation=isolation, other_homes=other_homes,
+                         install_paths=install_paths, grants=grants, placeholders=placeholders, check_owner=check_owner)
+    return inputs if isinstance(inputs, str) else make_plan(inputs)
+
+
+def plan_inputs(layout: Layout, name: str, home: Path, env: Mapping[str, str], *, probe: Probe,
+                isolation: IsolationSettings, other_homes: tuple[Path, ...], install_paths: tuple[Path, ...],
+                grants: tuple[tuple[Path, str], ...] = (), placeholders: tuple[Path, ...] = (),
+                check_owner: bool = False) -> PlanInputs | str:
+    """What :func:`gateway_plan` plans from, read now (the user, the install, the root's links), or
+    why there is no plan."""
     user = None
     if isolation.user:
         try:
@@ -346,14 +374,14 @@ def gateway_plan(layout: Layout, name: str, home: Path, env: Mapping[str, str], 
                        "asks first)" if any(t.startswith(str(home)) for t in trouble) else "")
                 return f"isolation user {user.name}: {'; '.join(trouble)}{fix}"
     code = install_paths + tuple(p for p in install.environment_code_paths(env) if p not in install_paths)
-    return make_plan(PlanInputs(
+    return PlanInputs(
         root=layout.root, profile=name, home=home, probe=probe, settings=isolation,
         hermesd_dir=layout.dir, control_socket=layout.socket, other_homes=other_homes,
         install_paths=code, lock_dir=install.credential_lock_dir(env),
         user_home=Path(env["HOME"]) if env.get("HOME") else None, user_ids=user,
         kanban_layout=shared_board.layout(layout.root), grants=grants, placeholders=placeholders,
         linked=install.linked_channels(layout.root),
-    ))
+    )
 
 
 def _tree(ident: Ident, d: str | None, events: Events | None) -> _Tree:
