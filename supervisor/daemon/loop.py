@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import random
 import signal
 import time
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ from supervisor.daemon.apiwatch import ApiWatch
 from supervisor.daemon.board import Board
 from supervisor.daemon.domains import Domains
 from supervisor.daemon.guard import Guard
+from supervisor.daemon.later import Later
 from supervisor.daemon.launch import LOG_SPACE_MIN, Launcher, NotStarted
 from supervisor.daemon.pinned import Pinned
 from supervisor.daemon.reads import Reads
@@ -114,7 +116,7 @@ class Daemon:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._save_pending = False
         self._seq = 0
-        self._later: list[Callable[[], object]] | None = None  # bookkeeping held until the batch's spawns are done
+        self.later = Later()  # bookkeeping held until the step's spawns are done
 
     # ------------------------------------------------------------------------- lifetime
 
@@ -283,70 +285,42 @@ class Daemon:
 
     # ------------------------------------------------------------------------- actions
 
-    @contextlib.contextmanager
-    def _spawns_first(self) -> Iterator[None]:
-        """Within this block, bookkeeping that no decision reads (events to the journal, hooks and
-        metrics; hermesd's lines in a child's log) waits until the block ends, in the order it was
-        asked for: a respawn's fork comes before writing about the exit that caused it. Re-entrant."""
-        if self._later is not None:
-            yield
-            return
-        later: list[Callable[[], object]] = []
-        self._later = later
-        try:
-            yield
-        finally:
-            self._later = None
-            for step in later:
-                step()
-
-    def _after_spawns(self, step: Callable[[], object]) -> None:
-        """Run ``step`` when the current :meth:`_spawns_first` block ends (now, outside one)."""
-        if self._later is None:
-            step()
-        else:
-            self._later.append(step)
-
     def execute(self, actions: list[m.Action]) -> None:
         """Perform the planner's actions, in order (a spawn's outcome is reported back at once)."""
-        with self._spawns_first():
-            self._perform(actions)
-
-    def _perform(self, actions: list[m.Action]) -> None:
-        for a in actions:
-            if isinstance(a, m.Spawn):
-                self._spawn(a.name)
-            elif isinstance(a, m.Signal):
-                self._signal(a)
-                if a.planned:  # hermesd stops or restarts this profile: its kanban workers end too
-                    self.board.stop_workers(a.name, "stopped")
-            elif isinstance(a, m.KillTree):
-                self.board.stop_workers(a.name, "killed")
-                self.pinned.kill_group(a.ident)
-                self.domains.kill_tree(a.name, a.ident)
-                child.kill_strays(self.root, a.name, keep=set(), salt=self.salt)
-            elif isinstance(a, m.Release):  # SIGKILLed and still there: stop waiting for it
-                self.pinned.release(a.ident)
-                self.guard.stop(a.name)
-                self.domains.forget(a.name, a.ident)
-            elif isinstance(a, m.Sweep):
-                self.domains.sweep(a.name)  # its cgroup, exact and cheap: before a respawn joins it
-                # The tag sweep after the respawn decision: the /proc scan stays off the restart path.
-                self._running().call_soon(self.handle_strays, a.name)
-            elif isinstance(a, m.Schedule):
-                self._cancel(a.name, a.timer)
-                self.timers[(a.name, a.timer)] = self._running().call_later(a.delay, self.handle_timer,
-                                                                            a.name, a.timer)
-            elif isinstance(a, m.Cancel):
-                self._cancel(a.name, a.timer)
-            elif isinstance(a, m.WatchForeign):
-                self.pinned.watch_foreign(a.name, a.pid, self.handle_foreign_exit)
-            elif isinstance(a, m.Save):
-                self.save_soon()
-            elif isinstance(a, m.Emit):
-                self._emit(a.event)
-            elif isinstance(a, m.Finish) and self._done is not None:
-                self._done.set()
+        with self.later.batch():  # a spawn comes before the writing about what led to it
+            for a in actions:
+                if isinstance(a, m.Spawn):
+                    self._spawn(a.name)
+                elif isinstance(a, m.Signal):
+                    self._signal(a)
+                    if a.planned:  # hermesd stops or restarts this profile: its kanban workers end too
+                        self.board.stop_workers(a.name, "stopped")
+                elif isinstance(a, m.KillTree):
+                    self.board.stop_workers(a.name, "killed")
+                    self.pinned.kill_group(a.ident)
+                    self.domains.kill_tree(a.name, a.ident)
+                    child.kill_strays(self.root, a.name, keep=set(), salt=self.salt)
+                elif isinstance(a, m.Release):  # SIGKILLed and still there: stop waiting for it
+                    self.pinned.release(a.ident)
+                    self.guard.stop(a.name)
+                    self.domains.forget(a.name, a.ident)
+                elif isinstance(a, m.Sweep):
+                    self.domains.sweep(a.name)  # its cgroup, exact and cheap: before a respawn joins it
+                    self._running().call_soon(self.handle_strays, a.name)  # the /proc tag scan: after a respawn
+                elif isinstance(a, m.Schedule):
+                    self._cancel(a.name, a.timer)
+                    self.timers[(a.name, a.timer)] = self._running().call_later(a.delay, self.handle_timer,
+                                                                                a.name, a.timer)
+                elif isinstance(a, m.Cancel):
+                    self._cancel(a.name, a.timer)
+                elif isinstance(a, m.WatchForeign):
+                    self.pinned.watch_foreign(a.name, a.pid, self.handle_foreign_exit)
+                elif isinstance(a, m.Save):
+                    self.save_soon()
+                elif isinstance(a, m.Emit):
+                    self._emit(a.event)
+                elif isinstance(a, m.Finish) and self._done is not None:
+                    self._done.set()
 
     def _spawn(self, name: str) -> None:
         p = self.planner.profiles[name]
@@ -356,7 +330,7 @@ class Daemon:
             return
         others = tuple(q.home for n, q in self.planner.profiles.items() if n != name and q.present)
         out = self.launcher.launch(name, p.home, self.in_force, salt=self.salt, others=others,
-                                   kanban=self.board.extras(name, others), later=self._after_spawns)
+                                   kanban=self.board.extras(name, others), later=self.later.run)
         if isinstance(out, NotStarted):
             self.execute(self.planner.spawn_refused(name, out.reason) if out.refused
                          else self.planner.spawn_failed(name, out.reason))
@@ -418,11 +392,11 @@ class Daemon:
                                             killed_for=cause, detail=r.detail, unconfined=r.unconfined,
                                             stated=r.stated, replaced_by=r.replaced_by,
                                             startup_watchdog=r.startup_watchdog)
-        with self._spawns_first():  # the exit's line in the log, then the respawn's "started" line
+        with self.later.batch():  # the exit's line in the log, then the respawn's "started" line
             if p is not None:
                 kind = (p.last_exit or {}).get("kind") or "?"
-                self._after_spawns(lambda: exit_report.note(self.layout, name, ident.pid, code, sig, kind))
-            self._perform(actions)
+                self.later.run(lambda: exit_report.note(self.layout, name, ident.pid, code, sig, kind))
+            self.execute(actions)
 
     def handle_timer(self, name: str, which: str) -> None:
         self.timers.pop((name, which), None)
@@ -597,5 +571,5 @@ class Daemon:
     def _emit(self, event: dict[str, Any]) -> None:
         """Journal, count and hand to hooks one event (stamped with time, sequence and our PID)."""
         self._seq += 1
-        stamped = {"ts": self.wall(), "seq": self._seq, "daemon": os.getpid(), **event}
-        self._after_spawns(lambda: self.observer.record(stamped))
+        self.later.run(functools.partial(self.observer.record,  # stamped now, written after the step's spawns
+                                         {"ts": self.wall(), "seq": self._seq, "daemon": os.getpid(), **event}))

@@ -391,30 +391,22 @@ class Planner(OtherGateways):
 
     # ------------------------------------------------------------------------- the step
 
-    def _names(self) -> list[str]:
-        """Every profile, in serving order first (the profiles folder's), then the ones no longer listed."""
-        listed = set(self.order)
-        return [*self.order, *(n for n in self.profiles if n not in listed)]
-
     def _judge(self, names: list[str] | None = None) -> dict[str, Hold | None]:
         # A gateway whose profile is no longer wanted is stopped by this very step (judged first).
-        candidates = []
-        for name in self._names() if names is None else names:
-            p = self.profiles.get(name)
-            if p is None or not (p.present or p.child is not None):
-                continue
-            want = self.wants(p)
-            candidates.append(Candidate(
-                p.facts, p.name, active=p.child is not None or p.retry_at is not None or p.kept is not None,
-                running=p.child is not None, wants=want and p.runtime_hold is None,
-                in_use=p.child.claims if p.child is not None else p.kept or (),
-                doing=words.doing(p) if want or p.child is None else "stopping"))
+        candidates = [
+            Candidate(p.facts, p.name, active=p.child is not None or p.retry_at is not None or p.kept is not None,
+                      running=p.child is not None, wants=(want := self.wants(p)) and p.runtime_hold is None,
+                      in_use=p.child.claims if p.child is not None else p.kept or (),
+                      doing=words.doing(p) if want or p.child is None else "stopping")
+            for name in (_serving_order(self.order, self.profiles) if names is None else names)
+            if (p := self.profiles.get(name)) is not None and (p.present or p.child is not None)
+        ]
         return judge(candidates, self.root_hold, self.settings.release)
 
     def _done(self) -> list[m.Action]:
         """Reconcile every profile, hand out start-up slots, and return the actions collected."""
         if self.live:
-            names = self._names()
+            names = _serving_order(self.order, self.profiles)
             verdicts = self._judge(names)
             for name in names:
                 p = self.profiles.get(name)
@@ -581,6 +573,13 @@ class Planner(OtherGateways):
 
     def _emit(self, event_type: str, profile: str | None, **fields: Any) -> None:
         self._out.append(m.Emit({"type": event_type, "profile": profile, **fields}))
+
+
+def _serving_order(order: list[str], profiles: Mapping[str, Profile]) -> list[str]:
+    """Every profile, in serving order first (the profiles folder's), then the ones no longer listed
+    (a set: this runs at every step, for every profile)."""
+    listed = set(order)
+    return [*order, *(n for n in profiles if n not in listed)]
 
 
 def _cure(p: Profile) -> None:

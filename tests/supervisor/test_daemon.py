@@ -61,6 +61,20 @@ def test_kill_one_child_restarts_it_alone(fake_root, hermesd_factory):
     after = d.wait_running("default", "coder", "writer")
     assert after["default"] == before["default"] and after["writer"] == before["writer"]
     assert not pid_alive(before["coder"])
+    # The respawn forks before hermesd writes about the exit, yet what it writes keeps its order: in
+    # the child's log the exit's line, then the new run's; in the journal (stamped at the decision,
+    # written in sequence) the exit, then the start.
+    new = row["pid"]
+    log = d.layout.child_log("coder").read_text()
+    ended = re.search(rf"hermesd: PID {before['coder']} .*\(crash\)", log)
+    started = re.search(rf"hermesd: started .* as PID {new} ", log)
+    assert ended and started and ended.start() < started.start(), log
+    journal = [json.loads(line) for f in sorted((d.layout.dir / "events").glob("events-*.jsonl"))
+               for line in f.read_text().splitlines()]
+    assert [e["seq"] for e in journal] == sorted(e["seq"] for e in journal)
+    coder = [(e["type"], e.get("pid")) for e in journal
+             if e["profile"] == "coder" and e["type"] in ("exited", "started")]
+    assert coder[-2:] == [("exited", before["coder"]), ("started", new)], coder
 
 
 def test_restart_and_stop_one_profile(fake_root, hermesd_factory):
