@@ -1282,7 +1282,7 @@ def targets(results: dict[int, dict[str, dict[str, Any]]], scan: dict[str, Any] 
         ("stop 100 children <= 2 s", "stop_s", 2.0, "s"),
     ):
         if key in h100:
-            add(name, f"{h100[key]:.3f} {unit}", f"{limit:g} {unit}", h100[key] <= limit)
+            add(name, f"{h100[key]:.{1 if unit == 'ms' else 3}f} {unit}", f"{limit:g} {unit}", h100[key] <= limit)
         else:
             add(name, None, f"{limit:g} {unit}", None, "N=100 not run")
     if scan is not None:
