@@ -98,9 +98,8 @@ def _active_or_default(base: Path, env: Mapping[str, str] | None) -> str:
         return DEFAULT_PROFILE
 
 
-def list_profiles(
-    root: Path | str | None = None, env: Mapping[str, str] | None = None
-) -> tuple[list[ProfileSummary], list[tuple[str, Path, str]]]:
+def list_profiles(root: Path | str | None = None,
+                  env: Mapping[str, str] | None = None) -> tuple[list[ProfileSummary], list[tuple[str, Path, str]]]:
     """Summaries of ``default`` and every served profile, plus the unserved entries and why."""
     base = root_or_env(root, env)
     active = _active_or_default(base, env)

@@ -296,13 +296,8 @@ def _refuse_default(name: str, verb: str) -> None:
         raise InvalidNameError(f"cannot {verb} the default profile: it is the root folder itself")
 
 
-def delete_profile(
-    name: str,
-    root: Path | str | None = None,
-    *,
-    stop_gateway: StopGateway | None = None,
-    env: Mapping[str, str] | None = None,
-) -> ChangeResult:
+def delete_profile(name: str, root: Path | str | None = None, *, stop_gateway: StopGateway | None = None,
+                   env: Mapping[str, str] | None = None) -> ChangeResult:
     """Delete profile ``name`` and the sticky pointer to it."""
     canon = parse_profile_name(name)
     _refuse_default(canon, "delete")
@@ -325,14 +320,8 @@ def delete_profile(
     return result
 
 
-def rename_profile(
-    old: str,
-    new: str,
-    root: Path | str | None = None,
-    *,
-    stop_gateway: StopGateway | None = None,
-    env: Mapping[str, str] | None = None,
-) -> ChangeResult:
+def rename_profile(old: str, new: str, root: Path | str | None = None, *, stop_gateway: StopGateway | None = None,
+                   env: Mapping[str, str] | None = None) -> ChangeResult:
     """Rename a profile's folder, then follow it with the sticky pointer."""
     old_canon = parse_profile_name(old)
     new_canon = parse_profile_name(new)

@@ -27,8 +27,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("wrapper aliases", ("wrappers",)),
     ("hermesd's own files and words", (
         "supervisor", "supervisor.exits", "supervisor.layout", "supervisor.notify",
-        "supervisor.tags", "supervisor.prctl", "supervisor.codeid", "supervisor.lockholder", "supervisor.logs",
-        "supervisor.gatewaysock", "supervisor.state", "supervisor.control",
+        "supervisor.tags", "supervisor.prctl", "supervisor.codeid", "supervisor.lockholder", "supervisor.lockfile",
+        "supervisor.logs", "supervisor.gatewaysock", "supervisor.state", "supervisor.control",
     )),
     ("mechanisms", (
         "supervisor.plan", "supervisor.isolation", "supervisor.limits", "supervisor.watch", "supervisor.observe",

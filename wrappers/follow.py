@@ -1,11 +1,8 @@
-"""Aliases follow their profile: a delete takes them, a rename re-points them, a listing names them.
+"""Aliases follow their profile, as upstream's do: a delete takes them, a rename re-points them.
 
-Upstream's aliases behave so, and muscle memory expects it. This sits above :mod:`profiles`
-(a wrapper names a profile; a profile knows nothing of wrappers): :mod:`profiles.lifecycle`
-moves the folder and the sticky pointer, then this moves the aliases. Delete removes every alias
-of the profile (hermesd's and upstream-style ones, custom names included); rename re-points them
-and, as upstream, creates the profile-named alias for the new name when none collides (unless
-``create_alias=False``).
+This sits above :mod:`profiles` (a wrapper names a profile, a profile knows no wrapper):
+:mod:`profiles.lifecycle` moves the folder and the sticky pointer, then this moves every alias of
+the profile, hermesd's and upstream-style ones, custom names included.
 """
 
 from __future__ import annotations
@@ -29,10 +26,9 @@ from wrappers.scripts import (
 )
 
 
-def name_aliases(summaries: Sequence[ProfileSummary], root: Path, wrapper_dir: Path | None = None,
-                 env: Mapping[str, str] | None = None) -> None:
+def name_aliases(summaries: Sequence[ProfileSummary], root: Path, wrapper_dir: Path | None = None) -> None:
     """Fill each summary's aliases: hermesd's wrappers for ``root`` and the upstream-style ones acting on it."""
-    wrappers = all_wrappers(root, wrapper_dir, env)
+    wrappers = all_wrappers(root, wrapper_dir)
     for s in summaries:
         s.aliases = [w.alias for w in wrappers if w.profile == s.name]
         s.upstream_aliases = [w.alias for w in wrappers if w.profile == s.name and w.kind == KIND_UPSTREAM]
@@ -42,14 +38,8 @@ def _alias_label(alias: str, kind: str) -> str:
     return f"{alias} (upstream's)" if kind == KIND_UPSTREAM else alias
 
 
-def delete_profile(
-    name: str,
-    root: Path | str | None = None,
-    *,
-    stop_gateway: StopGateway | None = None,
-    wrapper_dir: Path | None = None,
-    env: Mapping[str, str] | None = None,
-) -> ChangeResult:
+def delete_profile(name: str, root: Path | str | None = None, *, stop_gateway: StopGateway | None = None,
+                   wrapper_dir: Path | None = None, env: Mapping[str, str] | None = None) -> ChangeResult:
     """Delete profile ``name`` (:func:`profiles.lifecycle.delete_profile`), then its aliases."""
     result = lifecycle.delete_profile(name, root, stop_gateway=stop_gateway, env=env)
     for wrapper in aliases_for_profile(result.name, root_or_env(root, env), wrapper_dir, env, include_upstream=True):
@@ -64,24 +54,16 @@ def delete_profile(
     return result
 
 
-def rename_profile(
-    old: str,
-    new: str,
-    root: Path | str | None = None,
-    *,
-    stop_gateway: StopGateway | None = None,
-    wrapper_dir: Path | None = None,
-    env: Mapping[str, str] | None = None,
-    hermes: str | None = None,
-    hermesd: str | None = None,
-    create_alias: bool = True,
-) -> ChangeResult:
+def rename_profile(old: str, new: str, root: Path | str | None = None, *, stop_gateway: StopGateway | None = None,
+                   wrapper_dir: Path | None = None, env: Mapping[str, str] | None = None, hermes: str | None = None,
+                   hermesd: str | None = None, create_alias: bool = True) -> ChangeResult:
     """Rename a profile (:func:`profiles.lifecycle.rename_profile`), then re-point its aliases.
 
     The alias named after the old profile is replaced by one named after the new profile, a custom
     alias keeps its name and is pointed at the new profile; upstream-style ones become hermesd
-    wrappers on the way. A wrapper that cannot be written becomes a warning: the rename itself has
-    happened.
+    wrappers on the way. As upstream, when no alias named after the new profile results, one is
+    created unless it collides (or ``create_alias`` is false). A wrapper that cannot be written
+    becomes a warning: the rename itself has happened.
     """
     old_canon = parse_profile_name(old)
     base = root_or_env(root, env)

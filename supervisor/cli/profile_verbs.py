@@ -55,18 +55,16 @@ from wrappers.scripts import (
     wrapper_dir,
 )
 
-UpstreamPython = Callable[[Path], Sequence[str]]
 EXIT_OK = 0
 
 
 @dataclass(frozen=True)
 class Context:
-    """What a verb needs from outside this process: how to stop a gateway, and which interpreter runs a
-    root's gateways. hermesd's own (:func:`supervisor_context`) goes through the daemon; a test gives
-    its own, and None makes the verb refuse rather than guess."""
+    """How to stop a gateway and which interpreter runs a root's gateways: hermesd's own
+    (:func:`supervisor_context`), a test's, or None, which makes a verb refuse rather than guess."""
 
     stop_gateway: StopGateway | None = None
-    upstream_python: UpstreamPython | None = None
+    upstream_python: Callable[[Path], Sequence[str]] | None = None
 
 
 Handler = Callable[[argparse.Namespace, Context], int]
@@ -90,9 +88,8 @@ def _upstream_python(root: Path) -> list[str]:
 
 
 def guard(handler: Handler, args: argparse.Namespace, ctx: Context) -> int:
-    """Run ``handler`` as every command runs (:func:`supervisor.cli.common.guarded`). A profile's error
-    may quote its files (an archive's member names), so it is shown on one line, every control
-    escaped; an OS failure is exit status 1 naming the file (a permission problem: 2)."""
+    """Run ``handler`` as every command runs (:func:`supervisor.cli.common.guarded`); a profile's error
+    may quote its files (an archive's member names): one line, every control escaped. An OS failure: 1."""
 
     def run(args: argparse.Namespace) -> int:
         try:
