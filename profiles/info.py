@@ -21,7 +21,6 @@ from profiles.meta import read_profile_meta
 from profiles.names import DEFAULT_PROFILE, parse_profile_name
 from profiles.paths import root_or_env
 from profiles.upstream.files import live_gateway
-from wrappers.scripts import KIND_UPSTREAM, WrapperInfo, all_wrappers
 
 
 @dataclass
@@ -38,7 +37,7 @@ class ProfileSummary:
     has_env: bool = False
     description: str = ""
     description_auto: bool = False
-    aliases: list[str] = field(default_factory=list)
+    aliases: list[str] = field(default_factory=list)  # named by :func:`wrappers.follow.name_aliases`
     upstream_aliases: list[str] = field(default_factory=list)  # of ``aliases``: upstream-style wrappers
     credential_kinds: list[str] = field(default_factory=list)
     ports: list[dict[str, Any]] = field(default_factory=list)
@@ -62,12 +61,9 @@ def _model(config: Mapping[str, Any]) -> tuple[str | None, str | None]:
     return None, None
 
 
-def summarize(
-    name: str, home: Path, *, active: str, aliases: Mapping[str, list[WrapperInfo]] | None = None
-) -> ProfileSummary:
+def summarize(name: str, home: Path, *, active: str) -> ProfileSummary:
     """Everything ``show`` prints about one profile; file errors land in ``problems``."""
     record = live_gateway(home, search=False)  # a PID to show: no pass over /proc per profile listed
-    wrappers = list((aliases or {}).get(name, []))
     summary = ProfileSummary(
         name=name,
         path=home,
@@ -75,8 +71,6 @@ def summarize(
         active=name == active,
         gateway_pid=record.pid if record else None,
         has_env=(home / ".env").is_file(),
-        aliases=[w.alias for w in wrappers],
-        upstream_aliases=[w.alias for w in wrappers if w.kind == KIND_UPSTREAM],
     )
     try:
         summary.model, summary.provider = _model(load_config(home))
@@ -97,16 +91,6 @@ def summarize(
     return summary
 
 
-def alias_map(
-    root: Path, wrapper_dir: Path | None = None, env: Mapping[str, str] | None = None
-) -> dict[str, list[WrapperInfo]]:
-    """``{profile: [wrappers]}``: hermesd's wrappers for ``root`` and the upstream-style ones acting on it."""
-    found: dict[str, list[WrapperInfo]] = {}
-    for info in all_wrappers(root, wrapper_dir, env):
-        found.setdefault(info.profile, []).append(info)
-    return found
-
-
 def _active_or_default(base: Path, env: Mapping[str, str] | None) -> str:
     try:
         return active_profile(base, env)
@@ -114,26 +98,22 @@ def _active_or_default(base: Path, env: Mapping[str, str] | None) -> str:
         return DEFAULT_PROFILE
 
 
-def list_profiles(
-    root: Path | str | None = None, env: Mapping[str, str] | None = None, wrapper_dir: Path | None = None
-) -> tuple[list[ProfileSummary], list[tuple[str, Path, str]]]:
+def list_profiles(root: Path | str | None = None,
+                  env: Mapping[str, str] | None = None) -> tuple[list[ProfileSummary], list[tuple[str, Path, str]]]:
     """Summaries of ``default`` and every served profile, plus the unserved entries and why."""
     base = root_or_env(root, env)
     active = _active_or_default(base, env)
-    aliases = alias_map(base, wrapper_dir, env)
     homes = [(DEFAULT_PROFILE, base), *named_profiles(base)]
-    summaries = [summarize(n, h, active=active, aliases=aliases) for n, h in homes]
+    summaries = [summarize(n, h, active=active) for n, h in homes]
     return summaries, unserved_profile_dirs(base)
 
 
-def show_profile(
-    name: str, root: Path | str | None = None, env: Mapping[str, str] | None = None, wrapper_dir: Path | None = None
-) -> ProfileSummary:
+def show_profile(name: str, root: Path | str | None = None, env: Mapping[str, str] | None = None) -> ProfileSummary:
     """The summary of one existing profile."""
     canon = parse_profile_name(name)
     base = root_or_env(root, env)
     home = existing_profile_home(name, base)
-    return summarize(canon, home, active=_active_or_default(base, env), aliases=alias_map(base, wrapper_dir, env))
+    return summarize(canon, home, active=_active_or_default(base, env))
 
 
 # --------------------------------------------------------------------------- distribution manifest

@@ -25,13 +25,12 @@ and the description are whatever the installed release does. hermesd adds only t
   the result names the credential kinds that were copied (never their values).
 
 Delete and rename are hermesd's: upstream's stop the gateway named by ``gateway.pid`` and write
-through links as root, and the supervisor owns the process. Aliases follow the profile as
-upstream's do: delete removes every alias of the profile (hermesd's and upstream-style ones,
-custom names included); rename re-points them and, as upstream, creates the profile-named alias
-for the new name when none collides (unless ``create_alias=False``). Both refuse while the
-profile's gateway is alive (``gateway.pid`` verified by start time) unless the caller injects
-``stop_gateway(name, home)``; this package never signals a process itself. ``default`` can be
-neither deleted nor renamed, and a profile entry that is a symlink is refused rather than followed.
+through links as root, and the supervisor owns the process. They move the folder and the sticky
+pointer; the aliases follow in :mod:`wrappers.follow`, which sits above this package (a wrapper
+names a profile). Both refuse while the profile's gateway is alive (``gateway.pid`` verified by
+start time) unless the caller injects ``stop_gateway(name, home)``; this package never signals a
+process itself. ``default`` can be neither deleted nor renamed, and a profile entry that is a
+symlink is refused rather than followed.
 """
 
 from __future__ import annotations
@@ -65,13 +64,6 @@ from profiles.paths import ACTIVE_PROFILE_FILE, HERMESD_DIRNAME, PROFILES_DIRNAM
 from profiles.safeio import Beneath
 from profiles.upstream import calls
 from profiles.upstream.files import HEARTBEAT_FILE, RUNTIME_TOP_FILES, PidRecord, live_gateway
-from wrappers.scripts import (
-    KIND_UPSTREAM,
-    alias_collision,
-    aliases_for_profile,
-    convert_wrapper,
-    create_wrapper,
-)
 
 StopGateway = Callable[[str, Path], None]
 
@@ -97,7 +89,7 @@ class CreateResult:
 
 @dataclass
 class ChangeResult:
-    """What a delete or rename did besides moving the folder."""
+    """What a delete or rename did besides moving the folder (the aliases: :mod:`wrappers.follow`)."""
 
     name: str
     path: Path
@@ -304,15 +296,9 @@ def _refuse_default(name: str, verb: str) -> None:
         raise InvalidNameError(f"cannot {verb} the default profile: it is the root folder itself")
 
 
-def delete_profile(
-    name: str,
-    root: Path | str | None = None,
-    *,
-    stop_gateway: StopGateway | None = None,
-    wrapper_dir: Path | None = None,
-    env: Mapping[str, str] | None = None,
-) -> ChangeResult:
-    """Delete profile ``name``, its aliases (hermesd's and upstream-style), and the sticky pointer to it."""
+def delete_profile(name: str, root: Path | str | None = None, *, stop_gateway: StopGateway | None = None,
+                   env: Mapping[str, str] | None = None) -> ChangeResult:
+    """Delete profile ``name`` and the sticky pointer to it."""
     canon = parse_profile_name(name)
     _refuse_default(canon, "delete")
     base = root_or_env(root, env)
@@ -331,42 +317,12 @@ def delete_profile(
             result.active_changed = True
     except ProfileConfigError as exc:
         result.warnings.append(str(exc))
-    for wrapper in aliases_for_profile(canon, base, wrapper_dir, env, include_upstream=True):
-        try:
-            safeio.unlink(safeio.at(wrapper.path.parent, wrapper.path.name), missing_ok=False)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            result.warnings.append(f"alias {wrapper.alias!r} not removed: {exc.strerror or exc}")
-            continue
-        result.aliases_removed.append(_alias_label(wrapper.alias, wrapper.kind))
     return result
 
 
-def _alias_label(alias: str, kind: str) -> str:
-    return f"{alias} (upstream's)" if kind == KIND_UPSTREAM else alias
-
-
-def rename_profile(
-    old: str,
-    new: str,
-    root: Path | str | None = None,
-    *,
-    stop_gateway: StopGateway | None = None,
-    wrapper_dir: Path | None = None,
-    env: Mapping[str, str] | None = None,
-    hermes: str | None = None,
-    hermesd: str | None = None,
-    create_alias: bool = True,
-) -> ChangeResult:
-    """Rename a profile's folder, then follow it with the sticky pointer and its aliases.
-
-    Every alias of the old profile follows it: the one named after the old profile is replaced
-    by one named after the new profile, a custom alias keeps its name and is pointed at the new
-    profile; upstream-style ones become hermesd wrappers on the way. As upstream, when no alias
-    named after the new profile results, one is created unless it collides (or ``create_alias``
-    is false). A wrapper that cannot be written becomes a warning: the rename itself has happened.
-    """
+def rename_profile(old: str, new: str, root: Path | str | None = None, *, stop_gateway: StopGateway | None = None,
+                   env: Mapping[str, str] | None = None) -> ChangeResult:
+    """Rename a profile's folder, then follow it with the sticky pointer."""
     old_canon = parse_profile_name(old)
     new_canon = parse_profile_name(new)
     _refuse_default(old_canon, "rename")
@@ -376,7 +332,6 @@ def rename_profile(
     target = base / PROFILES_DIRNAME / new_canon
     if os.path.lexists(target):
         raise ProfileExistsError(f"profile {new_canon!r} already exists at {target}")
-    wrappers = aliases_for_profile(old_canon, base, wrapper_dir, env, include_upstream=True)
     _ensure_stopped(old_canon, home, stop_gateway)
     safeio.move(safeio.home_file(home), safeio.home_file(target))
     result = ChangeResult(new_canon, target)
@@ -386,31 +341,4 @@ def rename_profile(
             result.active_changed = True
     except ProfileError as exc:
         result.warnings.append(f"sticky active profile not updated: {exc}")
-    made_new_name = False
-    for wrapper in wrappers:
-        alias = new_canon if wrapper.alias == old_canon else wrapper.alias
-        renamed = alias != wrapper.alias
-        try:
-            if renamed:
-                safeio.unlink(safeio.at(wrapper.path.parent, wrapper.path.name))
-                result.aliases_removed.append(_alias_label(wrapper.alias, wrapper.kind))
-            if not renamed and wrapper.kind == KIND_UPSTREAM:
-                convert_wrapper(wrapper, base, env=env, hermes=hermes, hermesd=hermesd, profile=new_canon)
-            else:
-                create_wrapper(alias, new_canon, base, wrapper.path.parent, env=env, hermes=hermes, hermesd=hermesd,
-                               windows=wrapper.path.suffix.lower() == ".bat", replace_own=not renamed)
-            result.aliases_created.append(alias)
-            made_new_name = made_new_name or alias == new_canon
-        except ProfileError as exc:
-            result.warnings.append(f"alias {alias!r} not updated: {exc}")
-    if create_alias and not made_new_name:
-        problem = alias_collision(new_canon, new_canon, base, wrapper_dir, env=env)
-        if problem is None:
-            try:
-                create_wrapper(new_canon, new_canon, base, wrapper_dir, env=env, hermes=hermes, hermesd=hermesd)
-                result.aliases_created.append(new_canon)
-            except ProfileError as exc:
-                result.warnings.append(f"alias {new_canon!r} not created: {exc}")
-        else:
-            result.warnings.append(f"alias {new_canon!r} not created: {problem}")
     return result

@@ -1,10 +1,11 @@
 """Who holds a root's lock: the daemon's PID, read without ever taking the lock.
 
-The daemon takes ``<root>/.hermesd/hermesd.lock`` for its whole life (:mod:`supervisor.daemon.pidlock`);
-everything else (the control client, ``hermesd start``, messages that name the daemon) only asks
-who holds it. The kernel lock is the truth: it is released on any death, SIGKILL included, and
-``/proc/locks`` names its holder even in the instant between a daemon taking it and writing its
-PID anywhere, so a daemon that is slow to answer is never mistaken for an absent one.
+The daemon takes ``<root>/.hermesd/hermesd.lock`` for its whole life (:mod:`supervisor.daemon.pidlock`
+through :mod:`supervisor.lockfile`); everything else (the control client, ``hermesd start``,
+messages that name the daemon) only asks who holds it. The kernel lock is the truth: it is
+released on any death, SIGKILL included, and ``/proc/locks`` names its holder even in the instant
+between a daemon taking it and writing its PID anywhere, so a daemon that is slow to answer is
+never mistaken for an absent one.
 """
 
 from __future__ import annotations

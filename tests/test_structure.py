@@ -17,16 +17,18 @@ PACKAGES = ("supervisor", "profiles", "wrappers")
 MAX_CLASS_LINES = 500
 
 # The layers, lowest first. A module may import its own layer and the layers below it, never one
-# above: what Hermes' files say knows nothing of hermesd; hermesd's own files and words know no
+# above: what Hermes' files say knows nothing of hermesd (nor of the wrapper scripts that name a
+# profile, which sit just above them); hermesd's own files and words know no
 # mechanism; a mechanism (one package each) knows no process of ours; the daemon is built from all
 # of those; the operations and the command line sit on top. A module belongs to the longest prefix
 # that names it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Hermes' files and facts", ("profiles", "wrappers")),
+    ("Hermes' files and facts", ("profiles",)),
+    ("wrapper aliases", ("wrappers",)),
     ("hermesd's own files and words", (
         "supervisor", "supervisor.exits", "supervisor.layout", "supervisor.notify",
-        "supervisor.tags", "supervisor.prctl", "supervisor.codeid", "supervisor.lockholder", "supervisor.logs",
-        "supervisor.gatewaysock", "supervisor.state", "supervisor.control",
+        "supervisor.tags", "supervisor.prctl", "supervisor.codeid", "supervisor.lockholder", "supervisor.lockfile",
+        "supervisor.logs", "supervisor.gatewaysock", "supervisor.state", "supervisor.control",
     )),
     ("mechanisms", (
         "supervisor.plan", "supervisor.isolation", "supervisor.limits", "supervisor.watch", "supervisor.observe",

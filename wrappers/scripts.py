@@ -341,37 +341,22 @@ def upstream_style_wrappers(
     return sorted(found, key=lambda w: (w.alias, str(w.path)))
 
 
-def all_wrappers(
-    root: Path, directory: Path | None = None, env: Mapping[str, str] | None = None
-) -> list[WrapperInfo]:
+def all_wrappers(root: Path, directory: Path | None = None, env: Mapping[str, str] | None = None) -> list[WrapperInfo]:
     """Every alias of ``root``'s profiles: hermesd's wrappers and upstream-style ones, sorted by alias."""
     found = list_wrappers(directory, root, env) + upstream_style_wrappers(root, directory, env)
     return sorted(found, key=lambda w: (w.alias, w.kind, str(w.path)))
 
 
-def aliases_for_profile(
-    profile: str,
-    root: Path,
-    directory: Path | None = None,
-    env: Mapping[str, str] | None = None,
-    *,
-    include_upstream: bool = False,
-) -> list[WrapperInfo]:
+def aliases_for_profile(profile: str, root: Path, directory: Path | None = None, env: Mapping[str, str] | None = None,
+                        *, include_upstream: bool = False) -> list[WrapperInfo]:
     """The wrappers that run ``profile`` of ``root`` (hermesd's; with ``include_upstream``, upstream-style too)."""
     found = all_wrappers(root, directory, env) if include_upstream else list_wrappers(directory, root, env)
     return [w for w in found if w.profile == profile]
 
 
-def alias_collision(
-    alias: str,
-    profile: str,
-    root: Path,
-    directory: Path | None = None,
-    *,
-    env: Mapping[str, str] | None = None,
-    windows: bool | None = None,
-    replace_own: bool = False,
-) -> str | None:
+def alias_collision(alias: str, profile: str, root: Path, directory: Path | None = None, *,
+                    env: Mapping[str, str] | None = None, windows: bool | None = None,
+                    replace_own: bool = False) -> str | None:
     """Why ``alias`` cannot be (re)written for ``profile``, or ``None`` when it is safe.
 
     Refused: invalid, reserved or subcommand names; a file at the target that hermesd did
@@ -424,18 +409,9 @@ def _render(profile: str, root: Path, env: Mapping[str, str], hermes: str | None
     return render(profile, root, hermes or find_hermes(env), hermesd or find_hermesd(env))
 
 
-def create_wrapper(
-    alias: str,
-    profile: str,
-    root: Path,
-    directory: Path | None = None,
-    *,
-    env: Mapping[str, str] | None = None,
-    hermes: str | None = None,
-    hermesd: str | None = None,
-    windows: bool | None = None,
-    replace_own: bool = False,
-) -> Path:
+def create_wrapper(alias: str, profile: str, root: Path, directory: Path | None = None, *,
+                   env: Mapping[str, str] | None = None, hermes: str | None = None, hermesd: str | None = None,
+                   windows: bool | None = None, replace_own: bool = False) -> Path:
     """Write the wrapper ``alias`` running ``profile`` of ``root``; raise :class:`WrapperError` on a collision.
 
     Re-creating an alias hermesd already wrote for the same profile and root is allowed
@@ -454,15 +430,8 @@ def create_wrapper(
     return _write_script(wrapper_path(alias, folder, win), _render(profile, root, e, hermes, hermesd, win))
 
 
-def convert_wrapper(
-    info: WrapperInfo,
-    root: Path,
-    *,
-    env: Mapping[str, str] | None = None,
-    hermes: str | None = None,
-    hermesd: str | None = None,
-    profile: str | None = None,
-) -> Path:
+def convert_wrapper(info: WrapperInfo, root: Path, *, env: Mapping[str, str] | None = None, hermes: str | None = None,
+                    hermesd: str | None = None, profile: str | None = None) -> Path:
     """Rewrite an upstream-style wrapper as a hermesd wrapper: same file (name), same target profile.
 
     ``profile`` re-points it at another profile instead (used by rename). The file is re-read
@@ -484,15 +453,9 @@ def convert_wrapper(
     return _write_script(info.path, _render(target, root, _env(env), hermes, hermesd, win))
 
 
-def remove_wrapper(
-    alias: str,
-    directory: Path | None = None,
-    root: Path | None = None,
-    *,
-    env: Mapping[str, str] | None = None,
-    profile: str | None = None,
-    include_upstream: bool = False,
-) -> Path | None:
+def remove_wrapper(alias: str, directory: Path | None = None, root: Path | None = None, *,
+                   env: Mapping[str, str] | None = None, profile: str | None = None,
+                   include_upstream: bool = False) -> Path | None:
     """Remove the wrapper ``alias`` if hermesd wrote it (and, given ``root``/``profile``, for those).
 
     With ``include_upstream`` (needs ``root`` and ``profile``), an upstream-style wrapper of that

@@ -22,8 +22,8 @@ from profiles.errors import ProfileError
 from profiles.names import resolve_profile_names
 from profiles.paths import resolve_root
 from profiles.printable import printable_lines
-from supervisor.exits import UserError
-from supervisor.layout import Layout
+from supervisor.exits import EXIT_USAGE, Failure, UserError
+from supervisor.layout import Layout, UnsafeFolderError
 
 Handler = Callable[[argparse.Namespace], int]
 SubParsers = argparse._SubParsersAction  # argparse's own type for what add_subparsers returns
@@ -151,3 +151,23 @@ def fail_line(message: str) -> None:
     """The error for the terminal; reasons from a profile's files or a gateway's state are shown escaped
     (only the line breaks of a multi-line message stay)."""
     print(f"hermesd: error: {printable_lines(message)}", file=sys.stderr)
+
+
+def guarded(func: Handler, args: argparse.Namespace) -> int:
+    """Run a command's handler: its errors become one line on stderr and their exit codes, never a traceback."""
+    try:
+        return int(func(args) or 0)
+    except (UserError, ProfileError, UnsafeFolderError) as exc:
+        fail_line(str(exc))
+        return EXIT_USAGE
+    except Failure as exc:
+        fail_line(str(exc))
+        return exc.code
+    except PermissionError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        fail_line(f"permission denied:{where} (run as the user that owns the root)")
+        return EXIT_USAGE
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        return 130

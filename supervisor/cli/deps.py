@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
-import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -66,30 +63,9 @@ def _describe(found: list[Finding]) -> list[str]:
     return lines
 
 
-@contextlib.contextmanager
-def _install_lock(root: Path) -> Iterator[None]:
-    """Hold ``<root>/.hermesd/install-deps.lock``; say so when another install holds it, then wait."""
-    from profiles import safeio  # run-time only (see cli/__init__)
-
-    layout = Layout(root)
-    layout.ensure()
-    fd = safeio.open_beneath(layout.beneath(layout.dir / LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
-            print(f"waiting for another 'hermesd install-deps' (PID {holder}) to finish…", file=sys.stderr)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
 def cmd_install_deps(args: argparse.Namespace) -> int:
     from profiles.discovery import profiles_to_serve  # run-time only (see cli/__init__)
+    from supervisor import lockfile  # run-time only (see cli/__init__)
     from supervisor.requirements import install_command, merge_specs  # run-time only (see cli/__init__)
 
     root = root_of(args)
@@ -114,7 +90,9 @@ def cmd_install_deps(args: argparse.Namespace) -> int:
     if args.dry_run:
         return 0
     affected = sorted({f.profile for f in found})
-    with _install_lock(root):
+    layout = Layout(root)
+    with lockfile.held(layout, layout.dir / LOCK_NAME, lambda pid: print(
+            f"waiting for another 'hermesd install-deps' (PID {pid}) to finish…", file=sys.stderr)):
         # Another invocation may have installed it while we waited: check again (the cache sees
         # the changed site-packages and asks the interpreter afresh).
         found, facts = _collect(root, names)

@@ -13,11 +13,9 @@ import importlib
 import os
 import sys
 
-from profiles.errors import ProfileError
 from supervisor import __version__
-from supervisor.cli.common import Commands, HelpFormatter, fail_line
-from supervisor.exits import EXIT_USAGE, Failure, UserError
-from supervisor.layout import UnsafeFolderError
+from supervisor.cli.common import Commands, HelpFormatter, fail_line, guarded
+from supervisor.exits import EXIT_USAGE
 
 EXAMPLES = """\
 examples:
@@ -137,22 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         args.root = args.global_root
     args.parser = parser
     args.argv = list(argv)  # as typed: argparse drops a "--" that exec must see
-    try:
-        return int(args.func(args) or 0)
-    except (UserError, ProfileError, UnsafeFolderError) as exc:
-        fail_line(str(exc))
-        return EXIT_USAGE
-    except Failure as exc:
-        fail_line(str(exc))
-        return exc.code
-    except PermissionError as exc:
-        where = f" {exc.filename}" if exc.filename else ""
-        fail_line(f"permission denied:{where} (run as the user that owns the root)")
-        return EXIT_USAGE
-    except BrokenPipeError:
-        return 0
-    except KeyboardInterrupt:
-        return 130
+    return guarded(args.func, args)
 
 
 if __name__ == "__main__":

@@ -13,26 +13,23 @@ injected ``stop_gateway``; without it both refuse while a gateway runs), ``renam
 ``import --no-alias`` and ``--alias-dir`` (also ``$HERMESD_WRAPPER_DIR``).
 
 A user mistake is one line on stderr, ``hermesd: error: ...``, and exit status 2 (argument
-errors of the verbs included); never a traceback. What each verb does is :mod:`profiles.commands`;
-what only the supervisor can give it is passed in a :class:`profiles.commands.Context`: how to stop
-a running gateway first (:func:`supervisor.stopper.stop_for_profile_change`), and the interpreter
-hermesd runs the root's gateways with, in which ``create`` runs upstream's own ``create_profile``
-(see :mod:`profiles.lifecycle`).
+errors of the verbs included); never a traceback. What each verb does is
+:mod:`supervisor.cli.profile_verbs`; what it needs from outside the process is a
+:class:`supervisor.cli.profile_verbs.Context`: how to stop a running gateway first, and the
+interpreter hermesd runs the root's gateways with, in which ``create`` runs upstream's own
+``create_profile`` (see :mod:`profiles.lifecycle`).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from supervisor.cli.common import Commands, renamed_flag
-from supervisor.exits import UserError
 
 if TYPE_CHECKING:
-    from profiles.commands import Context
+    from supervisor.cli.profile_verbs import Context
 
 
 class VerbParser(argparse.ArgumentParser):
@@ -51,26 +48,6 @@ class VerbParser(argparse.ArgumentParser):
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
         return parsed, extras
-
-
-def _supervisor_context() -> Context:
-    """What only the supervisor gives the verbs: a stop through the daemon, and upstream's interpreter."""
-    from profiles.commands import Context  # run-time only (see cli/__init__)
-    from supervisor.stopper import stop_for_profile_change  # run-time only (see cli/__init__)
-
-    return Context(stop_gateway=stop_for_profile_change, upstream_python=_upstream_python)
-
-
-def _upstream_python(root: Path) -> list[str]:
-    """The interpreter (argv prefix) that runs ``root``'s gateways, for upstream's profile code."""
-    from supervisor.childspec import GatewayCommandError  # run-time only (see cli/__init__)
-    from supervisor.config import ConfigError  # run-time only (see cli/__init__)
-    from supervisor.hermes_release import HermesVersionError, gateway_python  # run-time only (see cli/__init__)
-
-    try:
-        return gateway_python(root, os.environ)
-    except (ConfigError, GatewayCommandError, HermesVersionError) as exc:
-        raise UserError(f"cannot run hermes-agent's profile code: {exc}") from None
 
 
 def _existing(action: argparse.Action) -> None:
@@ -112,13 +89,13 @@ def register(commands: Commands) -> None:
 
 def declare(commands: Commands, context: Context | None) -> None:
     """``hermesd profile`` and its verbs, run with ``context``: None for the supervisor's own
-    (:func:`_supervisor_context`), a test's own otherwise."""
+    (:func:`supervisor.cli.profile_verbs.supervisor_context`), a test's own otherwise."""
 
     def run(verb: str) -> Callable[[argparse.Namespace], int]:
         def handler(args: argparse.Namespace) -> int:
-            from profiles import commands as verbs  # run-time only (see cli/__init__)
+            from supervisor.cli import profile_verbs as verbs  # run-time only (see cli/__init__)
 
-            return verbs.guard(getattr(verbs, verb), args, context or _supervisor_context())
+            return verbs.guard(getattr(verbs, verb), args, context or verbs.supervisor_context())
 
         return handler
 

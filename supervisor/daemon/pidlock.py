@@ -14,10 +14,10 @@ concluding that nothing runs.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 
 from profiles import safeio
+from supervisor import lockfile
 from supervisor.layout import Layout
 from supervisor.lockholder import owner_pid, read_pid
 
@@ -35,17 +35,13 @@ class PidLock:
 
     def acquire(self) -> None:
         """Take the lock (non-blocking) and write our PID; raise :class:`AlreadyRunning` naming the holder."""
-        self.layout.ensure()
-        fd = safeio.open_beneath(self.layout.beneath(self.layout.lock), os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+            self.fd = lockfile.take(self.layout, self.layout.lock)
+        except lockfile.Held:
             other = owner_pid(self.layout)
             who = f" (PID {other})" if other else ""
             raise AlreadyRunning(f"hermesd is already running for {self.layout.root}{who}") from None
-        self.fd = fd
-        self.write_pid()
+        self._write_pidfile()
 
     def adopt_fd(self, fd: int) -> None:
         """Keep a lock a parent (``hermesd start``) took for us; refuse a descriptor of another file."""
@@ -54,13 +50,11 @@ class PidLock:
             raise AlreadyRunning(f"descriptor {fd} is not {self.layout.lock}")
         os.set_inheritable(fd, False)
         self.fd = fd
-        self.write_pid()
+        lockfile.stamp(fd)
+        self._write_pidfile()
 
-    def write_pid(self) -> None:
-        assert self.fd is not None
+    def _write_pidfile(self) -> None:
         pid = f"{os.getpid()}\n".encode()
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, pid, 0)
         safeio.replace_bytes(self.layout.beneath(self.layout.pidfile), pid, 0o600, durable=False)
 
     def release(self) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import stat
 import time
@@ -33,6 +32,7 @@ from typing import Any
 from profiles import safeio, safetree
 from profiles.safeio import Beneath
 from profiles.upstream.files import read_json, write_json_atomic
+from supervisor import lockfile
 from supervisor.layout import Layout, check_private
 
 RECORD = "record.json"
@@ -46,17 +46,12 @@ class Busy(RuntimeError):
 @contextlib.contextmanager
 def lock(layout: Layout) -> Iterator[None]:
     """Hold ``<root>/.hermesd/upgrade.lock`` for the whole operation; :class:`Busy` when another has it."""
-    layout.ensure()
-    fd = safeio.open_beneath(layout.beneath(layout.upgrade_lock), os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
-            raise Busy(f"another fleet operation (hermesd upgrade or restart --rolling, PID {holder}) is running "
-                       f"on {layout.root}; wait for it to finish") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        fd = lockfile.take(layout, layout.upgrade_lock)
+    except lockfile.Held as held:
+        raise Busy(f"another fleet operation (hermesd upgrade or restart --rolling, PID {held}) is running "
+                   f"on {layout.root}; wait for it to finish") from None
+    try:
         yield
     finally:
         os.close(fd)

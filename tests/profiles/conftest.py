@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from profile_helpers import PYTHON, CliResult, FakeLiveGateway, make_profile
 
-from profiles.commands import Context
 from supervisor.cli.common import Commands
 from supervisor.cli.profile import declare
+from supervisor.cli.profile_verbs import Context
 
 
 @pytest.fixture

@@ -21,12 +21,12 @@ import pytest
 import yaml
 from profile_helpers import PYTHON, make_profile
 
-from profiles.commands import Context
 from profiles.errors import ProfileError
 from profiles.lifecycle import create_profile
 from profiles.upstream import calls
 from supervisor.cli.common import Commands
 from supervisor.cli.profile import declare
+from supervisor.cli.profile_verbs import Context
 
 up = pytest.importorskip("hermes_cli.profiles")
 LATEST = __import__("hermes_cli.config", fromlist=["DEFAULT_CONFIG"]).DEFAULT_CONFIG["_config_version"]

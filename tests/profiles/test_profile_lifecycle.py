@@ -23,9 +23,10 @@ from profiles.errors import (
     ProfileNotFoundError,
     UnsafePathError,
 )
-from profiles.lifecycle import create_profile, delete_profile, rename_profile
+from profiles.lifecycle import create_profile
 from profiles.meta import read_profile_meta
 from profiles.upstream.calls import UpstreamCallError
+from wrappers.follow import delete_profile, rename_profile
 from wrappers.scripts import create_wrapper, list_wrappers
 
 up = pytest.importorskip("hermes_cli.profiles")

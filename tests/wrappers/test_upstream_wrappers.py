@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from profiles.commands import Context
-from profiles.lifecycle import delete_profile, rename_profile
 from supervisor.cli.common import Commands
 from supervisor.cli.profile import declare
+from supervisor.cli.profile_verbs import Context
+from wrappers.follow import delete_profile, rename_profile
 from wrappers.scripts import (
     KIND_HERMESD,
     KIND_UPSTREAM,

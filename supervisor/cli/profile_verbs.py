@@ -1,13 +1,13 @@
-"""The ``hermesd profile`` verbs: what each one does (the parser lives in ``supervisor.cli.profile``).
+"""The ``hermesd profile`` verbs: what each one does (the parser lives in :mod:`supervisor.cli.profile`).
 
 Imported only when a profile verb runs, so other hermesd commands never pay for archives,
-lifecycle and wrappers.
-
-Conventions (the same as the rest of hermesd): a mistake the user can fix — a bad or unknown
-name, a root that does not exist, a refused archive, conflicting flags — is one line
-``hermesd: error: …`` on stderr and exit status 2; a request understood but not carried out
-(a deletion not confirmed) is exit status 1; never a traceback. Every verb checks every name
-it was given (and that the root exists) before it changes anything.
+lifecycle and wrappers. Each verb reads its arguments, calls plain functions of :mod:`profiles`
+and :mod:`wrappers` (which raise :class:`profiles.errors.ProfileError`), and prints. The
+conventions are every command's (:mod:`supervisor.exits`): a mistake the user can fix — a bad or
+unknown name, a root that does not exist, a refused archive, conflicting flags — is one line
+``hermesd: error: …`` on stderr and exit status 2; a request understood but not carried out (a
+deletion not confirmed) is exit status 1; never a traceback. Every verb checks every name it was
+given (and that the root exists) before it changes anything.
 """
 
 from __future__ import annotations
@@ -32,12 +32,16 @@ from profiles.discovery import (
 )
 from profiles.errors import ProfileError
 from profiles.info import ProfileSummary, list_profiles, read_distribution, show_profile
-from profiles.lifecycle import create_profile, delete_profile, refuse_running, rename_profile
+from profiles.lifecycle import StopGateway, create_profile, refuse_running
 from profiles.meta import read_profile_meta, write_profile_meta
 from profiles.names import DEFAULT_PROFILE, parse_profile_name
 from profiles.paths import existing_root, hermes_home
 from profiles.printable import printable
 from profiles.progress import Progress
+from supervisor.cli.common import guarded
+from supervisor.exits import EXIT_FAILURE, Failure, UserError
+from supervisor.stopper import stop_for_profile_change
+from wrappers.follow import delete_profile, name_aliases, rename_profile
 from wrappers.scripts import (
     KIND_UPSTREAM,
     WrapperInfo,
@@ -51,50 +55,57 @@ from wrappers.scripts import (
     wrapper_dir,
 )
 
-StopGateway = Callable[[str, Path], None]
-UpstreamPython = Callable[[Path], Sequence[str]]
-
 EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-
-
-class UsageError(ProfileError):
-    """Flags that cannot go together, or a verb missing what it needs (exit 2)."""
 
 
 @dataclass(frozen=True)
 class Context:
-    """What the supervisor injects: how to stop a gateway, and which interpreter runs a root's gateways."""
+    """How to stop a gateway and which interpreter runs a root's gateways: hermesd's own
+    (:func:`supervisor_context`), a test's, or None, which makes a verb refuse rather than guess."""
 
     stop_gateway: StopGateway | None = None
-    upstream_python: UpstreamPython | None = None
+    upstream_python: Callable[[Path], Sequence[str]] | None = None
 
 
 Handler = Callable[[argparse.Namespace, Context], int]
 
 
-def fail(message: str, code: int = EXIT_USAGE) -> int:
-    """Print the one error line and return ``code``."""
-    print(f"hermesd: error: {printable(message)}", file=sys.stderr)
-    return code
+def supervisor_context() -> Context:
+    """A stop through the daemon (:func:`supervisor.stopper.stop_for_profile_change`), and upstream's interpreter."""
+    return Context(stop_gateway=stop_for_profile_change, upstream_python=_upstream_python)
+
+
+def _upstream_python(root: Path) -> list[str]:
+    """The interpreter (argv prefix) that runs ``root``'s gateways, for upstream's profile code."""
+    from supervisor.childspec import GatewayCommandError  # only create runs hermes-agent's code
+    from supervisor.config import ConfigError  # only create runs hermes-agent's code
+    from supervisor.hermes_release import HermesVersionError, gateway_python  # only create runs hermes-agent's code
+
+    try:
+        return gateway_python(root, os.environ)
+    except (ConfigError, GatewayCommandError, HermesVersionError) as exc:
+        raise UserError(f"cannot run hermes-agent's profile code: {exc}") from None
 
 
 def guard(handler: Handler, args: argparse.Namespace, ctx: Context) -> int:
-    """Run ``handler``; user-facing errors become one stderr line and exit status 2 (OS failures: 1)."""
-    try:
-        return handler(args, ctx)
-    except ProfileError as exc:
-        return fail(str(exc))
-    except PermissionError as exc:
-        where = f" {exc.filename}" if exc.filename else ""
-        return fail(f"permission denied:{where} (run as the user that owns the root)")
-    except OSError as exc:
-        where = f": {exc.filename}" if exc.filename else ""
-        return fail(f"{exc.strerror or exc}{where}", EXIT_FAILURE)
-    except KeyboardInterrupt:
-        print(file=sys.stderr)
-        return 130
+    """Run ``handler`` as every command runs (:func:`supervisor.cli.common.guarded`); a profile's error
+    may quote its files (an archive's member names): one line, every control escaped. An OS failure: 1."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args, ctx)
+        except ProfileError as exc:
+            raise UserError(printable(str(exc))) from None
+        except PermissionError:
+            raise
+        except OSError as exc:
+            where = f": {exc.filename}" if exc.filename else ""
+            raise Failure(printable(f"{exc.strerror or exc}{where}")) from None
+        except KeyboardInterrupt:
+            print(file=sys.stderr)
+            raise
+
+    return guarded(run, args)
 
 
 def _root(args: argparse.Namespace) -> Path:
@@ -177,7 +188,8 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
 
 def cmd_list(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
-    summaries, unserved = list_profiles(root, wrapper_dir=_alias_dir(args))
+    summaries, unserved = list_profiles(root)
+    name_aliases(summaries, root, _alias_dir(args))
     if args.json:
         payload: dict[str, Any] = {
             "root": str(root),
@@ -201,7 +213,9 @@ def cmd_list(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def cmd_show(args: argparse.Namespace, ctx: Context) -> int:
-    summary = show_profile(args.profile_name, _root(args), wrapper_dir=_alias_dir(args))
+    root = _root(args)
+    summary = show_profile(args.profile_name, root)
+    name_aliases([summary], root, _alias_dir(args))
     if args.json:
         print(json.dumps(summary.to_json(), indent=2))
     else:
@@ -211,12 +225,12 @@ def cmd_show(args: argparse.Namespace, ctx: Context) -> int:
 
 def cmd_describe(args: argparse.Namespace, ctx: Context) -> int:
     if args.auto or args.all_missing or args.overwrite:
-        raise UsageError(
+        raise UserError(
             "describe --auto/--all/--overwrite ask a model to write the description; hermesd runs no model: "
             "use 'hermes profile describe NAME --auto', or set it here with --text"
         )
     if args.profile_name is None:
-        raise UsageError("profile describe needs NAME (see 'hermesd profile describe --help')")
+        raise UserError("profile describe needs NAME (see 'hermesd profile describe --help')")
     root = _root(args)
     canon = parse_profile_name(args.profile_name)
     home = existing_profile_home(args.profile_name, root)
@@ -272,7 +286,7 @@ def cmd_create(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     interpreter = ctx.upstream_python
     if interpreter is None:
-        raise UsageError("profile create is not available here: this command has no way to run hermes-agent")
+        raise UserError("profile create is not available here: this command has no way to run hermes-agent")
     result = create_profile(
         args.profile_name,
         root,
@@ -307,7 +321,7 @@ def _confirm(name: str) -> bool:
     prompt = f"Type {name!r} to confirm: "
     stdin = sys.stdin
     if stdin is None or stdin.closed:
-        raise UsageError(f"refusing to delete {name!r} without -y: no input to confirm on")
+        raise UserError(f"refusing to delete {name!r} without -y: no input to confirm on")
     try:
         if stdin.isatty():
             answer = input(prompt)
@@ -328,7 +342,7 @@ def _stopper(args: argparse.Namespace, ctx: Context) -> StopGateway | None:
     if not args.stop:
         return None
     if ctx.stop_gateway is None:
-        raise UsageError("--stop is not available here: this command has no way to stop a gateway")
+        raise UserError("--stop is not available here: this command has no way to stop a gateway")
     return ctx.stop_gateway
 
 
@@ -336,7 +350,7 @@ def cmd_delete(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     canon = parse_profile_name(args.profile_name)
     if canon == DEFAULT_PROFILE:
-        raise UsageError("cannot delete the default profile: it is the root folder itself")
+        raise UserError("cannot delete the default profile: it is the root folder itself")
     home = existing_profile_home(args.profile_name, root)
     stop = _stopper(args, ctx)
     refuse_running(canon, home, stop)  # before the name is typed: a refusal after it wastes the confirmation
@@ -380,12 +394,12 @@ def cmd_use(args: argparse.Namespace, ctx: Context) -> int:
     root = _root(args)
     if args.clear:
         if args.profile_name is not None:
-            raise UsageError("profile use takes NAME or --clear, not both")
+            raise UserError("profile use takes NAME or --clear, not both")
         clear_active_profile(root)
         print("Switched to: default")
         return EXIT_OK
     if args.profile_name is None:
-        raise UsageError("profile use needs NAME ('default' or --clear to reset; 'hermesd profile' shows the "
+        raise UserError("profile use needs NAME ('default' or --clear to reset; 'hermesd profile' shows the "
                          "active one)")
     print(f"Switched to: {set_active_profile(args.profile_name, root)}")
     return EXIT_OK
@@ -435,7 +449,7 @@ def cmd_alias(args: argparse.Namespace, ctx: Context) -> int:
     folder = _alias_dir(args)
     picked = [flag for flag in ("list", "remove", "convert") if getattr(args, flag)]
     if len(picked) > 1:
-        raise UsageError(f"profile alias takes one of --list, --remove, --convert (got {', '.join(picked)})")
+        raise UserError(f"profile alias takes one of --list, --remove, --convert (got {', '.join(picked)})")
     canon: str | None = None
     if args.profile_name is not None:
         canon = parse_profile_name(args.profile_name)
@@ -451,7 +465,7 @@ def cmd_alias(args: argparse.Namespace, ctx: Context) -> int:
     if args.convert:
         return _convert(args, root, folder, canon)
     if canon is None:
-        raise UsageError("profile alias needs NAME (or --list, or --convert)")
+        raise UserError("profile alias needs NAME (or --list, or --convert)")
     if args.remove:
         names = [args.alias_name] if args.alias_name else [
             w.alias for w in aliases_for_profile(canon, root, folder, include_upstream=True)
