@@ -21,7 +21,7 @@ from typing import Any, TextIO
 from profiles.errors import ProfileError
 from profiles.names import resolve_profile_names
 from profiles.paths import resolve_root
-from profiles.printable import printable_lines
+from profiles.printable import printable, printable_lines
 from supervisor.exits import EXIT_USAGE, Failure, UserError
 from supervisor.layout import Layout, UnsafeFolderError
 
@@ -164,7 +164,7 @@ def guarded(func: Handler, args: argparse.Namespace) -> int:
         fail_line(str(exc))
         return exc.code
     except PermissionError as exc:
-        where = f" {exc.filename}" if exc.filename else ""
+        where = f" {printable(str(exc.filename))}" if exc.filename else ""  # a line break in a name too
         fail_line(f"permission denied:{where} (run as the user that owns the root)")
         return EXIT_USAGE
     except BrokenPipeError:

@@ -332,3 +332,17 @@ def test_doctor_reads_tree_memory_from_the_running_daemon(fake_root, hermesd_fac
     usage = _tree_memory(Scan(root=fake_root, env=d.env, service_dirs=[]))
     assert set(usage) == {"default", "coder", "writer"}
     assert all(v > 0 for v in usage.values())
+
+
+def test_a_permission_error_names_its_file_on_one_escaped_line(capsys):
+    """A file name from a profile may hold a line break: the error stays one line, the name escaped."""
+    import argparse
+
+    from supervisor.cli.common import guarded
+
+    def handler(_args: argparse.Namespace) -> int:
+        raise PermissionError(13, "Permission denied", "/r/profiles/p/evil\nhermesd: ok")
+
+    assert guarded(handler, argparse.Namespace()) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "evil\\nhermesd: ok" in err and err.startswith("hermesd: error: permission denied:")
