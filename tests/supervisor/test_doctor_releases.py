@@ -83,7 +83,7 @@ def test_the_settings_in_force_read_profiles_by_the_platforms_the_release_ships(
     from profiles.upstream.lines import V022
     from supervisor.config import Config
     from supervisor.daemon.effective import build
-    from supervisor.daemon.interpreter import Release
+    from supervisor.daemon.effective import Release
     from supervisor.requirements import Facts
 
     shipped = {**{p: () for p in V022.platforms - {"a2a"}}, "zulip": ("ZULIP_SITE",)}
