@@ -24,7 +24,7 @@ MAX_CLASS_LINES = 500
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Hermes' files and facts", ("profiles", "wrappers")),
     ("hermesd's own files and words", (
-        "supervisor", "supervisor.exits", "supervisor.layout", "supervisor.notify",
+        "supervisor", "supervisor.exits", "supervisor.layout", "supervisor.notify", "supervisor.settings",
         "supervisor.tags", "supervisor.prctl", "supervisor.codeid", "supervisor.lockholder", "supervisor.logs",
         "supervisor.gatewaysock", "supervisor.state", "supervisor.control",
     )),

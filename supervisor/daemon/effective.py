@@ -38,13 +38,13 @@ from supervisor.kanban.dispatch import OFF
 from supervisor.plan.planner import Settings
 from supervisor.plan.verdict import Hold, HoldKind, ReleaseRules
 from supervisor.requirements import Facts, release_line
+from supervisor.settings import RESTARTING
 
 if TYPE_CHECKING:
     from profiles.upstream.releases import Contract
-    from supervisor.isolation.isolation_config import IsolationSettings
     from supervisor.isolation.probing import Probe
     from supervisor.layout import Layout
-    from supervisor.limits.limits_config import HungSettings, Limits
+    from supervisor.settings import HungSettings, IsolationSettings, Limits
 
 log = logging.getLogger("hermesd")
 
@@ -97,7 +97,8 @@ class Effective(NamedTuple):
     isolation: IsolationSettings
     limits: Limits
     hung: HungSettings  # hung_after None: off (also when the release writes no heartbeat)
-    # digest of what shapes the child (environment, isolation, limits): a change restarts it. Not the
+    # digest of the parts the settings that restart a gateway are carried by (``Setting.restarts``:
+    # environment, isolation, limits): a change restarts it. Not the
     # gateway command: a new ``command:`` is new code under the fleet, rolled out like an upgrade (each
     # gateway whose code differs is flagged stale; ``hermesd upgrade`` restarts them canary first, each
     # gated), never all at once by an edit.
@@ -181,9 +182,9 @@ def _effective(cfg: Config, name: str, contract: Contract | None, probe: Probe |
     hung = cfg.hung_for(name)
     if contract is not None and not contract.heartbeat:
         hung = replace(hung, hung_after=None)  # no heartbeat: "no beat" or an old beat says nothing
-    spec = digest_of({"env": environment, "isolation": repr(isolation),
-                      "limits": repr(limits)})
     hidden = probe is None or hides_other_profiles(isolation, probe)
+    parts = {"environment": environment, "isolation": isolation, "limits": limits}
+    spec = digest_of({part: repr(parts[part]) for part in RESTARTING})
     return Effective(environment, isolation, limits, hung, spec, hidden)
 
 
