@@ -202,10 +202,12 @@ class _Reader:
             raise self.fail(node, key, "expected a single value")
         return _construct(node)
 
-    def value(self, node: yaml.Node, key: str, setting: str, *, nullable: bool = False) -> Any:
-        """A single value, read by ``setting``'s declared parser (``key``: where it stands)."""
+    def value(self, node: yaml.Node, key: str, setting: str, *, top: bool = True) -> Any:
+        """A single value, read by ``setting``'s declared parser (``key``: where it stands). At the top
+        level, ``null`` for a key whose default is null is that default; in a profile's section None
+        means "not given", so there it is refused."""
         value = self.scalar(node, key)
-        if value is None and nullable:
+        if value is None and top and BY_KEY[setting].default is None:
             return None
         try:
             return BY_KEY[setting].read(value, key)
@@ -233,11 +235,13 @@ class _Reader:
             env[name] = str(value).lower() if isinstance(value, bool) else str(value)
         return env
 
-    def command(self, node: yaml.Node, key: str) -> tuple[str, ...]:
+    def command(self, node: yaml.Node, key: str) -> tuple[str, ...] | None:
         if isinstance(node, yaml.SequenceNode):
             parts = [self.scalar(n, key) for n in node.value]
         else:
             value = self.scalar(node, key)
+            if value is None:  # null: the default, like every key whose default is null
+                return None
             parts = list(shlex.split(value)) if isinstance(value, str) else [value]
         words = tuple(p for p in parts if isinstance(p, str) and p)
         if not words or len(words) != len(parts):
@@ -252,7 +256,7 @@ class _Reader:
         if "restart" in top:
             kwargs["restart"] = RestartPolicy(**self.values(top["restart"], "restart")[0])
         if "stop_timeout" in top:
-            kwargs["stop_timeout"] = self.value(top["stop_timeout"], "stop_timeout", "stop_timeout", nullable=True)
+            kwargs["stop_timeout"] = self.value(top["stop_timeout"], "stop_timeout", "stop_timeout")
         if "logs" in top:
             kwargs.update({_FIELDS[f"logs.{k}"]: v for k, v in self.values(top["logs"], "logs")[0].items()})
         if "environment" in top:
@@ -334,8 +338,8 @@ class _Reader:
             except ProfileError as exc:
                 raise self.fail(vnode, key, f"not a valid profile name: {exc}") from None
             body = self.mapping(vnode, key, profile_keys())
-            kwargs: dict[str, Any] = {k: self.value(body[k], f"{key}.{k}", k) for k in ("enabled", "stop_timeout")
-                                      if k in body}
+            kwargs: dict[str, Any] = {k: self.value(body[k], f"{key}.{k}", k, top=False)
+                                      for k in ("enabled", "stop_timeout") if k in body}
             if "environment" in body:
                 kwargs["environment"] = self.environment(body["environment"], f"{key}.environment")
             out[name] = ProfileSettings(**self.domains(body, f"{key}."), **kwargs)
