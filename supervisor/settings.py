@@ -209,14 +209,14 @@ class Setting(NamedTuple):
     scope: str  # TOP, BOTH, LIMIT or OWN
     default: Any
     doc: str
-    parse: Callable[..., Any] | None = None  # (value, dotted key, bound) -> the setting
+    parse: Callable[[Any, str, Any], Any] | None = None  # (value, dotted key, bound) -> the setting
     bound: Bound | None = None
     restarts: str = ""
     accepts: str = ""  # what the docs say is accepted, before the bound's range (default: a number)
 
     def read(self, value: object, key: str) -> Any:
         assert self.parse is not None
-        return self.parse(value, key, self.bound) if self.bound is not None else self.parse(value, key)
+        return self.parse(value, key, self.bound)
 
 
 SETTINGS: tuple[Setting, ...] = (

@@ -143,3 +143,10 @@ def test_null_is_the_default_at_the_top_and_refused_in_a_profile(tmp_path):
     assert parse("max_starting: null\nstop_timeout: null\ncommand: null\n", path) == Config()
     with pytest.raises(ConfigError, match=r":3: profiles\.coder\.stop_timeout: expected a number"):
         parse("profiles:\n  coder:\n    stop_timeout: null\n", path)
+
+
+def test_a_settings_bound_is_the_one_the_bounds_table_shows_for_it():
+    """The range is declared once, in profiles/numbers.py; the row that uses it names the same key."""
+    for s in SETTINGS:
+        if s.bound is not None:
+            assert f"`{s.key}`" in s.bound.key and "hermesd.yaml" in s.bound.file, s.key
