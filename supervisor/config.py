@@ -6,9 +6,9 @@ its last good one. The keys, their parsers and defaults are declared in :mod:`su
 this module walks the nodes, and reads itself only what has a shape rather than a value (the command,
 an environment, the profiles, the kanban dispatcher).
 
-The journal's settings are imported where they are used (each such line says "lazy: see above"):
-``hermesd status`` and ``hermesd exec`` read this file for the command and the environment, and the
-journal would cost them milliseconds (measured: with the limits package, 30-40 ms).
+The sections of observability (events, hooks, metrics) are imported where they are used (each such
+line says "lazy: see above"): ``hermesd status`` and ``hermesd exec`` read this file for the command
+and the environment, and need neither the journal nor the hooks.
 """
 
 from __future__ import annotations
