@@ -51,7 +51,7 @@ class Bound:
 
     def expected(self, whole: bool = False) -> str:
         """What a refusal says was expected."""
-        return f"{'a whole number' if whole else 'a number'} from {self._range()}"
+        return f"{'a whole number' if whole else 'a number'} from {self.span()}"
 
     def refusal(self, value: object, whole: bool = False) -> str:
         """Why ``value`` is refused, showing at most 40 characters of it (never 301 digits)."""
@@ -60,9 +60,10 @@ class Bound:
 
     def row(self) -> str:
         """This bound's row of the table in docs/guide.md."""
-        return f"| {self.key} | {self.file} | {self._range().replace(' to ', ' – ')} | {self.outside} | {self.why} |"
+        return f"| {self.key} | {self.file} | {self.span().replace(' to ', ' – ')} | {self.outside} | {self.why} |"
 
-    def _range(self) -> str:
+    def span(self) -> str:
+        """``1 MiB to 1 EiB``, ``0 to 3,600 s``: the range as the docs and messages show it."""
         low, high = _number(self.low, self.unit), _number(self.high, self.unit)
         return f"{low} to {high}{' s' if self.unit == 's' else ''}"
 

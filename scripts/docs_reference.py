@@ -18,6 +18,7 @@ import argparse
 import difflib
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,10 +74,14 @@ def render() -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, out: Path = REFERENCE, render: Callable[[], str] = render,
+         source: str = "the parser") -> int:
+    """Rewrite ``out`` from ``render``, or with ``--check`` exit 1 when it is stale (also for
+    ``scripts/docs_settings.py``, whose page comes from the settings' declaration)."""
+    script = Path(sys.argv[0]).name
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 when docs/reference.md is stale")
-    ap.add_argument("--out", type=Path, default=REFERENCE, help="default: the repository's docs/reference.md")
+    ap.add_argument("--check", action="store_true", help=f"exit 1 when docs/{out.name} is stale")
+    ap.add_argument("--out", type=Path, default=out, help=f"default: the repository's docs/{out.name}")
     args = ap.parse_args(argv)
     current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
     wanted = render()
@@ -86,9 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.check:
         diff = difflib.unified_diff(current.splitlines(), wanted.splitlines(), f"{args.out.name} (now)",
-                                    f"{args.out.name} (from the parser)", lineterm="", n=1)
+                                    f"{args.out.name} (from {source})", lineterm="", n=1)
         print("\n".join(list(diff)[:80]))
-        print(f"\n{args.out}: stale; run: python scripts/docs_reference.py", file=sys.stderr)
+        print(f"\n{args.out}: stale; run: python scripts/{script}", file=sys.stderr)
         return 1
     args.out.write_text(wanted, encoding="utf-8")
     print(f"{args.out}: regenerated")

@@ -2,12 +2,13 @@
 
 The file is optional. It is parsed into YAML nodes (not plain data) so that every complaint can
 point at the line a user has to fix. A running daemon that fails to load a new version keeps
-its last good one.
+its last good one. The keys, their parsers and defaults are declared in :mod:`supervisor.settings`;
+this module walks the nodes, and reads itself only what has a shape rather than a value (the command,
+an environment, the profiles, the kanban dispatcher).
 
-The limits' and the journal's settings are imported where they are used (each such line says "lazy:
-see above"): ``hermesd status`` and ``hermesd exec`` read this file for the command and the
-environment, and the limits package (which loads its mechanism with it) and the journal would cost
-them 30-40 ms (measured).
+The sections of observability (events, hooks, metrics) are imported where they are used (each such
+line says "lazy: see above"): ``hermesd status`` and ``hermesd exec`` read this file for the command
+and the environment, and need neither the journal nor the hooks.
 """
 
 from __future__ import annotations
@@ -23,32 +24,32 @@ import yaml
 from profiles.errors import ProfileConfigError, ProfileError
 from profiles.fileio import MAX_PROFILE_FILE, compose_yaml
 from profiles.names import normalize_name, validate_profile_name
-from profiles.numbers import (
-    FACTOR,
-    HEALTHY_AFTER,
-    INITIAL_DELAY,
-    JITTER,
-    KANBAN_RATE,
-    KANBAN_WORKERS,
-    LOG_BACKUPS,
-    LOG_MAX_BYTES,
-    MAX_DELAY,
-    MAX_STARTING,
-    STOP_TIMEOUT,
-    Bound,
-)
 from profiles.printable import printable
 from profiles.safeio import UnsafeFileError, read_operator_file
 from supervisor.childspec import forbidden_extra_env
-from supervisor.isolation.isolation_config import IsolationConfigError, merge_isolation, parse_isolation
 from supervisor.kanban.dispatch import dispatcher_env
 from supervisor.observe.values import line_of
 from supervisor.plan.policy import RestartPolicy, stop_timeout_for
+from supervisor.settings import (
+    BY_KEY,
+    HungSettings,
+    IsolationPartial,
+    IsolationSettings,
+    Limits,
+    LimitsSpec,
+    SettingError,
+    default,
+    merge_isolation,
+    merge_limits,
+    parse_isolation,
+    parse_limits,
+    profile_keys,
+    top_keys,
+    under,
+)
 
 if TYPE_CHECKING:
-    from supervisor.isolation.isolation_config import IsolationPartial, IsolationSettings
-    from supervisor.limits.limits_config import HungSettings, Limits, LimitsSpec
-    from supervisor.observe.observe_config import ObserveSettings
+    from supervisor.observe.sections import ObserveSettings
 
 
 class ConfigError(ValueError):
@@ -57,7 +58,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ProfileSettings:
-    enabled: bool = True
+    enabled: bool = default("enabled")
     environment: Mapping[str, str] = field(default_factory=dict)
     stop_timeout: float | None = None
     isolation: IsolationPartial | None = None
@@ -65,35 +66,38 @@ class ProfileSettings:
     hung: Mapping[str, float | None] = field(default_factory=dict)  # hung_after / startup_grace as given
 
 
+# Config's fields named by their hermesd.yaml keys where the two differ.
+_FIELDS = {"logs.max_bytes": "log_max_bytes", "logs.backups": "log_backups",
+           "kanban.workers_per_profile": "kanban_workers_per_profile",
+           "kanban.requests_per_minute": "kanban_requests_per_minute"}
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     command: tuple[str, ...] | None = None
     restart: RestartPolicy = field(default_factory=RestartPolicy)
-    stop_timeout: float | None = None  # None: upstream's max(60, drain + 30) per profile
-    log_max_bytes: int = 10 * 1024 * 1024
-    log_backups: int = 5
+    stop_timeout: float | None = default("stop_timeout")  # None: upstream's max(60, drain + 30) per profile
+    log_max_bytes: int = default("logs.max_bytes")
+    log_backups: int = default("logs.backups")
     environment: Mapping[str, str] = field(default_factory=dict)
     profiles: Mapping[str, ProfileSettings] = field(default_factory=dict)
-    max_starting: int | None = None  # None: the CPU cores (see supervisor.daemon.effective)
+    max_starting: int | None = default("max_starting")  # None: the CPU cores (see supervisor.daemon.effective)
     present: bool = False  # the file exists (doctor and status say where settings came from)
     isolation: IsolationPartial | None = None  # the top level's
     limits: LimitsSpec | None = None  # the top level's
     hung: Mapping[str, float | None] = field(default_factory=dict)  # top-level hung_after / startup_grace
     observe: ObserveSettings | None = None  # None: the defaults
-    kanban_dispatcher: str = "default"  # kanban.dispatcher: the profile whose gateway dispatches, or "off"
+    kanban_dispatcher: str = default("kanban.dispatcher")
     # Bounds of the kanban hand-off (supervisor.kanban.bounds): a dispatcher must not be able to
     # move its load into another profile's limits, nor flood the daemon with requests.
-    kanban_workers_per_profile: int = 4  # kanban.workers_per_profile: workers one assignee runs at once
+    kanban_workers_per_profile: int = default("kanban.workers_per_profile")
     kanban_worker_limits: LimitsSpec | None = None  # kanban.worker_limits: each worker's own, over the assignee's
-    kanban_requests_per_minute: int = 60  # kanban.requests_per_minute: hand-off requests one dispatcher may make
+    kanban_requests_per_minute: int = default("kanban.requests_per_minute")
 
     def worker_limits_for(self, name: str) -> Limits:
         """The limits of each kanban worker run for ``name``: its own cgroup (never its assignee's
         gateway's), with the assignee's limits, key by key overridden by ``kanban.worker_limits``."""
-        from supervisor.limits.limits_config import LimitsSpec, merge_limits  # lazy: see above
-
-        own = self.limits_for(name)
-        return merge_limits(LimitsSpec(own.memory_max, own.tasks_max, own.cpu_weight), self.kanban_worker_limits)
+        return merge_limits(self.limits, self.for_profile(name).limits, self.kanban_worker_limits)
 
     def isolation_for(self, name: str) -> IsolationSettings:
         """The isolation settings in force for ``name`` (defaults, the top level, the profile's own)."""
@@ -101,22 +105,14 @@ class Config:
 
     def limits_for(self, name: str) -> Limits:
         """The resource limits in force for ``name`` (a profile's keys override the top level's)."""
-        from supervisor.limits.limits_config import LimitsSpec, merge_limits  # lazy: see above
-
-        return merge_limits(self.limits or LimitsSpec(), self.for_profile(name).limits or LimitsSpec())
+        return merge_limits(self.limits, self.for_profile(name).limits)
 
     def hung_for(self, name: str) -> HungSettings:
-        """Hung detection for ``name`` (``hung_after`` None: off)."""
-        from supervisor.limits.limits_config import merge_hung  # lazy: see above
-
-        own = self.for_profile(name).hung
-        # hermesd.yaml's keys to merge_hung's arguments (``startup_grace`` is its ``grace``).
-        arg = {"hung_after": "hung_after", "startup_grace": "grace"}
-        return merge_hung(**{f"top_{arg[k]}": v for k, v in self.hung.items()},
-                          **{f"own_{arg[k]}": v for k, v in own.items()})
+        """Hung detection for ``name`` (``hung_after`` None: off): the profile's keys over the top level's."""
+        return HungSettings(**{**self.hung, **self.for_profile(name).hung})
 
     def observe_settings(self) -> ObserveSettings:
-        from supervisor.observe.observe_config import ObserveSettings  # lazy: see above
+        from supervisor.observe.sections import ObserveSettings  # lazy: see above
 
         return self.observe or ObserveSettings()
 
@@ -206,26 +202,26 @@ class _Reader:
             raise self.fail(node, key, "expected a single value")
         return _construct(node)
 
-    def number(self, node: yaml.Node, key: str, bound: Bound, *, nullable: bool = False) -> float | None:
-        """A number within ``bound`` (NaN and infinities are outside every one)."""
+    def value(self, node: yaml.Node, key: str, setting: str, *, top: bool = True) -> Any:
+        """A single value, read by ``setting``'s declared parser (``key``: where it stands). At the top
+        level, ``null`` for a key whose default is null is that default; in a profile's section None
+        means "not given", so there it is refused."""
         value = self.scalar(node, key)
-        if value is None and nullable:
+        if value is None and top and BY_KEY[setting].default is None:
             return None
-        if not bound.holds(value):
-            raise self.fail(node, key, bound.refusal(value))
-        return float(value)  # type: ignore[arg-type]
+        try:
+            return BY_KEY[setting].read(value, key)
+        except SettingError as exc:
+            raise self.fail(node, key, exc.problem) from None
 
-    def integer(self, node: yaml.Node, key: str, bound: Bound) -> int:
-        value = self.scalar(node, key)
-        if not isinstance(value, int) or not bound.holds(value):
-            raise self.fail(node, key, bound.refusal(value, whole=True))
-        return value
-
-    def boolean(self, node: yaml.Node, key: str) -> bool:
-        value = self.scalar(node, key)
-        if not isinstance(value, bool):
-            raise self.fail(node, key, f"expected true or false, got {printable(repr(value), 40)}")
-        return value
+    def values(self, node: yaml.Node, section: str,
+               own: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict[str, yaml.Node]]:
+        """The keys of ``section`` that are single values, read; and every key's node (``own``: keys
+        this module reads itself besides the declared ones)."""
+        rows = under(section)
+        body = self.mapping(node, section, {*rows, *own})
+        return {k: self.value(v, f"{section}.{k}", f"{section}.{k}") for k, v in body.items()
+                if k in rows and rows[k].parse is not None}, body
 
     def environment(self, node: yaml.Node, key: str) -> dict[str, str]:
         env: dict[str, str] = {}
@@ -239,11 +235,13 @@ class _Reader:
             env[name] = str(value).lower() if isinstance(value, bool) else str(value)
         return env
 
-    def command(self, node: yaml.Node, key: str) -> tuple[str, ...]:
+    def command(self, node: yaml.Node, key: str) -> tuple[str, ...] | None:
         if isinstance(node, yaml.SequenceNode):
             parts = [self.scalar(n, key) for n in node.value]
         else:
             value = self.scalar(node, key)
+            if value is None:  # null: the default, like every key whose default is null
+                return None
             parts = list(shlex.split(value)) if isinstance(value, str) else [value]
         words = tuple(p for p in parts if isinstance(p, str) and p)
         if not words or len(words) != len(parts):
@@ -251,34 +249,28 @@ class _Reader:
         return words
 
     def config(self, node: yaml.Node) -> Config:
-        top = self.mapping(node, "", {"command", "restart", "stop_timeout", "logs", "environment", "profiles",
-                                      "max_starting", "isolation", "limits", "hung_after", "startup_grace",
-                                      "events", "hooks", "metrics", "kanban"})
+        top = self.mapping(node, "", top_keys())
         kwargs: dict[str, Any] = {}
         if "command" in top:
             kwargs["command"] = self.command(top["command"], "command")
         if "restart" in top:
-            kwargs["restart"] = self.restart(top["restart"])
+            kwargs["restart"] = RestartPolicy(**self.values(top["restart"], "restart")[0])
         if "stop_timeout" in top:
-            kwargs["stop_timeout"] = self.number(top["stop_timeout"], "stop_timeout", STOP_TIMEOUT, nullable=True)
+            kwargs["stop_timeout"] = self.value(top["stop_timeout"], "stop_timeout", "stop_timeout")
         if "logs" in top:
-            logs = self.mapping(top["logs"], "logs", {"max_bytes", "backups"})
-            if "max_bytes" in logs:
-                kwargs["log_max_bytes"] = self.integer(logs["max_bytes"], "logs.max_bytes", LOG_MAX_BYTES)
-            if "backups" in logs:
-                kwargs["log_backups"] = self.integer(logs["backups"], "logs.backups", LOG_BACKUPS)
+            kwargs.update({_FIELDS[f"logs.{k}"]: v for k, v in self.values(top["logs"], "logs")[0].items()})
         if "environment" in top:
             kwargs["environment"] = self.environment(top["environment"], "environment")
         if "profiles" in top:
             kwargs["profiles"] = self.profiles(top["profiles"])
         if "max_starting" in top:
-            kwargs["max_starting"] = self.integer(top["max_starting"], "max_starting", MAX_STARTING)
+            kwargs["max_starting"] = self.value(top["max_starting"], "max_starting", "max_starting")
         kwargs.update(self.domains(top, ""))
         if "kanban" in top:
             kwargs.update(self.kanban(top["kanban"]))
         observed: dict[str, yaml.Node] = {k: top[k] for k in ("events", "hooks", "metrics") if k in top}
         if observed:
-            from supervisor.observe.observe_config import ObserveConfigError, parse_sections  # lazy: see above
+            from supervisor.observe.sections import ObserveConfigError, parse_sections  # lazy: see above
 
             try:
                 kwargs["observe"] = parse_sections({k: _construct(v) for k, v in observed.items()})
@@ -288,30 +280,21 @@ class _Reader:
 
     def domains(self, body: dict[str, yaml.Node], prefix: str) -> dict[str, Any]:
         """``isolation``, ``limits``, ``hung_after`` and ``startup_grace``, at the top or for one profile."""
-        from supervisor.limits.limits_config import (  # lazy: see above
-            parse_hung_after,
-            parse_limits,
-            parse_startup_grace,
-        )
-
         out: dict[str, Any] = {key: self.section(parse, body[key], prefix + key)
                                for key, parse in (("isolation", parse_isolation), ("limits", parse_limits))
                                if key in body}
-        hung = {key: self.section(parse, body[key], prefix + key)
-                for key, parse in (("hung_after", parse_hung_after), ("startup_grace", parse_startup_grace))
-                if key in body}
+        hung = {key: self.section(BY_KEY[key].read, body[key], prefix + key)
+                for key in ("hung_after", "startup_grace") if key in body}
         if hung:
             out["hung"] = hung
         return out
 
     def section(self, parse: Callable[[object, str], Any], node: yaml.Node, key: str) -> Any:
-        """``parse`` (an isolation or limits parser) on ``node``; its error at the line of the key it names."""
-        from supervisor.limits.limits_config import LimitsConfigError  # lazy: see above
-
+        """``parse`` (a declared parser, or a section's) on ``node``; its error at the line of the key it names."""
         try:
             return parse(_construct(node), key)
-        except (IsolationConfigError, LimitsConfigError) as exc:
-            sub = str(getattr(exc, "key", "") or "")[len(key) + 1 :]
+        except SettingError as exc:
+            sub = exc.key[len(key) + 1 :]
             raise self.fail_at(node, tuple(p for p in sub.split(".") if p), str(exc), "") from None
 
     def kanban(self, node: yaml.Node) -> dict[str, Any]:
@@ -322,18 +305,9 @@ class _Reader:
         The profile need not exist yet (profiles come and go while the daemon runs); ``doctor``
         says when it does not. YAML's bare ``off`` arrives as ``False`` and is accepted.
         """
-        body = self.mapping(node, "kanban", {"dispatcher", "workers_per_profile", "worker_limits",
-                                             "requests_per_minute"})
-        out: dict[str, Any] = {}
-        if "workers_per_profile" in body:
-            out["kanban_workers_per_profile"] = self.integer(body["workers_per_profile"], "kanban.workers_per_profile",
-                                                             KANBAN_WORKERS)
-        if "requests_per_minute" in body:
-            out["kanban_requests_per_minute"] = self.integer(body["requests_per_minute"],
-                                                             "kanban.requests_per_minute", KANBAN_RATE)
+        values, body = self.values(node, "kanban", ("worker_limits",))
+        out: dict[str, Any] = {_FIELDS[f"kanban.{k}"]: v for k, v in values.items()}
         if "worker_limits" in body:
-            from supervisor.limits.limits_config import parse_limits  # lazy: see above
-
             out["kanban_worker_limits"] = self.section(parse_limits, body["worker_limits"], "kanban.worker_limits")
         if "dispatcher" not in body:
             return out
@@ -354,13 +328,6 @@ class _Reader:
         where = f":{line}" if line is not None else ""
         return ConfigError(f"{self.path}{where}: {key}{': ' + problem if problem else ''}")
 
-    def restart(self, node: yaml.Node) -> RestartPolicy:
-        fields = {"initial_delay": INITIAL_DELAY, "max_delay": MAX_DELAY, "factor": FACTOR, "jitter": JITTER,
-                  "healthy_after": HEALTHY_AFTER}
-        raw = self.mapping(node, "restart", set(fields))
-        values = {name: self.number(vnode, f"restart.{name}", fields[name]) for name, vnode in raw.items()}
-        return RestartPolicy(**values)  # type: ignore[arg-type]
-
     def profiles(self, node: yaml.Node) -> dict[str, ProfileSettings]:
         out: dict[str, ProfileSettings] = {}
 
@@ -370,18 +337,12 @@ class _Reader:
                 name = validate_profile_name(normalize_name(raw_name))
             except ProfileError as exc:
                 raise self.fail(vnode, key, f"not a valid profile name: {exc}") from None
-            body = self.mapping(vnode, key, {"enabled", "environment", "stop_timeout", "isolation", "limits",
-                                             "hung_after", "startup_grace"})
-            out[name] = ProfileSettings(
-                **self.domains(body, f"{key}."),
-                enabled=self.boolean(body["enabled"], f"{key}.enabled") if "enabled" in body else True,
-                environment=self.environment(body["environment"], f"{key}.environment")
-                if "environment" in body
-                else {},
-                stop_timeout=self.number(body["stop_timeout"], f"{key}.stop_timeout", STOP_TIMEOUT)
-                if "stop_timeout" in body
-                else None,
-            )
+            body = self.mapping(vnode, key, profile_keys())
+            kwargs: dict[str, Any] = {k: self.value(body[k], f"{key}.{k}", k, top=False)
+                                      for k in ("enabled", "stop_timeout") if k in body}
+            if "environment" in body:
+                kwargs["environment"] = self.environment(body["environment"], f"{key}.environment")
+            out[name] = ProfileSettings(**self.domains(body, f"{key}."), **kwargs)
         return out
 
 

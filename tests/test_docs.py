@@ -1,5 +1,6 @@
 """The docs stay true and render: ``docs/reference.md`` is what ``build_parser`` prints
-(``scripts/docs_reference.py``); in every page code fences are balanced, every ``<details>`` is
+(``scripts/docs_reference.py``), ``docs/settings.md`` what ``supervisor.settings`` declares
+(``scripts/docs_settings.py``); in every page code fences are balanced, every ``<details>`` is
 closed, every table row has its header's number of cells and relative links point at files that
 exist; the README stays short and links every page of ``docs/``."""
 
@@ -51,6 +52,17 @@ def test_command_reference_is_generated_from_the_parser() -> None:
     )
     assert result.returncode == 0, (
         "docs/reference.md differs from the parser; run: python scripts/docs_reference.py\n"
+        + result.stdout[-4000:] + result.stderr[-2000:]
+    )
+
+
+def test_settings_reference_is_generated_from_the_declaration() -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "docs_settings.py"), "--check"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, (
+        "docs/settings.md differs from supervisor/settings.py; run: python scripts/docs_settings.py\n"
         + result.stdout[-4000:] + result.stderr[-2000:]
     )
 

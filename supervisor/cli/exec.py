@@ -50,8 +50,8 @@ if TYPE_CHECKING:
     from types import FrameType
 
     from supervisor.isolation.planning import Plan
-    from supervisor.limits.limits_config import Limits
     from supervisor.limits.session import Session
+    from supervisor.settings import Limits
 
 
 def register(commands: Commands) -> None:
@@ -280,8 +280,7 @@ def _open_session(prepared: Prepared) -> Session | None:
     from supervisor.limits.session import open_session  # run-time only (see cli/__init__)
 
     lim = prepared.limits
-    limited = prepared.kind == "worker" or not (lim.memory_max is None and lim.tasks_max is None
-                                                and lim.cpu_weight is None)
+    limited = prepared.kind == "worker" or not lim.empty
     return open_session(prepared.root, prepared.profile, prepared.kind, lim, tree_without_cgroup=limited)
 
 

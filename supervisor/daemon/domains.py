@@ -27,7 +27,6 @@ from typing import Any
 from profiles.printable import printable
 from supervisor import limits as lim
 from supervisor.isolation import install, shared_board
-from supervisor.isolation.isolation_config import IsolationSettings
 from supervisor.isolation.planning import Plan, PlanInputs, make_plan
 from supervisor.isolation.probing import Probe, probe
 from supervisor.isolation.shim_argv import wrap_argv
@@ -37,10 +36,10 @@ from supervisor.limits import hung as hung_mod
 from supervisor.limits import tree as tree_mod
 from supervisor.limits.cgroup import Events
 from supervisor.limits.hung import HungCheck
-from supervisor.limits.limits_config import HungSettings, Limits
 from supervisor.limits.tree import Breach, TreeSample
 from supervisor.plan.model import Ident
 from supervisor.plan.policy import ExitKind, limit_exit
+from supervisor.settings import HungSettings, IsolationSettings, Limits
 
 log = logging.getLogger("hermesd")
 
@@ -315,7 +314,7 @@ class Domains:
     def scan(self, limits: Mapping[str, Limits]) -> tuple[dict[str, Breach], float | None]:
         """One watch scan of the running profiles whose limits no cgroup enforces: breaches and the next delay."""
         wl = {n: lim.watch_limits(limits[n], self.cgroups) for n in limits if n in self.trees}
-        wl = {n: v for n, v in wl.items() if v.memory_max is not None or v.tasks_max is not None}
+        wl = {n: v for n, v in wl.items() if not v.empty}
         if not wl or self.watcher is None:
             self._samples.clear()
             return {}, None

@@ -9,7 +9,8 @@ requirement check and the kanban hand-off read a profile's :class:`Effective` fr
 planner gets its :class:`~supervisor.plan.planner.Settings` from the same merge, so no two of
 them can disagree about a profile and nothing merges again between two changes.
 
-:func:`load` reads: hermesd.yaml and the interpreter's answer in the daemon's reader pool, so a
+:func:`load` reads: hermesd.yaml and the interpreter's answer (:func:`ask`, :func:`read_release`: the
+release it runs and so the contract hermesd follows) in the daemon's reader pool, so a
 slow disk or a slow interpreter never delays a respawn or a control request. A malformed file
 raises :class:`~supervisor.config.ConfigError` (the loop keeps the settings it had); a command that
 cannot be found is no error of the file: it holds every profile, with the reason, until it
@@ -21,32 +22,72 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from profiles.snapshot import digest_of
 from profiles.upstream.lines import RuleLine, unmodelled
-from supervisor import childspec
+from profiles.upstream.releases import Unsupported, newer_than_known_note
+from supervisor import childspec, requirements
 from supervisor import config as config_mod
 from supervisor.config import Config
-from supervisor.daemon import interpreter
-from supervisor.daemon.interpreter import Release
 from supervisor.isolation.planning import hides_other_profiles
 from supervisor.kanban.dispatch import OFF
 from supervisor.plan.planner import Settings
 from supervisor.plan.verdict import Hold, HoldKind, ReleaseRules
-from supervisor.requirements import release_line
+from supervisor.requirements import Facts, release_line
+from supervisor.settings import RESTARTING
 
 if TYPE_CHECKING:
     from profiles.upstream.releases import Contract
-    from supervisor.isolation.isolation_config import IsolationSettings
     from supervisor.isolation.probing import Probe
     from supervisor.layout import Layout
-    from supervisor.limits.limits_config import HungSettings, Limits
+    from supervisor.settings import HungSettings, IsolationSettings, Limits
 
 log = logging.getLogger("hermesd")
+
+
+class Release(NamedTuple):
+    """What the gateway command's interpreter said about hermes-agent."""
+
+    facts: Facts | None = None  # the interpreter's answer (version, where hermes-agent is installed)
+    contract: Contract | None = None  # the measured contract hermesd follows (None: unknown or refused)
+    problem: str | None = None  # why the release is unknown, or why it is refused
+    hold: Hold | None = None  # a release hermesd will not run: every profile is held with this
+
+    @property
+    def version(self) -> str | None:
+        return self.facts.version if self.facts is not None else None
+
+    @property
+    def dist_info(self) -> str | None:
+        """Where hermes-agent is installed (its ``*.dist-info`` folder): :mod:`supervisor.codeid` starts there."""
+        return self.facts.dist_info if self.facts is not None else None
+
+
+def ask(command: Sequence[str], env: Mapping[str, str]) -> Facts:
+    """The interpreter's answer (for the reader pool). Cached per interpreter and its site-packages, so a
+    reload that changes nothing costs a few ``stat`` calls."""
+    return requirements.interpreter_facts(command, env=env)
+
+
+def read_release(facts: Facts) -> Release:
+    """The release in ``facts``: its contract, or why there is none. An unsupported release holds every
+    profile with its message (never a crash loop); an unreadable one is logged and the newest contract
+    is used."""
+    contract = requirements.release_contract(facts)
+    if contract is None:
+        problem = facts.version_error or facts.error
+        log.warning("cannot read the hermes-agent release: %s", problem)
+        return Release(facts, None, problem)
+    if isinstance(contract, Unsupported):
+        log.error("%s", contract.message)
+        return Release(facts, None, contract.message, Hold(HoldKind.UNSUPPORTED_RELEASE, contract.message))
+    if not contract.exact:
+        log.warning("%s", newer_than_known_note(facts.version or "?", contract))
+    return Release(facts, contract)
 
 
 class Effective(NamedTuple):
@@ -56,7 +97,8 @@ class Effective(NamedTuple):
     isolation: IsolationSettings
     limits: Limits
     hung: HungSettings  # hung_after None: off (also when the release writes no heartbeat)
-    # digest of what shapes the child (environment, isolation, limits): a change restarts it. Not the
+    # digest of the parts the settings that restart a gateway are carried by (``Setting.restarts``:
+    # environment, isolation, limits): a change restarts it. Not the
     # gateway command: a new ``command:`` is new code under the fleet, rolled out like an upgrade (each
     # gateway whose code differs is flagged stale; ``hermesd upgrade`` restarts them canary first, each
     # gated), never all at once by an edit.
@@ -140,9 +182,9 @@ def _effective(cfg: Config, name: str, contract: Contract | None, probe: Probe |
     hung = cfg.hung_for(name)
     if contract is not None and not contract.heartbeat:
         hung = replace(hung, hung_after=None)  # no heartbeat: "no beat" or an old beat says nothing
-    spec = digest_of({"env": environment, "isolation": repr(isolation),
-                      "limits": repr(limits)})
     hidden = probe is None or hides_other_profiles(isolation, probe)
+    parts = {"environment": environment, "isolation": isolation, "limits": limits}
+    spec = digest_of({part: repr(parts[part]) for part in RESTARTING})
     return Effective(environment, isolation, limits, hung, spec, hidden)
 
 
@@ -158,5 +200,5 @@ async def load(layout: Layout, env: Mapping[str, str], pool: Executor, probe: Pr
         command_error = str(exc)
         log.error("%s", exc)
     if command is not None:
-        release = interpreter.read_release(await loop.run_in_executor(pool, interpreter.ask, command, env))
+        release = read_release(await loop.run_in_executor(pool, ask, command, env))
     return build(cfg, command=command, command_error=command_error, release=release, probe=probe)

@@ -1,76 +1,22 @@
-"""What the gateway command's interpreter says: the hermes-agent release it runs (and so the contract
-hermesd follows with it) and which enabled platforms lack their libraries.
+"""Which enabled platforms of each profile lack their libraries, as the gateway command's interpreter says.
 
-Both come from one cached probe (:mod:`supervisor.requirements`), run in the daemon's reader pool
-(:func:`ask`, :class:`Requirements`) so a slow interpreter never delays a respawn or a control
-request; :func:`read_release` turns the answer into the :class:`Release` the settings in force are
-built with (:mod:`supervisor.daemon.effective`). The probe also says where hermes-agent is installed; the
-code identity found there (:mod:`supervisor.codeid`, a ``stat`` while nothing changed) is recorded
-for every child at its spawn, so ``status`` can tell which gateways run older code than is installed.
+The answer comes from the same cached probe (:mod:`supervisor.requirements`) that tells the release
+(:func:`supervisor.daemon.effective.ask`), run in the daemon's reader pool so a slow interpreter
+never delays a respawn or a control request.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
 from profiles.snapshot import ProfileFacts
-from profiles.upstream.releases import Unsupported, newer_than_known_note
 from supervisor import childspec, requirements
+from supervisor.daemon.effective import Effective, InForce
 from supervisor.plan.model import Profile
-from supervisor.plan.verdict import Hold, HoldKind
-from supervisor.requirements import Facts
-
-if TYPE_CHECKING:
-    from profiles.upstream.releases import Contract
-    from supervisor.daemon.effective import Effective, InForce
-
-log = logging.getLogger("hermesd")
-
-
-class Release(NamedTuple):
-    """What the gateway command's interpreter said about hermes-agent."""
-
-    facts: Facts | None = None  # the interpreter's answer (version, where hermes-agent is installed)
-    contract: Contract | None = None  # the measured contract hermesd follows (None: unknown or refused)
-    problem: str | None = None  # why the release is unknown, or why it is refused
-    hold: Hold | None = None  # a release hermesd will not run: every profile is held with this
-
-    @property
-    def version(self) -> str | None:
-        return self.facts.version if self.facts is not None else None
-
-    @property
-    def dist_info(self) -> str | None:
-        """Where hermes-agent is installed (its ``*.dist-info`` folder): :mod:`supervisor.codeid` starts there."""
-        return self.facts.dist_info if self.facts is not None else None
-
-
-def ask(command: Sequence[str], env: Mapping[str, str]) -> Facts:
-    """The interpreter's answer (for the reader pool). Cached per interpreter and its site-packages, so a
-    reload that changes nothing costs a few ``stat`` calls."""
-    return requirements.interpreter_facts(command, env=env)
-
-
-def read_release(facts: Facts) -> Release:
-    """The release in ``facts``: its contract, or why there is none. An unsupported release holds every
-    profile with its message (never a crash loop); an unreadable one is logged and the newest contract
-    is used."""
-    contract = requirements.release_contract(facts)
-    if contract is None:
-        problem = facts.version_error or facts.error
-        log.warning("cannot read the hermes-agent release: %s", problem)
-        return Release(facts, None, problem)
-    if isinstance(contract, Unsupported):
-        log.error("%s", contract.message)
-        return Release(facts, None, contract.message, Hold(HoldKind.UNSUPPORTED_RELEASE, contract.message))
-    if not contract.exact:
-        log.warning("%s", newer_than_known_note(facts.version or "?", contract))
-    return Release(facts, contract)
 
 
 class Requirements:

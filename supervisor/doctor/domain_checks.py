@@ -19,11 +19,26 @@ from supervisor.kanban.dispatch import kanban_findings
 from supervisor.layout import Layout
 from supervisor.limits import detect_only
 from supervisor.limits.cgroup import doctor_findings, memory_pressure_findings
-from supervisor.limits.limits_config import hung_after_warning
 from supervisor.limits.procfs import host_memory_total
 from supervisor.plan.verdict import ERROR, INFO, WARNING
+from supervisor.settings import default
 
 _LEVEL = {"ok": INFO, "info": INFO, "warning": WARNING}
+
+
+def hung_after_warning(hung_after: float | None, heartbeat_period: float) -> str | None:
+    """A ``hung_after`` that healthy gateways cannot meet.
+
+    Not an error, because test gateways beat faster than upstream's fixed 30 s; against the real
+    gateway anything under one period plus a margin kills healthy gateways between two beats.
+    """
+    if hung_after is None or hung_after >= heartbeat_period + 5:
+        return None
+    return (
+        f"hung_after {hung_after:g}s is shorter than the gateway's {heartbeat_period:g}s heartbeat period "
+        f"plus a margin: healthy gateways would be killed between two beats (use at least "
+        f"{heartbeat_period * 2:g}, default {default('hung_after'):g})"
+    )
 
 
 def check_isolation(scan: Scan) -> None:

@@ -6,7 +6,7 @@ Self-contained; each piece is imported from its module. The daemon and the CLI c
    ``doctor_lines``; ``shared_board.migrate(root)`` moves a legacy ``<root>/kanban.db`` into
    ``kanban/default-board/`` (``BoardNotMovedError`` naming the file, ``KanbanBusyError`` while a
    process has it open: logged, retried at the next start).
-2. Reading hermesd.yaml: ``isolation_config.parse_isolation`` per level, ``merge_isolation``.
+2. Reading hermesd.yaml: ``supervisor.settings.parse_isolation`` per level, ``merge_isolation``.
 3. Before every spawn: ``planning.make_plan`` (pure, microseconds; inputs from :mod:`install`).
    ``plan.runnable`` False: hold the profile with ``plan.reason``. Else spawn
    ``shim_argv.wrap_argv(plan, argv)`` (``off`` returns ``argv`` itself). A child that exits
@@ -18,7 +18,7 @@ Self-contained; each piece is imported from its module. The daemon and the CLI c
 5. ``hermesd exec PROFILE -- CMD``: the same plan, applied in the CLI process itself
    (``enter.exec_in_place``), which then execs.
 
-Modules: ``probing`` (facts), ``isolation_config`` (hermesd.yaml), ``planning`` (pure), ``confine`` + ``kernel``
+Modules: ``probing`` (facts), ``planning`` (pure), ``confine`` + ``kernel``
 (applying, stdlib only), ``syscalls`` (the process-control filter), ``enter`` (the shim), ``shim_argv``
 (the shim's command line), ``shared_board`` (the kanban board's layout), ``install`` (inputs).
 """

@@ -45,9 +45,9 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.isolation import shared_board
-from supervisor.isolation.isolation_config import IsolationSettings
 from supervisor.isolation.probing import Probe, best_mechanism
 from supervisor.isolation.shim_argv import PLAN_VERSION
+from supervisor.settings import IsolationSettings
 
 CONFIG_NAME = "hermesd.yaml"
 PROFILES_DIR = "profiles"

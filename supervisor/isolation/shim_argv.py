@@ -16,9 +16,10 @@ import sys
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing (and re) costs the shim 2 ms
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import Any
+    from typing import Any, Protocol
 
-    from supervisor.isolation.planning import Plan
+    class Plan(Protocol):  # supervisor.isolation.planning's, named by shape: planning imports this module
+        def to_json(self) -> dict[str, Any]: ...
 
 # The shim's exit codes when the command never ran (see :mod:`supervisor.isolation.enter`); here, so
 # the daemon reads a gateway's exit without loading the confinement code.

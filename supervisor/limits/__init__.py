@@ -1,7 +1,7 @@
 """Hard crash domains: hung detection, per-profile limits over the whole process tree.
 
 Everything below the planner/loop line (the daemon's side is :mod:`supervisor.daemon.domains` and
-:mod:`supervisor.daemon.guard`): settings (:mod:`limits_config`), pure decisions (:mod:`cgroup`,
+:mod:`supervisor.daemon.guard`): settings (:mod:`supervisor.settings`), pure decisions (:mod:`cgroup`,
 :mod:`tree`, :mod:`hung`) and thin I/O (:mod:`cgroup_io`, :mod:`procfs`, :mod:`watcher`).
 
 - Start-up: :func:`setup` (detect cgroup v2, apply the setup plan; never raises), one
@@ -29,8 +29,8 @@ from dataclasses import replace
 
 from supervisor.limits import cgroup, cgroup_io
 from supervisor.limits.cgroup import Detection
-from supervisor.limits.limits_config import Limits
 from supervisor.limits.watcher import CgroupRoot, ProcRoot, TreeUsage, TreeWatcher, apply_nice, tree_usage
+from supervisor.settings import Limits
 
 __all__ = [
     "CgroupRoot",

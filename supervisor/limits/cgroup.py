@@ -49,7 +49,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from supervisor.limits.limits_config import Limits
+from supervisor.settings import Limits
 
 WANTED = ("memory", "pids", "cpu")
 LEAF = "supervisor"  # hermesd's own leaf; the name DelegateSubgroup= must use

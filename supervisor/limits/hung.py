@@ -51,8 +51,8 @@ from typing import Any, Literal
 from profiles.upstream import files as gf
 from profiles.upstream.multiplex import WATCHDOG_REASON
 from profiles.upstream.process import GatewayState
-from supervisor.limits.limits_config import HungSettings
 from supervisor.limits.procfs import state_letter
+from supervisor.settings import HungSettings
 
 STOPPED_STATES = frozenset("Tt")
 _TOLERANCE = 1.0  # seconds: /proc start times have tick (10 ms) resolution, clocks are read apart

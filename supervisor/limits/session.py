@@ -34,10 +34,10 @@ from pathlib import Path
 from supervisor import limits as lim
 from supervisor.limits import cgroup, cgroup_io, procfs
 from supervisor.limits.cgroup import Detection
-from supervisor.limits.limits_config import Limits, format_size
 from supervisor.limits.tree import Breach, Pace, TreeSample, build_trees, check_tree, next_scan
 from supervisor.limits.watcher import freeze_and_kill, measure
 from supervisor.prctl import become_subreaper
+from supervisor.settings import Limits, format_size
 
 
 @dataclass

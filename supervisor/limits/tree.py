@@ -56,7 +56,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from supervisor.limits.limits_config import Limits, format_size
+from supervisor.settings import Limits, format_size
 
 EXACT_FRACTION = 0.9  # measure PSS when the cheap upper bound reaches this share of memory_max
 

@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from supervisor.limits import cgroup_io, procfs
-from supervisor.limits.limits_config import Limits
 from supervisor.limits.tree import TreeSample, build_trees, needs_exact, nice_for_weight, summarize
+from supervisor.settings import Limits
 from supervisor.tags import TAG_PROFILE, TAG_ROOT, TAG_TOKEN, verified_profile
 
 _TAG_ROOT = f"{TAG_ROOT}=".encode()

@@ -3,12 +3,12 @@
 Self-contained: the daemon's loop talks to one :class:`supervisor.observe.observer.Observer`;
 ``hermesd events`` and ``hermesd metrics`` (:mod:`supervisor.cli.observe`) read the journal and the
 counters; ``hermesd status PROFILE`` gets its detail from :func:`supervisor.observe.detail.render_detail`.
-Importing this package imports nothing: the config reader loads ``observe_config`` alone.
+Importing this package imports nothing: the config reader loads ``sections`` alone.
 
 What the loop calls, and when::
 
     from supervisor.observe.observer import Observer
-    from supervisor.observe.observe_config import parse_sections, ObserveConfigError
+    from supervisor.observe.sections import parse_sections, ObserveConfigError
 
     settings = parse_sections(plain_yaml_top)          # config reader: events/hooks/metrics sections
     obs = Observer(root, settings, env=daemon.env, version=__version__)
@@ -26,5 +26,5 @@ What the loop calls, and when::
 
 Modules: ``events`` (schema, stamping, one-line rendering), ``journal`` (the writer), ``reader``
 (iterate, filter, follow, ``--since``), ``detail`` (status detail), ``hooks``, ``metrics``
-(counters, text format, listener), ``observe_config`` (hermesd.yaml sections).
+(counters, text format, listener), ``sections`` (hermesd.yaml sections).
 """

@@ -45,6 +45,7 @@ from typing import Any
 
 from supervisor.layout import Layout
 from supervisor.observe.events import BASE_KEYS, MAX_LINE
+from supervisor.settings import default
 
 log = logging.getLogger("hermesd")
 
@@ -69,8 +70,8 @@ class JournalSettings:
     profile crash-looping at the backoff cap, years of a quiet root.
     """
 
-    max_bytes: int = 1 << 20
-    backups: int = 9
+    max_bytes: int = default("events.max_bytes")
+    backups: int = default("events.backups")
 
     def __post_init__(self) -> None:
         if self.max_bytes < 4096 or self.backups < 0:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.observe.events import EXIT_KINDS
-from supervisor.observe.observe_config import MetricsSettings
+from supervisor.observe.sections import MetricsSettings
 
 log = logging.getLogger("hermesd")
 

@@ -23,7 +23,7 @@ from supervisor.observe.events import Stamper, bounded, validate
 from supervisor.observe.hooks import HookRunner
 from supervisor.observe.journal import Journal, JournalSettings, default_folder
 from supervisor.observe.metrics import Counters, MetricsServer, render
-from supervisor.observe.observe_config import ObserveSettings
+from supervisor.observe.sections import ObserveSettings
 
 log = logging.getLogger("hermesd")
 

@@ -1,6 +1,6 @@
 """Validating plain values of the observability sections, with the key path every error names.
 
-Apart from :mod:`supervisor.observe.observe_config` so that the section parsers (hooks, metrics) and
+Apart from :mod:`supervisor.observe.sections` so that the section parsers (hooks, metrics) and
 the settings module that calls them share these without importing each other.
 """
 

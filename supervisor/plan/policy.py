@@ -15,6 +15,7 @@ import signal
 from dataclasses import dataclass
 
 from profiles.upstream.process import Exit, GatewayState, stop_timeout
+from supervisor.settings import default
 
 
 class ExitKind(enum.Enum):
@@ -154,13 +155,13 @@ ATTACH_LOOP = 3
 
 @dataclass(frozen=True, slots=True)
 class RestartPolicy:
-    """Backoff settings. Defaults: 1 s doubling to 300 s, ±10 % jitter, reset after 60 s up."""
+    """Backoff settings (``restart.*`` in hermesd.yaml, their defaults declared in :mod:`supervisor.settings`)."""
 
-    initial_delay: float = 1.0
-    max_delay: float = 300.0
-    factor: float = 2.0
-    jitter: float = 0.1
-    healthy_after: float = 60.0
+    initial_delay: float = default("restart.initial_delay")
+    max_delay: float = default("restart.max_delay")
+    factor: float = default("restart.factor")
+    jitter: float = default("restart.jitter")
+    healthy_after: float = default("restart.healthy_after")
 
 
 class Action(enum.Enum):

@@ -175,9 +175,9 @@ def test_a_forged_tag_does_not_charge_another_profile(tmp_path: Path, faults) ->
     import json
 
     from supervisor.limits import procfs
-    from supervisor.limits.limits_config import Limits
     from supervisor.limits.tree import check_tree
     from supervisor.limits.watcher import ProcRoot, TreeWatcher
+    from supervisor.settings import Limits
     from tests.limits.helpers import Trees
 
     trees = Trees(tmp_path)

@@ -23,10 +23,10 @@ import pytest
 
 from supervisor.isolation import shared_board as kb
 from supervisor.isolation.install import credential_lock_dir, discover_install_paths
-from supervisor.isolation.isolation_config import IsolationSettings
 from supervisor.isolation.planning import Plan, PlanInputs, make_plan
 from supervisor.isolation.probing import Probe, probe
 from supervisor.isolation.shim_argv import wrap_argv
+from supervisor.settings import IsolationSettings
 
 REPO = Path(__file__).resolve().parents[2]
 HERMES = REPO / ".venv" / "bin" / "hermes"

@@ -468,9 +468,9 @@ def test_failure_exits_125_with_one_line(tree: Tree, facts) -> None:
 
 
 def test_unavailable_plan_is_never_wrapped(tree: Tree, facts) -> None:
-    from supervisor.isolation.isolation_config import IsolationSettings
     from supervisor.isolation.planning import PlanInputs, make_plan
     from supervisor.isolation.shim_argv import wrap_argv
+    from supervisor.settings import IsolationSettings
 
     plan = make_plan(PlanInputs(root=tree.root, profile="a", home=tree.home("a"),
                                 probe=replace(facts, landlock_abi=0, landlock_error="none"),
@@ -517,8 +517,8 @@ def test_dedicated_account(tree: Tree, facts) -> None:
     if not facts.is_root:
         pytest.skip("needs root")
     from supervisor.isolation.install import resolve_user
-    from supervisor.isolation.isolation_config import IsolationSettings
     from supervisor.isolation.planning import PlanInputs, make_plan
+    from supervisor.settings import IsolationSettings
 
     nobody = resolve_user("nobody")
     a = tree.home("a")

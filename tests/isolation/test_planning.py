@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from supervisor.isolation import shared_board
-from supervisor.isolation.isolation_config import (
-    IsolationConfigError,
+from supervisor.isolation.planning import DEV_WRITABLE, Plan, PlanInputs, UserIds, make_plan
+from supervisor.isolation.probing import Probe, best_mechanism, doctor_lines, landlock_features, probe
+from supervisor.settings import (
     IsolationSettings,
+    SettingError,
     merge_isolation,
     parse_isolation,
 )
-from supervisor.isolation.planning import DEV_WRITABLE, Plan, PlanInputs, UserIds, make_plan
-from supervisor.isolation.probing import Probe, best_mechanism, doctor_lines, landlock_features, probe
 
 R = Path("/home/alice/.hermes")  # never touched: the planner does no I/O
 ROOT_FULL = Probe(euid=0, kernel="6.15", landlock_abi=7, mount_namespace=True, user_namespace=True, seccomp=True)
@@ -316,7 +316,7 @@ def test_parse_forms() -> None:
     ({"colour": 1}, "isolation.colour", "unknown key"),
 ])
 def test_parse_errors_name_the_key(value, key, msg) -> None:
-    with pytest.raises(IsolationConfigError) as err:
+    with pytest.raises(SettingError) as err:
         parse_isolation(value)
     assert err.value.key == key and str(err.value).startswith(f"{key}: ") and msg in str(err.value)
 

@@ -25,10 +25,10 @@ import pytest
 from supervisor.isolation import shared_board as kb
 from supervisor.isolation import syscalls
 from supervisor.isolation.install import discover_install_paths
-from supervisor.isolation.isolation_config import IsolationSettings
 from supervisor.isolation.planning import Plan, PlanInputs, UserIds, make_plan
 from supervisor.isolation.probing import probe
 from supervisor.isolation.shim_argv import wrap_argv
+from supervisor.settings import IsolationSettings
 from tests.isolation.conftest import HERMES, Tree, make_tree, need
 from tests.isolation.test_confinement import rc_lines
 from tests.isolation.test_exec import Root

@@ -34,10 +34,10 @@ import pytest
 
 from supervisor.isolation import shared_board as kb
 from supervisor.isolation.install import credential_lock_dir, discover_install_paths
-from supervisor.isolation.isolation_config import IsolationSettings
 from supervisor.isolation.planning import Plan, PlanInputs, make_plan
 from supervisor.isolation.probing import Probe
 from supervisor.isolation.shim_argv import wrap_argv
+from supervisor.settings import IsolationSettings
 from tests.isolation.conftest import MECHANISMS, Outside, facts_for, need
 from tests.isolation.test_confinement import rc_lines
 

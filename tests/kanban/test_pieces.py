@@ -39,7 +39,7 @@ def test_dispatcher_key_errors_name_the_line_and_key(text: str, where: str) -> N
 
 
 def test_worker_bounds_keys() -> None:
-    from supervisor.limits.limits_config import Limits
+    from supervisor.settings import Limits
 
     cfg = parse("limits: {memory_max: 1G}\nprofiles: {p2: {limits: {tasks_max: 50}}}\n"
                 "kanban: {workers_per_profile: 2, requests_per_minute: 10, worker_limits: {memory_max: 300M}}",

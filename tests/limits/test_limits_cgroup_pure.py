@@ -33,7 +33,7 @@ from supervisor.limits.cgroup import (
     profile_plan,
     setup_plan,
 )
-from supervisor.limits.limits_config import Limits
+from supervisor.settings import Limits
 
 ROOT = "/home/alice/.hermes"
 INST = instance_name(ROOT)

@@ -16,8 +16,8 @@ import time
 import pytest
 
 from supervisor.limits import hung, procfs
-from supervisor.limits.limits_config import HungSettings, Limits
 from supervisor.limits.watcher import ProcRoot, TreeWatcher, tree_usage
+from supervisor.settings import HungSettings, Limits
 from tests.limits.helpers import wait_for
 
 N = 20

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import pytest
 
 from supervisor.limits.hung import beat_age, check_hung, observe
-from supervisor.limits.limits_config import HungSettings
+from supervisor.settings import HungSettings
 
 PID = 4242
 T0 = 1000.0  # monotonic start of the gateway

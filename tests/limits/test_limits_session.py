@@ -16,7 +16,7 @@ import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 from supervisor.prctl import become_subreaper
 from supervisor.limits.session import Session
-from supervisor.limits.limits_config import Limits
+from supervisor.settings import Limits
 
 become_subreaper()
 s = Session("coder", "exec", Limits(memory_max=100 << 20), problem="cgroup v2 is not delegated")  # tree watched

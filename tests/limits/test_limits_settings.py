@@ -5,24 +5,23 @@ import math
 import pytest
 import yaml
 
-from supervisor.limits.limits_config import (
-    DEFAULT_HUNG_AFTER,
-    DEFAULT_STARTUP_GRACE,
+from supervisor.config import parse
+from supervisor.doctor.domain_checks import hung_after_warning
+from supervisor.settings import (
+    BY_KEY,
     HungSettings,
     Limits,
-    LimitsConfigError,
     LimitsSpec,
+    SettingError,
     format_size,
-    hung_after_warning,
-    merge_hung,
     merge_limits,
-    parse_cpu_weight,
-    parse_hung_after,
     parse_limits,
     parse_size,
-    parse_startup_grace,
-    parse_tasks_max,
 )
+from supervisor.settings import parse_tasks as parse_tasks_max
+from supervisor.settings import parse_weight as parse_cpu_weight
+
+parse_hung_after, parse_startup_grace = BY_KEY["hung_after"].read, BY_KEY["startup_grace"].read
 
 M = 1 << 20
 G = 1 << 30
@@ -59,7 +58,7 @@ def test_sizes(text, expected):
     ],
 )
 def test_bad_sizes_name_the_key(text, fragment):
-    with pytest.raises(LimitsConfigError) as err:
+    with pytest.raises(SettingError) as err:
         parse_size(y(text), "profiles.coder.limits.memory_max")
     assert str(err.value).startswith("profiles.coder.limits.memory_max: "), err.value
     assert fragment in str(err.value)
@@ -74,7 +73,7 @@ def test_tasks_max(text, expected):
 
 @pytest.mark.parametrize("text", ["0", "-5", "1.5", "yes", ".nan", ".inf", "'100'", "5000000", "[1]"])
 def test_bad_tasks_max(text):
-    with pytest.raises(LimitsConfigError, match=r"^limits\.tasks_max: "):
+    with pytest.raises(SettingError, match=r"^limits\.tasks_max: "):
         parse_tasks_max(y(text), "limits.tasks_max")
 
 
@@ -85,7 +84,7 @@ def test_cpu_weight(text, expected):
 
 @pytest.mark.parametrize("text", ["0", "10001", "-1", "max", "yes", ".nan", "1.5", "'100'"])
 def test_bad_cpu_weight(text):
-    with pytest.raises(LimitsConfigError, match=r"^limits\.cpu_weight: expected a whole number from 1 to 10000"):
+    with pytest.raises(SettingError, match=r"^limits\.cpu_weight: expected a whole number from 1 to 10000"):
         parse_cpu_weight(y(text), "limits.cpu_weight")
 
 
@@ -95,20 +94,20 @@ def test_seconds(parse):
     assert parse(0.5, "k") == 0.5
     assert parse(None, "k") is None
     for bad in (-1, 0, 0.01, math.nan, math.inf, -math.inf, True, "120", "120s", [1]):
-        with pytest.raises(LimitsConfigError, match=r"^k: "):
+        with pytest.raises(SettingError, match=r"^k: "):
             parse(bad, "k")
 
 
 def test_limits_mapping_and_unknown_key():
     spec = parse_limits(y("{memory_max: 1G, tasks_max: 200}"), "limits")
-    assert spec == LimitsSpec(memory_max=G, tasks_max=200, given=frozenset({"memory_max", "tasks_max"}))
+    assert spec == LimitsSpec((("memory_max", G), ("tasks_max", 200)))
     assert parse_limits(None) == LimitsSpec()
-    with pytest.raises(LimitsConfigError) as err:
+    with pytest.raises(SettingError) as err:
         parse_limits(y("{memory: 1G}"), "profiles.a.limits")
     assert err.value.key == "profiles.a.limits.memory" and "unknown key" in str(err.value)
-    with pytest.raises(LimitsConfigError, match=r"^profiles\.a\.limits\.tasks_max: "):
+    with pytest.raises(SettingError, match=r"^profiles\.a\.limits\.tasks_max: "):
         parse_limits(y("{tasks_max: -3}"), "profiles.a.limits")
-    with pytest.raises(LimitsConfigError, match=r"^limits: expected a mapping"):
+    with pytest.raises(SettingError, match=r"^limits: expected a mapping"):
         parse_limits(y("512M"), "limits")
 
 
@@ -122,11 +121,14 @@ def test_merge_profile_over_top_key_by_key():
     assert Limits(G, None, 10).as_dict() == {"memory_max": G, "tasks_max": None, "cpu_weight": 10}
 
 
-def test_merge_hung():
-    assert merge_hung() == HungSettings(DEFAULT_HUNG_AFTER, DEFAULT_STARTUP_GRACE)
-    assert merge_hung(top_hung_after=60.0) == HungSettings(60.0, DEFAULT_STARTUP_GRACE)
-    assert merge_hung(top_hung_after=60.0, own_hung_after=None).hung_after is None
-    assert merge_hung(own_grace=10.0, top_grace=None).startup_grace == 10.0
+def test_merge_hung(tmp_path):
+    def hung(text, name="coder"):
+        return parse(text, tmp_path / "hermesd.yaml").hung_for(name)
+
+    assert hung("") == HungSettings(120.0, 300.0)
+    assert hung("hung_after: 60\n") == HungSettings(60.0, 300.0)
+    assert hung("hung_after: 60\nprofiles: {coder: {hung_after: null}}\n").hung_after is None
+    assert hung("startup_grace: null\nprofiles: {coder: {startup_grace: 10}}\n").startup_grace == 10.0
 
 
 def test_hung_after_warning():

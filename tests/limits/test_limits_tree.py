@@ -5,7 +5,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from supervisor.limits.limits_config import Limits
 from supervisor.limits.tree import (
     Pace,
     TreeSample,
@@ -17,6 +16,7 @@ from supervisor.limits.tree import (
     nice_for_weight,
     summarize,
 )
+from supervisor.settings import Limits
 
 M = 1 << 20
 

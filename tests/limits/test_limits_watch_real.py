@@ -12,9 +12,9 @@ import psutil
 import pytest
 
 from supervisor.limits import procfs
-from supervisor.limits.limits_config import Limits
 from supervisor.limits.tree import check_tree, next_scan
 from supervisor.limits.watcher import PSS_MAX_AGE_S, ProcRoot, PssCache, TreeWatcher, freeze_and_kill, tree_usage
+from supervisor.settings import Limits
 from tests.limits.helpers import FORK_BOMB, alive, wait_for
 
 M = 1 << 20

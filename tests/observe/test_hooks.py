@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from supervisor.observe.hooks import HookRunner, hook_environment, matches
-from supervisor.observe.observe_config import Hook, ObserveConfigError, parse_hooks
+from supervisor.observe.sections import Hook, ObserveConfigError, parse_hooks
 from supervisor.observe.values import line_of
 from tests.harness import wait_for
 

@@ -10,9 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from supervisor.observe.events import EXIT_KINDS
 from supervisor.observe.metrics import Counters, render
-from supervisor.observe.observe_config import ObserveConfigError, parse_metrics
 from supervisor.observe.observer import Observer
 from supervisor.observe.reader import iter_events, last_run
+from supervisor.observe.sections import ObserveConfigError, parse_metrics
 from tests.observe import scenarios
 from tests.observe.conftest import json_lines, run_cli
 

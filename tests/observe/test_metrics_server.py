@@ -12,8 +12,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from supervisor.observe.metrics import Counters, MetricsServer, render
-from supervisor.observe.observe_config import MetricsSettings, ObserveSettings, parse_metrics
 from supervisor.observe.observer import Observer
+from supervisor.observe.sections import MetricsSettings, ObserveSettings, parse_metrics
 
 ANY_PORT = MetricsSettings(listen="127.0.0.1:0", host="127.0.0.1", port=0)
 

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from supervisor.observe.journal import JournalSettings
-from supervisor.observe.observe_config import Hook, ObserveConfigError, ObserveSettings, parse_sections
 from supervisor.observe.observer import Observer
 from supervisor.observe.reader import iter_events
+from supervisor.observe.sections import Hook, ObserveConfigError, ObserveSettings, parse_sections
 
 
 def test_emit_stamps_and_fans_out(events_root, tmp_path):

@@ -82,8 +82,7 @@ def test_status_shows_what_each_child_serves_only_where_it_is_reported():
 def test_the_settings_in_force_read_profiles_by_the_platforms_the_release_ships():
     from profiles.upstream.lines import V022
     from supervisor.config import Config
-    from supervisor.daemon.effective import build
-    from supervisor.daemon.interpreter import Release
+    from supervisor.daemon.effective import Release, build
     from supervisor.requirements import Facts
 
     shipped = {**{p: () for p in V022.platforms - {"a2a"}}, "zulip": ("ZULIP_SITE",)}

@@ -25,9 +25,9 @@ import pytest
 from profiles.upstream.files import STARTUP_WATCHDOG_LOG, proc_start_time
 from profiles.upstream.multiplex import FORCE_FLAG, HOST_RECORD
 from supervisor import identity
-from supervisor.isolation.isolation_config import IsolationSettings
 from supervisor.isolation.planning import hides_other_profiles
 from supervisor.isolation.probing import probe
+from supervisor.settings import IsolationSettings
 from tests.fakegw import fake_install, write_behaviour
 from tests.harness import REPO, Hermesd, wait_for, write_config
 

@@ -25,11 +25,12 @@ from typing import Any
 
 from profiles.errors import ProfileError
 from profiles.names import normalize_name, validate_profile_name
-from profiles.numbers import EVENTS_BACKUPS, EVENTS_MAX_BYTES, HOOK_AFTER_FAILURES, HOOK_TIMEOUT, METRICS_PORT
+from profiles.numbers import HOOK_AFTER_FAILURES, HOOK_TIMEOUT, METRICS_PORT
 from profiles.printable import printable
 from supervisor.observe.events import EVENT_TYPES
 from supervisor.observe.journal import JournalSettings
 from supervisor.observe.values import ObserveConfigError, integer, mapping, number, render_path
+from supervisor.settings import SettingError, under
 
 DEFAULT_TIMEOUT = 10.0
 MAX_COMMAND = 8192
@@ -79,13 +80,12 @@ def parse_sections(top: Mapping[str, Any]) -> ObserveSettings:
 
 def parse_journal(value: object) -> JournalSettings:
     """``events: {max_bytes: 1048576, backups: 9}``: size of one journal file, older files kept."""
-    raw = mapping(value, ("events",), {"max_bytes", "backups"})
-    kwargs = {}
-    if "max_bytes" in raw:
-        kwargs["max_bytes"] = integer(raw["max_bytes"], ("events", "max_bytes"), EVENTS_MAX_BYTES)
-    if "backups" in raw:
-        kwargs["backups"] = integer(raw["backups"], ("events", "backups"), EVENTS_BACKUPS)
-    return JournalSettings(**kwargs)
+    rows = under("events")
+    raw = mapping(value, ("events",), set(rows))
+    try:
+        return JournalSettings(**{k: rows[k].read(v, f"events.{k}") for k, v in raw.items()})
+    except SettingError as exc:
+        raise ObserveConfigError(("events", exc.key.partition(".")[2]), exc.problem) from None
 
 
 # --------------------------------------------------------------------------- hooks:
@@ -176,7 +176,7 @@ def _profiles(value: object, path: tuple[str | int, ...]) -> frozenset[str]:
 
 def parse_metrics(value: object, path: tuple[str | int, ...] = ("metrics",)) -> MetricsSettings | None:
     """Validate ``metrics:``; ``None`` (or no ``listen``) means no listener (``hermesd metrics`` still works)."""
-    raw = mapping(value, path, {"listen", "allow_public"})
+    raw = mapping(value, path, set(under("metrics")))
     allow = raw.get("allow_public", False)
     if not isinstance(allow, bool):
         raise ObserveConfigError((*path, "allow_public"), f"expected true or false, got {allow!r}")
