@@ -108,9 +108,9 @@ class ControlServer:
                 if pidfd is not None:
                     os.close(pidfd)
             if refused:
-                return {"ok": False, "error": f"permission denied: {refused}"}
+                return await _refuse(reader, refused)
         elif uid is None or (uid != os.getuid() and uid != 0):
-            return {"ok": False, "error": "permission denied: not the daemon's user"}
+            return await _refuse(reader, "not the daemon's user")
         try:
             line = await asyncio.wait_for(reader.readuntil(b"\n"), READ_TIMEOUT)
             verb, args = decode_request(line.strip())
@@ -131,6 +131,15 @@ class ControlServer:
         except (KeyError, ValueError) as exc:
             reply = {"ok": False, "error": str(exc.args[0]) if exc.args else str(exc)}
         return {**reply, "_verb": verb}
+
+
+async def _refuse(reader: asyncio.StreamReader, why: str) -> dict[str, Any]:
+    """The refusal, once the client has sent its line: it is read to the newline (at most the
+    socket's limit, within the read timeout) and dropped unparsed. Closing with it unread would make
+    the client's write fail (EPIPE) before it ever reads why it was refused."""
+    with contextlib.suppress(asyncio.LimitOverrunError, asyncio.IncompleteReadError, TimeoutError, OSError):
+        await asyncio.wait_for(reader.readuntil(b"\n"), READ_TIMEOUT)
+    return {"ok": False, "error": f"permission denied: {why}"}
 
 
 class _Silent(Exception):

@@ -14,10 +14,11 @@ those two, and nothing else, on a second socket:
   chosen dispatcher's *current* gateway (its cgroup where it has one, else a descendant by
   parent links), and that profile must still be the configured dispatcher. Anything else —
   another profile, a process of the right account outside that tree, a stale dispatcher — is
-  refused before its request is read. The PID is proved to be the process that connected: its
-  pidfd (``SO_PEERPIDFD``, Linux 6.5+) is alive after every read about it, or, on older kernels,
-  it started before the connection was accepted and still has that start time afterwards, so a
-  PID reused in between is never taken for the dispatcher's;
+  refused before its request is parsed (its line is read and dropped, so the client can read
+  why). The PID is proved to be the process that connected: its pidfd (``SO_PEERPIDFD``, Linux
+  6.5+) is alive after every read about it, or, on older kernels, it started before the
+  connection was accepted and still has that start time afterwards, so a PID reused in between is
+  never taken for the dispatcher's;
 * how often: a token bucket per dispatcher (``kanban.requests_per_minute``,
   :mod:`supervisor.kanban.bounds`), checked before anything else;
 * what: requests of at most :data:`MAX_REQUEST` bytes, read within the control protocol's

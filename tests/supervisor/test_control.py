@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import stat
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,39 @@ def test_only_checked_requests_reach_a_handler(tmp_path, caplog):
         serve(path, handlers(seen), check)
     assert "control request" in caplog.text and "RuntimeError: a bug in a handler" in caplog.text
     assert not path.exists()  # removed on close
+
+
+def test_a_refused_client_that_writes_late_still_reads_why(tmp_path):
+    """A refusal waits for the client's line before it answers: a client whose write comes after the
+    peer check (a loaded machine) must not find the socket closed (EPIPE) and lose the reason."""
+    import select
+    import socket
+
+    path = tmp_path / "handoff.sock"
+    checked: list[int] = []
+
+    def peer_check(peer: Peer) -> str | None:
+        checked.append(peer.pid)
+        return "not a dispatcher of this root"
+
+    def late_client() -> dict[str, Any]:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(10)
+            s.connect(str(path))
+            deadline = time.monotonic() + 10
+            while not checked and time.monotonic() < deadline:
+                select.select([s], [], [], 0.01)
+            assert checked, "the peer check never ran"
+            # Write only once the server has had every chance to answer and close without it.
+            select.select([s], [], [], 0.5)
+            s.sendall(b'{"cmd": "kanban_wait", "pid": 5}\n')
+            return json.loads(s.makefile("rb").readline())
+
+    async def check(server: ControlServer) -> None:
+        assert await asyncio.to_thread(late_client) == {
+            "ok": False, "error": "permission denied: not a dispatcher of this root"}
+
+    serve(path, {"kanban_wait": handlers([])["kanban_wait"]}, check, peer_check=peer_check)
 
 
 def test_a_restricted_socket_serves_only_its_verbs_to_the_peers_it_accepts(tmp_path):
