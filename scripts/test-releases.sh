@@ -14,7 +14,7 @@
 #
 # Per release: tests/releases/test_contract.py (the contract measured and compared with the table's
 # row; passes for unsupported releases too, since the row says what they do) and, for supported ones,
-# tests/supervisor/test_real_gateway.py and tests/releases/test_fleet.py (hermesd supervising that
+# tests/daemon/test_real_gateway.py and tests/releases/test_fleet.py (hermesd supervising that
 # release), then tests/profiles/test_gateway_oracle.py: hermesd's reading of 300 generated profiles
 # (which platforms, credential locks, ports, lock folder, drain timeout, lazy installs) against that
 # release's own start-up code, run in a second cached environment of the release that also holds
@@ -205,7 +205,7 @@ for spec in "${versions[@]}"; do
   hermes=$(entry_of "$env")  # hermesd's end-to-end tests: the command hermesd itself would run
   targets=(tests/releases/test_contract.py)
   if [ "$mode" = all ] && [ "$kind" != unsupported ]; then
-    targets+=(tests/supervisor/test_real_gateway.py tests/releases/test_fleet.py)
+    targets+=(tests/daemon/test_real_gateway.py tests/releases/test_fleet.py)
     if [ "$kind" = noflag ]; then
       hermes="$env/bin/hermes-without-flag"
       printf '#!/bin/sh\n# hermes-agent %s refuses --external-supervisor (exit 2): drop it\nfor a do shift; [ "$a" = --external-supervisor ] || set -- "$@" "$a"; done\nexec "%s" "$@"\n' \

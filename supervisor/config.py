@@ -26,10 +26,10 @@ from profiles.fileio import MAX_PROFILE_FILE, compose_yaml
 from profiles.names import normalize_name, validate_profile_name
 from profiles.printable import printable
 from profiles.safeio import UnsafeFileError, read_operator_file
-from supervisor.childspec import forbidden_extra_env
 from supervisor.kanban.dispatch import dispatcher_env
 from supervisor.observe.values import line_of
 from supervisor.plan.policy import RestartPolicy, stop_timeout_for
+from supervisor.processes.childspec import forbidden_extra_env
 from supervisor.settings import (
     BY_KEY,
     HungSettings,

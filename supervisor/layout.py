@@ -70,7 +70,8 @@ class Layout:
     @property
     def upgrade_lock(self) -> Path:
         """Held (``flock``) for the whole of a fleet operation: by ``hermesd upgrade`` and ``restart
-        --rolling``, which take it, and by ``status``, which asks who holds it (:mod:`supervisor.lockholder`)."""
+        --rolling``, which take it, and by ``status``, which asks who holds it
+        (:mod:`supervisor.processes.lockholder`)."""
         return self.dir / "upgrade.lock"
 
     @property

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from supervisor import identity
 from supervisor.control import client as control
 from supervisor.layout import Layout
+from supervisor.processes import identity
 from tests.fakegw import fake_gateway_command
 
 T = TypeVar("T")

@@ -43,11 +43,11 @@ _KERNEL = "a kernel file system: no profile can plant a link, FIFO or file there
 
 # (file, function) -> why its raw file calls are not profile-controlled.
 ALLOWED: dict[tuple[str, str], str] = {
-    ("supervisor/child.py", "spawn"): "os.devnull, for a child whose log file system is full",
+    ("supervisor/processes/child.py", "spawn"): "os.devnull, for a child whose log file system is full",
     ("supervisor/doctor/runtime.py", "_service_target"): _OPERATOR + " (systemd/launchd unit files)",
-    ("supervisor/export.py", "write_files"): _OPERATOR + " (export --out DIR)",
-    ("supervisor/childspec.py", "_head"): _OPERATOR + " (a hermes script on hermesd's own PATH)",
-    ("supervisor/hermes_release.py", "_head"): _OPERATOR + " (the hermes executable's first bytes)",
+    ("supervisor/ops/export.py", "write_files"): _OPERATOR + " (export --out DIR)",
+    ("supervisor/processes/childspec.py", "_head"): _OPERATOR + " (a hermes script on hermesd's own PATH)",
+    ("supervisor/hermes/release.py", "_head"): _OPERATOR + " (the hermes executable's first bytes)",
     ("supervisor/isolation/install.py", "_shebang"): _OPERATOR + " (the hermes script's shebang)",
     ("supervisor/isolation/install.py", "_prefixes"): _OPERATOR + " (the interpreter's pyvenv.cfg)",
     ("supervisor/isolation/install.py", "_checkouts"): _OPERATOR + " (the install's .pth files)",
@@ -74,18 +74,18 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("supervisor/control/server.py", "ControlServer.start"): _OWN + " (the control socket; the mode is set by the "
         "umask at bind, never by a chmod through the path)",
     ("supervisor/control/server.py", "ControlServer.close"): _OWN + " (unlink never follows a link)",
-    ("supervisor/service.py", "write_contrib"): _OPERATOR + " (contrib/ unit templates)",
-    ("supervisor/service.py", "install_service"): _OPERATOR + " (the unit folder)",
-    ("supervisor/service.py", "_written_by_us"): _OPERATOR + " (an installed unit file)",
+    ("supervisor/ops/service.py", "write_contrib"): _OPERATOR + " (contrib/ unit templates)",
+    ("supervisor/ops/service.py", "install_service"): _OPERATOR + " (the unit folder)",
+    ("supervisor/ops/service.py", "_written_by_us"): _OPERATOR + " (an installed unit file)",
     ("wrappers/scripts.py", "_write_script"): "the operator's alias folder itself (~/.local/bin or the folder "
         "given); the script is written into it through safeio",
     ("profiles/archive.py", "_write_archive"): _OPERATOR + " (export -o FILE; the profile is read through "
         "profiles.safetree)",
     ("profiles/archive.py", "_open_archive"): _OPERATOR + " (the archive import reads; it is extracted through "
         "profiles.safeio)",
-    ("supervisor/codeid.py", "read_installed"): _OPERATOR + " (the installed distribution's RECORD, found by "
+    ("supervisor/hermes/codeid.py", "read_installed"): _OPERATOR + " (the installed distribution's RECORD, found by "
         "probing the configured interpreter; O_NOFOLLOW, regular and bounded)",
-    ("supervisor/codeid.py", "_read_small"): _OPERATOR + " (direct_url.json and the RECORD of a hermes* "
+    ("supervisor/hermes/codeid.py", "_read_small"): _OPERATOR + " (direct_url.json and the RECORD of a hermes* "
         "distribution beside the installed one; O_NOFOLLOW, regular and bounded)",
     ("supervisor/upgrade/environment.py", "_hash"): _OPERATOR + " (an installed file, hashed against RECORD)",
     ("supervisor/upgrade/environment.py", "_install_folder"): _OPERATOR + " (a folder of the install that pip's "
@@ -205,7 +205,7 @@ def test_the_check_can_fail(tmp_path):
 
 
 def test_cgroup_prefix_is_the_limits_one():
-    from supervisor.identity import CGROUP_PROFILE_PREFIX
     from supervisor.limits.cgroup import PROFILE_PREFIX
+    from supervisor.processes.identity import CGROUP_PROFILE_PREFIX
 
     assert CGROUP_PROFILE_PREFIX == PROFILE_PREFIX

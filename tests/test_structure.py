@@ -16,35 +16,26 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("supervisor", "profiles", "wrappers")
 MAX_CLASS_LINES = 500
 
-# The layers, lowest first. A module may import its own layer and the layers below it, never one
-# above: what Hermes' files say knows nothing of hermesd (nor of the wrapper scripts that name a
-# profile, which sit just above them); hermesd's own files and words know no
-# mechanism; a mechanism (one package each) knows no process of ours; the daemon is built from all
-# of those; the operations and the command line sit on top. A module belongs to the longest prefix
-# that names it.
+# The layers, lowest first; each is a folder, but for the third: the few modules that are
+# hermesd's own words. A module may import its own layer and the layers below it, never one above:
+# what Hermes' files say knows nothing of hermesd, and an alias names a profile; the pure plan, the
+# trust domain and the tree watch know no process of ours; a gateway process knows no mechanism
+# built over processes; the settings file reads what those mechanisms accept; the Hermes a gateway
+# runs is read through the settings; the daemon is built from all of those; the operations and the
+# command line sit on top. A module belongs to the longest prefix that names it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Hermes' files and facts", ("profiles",)),
     ("wrapper aliases", ("wrappers",)),
-    ("hermesd's own files and words", (
-        "supervisor", "supervisor.exits", "supervisor.layout", "supervisor.notify", "supervisor.settings",
-        "supervisor.tags", "supervisor.prctl", "supervisor.codeid", "supervisor.lockholder", "supervisor.lockfile",
-        "supervisor.logs", "supervisor.gatewaysock", "supervisor.state", "supervisor.control",
+    ("hermesd's own words", ("supervisor", "supervisor.exits", "supervisor.layout", "supervisor.settings")),
+    ("self-contained mechanisms", ("supervisor.plan", "supervisor.isolation", "supervisor.watch")),
+    ("one gateway process", ("supervisor.processes",)),
+    ("mechanisms over processes", (
+        "supervisor.limits", "supervisor.observe", "supervisor.control", "supervisor.kanban",
     )),
-    ("mechanisms", (
-        "supervisor.plan", "supervisor.isolation", "supervisor.limits", "supervisor.watch", "supervisor.observe",
-        "supervisor.ownership",
-    )),
-    ("processes", ("supervisor.childspec", "supervisor.identity", "supervisor.child", "supervisor.kanban",
-                   "supervisor.sockdiag")),
-    ("configuration and views", (
-        "supervisor.config", "supervisor.hermes_release", "supervisor.requirements", "supervisor.status",
-        "supervisor.status_rows", "supervisor.readiness", "supervisor.apicheck",
-        "supervisor.stopper",
-    )),
+    ("the settings file", ("supervisor.config",)),
+    ("the Hermes a gateway runs", ("supervisor.hermes",)),
     ("the daemon", ("supervisor.daemon",)),
-    ("operations", (
-        "supervisor.doctor", "supervisor.export", "supervisor.service", "supervisor.probe", "supervisor.upgrade",
-    )),
+    ("operations", ("supervisor.ops", "supervisor.doctor", "supervisor.upgrade")),
     ("the command line", ("supervisor.cli", "supervisor.__main__")),
 )
 
@@ -246,6 +237,23 @@ def test_module_names_are_unique():
         seen.setdefault(module.rsplit(".", 1)[-1], set()).add(module)
     twice = {name: sorted(mods) for name, mods in seen.items() if len(mods) > 1}
     assert not twice, f"module names used twice: {twice}"
+
+
+# What may stay loose in supervisor/: the entry point and what every floor shares. Everything else
+# lives in the folder of its floor, so the folder list reads as the architecture.
+TOP_LEVEL = {
+    "supervisor.__main__": "``python -m supervisor``",
+    "supervisor.exits": "how every command ends: the exit codes and the errors that carry them",
+    "supervisor.layout": "where hermesd's own files are under a root, for every floor",
+    "supervisor.settings": "every hermesd.yaml key declared once: the types every mechanism reads",
+    "supervisor.config": "hermesd.yaml read into those settings, with file, line and key in its errors",
+}
+
+
+def test_supervisor_keeps_only_its_top_level_modules():
+    loose = {m for m, path in _modules().items()
+             if m.count(".") == 1 and m.startswith("supervisor.") and path.name != "__init__.py"}
+    assert loose == set(TOP_LEVEL), f"loose modules in supervisor/ against TOP_LEVEL: {sorted(loose ^ set(TOP_LEVEL))}"
 
 
 

@@ -9,7 +9,7 @@ pointer file; hermesd does not follow such a pointer (it names any path a profil
 gateways are read from their files only.
 
 Pure: the request bytes and the parsing of an answer. The client that connects (through an
-``O_PATH`` descriptor, never following a planted link) is ``supervisor.gatewaysock``.
+``O_PATH`` descriptor, never following a planted link) is ``supervisor.processes.gatewaysock``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ package knows files, the supervisor owns processes.
 Every file here lives in a home the gateway (and its agent) can write, so each is read and written
 by :mod:`profiles.safeio`'s rule: resolved beneath the home without following a link, regular files
 only, temp files ``O_EXCL``. ``gateway.pid`` is a *claim*: :func:`live_gateway` only says that the
-PID it names is alive and looks like a gateway; ``supervisor.identity`` proves it is this
+PID it names is alive and looks like a gateway; ``supervisor.processes.identity`` proves it is this
 profile's before anything acts on it.
 """
 
@@ -159,7 +159,7 @@ def live_gateway(home: Path, *, search: bool = True) -> PidRecord | None:
     either (``profile delete --stop`` would delete the folder under it): without a proven record,
     the processes running a gateway are asked (one pass over ``/proc``, only then; ``search=False``
     skips it where only a PID to show is wanted). The supervisor adds what only it knows (cgroup
-    membership) in ``supervisor.identity`` before it acts on a PID.
+    membership) in ``supervisor.processes.identity`` before it acts on a PID.
     """
     rec = read_pid_record(home)
     if rec is not None:

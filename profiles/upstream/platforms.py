@@ -1148,7 +1148,7 @@ def _a2a_port(v: View) -> PortBinding | None:
 #
 # What each platform's requirement check (``check_fn``, or the built-in ``check_*_requirements``
 # that ``_create_adapter`` calls) needs, read from hermes-agent 0.19.0, and what installs it. The
-# pins below are 0.19.0's; :mod:`supervisor.requirements` asks the gateway's own interpreter for
+# pins below are 0.19.0's; :mod:`supervisor.hermes.requirements` asks the gateway's own interpreter for
 # its release's pins (``tools.lazy_deps.LAZY_DEPS`` and hermes-agent's ``Requires-Dist``) and uses
 # these only where that interpreter has none.
 
@@ -1265,7 +1265,7 @@ class Program:
 
 @dataclass(frozen=True, slots=True)
 class Requirement:
-    """One enabled platform's requirements for one profile (what :mod:`supervisor.requirements` checks)."""
+    """One enabled platform's requirements for one profile (what :mod:`supervisor.hermes.requirements` checks)."""
 
     platform: str
     imports: tuple[str, ...]

@@ -4,7 +4,7 @@ and the start time that, with the PID, names one process (as upstream records it
 Every fact was measured on hermes-agent 0.19.0 (see ``upstream-contract.md``). hermesd's daemon,
 its exports, its doctor and its alias scripts all build on these declarations; none restates them.
 What hermesd adds of its own (environment tags, scrubbing, the command it resolves) lives in
-``supervisor.childspec``.
+``supervisor.processes.childspec``.
 """
 
 from __future__ import annotations

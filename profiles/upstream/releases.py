@@ -18,7 +18,7 @@ looked up by the interpreter probe), not by its number: upstream main reports ``
 install stamp, forks carry numbers of their own.
 
 API (for the daemon, doctor and status; the version and the markers come from the gateway
-interpreter's probe, ``supervisor.requirements.interpreter_facts``, once per daemon start and
+interpreter's probe, ``supervisor.hermes.requirements.interpreter_facts``, once per daemon start and
 again when the gateway command changes)::
 
     contract_for(version: str, markers: Mapping[str, bool] | None = None) -> Contract | Unsupported

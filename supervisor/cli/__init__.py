@@ -2,7 +2,7 @@
 declared, and what every command shares), ``request`` (one request to the daemon), and one module
 per group of commands, each declaring its commands with ``register(commands)`` (the table is
 :data:`supervisor.cli.main.GROUPS`). The work a command does lives in its domain module
-(:mod:`supervisor.export`, :mod:`supervisor.doctor`, :mod:`profiles`…).
+(:mod:`supervisor.ops.export`, :mod:`supervisor.doctor`, :mod:`profiles`…).
 
 A command module imports at its top what declaring its commands needs; a handler imports the code it
 runs (those lines say "run-time only"), because ``--help``, a mistyped command and every <TAB> of

@@ -24,8 +24,8 @@ from supervisor.cli.request import call, client_of
 from supervisor.cli.upgrade import add_gate_options
 from supervisor.control.client import ControlError, DaemonNotAnswering, DaemonNotRunning
 from supervisor.exits import EXIT_NOT_ANSWERING, Failure, UserError
-from supervisor.lockholder import owner_pid
-from supervisor.readiness import judge
+from supervisor.plan.readiness import judge
+from supervisor.processes.lockholder import owner_pid
 
 # How long ``start``, ``stop`` and ``restart`` wait by default for named profiles (or, for ``stop``,
 # the whole daemon) to reach their state: one rule, so a gateway slow to come up is waited for alike
@@ -49,9 +49,9 @@ def cmd_start(args: argparse.Namespace) -> int:
     # none of this (subprocess and logging were ~10 ms of every `hermesd stop`, measured).
     import subprocess  # run-time only (see above)
 
-    from supervisor import logs  # run-time only (see above)
     from supervisor.daemon.pidlock import AlreadyRunning, PidLock  # run-time only (see above)
-    from supervisor.program import hermesd_command  # run-time only (see above)
+    from supervisor.processes import logs  # run-time only (see above)
+    from supervisor.processes.program import hermesd_command  # run-time only (see above)
 
     root = root_of(args)
     layout = layout_of(args)
@@ -213,7 +213,7 @@ def _wait_states(args: argparse.Namespace, verb: str, names: list[str],
                  before: dict[str, dict[str, Any]]) -> dict[str, tuple[bool, dict[str, Any] | None]]:
     """Poll until every profile has reached the goal of ``verb`` or cannot (held; running but not
     serving for a reason waiting will not cure), or until the timeout; per profile, whether it got
-    there and its last row. "Running" means serving (:func:`supervisor.readiness.judge`): a new
+    there and its last row. "Running" means serving (:func:`supervisor.plan.readiness.judge`): a new
     gateway whose platforms have not connected, or whose API server does not answer, is waited for."""
     goal = _GOALS[verb]
     shown = Progress(f"{verb}ing {', '.join(names)}")

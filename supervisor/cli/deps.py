@@ -3,7 +3,7 @@
 hermesd runs every gateway with ``HERMES_DISABLE_LAZY_INSTALLS=1`` so that twenty gateways never
 race pip installs into one shared environment. This command is the other half: it collects, over
 the chosen profiles, every enabled platform whose library the gateway command's interpreter lacks
-(:mod:`supervisor.requirements`), prints the one ``<python> -m pip install …`` command that fixes
+(:mod:`supervisor.hermes.requirements`), prints the one ``<python> -m pip install …`` command that fixes
 them all, and runs it once. Two invocations never race either: the install runs under an
 ``flock`` on ``<root>/.hermesd/install-deps.lock``; the second waits, then checks again and
 usually finds nothing left to do.
@@ -26,7 +26,7 @@ from supervisor.exits import Failure, UserError
 from supervisor.layout import Layout
 
 if TYPE_CHECKING:
-    from supervisor.requirements import Facts, Finding
+    from supervisor.hermes.requirements import Facts, Finding
 
 HELP = "install the libraries the profiles' enabled platforms need, into the gateway's interpreter"
 EXAMPLE = "hermesd install-deps coder --dry-run"
@@ -44,8 +44,9 @@ def register(commands: Commands) -> None:
 
 
 def _collect(root: Path, names: list[str] | None) -> tuple[list[Finding], Facts | None]:
-    from supervisor import childspec, requirements  # run-time only (see cli/__init__)
     from supervisor import config as config_mod  # run-time only (see cli/__init__)
+    from supervisor.hermes import requirements  # run-time only (see cli/__init__)
+    from supervisor.processes import childspec  # run-time only (see cli/__init__)
 
     try:
         return requirements.collect(root, names, None, None)
@@ -65,8 +66,8 @@ def _describe(found: list[Finding]) -> list[str]:
 
 def cmd_install_deps(args: argparse.Namespace) -> int:
     from profiles.discovery import profiles_to_serve  # run-time only (see cli/__init__)
-    from supervisor import lockfile  # run-time only (see cli/__init__)
-    from supervisor.requirements import install_command, merge_specs  # run-time only (see cli/__init__)
+    from supervisor.hermes.requirements import install_command, merge_specs  # run-time only (see cli/__init__)
+    from supervisor.processes import lockfile  # run-time only (see cli/__init__)
 
     root = root_of(args)
     names = None

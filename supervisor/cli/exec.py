@@ -6,10 +6,10 @@ Why it exists: a profile is a trust domain (it cannot read, change or signal ano
 this command builds what the daemon builds before a spawn, from the same inputs
 (:func:`supervisor.daemon.domains.gateway_plan`):
 
-* the environment contract of :func:`supervisor.childspec.child_env` (hermesd.yaml's
+* the environment contract of :func:`supervisor.processes.childspec.child_env` (hermesd.yaml's
   ``environment``, upstream's fixed variables, credentials scrubbed) *minus* hermesd's identity
   tags (``HERMESD_ROOT``/``HERMESD_PROFILE``): those tags mean "a gateway child of this daemon"
-  (:mod:`supervisor.identity`), and a tagged command would be adopted, swept as a stray or
+  (:mod:`supervisor.processes.identity`), and a tagged command would be adopted, swept as a stray or
   killed with the profile's tree by the daemon;
 * the profile's isolation plan (:func:`supervisor.isolation.make_plan`), applied in a forked
   child by :func:`supervisor.isolation.exec_in_place` (no second interpreter), so the command
@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 from supervisor.cli.common import Commands, check_names, root_of
 from supervisor.exits import Failure, UserError
 from supervisor.layout import Layout
-from supervisor.tags import TAG_PROFILE, TAG_ROOT
+from supervisor.processes.tags import TAG_PROFILE, TAG_ROOT
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -160,16 +160,16 @@ def prepare(root: Path, raw_name: str, base_env: Mapping[str, str], *, kind: str
     """
     from profiles.discovery import profiles_to_serve  # run-time only (see cli/__init__)
     from supervisor import config as config_mod  # run-time only (see cli/__init__)
-    from supervisor.childspec import (  # run-time only (see cli/__init__)
-        GatewayCommandError,
-        child_env,
-        resolve_gateway_command,
-    )
     from supervisor.daemon.domains import gateway_plan  # run-time only (see cli/__init__)
     from supervisor.isolation import install  # run-time only (see cli/__init__)
     from supervisor.isolation.probing import probe  # run-time only (see cli/__init__)
     from supervisor.isolation.shim_argv import EXIT_CANNOT_CONFINE  # run-time only (see cli/__init__)
     from supervisor.limits.tree import nice_for_weight  # run-time only (see cli/__init__)
+    from supervisor.processes.childspec import (  # run-time only (see cli/__init__)
+        GatewayCommandError,
+        child_env,
+        resolve_gateway_command,
+    )
 
     try:
         served = profiles_to_serve(True, root=root)

@@ -1,6 +1,6 @@
 """``hermesd export`` and its hidden helper ``_planned-stop`` (systemd ExecStop, Kubernetes preStop).
 
-What the exported files hold is :mod:`supervisor.export`'s; this module reads the options and
+What the exported files hold is :mod:`supervisor.ops.export`'s; this module reads the options and
 writes the files where they were asked for.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from supervisor.cli.common import Commands, root_of
 from supervisor.exits import UserError
 
-# supervisor.export's own (a test holds them equal): spelled here so that declaring the command, which
+# supervisor.ops.export's own (a test holds them equal): spelled here so that declaring the command, which
 # --help and <TAB> do for every command, does not import what an export needs.
 FORMATS = ("systemd", "compose", "kubernetes")
 DEFAULT_IMAGE = "hermes-agent:latest"
@@ -42,7 +42,7 @@ def register(commands: Commands) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from supervisor import export  # run-time only (see cli/__init__)
+    from supervisor.ops import export  # run-time only (see cli/__init__)
 
     root = root_of(args)
     if args.format == "systemd" and not args.out:
@@ -64,7 +64,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_planned_stop(args: argparse.Namespace) -> int:
     """Write upstream's planned-stop marker for the live gateway of HOME (no gateway: nothing to do)."""
     from profiles.upstream.files import write_planned_stop_marker  # run-time only (see cli/__init__)
-    from supervisor import identity  # run-time only (see cli/__init__)
+    from supervisor.processes import identity  # run-time only (see cli/__init__)
 
     raw = args.home or os.environ.get("HERMES_HOME", "")
     if not raw:

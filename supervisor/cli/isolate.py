@@ -3,7 +3,7 @@ as (``isolation.user``), after showing what changes and asking.
 
 Why a command and not the daemon: an ownership change is the operator's decision (hermesd never
 changes owners or modes on its own), and it is the one step between "created as root" and "runs as
-its own account" that upstream cannot take for itself. The walk is :func:`supervisor.ownership.chown_home`
+its own account" that upstream cannot take for itself. The walk is :func:`supervisor.isolation.ownership.chown_home`
 (no link followed, nothing outside the home); what it cannot do (a folder on the way the account
 cannot pass, the shared channels, the credential-lock folder) is said, never changed.
 """
@@ -42,7 +42,7 @@ def register(commands: Commands) -> None:
 def cmd_isolate_user(args: argparse.Namespace) -> int:
     from profiles.discovery import profiles_to_serve  # run-time only (see cli/__init__)
     from supervisor import config as config_mod  # run-time only (see cli/__init__)
-    from supervisor import ownership  # run-time only (see cli/__init__)
+    from supervisor.isolation import ownership  # run-time only (see cli/__init__)
     from supervisor.isolation.install import credential_lock_dir, resolve_user  # run-time only (see cli/__init__)
 
     root = root_of(args)
@@ -98,8 +98,8 @@ def cmd_isolate_user(args: argparse.Namespace) -> int:
 def _outside(root: Path, name: str, home: Path, account: UserIds, cfg: Config,
              lock_dir_of: Callable[[Mapping[str, str]], Path | None]) -> list[str]:
     """What the account also needs beyond the home, which this command does not change."""
-    from supervisor import ownership  # run-time only (see cli/__init__)
-    from supervisor.childspec import child_env  # run-time only (see cli/__init__)
+    from supervisor.isolation import ownership  # run-time only (see cli/__init__)
+    from supervisor.processes.childspec import child_env  # run-time only (see cli/__init__)
 
     out = [p for p in ownership.problems(home, account) if not p.startswith(str(home))]
     env = child_env(os.environ, root=root, profile=name, home=home, extra=cfg.child_environment(name))

@@ -30,7 +30,7 @@ examples:
 # Which commands each command module registers, in the order ``--help`` lists them. Parsing a
 # command imports only its own module (``hermesd status`` need not build completion's tables or
 # export's records); anything else (no command, ``--help``, a typo, ``completion``, which walks the
-# whole tree) builds every module's. tests/supervisor/test_cli_groups.py holds this table to the truth.
+# whole tree) builds every module's. tests/cli/test_cli_groups.py holds this table to the truth.
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("supervisor.cli.run", ("run",)),
     ("supervisor.cli.daemon", ("start", "stop", "restart")),

@@ -163,10 +163,10 @@ def metrics_text(root: Path) -> str:
         DaemonNotAnswering,
         DaemonNotRunning,
     )
+    from supervisor.daemon.status_rows import offline_document  # run-time only (see cli/__init__)
     from supervisor.observe.journal import default_folder  # run-time only (see cli/__init__)
     from supervisor.observe.metrics import Counters, render  # run-time only (see cli/__init__)
     from supervisor.observe.reader import last_run  # run-time only (see cli/__init__)
-    from supervisor.status_rows import offline_document  # run-time only (see cli/__init__)
 
     client = Client(Layout(root))
     down = (DaemonNotRunning, DaemonNotAnswering, FileNotFoundError)

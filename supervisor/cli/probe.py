@@ -1,4 +1,4 @@
-"""``hermesd probe PROFILE --ready|--live``: the container health check of :mod:`supervisor.probe`.
+"""``hermesd probe PROFILE --ready|--live``: the container health check of :mod:`supervisor.ops.probe`.
 
 Kubernetes (or compose) runs this every few seconds inside the gateway's container: this module and
 its imports are all that ``hermesd probe`` loads besides the entry point.
@@ -11,7 +11,7 @@ import sys
 
 from profiles.errors import ProfileError
 from supervisor.cli.common import Commands
-from supervisor.probe import DEFAULT_MAX_AGE, READY_RULE, check, resolve_home
+from supervisor.ops.probe import DEFAULT_MAX_AGE, READY_RULE, check, resolve_home
 
 HELP = "health probe for one profile's gateway, from its files (no daemon needed; for Kubernetes)"
 

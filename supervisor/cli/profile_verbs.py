@@ -40,7 +40,7 @@ from profiles.printable import printable
 from profiles.progress import Progress
 from supervisor.cli.common import guarded
 from supervisor.exits import EXIT_FAILURE, Failure, UserError
-from supervisor.stopper import stop_for_profile_change
+from supervisor.ops.stopper import stop_for_profile_change
 from wrappers.follow import delete_profile, name_aliases, rename_profile
 from wrappers.scripts import (
     KIND_UPSTREAM,
@@ -71,15 +71,15 @@ Handler = Callable[[argparse.Namespace, Context], int]
 
 
 def supervisor_context() -> Context:
-    """A stop through the daemon (:func:`supervisor.stopper.stop_for_profile_change`), and upstream's interpreter."""
+    """A stop through the daemon (:func:`supervisor.ops.stopper.stop_for_profile_change`), and upstream's interpreter."""
     return Context(stop_gateway=stop_for_profile_change, upstream_python=_upstream_python)
 
 
 def _upstream_python(root: Path) -> list[str]:
     """The interpreter (argv prefix) that runs ``root``'s gateways, for upstream's profile code."""
-    from supervisor.childspec import GatewayCommandError  # only create runs hermes-agent's code
     from supervisor.config import ConfigError  # only create runs hermes-agent's code
-    from supervisor.hermes_release import HermesVersionError, gateway_python  # only create runs hermes-agent's code
+    from supervisor.hermes.release import HermesVersionError, gateway_python  # only create runs hermes-agent's code
+    from supervisor.processes.childspec import GatewayCommandError  # only create runs hermes-agent's code
 
     try:
         return gateway_python(root, os.environ)

@@ -14,12 +14,13 @@ import os
 import sys
 from concurrent.futures import Executor, ThreadPoolExecutor
 
-from supervisor import childspec, logs, requirements
 from supervisor import config as config_mod
 from supervisor.cli.common import Commands, layout_of
 from supervisor.daemon.pidlock import AlreadyRunning, PidLock
 from supervisor.exits import UserError
+from supervisor.hermes import requirements
 from supervisor.layout import Layout
+from supervisor.processes import childspec, logs
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -71,7 +72,7 @@ def _supervise(layout: Layout, verbose: bool) -> int:
     import asyncio  # after the ssl block
 
     from supervisor.daemon.loop import Daemon  # only 'run' loads the daemon, after _ask_ahead
-    from supervisor.prctl import set_process_name  # run-time only (see cli/__init__): ctypes
+    from supervisor.processes.prctl import set_process_name  # run-time only (see cli/__init__): ctypes
 
     set_process_name("hermesd")
     handler = logging.StreamHandler(sys.stderr)

@@ -1,6 +1,6 @@
 """``hermesd install-service``: hermesd as a systemd (user or system) service, or a launchd agent.
 
-The unit's text and the steps that enable it are :mod:`supervisor.service`'s.
+The unit's text and the steps that enable it are :mod:`supervisor.ops.service`'s.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def register(commands: Commands) -> None:
 
 
 def cmd_install_service(args: argparse.Namespace) -> int:
-    from supervisor import service  # run-time only (see cli/__init__)
+    from supervisor.ops import service  # run-time only (see cli/__init__)
 
     return service.install_service(root_of(args), manager=args.manager, system=bool(args.system),
                                    run_as=args.run_as, dest=args.dest, dry_run=bool(args.dry_run))

@@ -62,8 +62,9 @@ def _not_needed(root: Path) -> str | None:
     """Why the installed release needs none of these edits (a per-profile-line release), or None: it does,
     or which release runs cannot be told (then the edits are proposed, as before)."""
     from profiles.upstream.releases import Contract  # run-time only (see cli/__init__)
-    from supervisor import childspec, requirements  # run-time only (see cli/__init__)
     from supervisor import config as config_mod  # run-time only (see cli/__init__)
+    from supervisor.hermes import requirements  # run-time only (see cli/__init__)
+    from supervisor.processes import childspec  # run-time only (see cli/__init__)
 
     try:
         command = childspec.resolve_gateway_command(config_mod.load(Layout(root).config).command,

@@ -2,7 +2,7 @@
 
 ``status`` is the command people and scripts run most, so this group imports only what it needs:
 with the daemon down it reads hermesd's state file, the gateways' files and ``/proc``
-(:func:`supervisor.status_rows.offline_document`); asking whether a daemon runs goes through the root's
+(:func:`supervisor.daemon.status_rows.offline_document`); asking whether a daemon runs goes through the root's
 lock (:mod:`supervisor.control.client`), so a slow daemon is waited for, never taken for an absent one.
 """
 
@@ -17,12 +17,12 @@ from typing import Any
 
 from profiles.discovery import profiles_to_serve
 from profiles.printable import printable_lines
-from supervisor import lockholder
 from supervisor.cli.common import Commands, check_names, layout_of, root_of, use_color
 from supervisor.cli.request import call, client_of
 from supervisor.control.client import ControlError, DaemonNotAnswering, DaemonNotRunning
 from supervisor.exits import EXIT_NOT_ANSWERING, Failure
 from supervisor.layout import Layout
+from supervisor.processes import lockholder
 
 
 def register(commands: Commands) -> None:
@@ -51,7 +51,7 @@ def register(commands: Commands) -> None:
 
 def _offline(root: Path, why: str | None = None) -> dict[str, Any]:
     """The document from the files on disk, when the daemon is down."""
-    from supervisor.status_rows import offline_document  # daemon down only: 40 ms a daemon's answer does not need
+    from supervisor.daemon.status_rows import offline_document  # daemon down only (40 ms an answer needn't)
 
     return offline_document(root) if why is None else offline_document(root, why)
 
@@ -76,7 +76,7 @@ def _status_document(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from supervisor import status  # run-time only (see cli/__init__)
+    from supervisor.ops import status  # run-time only (see cli/__init__)
 
     if args.watch:
         return _watch_status(args)
@@ -98,7 +98,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def _watch_status(args: argparse.Namespace) -> int:
     """Redraw the table in place until interrupted; on a pipe, print one snapshot per interval."""
-    from supervisor import status  # run-time only (see cli/__init__)
+    from supervisor.ops import status  # run-time only (see cli/__init__)
 
     tty = sys.stdout.isatty()
     try:
@@ -119,7 +119,7 @@ def _watch_status(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from supervisor import logs  # run-time only (see cli/__init__)
+    from supervisor.processes import logs  # run-time only (see cli/__init__)
 
     layout = layout_of(args)
     if args.profile:

@@ -20,7 +20,7 @@ from typing import Any
 
 from supervisor.control.protocol import encode
 from supervisor.layout import Layout
-from supervisor.lockholder import holder, owner_pid
+from supervisor.processes.lockholder import holder, owner_pid
 
 Progress = Callable[[float], None]
 

@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from profiles.upstream import files as gf
-from supervisor import child, identity
-from supervisor import state as state_mod
-from supervisor.codeid import CodeId
+from supervisor.daemon import state as state_mod
 from supervisor.daemon.domains import Domains
+from supervisor.hermes.codeid import CodeId
 from supervisor.layout import Layout
 from supervisor.plan.model import Ident
 from supervisor.plan.planner import Planner
+from supervisor.processes import child, identity
 
 log = logging.getLogger("hermesd")
 

@@ -1,6 +1,6 @@
 """Whether each running child's API server answers: one chain of checks per gateway, kept for ``status``.
 
-A gateway is checked (:mod:`supervisor.apicheck`) from the moment it reports ``running`` (upstream
+A gateway is checked (:mod:`supervisor.processes.apicheck`) from the moment it reports ``running`` (upstream
 connects its platforms, the API server among them, before it writes that), then every
 :data:`CHECK_EVERY_S` while it answers and every :data:`RETRY_S` while it does not: a wait
 (``hermesd restart``) sees a gateway serve within about a second of its first answer, and ``status``
@@ -20,9 +20,9 @@ from typing import Any
 
 from profiles.snapshot import Claim
 from profiles.upstream.apiserver import API_SERVER
-from supervisor import apicheck
-from supervisor.apicheck import ApiCheck
 from supervisor.plan.model import Child, Ident, Profile
+from supervisor.processes import apicheck
+from supervisor.processes.apicheck import ApiCheck
 
 CHECK_EVERY_S = 5.0
 RETRY_S = 1.0

@@ -365,7 +365,7 @@ def plan_inputs(layout: Layout, name: str, home: Path, env: Mapping[str, str], *
         except (KeyError, ValueError, OSError) as exc:
             return f"isolation user {isolation.user!r}: {exc}"
         if check_owner and os.geteuid() == 0:
-            from supervisor import ownership  # lazy: hermesd exec, which plans too, never checks (~8 ms)
+            from supervisor.isolation import ownership  # lazy: hermesd exec, which plans too, never checks (~8 ms)
 
             trouble = ownership.problems(home, user)
             if trouble:

@@ -30,14 +30,15 @@ from typing import TYPE_CHECKING, NamedTuple
 from profiles.snapshot import digest_of
 from profiles.upstream.lines import RuleLine, unmodelled
 from profiles.upstream.releases import Unsupported, newer_than_known_note
-from supervisor import childspec, requirements
 from supervisor import config as config_mod
 from supervisor.config import Config
+from supervisor.hermes import requirements
+from supervisor.hermes.requirements import Facts, release_line
 from supervisor.isolation.planning import hides_other_profiles
 from supervisor.kanban.dispatch import OFF
 from supervisor.plan.planner import Settings
 from supervisor.plan.verdict import Hold, HoldKind, ReleaseRules
-from supervisor.requirements import Facts, release_line
+from supervisor.processes import childspec
 from supervisor.settings import RESTARTING
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class Release(NamedTuple):
 
     @property
     def dist_info(self) -> str | None:
-        """Where hermes-agent is installed (its ``*.dist-info`` folder): :mod:`supervisor.codeid` starts there."""
+        """Where hermes-agent is installed (its ``*.dist-info`` folder): :mod:`supervisor.hermes.codeid` starts there."""
         return self.facts.dist_info if self.facts is not None else None
 
 

@@ -26,11 +26,11 @@ from profiles.safeio import Beneath
 from profiles.upstream import files as gf
 from profiles.upstream.multiplex import HOST_RECORD
 from profiles.upstream.process import Exit, GatewayState, lock_dir, proc_start_time
-from supervisor import logs
 from supervisor.isolation.shim_argv import EXIT_CANNOT_CONFINE
 from supervisor.layout import Layout
 from supervisor.plan.model import Ident
 from supervisor.plan.policy import ExitKind, describe_exit
+from supervisor.processes import logs
 
 # What a gateway says before an attach exit (upstream's host_attach.py messages, 0.22.2 and main).
 _CLUES = (b"already owns this host", b"already serves profile", b"has not published its served set",

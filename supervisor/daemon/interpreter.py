@@ -1,6 +1,6 @@
 """Which enabled platforms of each profile lack their libraries, as the gateway command's interpreter says.
 
-The answer comes from the same cached probe (:mod:`supervisor.requirements`) that tells the release
+The answer comes from the same cached probe (:mod:`supervisor.hermes.requirements`) that tells the release
 (:func:`supervisor.daemon.effective.ask`), run in the daemon's reader pool so a slow interpreter
 never delays a respawn or a control request.
 """
@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from profiles.snapshot import ProfileFacts
-from supervisor import childspec, requirements
 from supervisor.daemon.effective import Effective, InForce
+from supervisor.hermes import requirements
 from supervisor.plan.model import Profile
+from supervisor.processes import childspec
 
 
 class Requirements:

@@ -15,14 +15,15 @@ from pathlib import Path
 from typing import NamedTuple
 
 from profiles.safeio import Beneath
-from supervisor import child, childspec, codeid, logs
-from supervisor.codeid import CodeId
 from supervisor.daemon.board import Extras
 from supervisor.daemon.domains import Domains, Prepared
 from supervisor.daemon.effective import InForce
 from supervisor.daemon.selfcheck import fd_budget_problem
+from supervisor.hermes import codeid
+from supervisor.hermes.codeid import CodeId
 from supervisor.layout import Layout
 from supervisor.plan.model import Ident
+from supervisor.processes import child, childspec, logs
 
 log = logging.getLogger("hermesd")
 

@@ -42,7 +42,7 @@ from typing import Any
 from profiles.names import DEFAULT_PROFILE
 from profiles.snapshot import ProfileFacts
 from profiles.upstream import files as gf
-from supervisor import __version__, child, identity, logs
+from supervisor import __version__
 from supervisor import config as config_mod
 from supervisor.control.server import ControlServer, quiet_loop_errors
 from supervisor.daemon import adoption, effective, exit_report, interpreter, requests
@@ -58,13 +58,14 @@ from supervisor.daemon.report import Report, summary
 from supervisor.daemon.selfcheck import SelfCheck
 from supervisor.daemon.serving import Serving
 from supervisor.layout import Layout
-from supervisor.notify import Notifier
 from supervisor.observe.observer import Observer
 from supervisor.plan import model as m
 from supervisor.plan.model import Ident
 from supervisor.plan.planner import Planner
 from supervisor.plan.policy import ExitKind
 from supervisor.plan.verdict import Hold, HoldKind
+from supervisor.processes import child, identity, logs
+from supervisor.processes.notify import Notifier
 from supervisor.watch.choose import make_watcher
 from supervisor.watch.classify import FsEvents, Watcher
 

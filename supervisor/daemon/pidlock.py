@@ -2,8 +2,8 @@
 
 The kernel lock is the truth: it is released on any death, SIGKILL included, and ``/proc/locks``
 names its holder even in the instant between a daemon taking it and writing its PID anywhere.
-Clients ask :func:`supervisor.lockholder.holder` before concluding that no daemon runs, so a daemon that is slow to
-answer (starting up, stopped by a debugger, swapped out) is never mistaken for an absent one.
+Clients ask :func:`supervisor.processes.lockholder.holder` before concluding that no daemon runs, so a
+daemon that is slow to answer (starting up, stopped by a debugger, swapped out) is never mistaken for an absent one.
 
 ``hermesd start`` takes the lock itself before it launches the daemon and hands the locked
 descriptor down (:meth:`PidLock.adopt_fd`): from the first instant of ``start`` the root is
@@ -17,9 +17,9 @@ import contextlib
 import os
 
 from profiles import safeio
-from supervisor import lockfile
 from supervisor.layout import Layout
-from supervisor.lockholder import owner_pid, read_pid
+from supervisor.processes import lockfile
+from supervisor.processes.lockholder import owner_pid, read_pid
 
 
 class AlreadyRunning(RuntimeError):

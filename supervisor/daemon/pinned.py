@@ -3,7 +3,7 @@ restart, and the foreign gateways it waits for.
 
 A PID names another process the moment its owner is reaped; a pidfd names one process for as long
 as it is open. So every gateway hermesd may signal is pinned here first (right after its spawn, or
-after :func:`supervisor.identity.verify` proved an adopted one), a signal goes only through its
+after :func:`supervisor.processes.identity.verify` proved an adopted one), a signal goes only through its
 pidfd, and a process hermesd did not pin is never signalled at all. An adopted or foreign gateway
 is not our child, so its end arrives as its pidfd turning readable on the loop; our own children
 end through ``SIGCHLD`` and ``waitpid`` (:meth:`Pinned.reaped`).
@@ -17,8 +17,8 @@ import asyncio
 import os
 from collections.abc import Callable
 
-from supervisor import child, identity
 from supervisor.plan.model import Ident
+from supervisor.processes import child, identity
 
 
 class Pinned:

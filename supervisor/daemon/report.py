@@ -1,6 +1,6 @@
 """The daemon's status document (``hermesd status``, the metrics, the service manager's status line).
 
-One row per profile as :mod:`supervisor.status_rows` shapes it, from the planner's view (state, reason,
+One row per profile as :mod:`supervisor.daemon.status_rows` shapes it, from the planner's view (state, reason,
 holds, exits), the domains' (memory, tasks, limits, isolation), what each child serves, whether its
 API server answers, and what is missing (log problems, libraries), plus the daemon's own state. It reads all of
 these and changes none of them.
@@ -16,18 +16,20 @@ from typing import Any
 
 from profiles.upstream import files as gf
 from profiles.upstream.releases import newer_than_known_note
-from supervisor import codeid, identity, status_rows
-from supervisor.childspec import unmodelled_note
-from supervisor.codeid import Installed
+from supervisor.daemon import status_rows
 from supervisor.daemon.apiwatch import ApiWatch
 from supervisor.daemon.domains import Domains
 from supervisor.daemon.effective import InForce
 from supervisor.daemon.interpreter import Requirements
 from supervisor.daemon.selfcheck import SelfCheck
 from supervisor.daemon.serving import Serving
+from supervisor.hermes import codeid
+from supervisor.hermes.codeid import Installed
 from supervisor.kanban.running import Snapshot
 from supervisor.plan.model import Ident, Profile
 from supervisor.plan.planner import Planner
+from supervisor.processes import identity
+from supervisor.processes.childspec import unmodelled_note
 
 
 class Report:
@@ -53,7 +55,7 @@ class Report:
 
     def document(self, *, ready: bool, in_force: InForce, config_problem: str | None,
                  state_problem: str | None) -> dict[str, Any]:
-        """The whole status document, as the daemon sees it (see :mod:`supervisor.status_rows`)."""
+        """The whole status document, as the daemon sees it (see :mod:`supervisor.daemon.status_rows`)."""
         planner = self.planner
         installed = codeid.installed_now(in_force.release.dist_info)
         now = self.wall()
@@ -111,7 +113,7 @@ class Report:
                 "command_error": in_force.command_error,
                 # The hermes-agent release the gateway command runs, as the daemon last read it.
                 "hermes_release": in_force.release.version,
-                # The hermes-agent code on disk now (supervisor.codeid): each row's "code" compares with it.
+                # The hermes-agent code on disk now (supervisor.hermes.codeid): each row's "code" compares with it.
                 "installed_code": installed.code.to_json() if installed is not None else None,
                 "release_problem": in_force.release.problem,
                 # The measured release whose contract hermesd follows, its line, and why when no row names it.
@@ -130,7 +132,7 @@ class Report:
 
     def _cpu_percent(self, ident: Ident, usage: tuple[float, int] | None) -> float | None:
         """CPU use since the previous status request (None on the first one); ``usage``: the child's
-        :func:`~supervisor.identity.proc_usage` now."""
+        :func:`~supervisor.processes.identity.proc_usage` now."""
         if usage is None:
             return None
         now, before = time.monotonic(), self._cpu.get(ident)

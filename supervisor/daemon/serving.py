@@ -28,8 +28,8 @@ from profiles.upstream import files as gf
 from profiles.upstream.bools import coerce_bool
 from profiles.upstream.multiplex import REWRITTEN_MARKER, SERVED_KEY, multiplex_flag, others_served
 from profiles.upstream.process import GatewayState
-from supervisor import identity
 from supervisor.plan.model import Profile
+from supervisor.processes import identity
 
 if TYPE_CHECKING:
     from profiles.snapshot import ProfileFacts
@@ -173,7 +173,7 @@ class Serving:
             return
         # Imported at the first question: only gateways of the multiplex-default line answer on
         # gateway.sock, and its two modules would cost every other daemon about 50 KB of memory.
-        from supervisor import gatewaysock  # at the first question (see above)
+        from supervisor.processes import gatewaysock  # at the first question (see above)
 
         loop = asyncio.get_running_loop()
         try:

@@ -17,10 +17,10 @@ from profiles.safeio import read_operator_file
 from profiles.upstream.platforms import PLATFORMS
 from profiles.upstream.process import LOCK_VARIABLES, drain_as_written, lock_dir, stop_timeout
 from supervisor import config as config_mod
-from supervisor.childspec import GatewayCommandError, child_env, resolve_gateway_command, scrubbed
 from supervisor.doctor.scan import DEFAULT, Scan
 from supervisor.layout import Layout, UnsafeFolderError, check_private
 from supervisor.plan.verdict import ERROR, INFO, WARNING, HoldKind
+from supervisor.processes.childspec import GatewayCommandError, child_env, resolve_gateway_command, scrubbed
 
 if TYPE_CHECKING:
     from profiles.snapshot import ProfileFacts

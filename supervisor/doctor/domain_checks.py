@@ -7,12 +7,10 @@ from __future__ import annotations
 import os
 
 from profiles.upstream.process import HEARTBEAT_INTERVAL_S
-from supervisor import ownership
-from supervisor.childspec import child_env
 from supervisor.control.client import Client, ControlError, DaemonNotAnswering, DaemonNotRunning
 from supervisor.daemon.domains import gateway_plan
 from supervisor.doctor.scan import Scan
-from supervisor.isolation import install
+from supervisor.isolation import install, ownership
 from supervisor.isolation.install import resolve_user
 from supervisor.isolation.probing import Probe, best_mechanism, doctor_lines, probe, service_sockets
 from supervisor.kanban.dispatch import kanban_findings
@@ -21,6 +19,7 @@ from supervisor.limits import detect_only
 from supervisor.limits.cgroup import doctor_findings, memory_pressure_findings
 from supervisor.limits.procfs import host_memory_total
 from supervisor.plan.verdict import ERROR, INFO, WARNING
+from supervisor.processes.childspec import child_env
 from supervisor.settings import default
 
 _LEVEL = {"ok": INFO, "info": INFO, "warning": WARNING}

@@ -1,10 +1,10 @@
 """Doctor checks that ask the gateway's own interpreter: which hermes-agent release it runs (and
 whether hermesd supports it), and whether each enabled platform's libraries are there.
 
-Both answers come from one cached probe of that interpreter (:mod:`supervisor.requirements`), the
+Both answers come from one cached probe of that interpreter (:mod:`supervisor.hermes.requirements`), the
 same one the daemon uses, so doctor and ``status`` cannot disagree about them. The same probe says
 where hermes-agent is installed, so doctor also names every gateway still running older code than
-that (:mod:`supervisor.codeid`, the rule ``status`` applies).
+that (:mod:`supervisor.hermes.codeid`, the rule ``status`` applies).
 """
 
 from __future__ import annotations
@@ -15,16 +15,17 @@ from collections.abc import Mapping
 from profiles.upstream import files as gf
 from profiles.upstream.lines import unmodelled
 from profiles.upstream.releases import Unsupported, newer_than_known_note
-from supervisor import childspec, codeid, identity, lockholder
 from supervisor import config as config_mod
-from supervisor import state as state_mod
-from supervisor.childspec import unmodelled_note
+from supervisor.daemon import state as state_mod
 from supervisor.doctor.scan import Scan
-from supervisor.hermes_release import HermesVersionError, interpreter_argv
+from supervisor.hermes import codeid
+from supervisor.hermes.release import HermesVersionError, interpreter_argv
+from supervisor.hermes.requirements import interpreter_facts, release_contract, release_line, requirement_findings
 from supervisor.layout import Layout
+from supervisor.ops.status import stale_note
 from supervisor.plan.verdict import ERROR, INFO, WARNING, HoldKind
-from supervisor.requirements import interpreter_facts, release_contract, release_line, requirement_findings
-from supervisor.status import stale_note
+from supervisor.processes import childspec, identity, lockholder
+from supervisor.processes.childspec import unmodelled_note
 
 
 def check_gateway_interpreter(scan: Scan) -> None:

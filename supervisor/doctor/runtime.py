@@ -14,10 +14,10 @@ from profiles.discovery import profile_exists
 from profiles.upstream import files as gf
 from profiles.upstream.process import hermes_command, proc_start_time
 from supervisor.doctor.scan import DEFAULT, Scan
-from supervisor.identity import gateway_of
 from supervisor.isolation import install
 from supervisor.plan.verdict import ERROR, WARNING
-from supervisor.tags import TAG_ROOT
+from supervisor.processes.identity import gateway_of
+from supervisor.processes.tags import TAG_ROOT
 from wrappers.scripts import all_wrappers, upstream_style_wrappers
 
 if TYPE_CHECKING:

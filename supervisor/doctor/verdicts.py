@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from supervisor.doctor.scan import Scan
-from supervisor.identity import gateway_of
 from supervisor.isolation.planning import hides_other_profiles
 from supervisor.isolation.probing import probe
 from supervisor.plan.conflicts import all_conflicts
 from supervisor.plan.verdict import WARNING, Candidate, HoldKind, ReleaseRules, judge
+from supervisor.processes.identity import gateway_of
 
 
 def check_verdicts(scan: Scan) -> None:

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from profiles.envfile import read_env_file
 from profiles.fileio import load_yaml_mapping
-from supervisor.identity import proc_environ
-from supervisor.tags import TAG_PROFILE, TAG_ROOT
+from supervisor.processes.identity import proc_environ
+from supervisor.processes.tags import TAG_PROFILE, TAG_ROOT
 
 DISPATCH_ENV = "HERMES_KANBAN_DISPATCH_IN_GATEWAY"
 # The restricted socket a dispatching gateway's messenger uses (supervisor.kanban.handoff).

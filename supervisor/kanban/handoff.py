@@ -49,10 +49,10 @@ from profiles import safeio
 from profiles.safeio import Beneath
 from supervisor.control.protocol import Peer
 from supervisor.control.server import ControlServer
-from supervisor.identity import proc_start_time
 from supervisor.kanban.bounds import RateLimit
 from supervisor.kanban.dispatch import HANDOFF_ENV, LAUNCHER_NAME, OFF, SOCKET_NAME, handoff_dir
 from supervisor.limits.procfs import read_stat
+from supervisor.processes.identity import proc_start_time
 
 log = logging.getLogger("hermesd")
 

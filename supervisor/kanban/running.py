@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from profiles.printable import printable
-from supervisor.identity import proc_environ
 from supervisor.kanban import dispatch
 from supervisor.kanban.workers import WORKER_TAG
 from supervisor.limits.procfs import read_stat
-from supervisor.tags import TAG_PROFILE, TAG_ROOT
+from supervisor.processes.identity import proc_environ
+from supervisor.processes.tags import TAG_PROFILE, TAG_ROOT
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ from supervisor.limits import cgroup, cgroup_io, procfs
 from supervisor.limits.cgroup import Detection
 from supervisor.limits.tree import Breach, Pace, TreeSample, build_trees, check_tree, next_scan
 from supervisor.limits.watcher import freeze_and_kill, measure
-from supervisor.prctl import become_subreaper
+from supervisor.processes.prctl import become_subreaper
 from supervisor.settings import Limits, format_size
 
 

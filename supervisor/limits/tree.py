@@ -7,7 +7,7 @@ subreaper, which is hermesd (or, for a gateway adopted after hermesd restarted, 
 systemd user manager). Every child hermesd spawns carries ``HERMESD_ROOT``/``HERMESD_PROFILE`` in
 its environment, inherited by everything it starts, so an orphan is attributed by that tag, but
 only when the tag carries the token hermesd gave it (``HERMESD_TAG_TOKEN``, see
-:func:`supervisor.tags.verified_profile`): anyone can set ``HERMESD_PROFILE=p2``, and a
+:func:`supervisor.processes.tags.verified_profile`): anyone can set ``HERMESD_PROFILE=p2``, and a
 process that did must not have p2 killed for its memory. Parent closure wins over tags (a
 process started by profile A's tree counts against A whatever it calls itself). A process that
 clears its environment *and* loses its parent cannot be found without cgroups: that is the watch

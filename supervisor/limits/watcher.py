@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 from supervisor.limits import cgroup_io, procfs
 from supervisor.limits.tree import TreeSample, build_trees, needs_exact, nice_for_weight, summarize
+from supervisor.processes.tags import TAG_PROFILE, TAG_ROOT, TAG_TOKEN, verified_profile
 from supervisor.settings import Limits
-from supervisor.tags import TAG_PROFILE, TAG_ROOT, TAG_TOKEN, verified_profile
 
 _TAG_ROOT = f"{TAG_ROOT}=".encode()
 _TAG_PROFILE = f"{TAG_PROFILE}=".encode()

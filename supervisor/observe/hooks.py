@@ -65,10 +65,10 @@ from typing import Any
 
 from profiles.paths import which
 from profiles.upstream.platforms import is_platform_variable
-from supervisor.notify import SERVICE_MANAGER_VARIABLES
 from supervisor.observe.events import summary
 from supervisor.observe.sections import Hook
-from supervisor.tags import TAG_PROFILE, TAG_ROOT
+from supervisor.processes.notify import SERVICE_MANAGER_VARIABLES
+from supervisor.processes.tags import TAG_PROFILE, TAG_ROOT
 
 log = logging.getLogger("hermesd")
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from profiles.snapshot import Claim, ProfileFacts
-    from supervisor.codeid import CodeId
+    from supervisor.hermes.codeid import CodeId
     from supervisor.plan.policy import ExitKind
     from supervisor.plan.verdict import Hold
 

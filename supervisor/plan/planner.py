@@ -44,7 +44,7 @@ from supervisor.plan.policy import (
 from supervisor.plan.verdict import Candidate, Hold, HoldKind, ReleaseRules, judge
 
 if TYPE_CHECKING:
-    from supervisor.codeid import CodeId
+    from supervisor.hermes.codeid import CodeId
 
 log = logging.getLogger("hermesd")
 

@@ -6,7 +6,7 @@ by the caller; nothing here reads a clock, a file or a socket, so every rule is 
 (``tests/upgrade/test_decisions.py``).
 
 The gate ("serving as before"), checked on every poll after the restart was asked for. Serving is
-:func:`supervisor.readiness.judge`, the verdict ``status`` shows and ``start``/``restart`` wait for,
+:func:`supervisor.plan.readiness.judge`, the verdict ``status`` shows and ``start``/``restart`` wait for,
 held to the platforms that served before the restart (a platform that was already down, a revoked
 token, an unreachable network, does not block every later rollout) and to the API server wherever the
 profile enables it, whether it answered before or not (it depends on nothing outside the machine: a
@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from profiles.upstream.apiserver import API_SERVER
-from supervisor.codeid import CodeId, same_code
-from supervisor.readiness import judge
+from supervisor.hermes.codeid import CodeId, same_code
+from supervisor.plan.readiness import judge
 
 Row = Mapping[str, Any]
 RUNNING = "running"

@@ -19,7 +19,7 @@ copies the old one back.
 
 When the interpreter was upgraded before ``hermesd upgrade`` ran (no copy could be taken), a
 rollback reinstalls the recorded code with pip instead (:func:`reinstall`): the distribution, the
-release and the source the gateways were started with (:class:`supervisor.codeid.Source`: the index,
+release and the source the gateways were started with (:class:`supervisor.hermes.codeid.Source`: the index,
 a local wheel, a git checkout at its commit, an editable folder), and says so.
 """
 
@@ -41,7 +41,7 @@ from typing import Any
 
 from profiles import safeio
 from profiles.safeio import Beneath
-from supervisor.codeid import Source
+from supervisor.hermes.codeid import Source
 
 PIP_TIMEOUT_S = 1800.0
 RECORD_MAX = 16 << 20  # a RECORD lists every file of a distribution: hermes-agent's is about 200 KB

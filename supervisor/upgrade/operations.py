@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from profiles.upstream.releases import Unsupported, contract_for, parse_version
-from supervisor import codeid
-from supervisor.codeid import CodeId, Installed
+from supervisor.hermes import codeid
+from supervisor.hermes.codeid import CodeId, Installed
+from supervisor.hermes.requirements import interpreter_facts
 from supervisor.layout import Layout
-from supervisor.requirements import interpreter_facts
 from supervisor.upgrade import backup, decisions, environment, needs
 from supervisor.upgrade import record as records
 from supervisor.upgrade.decisions import Baseline, GateRules, Order

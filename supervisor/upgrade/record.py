@@ -32,8 +32,8 @@ from typing import Any
 from profiles import safeio, safetree
 from profiles.safeio import Beneath
 from profiles.upstream.files import read_json, write_json_atomic
-from supervisor import lockfile
 from supervisor.layout import Layout, check_private
+from supervisor.processes import lockfile
 
 RECORD = "record.json"
 KEEP_PYTHON_COPIES = 3  # the saved distributions of older upgrades are removed (tens of MB each)

@@ -3,7 +3,7 @@ socket tracing alone.
 
 Run ``python tests/benchmarks/apicheck.py [N]`` from hermesd's virtual environment. A stand-in
 gateway (``http.server`` answering ``GET /v1/health``, a child process) is checked N times (default
-300) in a row, exactly as the daemon does it (:func:`supervisor.apicheck.check`, its kernel lookups
+300) in a row, exactly as the daemon does it (:func:`supervisor.processes.apicheck.check`, its kernel lookups
 in a one-thread pool); the figures are per check, as the daemon pays them: CPU of this process (user
 and system), wall time, and the listener and descriptor tracing alone. The daemon checks each
 serving profile every 5 s (every second while it does not answer): multiply by the profiles.
@@ -20,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from profiles.upstream.process import proc_start_time
-from supervisor import apicheck
+from supervisor.processes import apicheck
 
 GATEWAY = r'''
 import http.server, json

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import export
+from supervisor.ops import export
 from tests.engine.engine import HUNG_AFTER, PROFILES, Deployment
 
 REPO = Path(__file__).resolve().parents[2]

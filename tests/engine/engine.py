@@ -24,9 +24,9 @@ import pytest
 
 from profiles.upstream import files as gf
 from profiles.upstream.process import proc_start_time
-from supervisor import export
+from supervisor.ops import export
 from tests.harness import wait_for
-from tests.supervisor.test_export import compose_tool
+from tests.ops.test_export import compose_tool
 
 DOCKER_TIMEOUT = 120.0
 PROFILES = ("default", "coder", "writer")

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 
 from profiles.upstream.process import proc_start_time
-from supervisor import identity
+from supervisor.processes import identity
 from tests.harness import wait_for
 
 

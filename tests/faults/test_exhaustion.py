@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import identity
+from supervisor.processes import identity
 from tests.fakegw import write_behaviour
 from tests.faults.helpers import (
     converged,

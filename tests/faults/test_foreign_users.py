@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from profiles.upstream import files as gf
-from supervisor import identity
+from supervisor.processes import identity
 from tests.fakegw import FAKEGW, write_behaviour
 from tests.faults.helpers import NOBODY, alive_exact, as_nobody, converged, lost_on_failure
 from tests.harness import REPO, tagged_pids, wait_for, write_config

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from supervisor import identity
+from supervisor.processes import identity
 from tests.fakegw import write_behaviour
 from tests.faults.helpers import converged, gateway_leaders
 from tests.harness import pid_alive, wait_for

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import identity
 from supervisor.layout import Layout
+from supervisor.processes import identity
 from tests.fakegw import read_starts, write_behaviour
 from tests.faults.helpers import converged, eventually
 from tests.harness import pid_alive, wait_for

@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 
 from supervisor.limits import procfs
-from supervisor.tags import tag_token
+from supervisor.processes.tags import tag_token
 
 PY = sys.executable
 

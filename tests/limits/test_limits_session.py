@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 KEEPER = r"""
 import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
-from supervisor.prctl import become_subreaper
+from supervisor.processes.prctl import become_subreaper
 from supervisor.limits.session import Session
 from supervisor.settings import Limits
 

@@ -80,7 +80,7 @@ def doctor_holds(root: Path) -> set[tuple[str, str]]:
 
 
 def export_refusals(root: Path) -> set[tuple[str, str]]:
-    from supervisor.export import ExportError, collect
+    from supervisor.ops.export import ExportError, collect
 
     try:
         collect(root)

@@ -34,7 +34,7 @@ from profiles.snapshot import read_profile
 from profiles.upstream.lines import BASELINE, RuleLine
 from profiles.upstream.platforms import PLATFORMS, credentials_of, enabled_platforms, ports_of
 from profiles.upstream.process import lock_dir
-from supervisor.childspec import child_env
+from supervisor.processes.childspec import child_env
 
 DRIVER = Path(__file__).resolve().with_name("gateway_oracle.py")
 CPU_SECONDS: list[float] = []  # processor time of each driver run (its children included)

@@ -47,7 +47,7 @@ from profiles.credentials import view_of
 from profiles.upstream.lines import RuleLine
 from profiles.upstream.platforms import requirement_of
 from profiles.upstream.releases import Contract, Unsupported, contract_for
-from supervisor.requirements import check_requirements, interpreter_facts, release_line
+from supervisor.hermes.requirements import check_requirements, interpreter_facts, release_line
 
 COUNT = int(os.environ.get("HERMESD_ORACLE_PROFILES", "216"))
 SEED = int(os.environ.get("HERMESD_ORACLE_SEED", "20261201"))

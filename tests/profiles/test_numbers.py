@@ -24,8 +24,8 @@ from profiles.numbers import BOUNDS, DRAIN, Bound
 from profiles.snapshot import read_profile
 from profiles.upstream import files as gf
 from profiles.upstream.process import drain_seconds, stop_timeout
-from supervisor import export
 from supervisor.config import ConfigError, parse
+from supervisor.ops import export
 from supervisor.plan.policy import KILL_WAIT
 
 REPO = Path(__file__).resolve().parents[2]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from profiles.printable import printable, printable_lines, printable_tree
-from supervisor import status, status_rows
+from supervisor.daemon import status_rows
 from supervisor.observe.events import render_line
+from supervisor.ops import status
 
 FORGED = "bad token\r\x1b[2K\nbravo     running   4242    3m      0         -"
 

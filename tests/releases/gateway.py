@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from profiles.upstream import files as gf
 from profiles.upstream.process import FIXED_ENV, proc_start_time
-from supervisor.tags import TAG_PROFILE, TAG_ROOT
+from supervisor.processes.tags import TAG_PROFILE, TAG_ROOT
 from tests.harness import kill_tagged
 
 T = TypeVar("T")

@@ -19,7 +19,7 @@ from typing import Any
 
 from profiles.upstream import files as gf
 from profiles.upstream.process import proc_start_time
-from supervisor.hermes_release import interpreter_argv
+from supervisor.hermes.release import interpreter_argv
 from tests.releases.gateway import Run, Sandbox, poll, read_json
 
 # Deadlines. Offline with no platform, upstream 0.19.0 writes gateway.pid ~0.7 s after spawn and is
@@ -381,7 +381,7 @@ def named_alone(sb: Sandbox, *, flag: bool, force: bool) -> dict[str, Any]:
 def standalone_identity(sb: Sandbox, *, flag: bool) -> dict[str, Any]:
     """coder with ``gateway.standalone: true`` (and the sandbox's ``--force``): what its state file says it
     serves, and what its ``gateway.sock`` answers to ``identify`` (asked with hermesd's own client)."""
-    from supervisor import gatewaysock
+    from supervisor.processes import gatewaysock
 
     sb.standalone("coder")
     run = sb.start("coder", flag=flag)

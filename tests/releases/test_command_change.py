@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from profiles.upstream.releases import Contract, Line, contract_for
-from supervisor import requirements
+from supervisor.hermes import requirements
 from tests.harness import make_root, wait_for, write_config
 from tests.upgrade.support import assert_one_at_a_time, rows, run
 

@@ -1,7 +1,7 @@
 """Each fact hermesd relies on, measured on the selected ``hermes`` and compared with its declared row.
 
 The hermes under test is ``HERMESD_TEST_HERMES`` (default: the one in the test venv); its release
-is read with ``supervisor.requirements.interpreter_facts`` (as the daemon reads it) and its expected
+is read with ``supervisor.hermes.requirements.interpreter_facts`` (as the daemon reads it) and its expected
 contract is the measured row of ``profiles.upstream.releases.KNOWN`` (a release newer than every row
 is compared with the newest one, which is how a new upstream release is checked). ``scripts/test-releases.sh`` runs this
 module against every release; with ``HERMESD_CONTRACT_REPORT=<file>`` the raw measurements are
@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from profiles.upstream.releases import KNOWN, PID_RECORD_KEYS, STATE_KEYS, Contract, Line, Multiplexing, contract_for
-from supervisor.requirements import interpreter_facts
+from supervisor.hermes.requirements import interpreter_facts
 from tests.releases import measure as m
 from tests.releases.gateway import Sandbox, poll, selected_hermes
 

@@ -36,8 +36,9 @@ import pytest
 from profiles.upstream import files as gf
 from profiles.upstream.process import proc_start_time
 from profiles.upstream.releases import Contract
-from supervisor import gatewaysock, requirements
+from supervisor.hermes import requirements
 from supervisor.isolation.probing import best_mechanism, probe
+from supervisor.processes import gatewaysock
 from tests.harness import Hermesd, make_root, tagged_pids, wait_for, write_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_gateway]

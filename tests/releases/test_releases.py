@@ -21,8 +21,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from profiles.upstream import releases as r
-from supervisor.hermes_release import HermesVersionError, gateway_python, interpreter_argv
-from supervisor.requirements import Facts, interpreter_facts
+from supervisor.hermes.release import HermesVersionError, gateway_python, interpreter_argv
+from supervisor.hermes.requirements import Facts, interpreter_facts
 from tests.releases.gateway import poll
 
 TEST_HERMES = Path(sys.executable).parent / "hermes"

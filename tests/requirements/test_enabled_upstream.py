@@ -137,7 +137,7 @@ def test_hand_picked_cases_agree_with_upstream(tmp_path: Path) -> None:
 def test_upstream_leaves_out_exactly_what_requirements_report_missing(tmp_path: Path) -> None:
     """With upstream's real checks (this interpreter's libraries, lazy installs off), every platform
     hermesd enables but upstream does not is one whose requirements hermesd reports missing."""
-    from supervisor.requirements import check_requirements
+    from supervisor.hermes.requirements import check_requirements
 
     profiles = [write_home(tmp_path, f"c{i}", env, cfg, auth) for i, (env, cfg, auth) in enumerate(CASES)]
     real = ask_upstream(profiles, tmp_path, jobs=os.cpu_count() or 2, stand_ins=False)

@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from profiles.upstream.platforms import View, requirement_of
-from supervisor import identity, requirements
+from supervisor.hermes import requirements
 from supervisor.layout import Layout
+from supervisor.processes import identity
 from tests.fakegw import fake_install, write_behaviour
 from tests.harness import REPO, Hermesd, make_root, wait_for, write_config
 

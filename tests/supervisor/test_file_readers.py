@@ -15,9 +15,9 @@ import pytest
 
 from profiles.upstream import files as gf
 from profiles.upstream.process import proc_start_time
-from supervisor import state
+from supervisor.daemon import state
 from supervisor.layout import Layout
-from supervisor.lockholder import owner_pid, read_pid
+from supervisor.processes.lockholder import owner_pid, read_pid
 
 VALID_PID = {"pid": 4242, "kind": "hermes-gateway", "argv": ["hermes", "gateway", "run"], "start_time": 99}
 JUNK = {

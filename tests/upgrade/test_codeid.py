@@ -8,8 +8,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from supervisor import codeid, requirements
-from supervisor.codeid import CodeId, Installed
+from supervisor.hermes import codeid, requirements
+from supervisor.hermes.codeid import CodeId, Installed
 
 RECORD = """hermes_cli/__init__.py,sha256=AAA,20
 hermes_cli/main.py,sha256=BBB,100

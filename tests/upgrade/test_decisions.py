@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from supervisor.codeid import CodeId
+from supervisor.hermes.codeid import CodeId
 from supervisor.upgrade import decisions
 from supervisor.upgrade.decisions import Baseline, Gate, GateRules
 
