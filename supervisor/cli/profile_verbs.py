@@ -71,7 +71,8 @@ Handler = Callable[[argparse.Namespace, Context], int]
 
 
 def supervisor_context() -> Context:
-    """A stop through the daemon (:func:`supervisor.ops.stopper.stop_for_profile_change`), and upstream's interpreter."""
+    """A stop through the daemon (:func:`supervisor.ops.stopper.stop_for_profile_change`), and upstream's
+    interpreter."""
     return Context(stop_gateway=stop_for_profile_change, upstream_python=_upstream_python)
 
 

@@ -64,7 +64,8 @@ class Release(NamedTuple):
 
     @property
     def dist_info(self) -> str | None:
-        """Where hermes-agent is installed (its ``*.dist-info`` folder): :mod:`supervisor.hermes.codeid` starts there."""
+        """Where hermes-agent is installed (its ``*.dist-info`` folder): :mod:`supervisor.hermes.codeid` starts
+        there."""
         return self.facts.dist_info if self.facts is not None else None
 
 

@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from supervisor.daemon.domains import Domains, Prepared, gateway_plan
-from supervisor.isolation.isolation_config import IsolationSettings
 from supervisor.isolation.shim_argv import decode_plan, unwrap
 from supervisor.layout import Layout
-from supervisor.limits.limits_config import Limits
+from supervisor.settings import IsolationSettings, Limits
 
 
 @pytest.fixture

@@ -24,7 +24,8 @@ from supervisor.upgrade import record
 from tests.harness import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-HOLD = ("import sys\nfrom pathlib import Path\nfrom supervisor import lockfile\nfrom supervisor.layout import Layout\n"
+HOLD = ("import sys\nfrom pathlib import Path\nfrom supervisor.processes import lockfile\n"
+        "from supervisor.layout import Layout\n"
         "layout = Layout(Path(sys.argv[1]))\nfd = lockfile.take(layout, layout.dir / sys.argv[2])\n"
         "print('held', flush=True)\nsys.stdin.read()\n")
 
