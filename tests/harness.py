@@ -27,9 +27,20 @@ T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
 
 
-def wait_for(pred: Callable[[], T], timeout: float = 10.0, interval: float = 0.02, what: str = "condition") -> T:
+# The default poll: the first gaps short, so a condition met at once is seen at once, then growing to
+# a cap, because most conditions are asked of the daemon (a status request costs it several ms of CPU)
+# and a wait of tens of seconds at a fixed 20 ms spent a tenth of a core on asking, on a machine the
+# suite keeps busy. A test that must see a brief state passes its own ``interval``, kept fixed.
+FIRST_POLL = 0.02
+POLL_GROWTH = 1.5
+POLL_CAP = 0.1
+
+
+def wait_for(pred: Callable[[], T], timeout: float = 10.0, interval: float | None = None,
+             what: str = "condition") -> T:
     deadline = time.monotonic() + timeout
     last: Any = None
+    gap = FIRST_POLL if interval is None else interval
     while True:
         try:
             last = pred()
@@ -39,7 +50,9 @@ def wait_for(pred: Callable[[], T], timeout: float = 10.0, interval: float = 0.0
             return last
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
-        time.sleep(interval)
+        time.sleep(gap)
+        if interval is None:
+            gap = min(gap * POLL_GROWTH, POLL_CAP)
 
 
 def make_root(tmp: Path, names: tuple[str, ...] = ("coder", "writer")) -> Path:

@@ -18,7 +18,8 @@ witnesses cheap enough for every test:
   process), so other suites running on the machine are never mistaken for this one's.
 
 A fast test either saw starting one fails, naming the command. ``HERMESD_TIER_RECORD=FILE`` writes
-one JSON line per test (what it started, its time, fixtures and markers), to audit the tiers.
+one JSON line per test (what it started, its wall and CPU time, its worker, fixtures and markers), to
+audit the tiers and find where the suite's time goes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -231,6 +233,14 @@ _TESTS = Path(__file__).resolve().parent
 _WITNESS = Witness(())
 _RECORD = os.environ.get("HERMESD_TIER_RECORD")
 _T0 = pytest.StashKey[float]()
+_CPU0 = pytest.StashKey[float]()
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and of the children it has reaped (a daemon's gateways count
+    once the daemon is reaped): what a test cost the machine, whatever else ran meanwhile."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _folder(item: pytest.Item) -> str | None:
@@ -283,6 +293,7 @@ def _tier_witness(tmp_path_factory: pytest.TempPathFactory) -> Witness:
 def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
     _WITNESS.reset()
     item.stash[_T0] = time.monotonic()
+    item.stash[_CPU0] = _cpu()
     yield
 
 
@@ -317,6 +328,8 @@ def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
         line = {"id": item.nodeid, "kinds": sorted(_WITNESS.seen),
                 "seen": {k: v[:3] for k, v in _WITNESS.seen.items()},
                 "seconds": round(time.monotonic() - item.stash.get(_T0, time.monotonic()), 3),
+                "cpu": round(_cpu() - item.stash.get(_CPU0, _cpu()), 3),
+                "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
                 "fixtures": sorted(getattr(item, "fixturenames", ())),
                 "marks": sorted({m.name for m in item.iter_markers()})}
         with open(_RECORD, "a") as f:

@@ -331,7 +331,10 @@ def test_systemd_notification_protocol(fake_root, hermesd_factory, tmp_path):
         wait_for(lambda: received("READY=1"), 10)
         wait_for(lambda: received("WATCHDOG=1") and sum(m == "WATCHDOG=1" for m in got) >= 3, 10)
         wait_for(lambda: received("STATUS=") and any("running" in m for m in got if m.startswith("STATUS=")), 10)
-        report = parse_env_report(d.layout.child_log("coder").read_text())
+        # The gateway's report reaches its log through the daemon's pipe, which may lag the
+        # notifications on a busy machine: wait until both names are in it, then judge the values.
+        report = wait_for(lambda: (r := parse_env_report(d.layout.child_log("coder").read_text())).keys()
+                          >= {"NOTIFY_SOCKET", "WATCHDOG_USEC"} and r, 10, what="the gateway's environment report")
         assert report["NOTIFY_SOCKET"] is None and report["WATCHDOG_USEC"] is None
         d.shutdown()
         wait_for(lambda: received("STOPPING=1"), 5)
