@@ -140,12 +140,19 @@ class Hermesd:
         raise KeyError(name)
 
     def wait_state(self, name: str, state: str, timeout: float = 10.0) -> dict[str, Any]:
+        seen: list[Any] = [None]  # the last row seen, for the message if it never comes
+
         def check() -> dict[str, Any] | None:
             rows = {r["name"]: r for r in self.status()["profiles"]}
-            r = rows.get(name)  # a new profile may not be known yet
+            r = seen[0] = rows.get(name)  # a new profile may not be known yet
             return r if r is not None and r["state"] == state else None
 
-        return wait_for(check, timeout, what=f"{name} {state}")
+        try:
+            return wait_for(check, timeout, what=f"{name} {state}")
+        except AssertionError as exc:
+            row = seen[0] or {}
+            raise AssertionError(f"{exc}; its last row: state {row.get('state')!r}, reason {row.get('reason')!r}, "
+                                 f"hold {row.get('hold')!r}") from None
 
     def wait_running(self, *names: str, timeout: float = 10.0) -> dict[str, int]:
         pids = {}
