@@ -45,24 +45,17 @@ def _outside_fences(lines: list[str]) -> list[tuple[int, str]]:
     return out
 
 
-def test_command_reference_is_generated_from_the_parser() -> None:
+@pytest.mark.parametrize(("script", "page", "source"), [
+    ("docs_reference.py", "docs/reference.md", "the parser"),
+    ("docs_settings.py", "docs/settings.md", "supervisor/settings.py"),
+])
+def test_generated_reference_is_current(script: str, page: str, source: str) -> None:
     result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "docs_reference.py"), "--check"],
+        [sys.executable, str(REPO / "scripts" / script), "--check"],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, (
-        "docs/reference.md differs from the parser; run: python scripts/docs_reference.py\n"
-        + result.stdout[-4000:] + result.stderr[-2000:]
-    )
-
-
-def test_settings_reference_is_generated_from_the_declaration() -> None:
-    result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "docs_settings.py"), "--check"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )
-    assert result.returncode == 0, (
-        "docs/settings.md differs from supervisor/settings.py; run: python scripts/docs_settings.py\n"
+        f"{page} differs from {source}; run: python scripts/{script}\n"
         + result.stdout[-4000:] + result.stderr[-2000:]
     )
 
