@@ -386,3 +386,19 @@ def test_only_the_loop_writes_the_daemon_state():
         if _imports_daemon(tree) and module not in DAEMON_BUILDERS:
             found.append(f"{path.relative_to(REPO)} imports the Daemon (give it what it needs instead)")
     assert not found, "the daemon's state written outside supervisor/daemon/loop.py:\n" + "\n".join(found)
+
+
+def test_no_symlink_is_committed():
+    """A committed link points into the machine it was made on: `.venv-supervisord` once went in as a
+    link to a worktree, and a clean clone's benchmark then failed on "File exists"."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout: nothing is committed here")
+    listing = subprocess.run(["git", "-C", str(REPO), "ls-files", "-s"], capture_output=True, text=True,
+                             check=True).stdout
+    links = [line.split("\t", 1)[1] for line in listing.splitlines() if line.startswith("120000 ")]
+    assert links == []
