@@ -228,11 +228,14 @@ def test_real_gateway_probe_and_planned_stop(tmp_path):
     from supervisor.processes import childspec
 
     root = tmp_path / "root"
-    home = root / "profiles" / "coder"
+    # A profile name no other test uses: upstream's own `hermes -p coder gateway restart` (another test, on
+    # the same machine) SIGTERMs every gateway whose command line names that profile, whatever its root
+    # (measured: this gateway exited 1 leaving "running" within 10 s of one run from another root).
+    home = root / "profiles" / "probestop"
     home.mkdir(parents=True)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path / "home"), "HERMES_HOME": str(home),
            **contract.FIXED_ENV}
-    argv = childspec.child_argv([sys.executable, "-m", "hermes_cli.main"], "coder")
+    argv = childspec.child_argv([sys.executable, "-m", "hermes_cli.main"], home.name)
     gw = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
