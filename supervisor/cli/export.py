@@ -64,6 +64,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_planned_stop(args: argparse.Namespace) -> int:
     """Write upstream's planned-stop marker for the live gateway of HOME (no gateway: nothing to do)."""
     from profiles.upstream.files import write_planned_stop_marker  # run-time only (see cli/__init__)
+    from supervisor.ops.stopper import await_marked_stop  # run-time only (see cli/__init__)
     from supervisor.processes import identity  # run-time only (see cli/__init__)
 
     raw = args.home or os.environ.get("HERMES_HOME", "")
@@ -76,5 +77,10 @@ def cmd_planned_stop(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 0
     write_planned_stop_marker(home, rec.pid, rec.start_time)
-    print(f"planned-stop marker written for gateway PID {rec.pid} in {home}")
+    # A running gateway stops by itself on the marker: the service manager's SIGTERM must not land in
+    # that stop (upstream would take it for an unexpected one), so wait for the exit then.
+    if await_marked_stop(home, rec):
+        print(f"gateway PID {rec.pid} in {home} took the planned-stop marker and has exited")
+    else:
+        print(f"planned-stop marker written for gateway PID {rec.pid} in {home}")
     return 0

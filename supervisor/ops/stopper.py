@@ -67,6 +67,43 @@ def stop_unsupervised(home: Path, timeout: float | None = None) -> bool:
         os.close(fd)
 
 
+# Upstream's marker watcher (every release that polls the planned-stop marker, every 0.5 s) acts only
+# while the gateway says "running" (``runner._running`` is set as that state is written): then it starts
+# the clean stop by itself and consumes the marker. A SIGTERM arriving after that consumption and
+# before the stop has written "stopped" is taken for an unexpected one: upstream then leaves "running"
+# and exits 1 (measured on 0.19.0: 5 of 8 runs that signalled right after the watcher took the marker).
+MARKER_WATCHED_STATES = frozenset({"running", "degraded"})
+MARKER_TAKEN_WITHIN = 5.0  # s: ten of the watcher's polls; a gateway that has not taken it by then does not poll
+
+
+def await_marked_stop(home: Path, ident: Ident) -> bool:
+    """After the planned-stop marker was written for ``ident``: if upstream's watcher is active, wait
+    until it has taken the marker and the gateway has exited (at most upstream's stop timeout).
+
+    For a stopper that cannot choose when the signal comes (systemd's ExecStop, Kubernetes' preStop:
+    the service manager sends SIGTERM once the helper returns), so that the signal cannot land inside
+    the stop the watcher began. True when the gateway is gone; False when the signal is still needed
+    (a gateway still starting, a release that does not poll, or a stop that outlasted the timeout).
+    """
+    state = gf.read_gateway_state(home)
+    if state.get("pid") != ident.pid or state.get("gateway_state") not in MARKER_WATCHED_STATES:
+        return False
+    fd = identity.open_pidfd(ident)
+    if fd is None:
+        return True
+    try:
+        marker = home / gf.PLANNED_STOP_MARKER
+        deadline = time.monotonic() + MARKER_TAKEN_WITHIN
+        while os.path.lexists(marker):
+            if _exited(fd, 0.05):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+        return _exited(fd, stop_timeout(_drain(home)))
+    finally:
+        os.close(fd)
+
+
 def stop_for_profile_change(name: str, home: Path, timeout: float = 180.0) -> None:
     """Stop ``name``'s gateway and return only once that process (and the daemon's sweep) is done."""
     root = home.parent.parent if name != DEFAULT_PROFILE else home

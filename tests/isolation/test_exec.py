@@ -132,7 +132,9 @@ def test_own_home_tmp_the_rest_read_only_and_grandchildren(running: tuple[Root, 
     r, _ = running
     a, b = r.home("a"), r.home("b")
     tmp_name = f"/tmp/hermesd-exec-{os.getpid()}"
-    # The grandchild setsid()s and forks again, as upstream's detached restarters do.
+    # The grandchild setsid()s and forks again, as upstream's detached restarters do. The command waits
+    # for it (a polled deadline): what a command leaves running is killed when it ends, and under load
+    # the grandchild's cat had not run yet when sh exited (a grandchild delayed 0.3 s never wrote gc.rc).
     script = f"""
 cat {a}/.env >/dev/null; echo read_own={'$'}?
 echo new > {a}/new.txt && rm {a}/new.txt; echo write_own={'$'}?
@@ -146,20 +148,20 @@ if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
         rc = os.system('cat {b}/.env > {a}/gc.out 2>&1')
-        open('{a}/gc.rc', 'w').write(str(rc))
+        open('{a}/gc.tmp', 'w').write(str(rc))
+        os.rename('{a}/gc.tmp', '{a}/gc.rc')
     os._exit(0)
 os.wait()
 "
 echo grandchild_started={'$'}?
+i=0; while [ ! -e {a}/gc.rc ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+[ -e {a}/gc.rc ]; echo grandchild_done={'$'}?
 """
     res = r.exec("a", script)
     assert res.returncode == 0, res.stderr
     rc = rc_lines(res.stdout)
-    assert rc == {k: 0 for k in rc} and len(rc) == 7, (rc, res.stderr)
+    assert rc == {k: 0 for k in rc} and len(rc) == 8, (rc, res.stderr)
     assert (r.user_home / "notes.txt").read_text() == "user notes\n"
-    from tests.harness import wait_for
-
-    wait_for(lambda: (a / "gc.rc").exists(), 20, what="the grandchild")
     assert (a / "gc.rc").read_text().strip() not in ("", "0")
     assert "secret-of-b" not in (a / "gc.out").read_text()
 
