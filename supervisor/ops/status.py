@@ -7,7 +7,6 @@ The rows come from the daemon over the control socket or, with the daemon down, 
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 from profiles.printable import printable_tree
@@ -51,7 +50,7 @@ def _ago(seconds: float | None) -> str:
 def _when(epoch: float | None) -> str:
     if not epoch:
         return "-"
-    return datetime.fromtimestamp(epoch, UTC).astimezone().strftime("%H:%M:%S")
+    return time.strftime("%H:%M:%S", time.localtime(epoch))  # local time, without importing datetime (~1.5 ms)
 
 
 def _last_exit_cell(last: dict[str, Any], now: float) -> str:
