@@ -119,7 +119,7 @@ def _watch_status(args: argparse.Namespace) -> int:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     from profiles.discovery import profiles_to_serve  # run-time only (see cli/__init__)
-    from supervisor.processes import logs
+    from supervisor.processes import logs  # run-time only (see cli/__init__)
 
     layout = layout_of(args)
     if args.profile:

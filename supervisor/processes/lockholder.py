@@ -58,9 +58,9 @@ def fleet_operation(layout: Layout) -> int | None:
     pid = holder(layout, layout.upgrade_lock)
     if pid is None:
         return None
-    # Only for a held lock: every `hermesd status` asks, and the module (enums, dataclasses, the
-    # upstream rules) costs it ~6 ms to import (measured); nearly always nobody holds the lock.
-    from profiles.upstream.process import proc_start_time
+    # Every `hermesd status` asks, and the module (enums, dataclasses, the upstream rules) costs it
+    # ~6 ms to import (measured): only for a lock that is held, which it nearly never is.
+    from profiles.upstream.process import proc_start_time  # only for a held lock: see above
 
     return pid if proc_start_time(pid) is not None else None
 
