@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from profiles.discovery import profiles_to_serve
 from profiles.printable import printable_lines
 from supervisor.cli.common import Commands, check_names, layout_of, root_of, use_color
 from supervisor.cli.request import call, client_of
@@ -119,6 +118,7 @@ def _watch_status(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
+    from profiles.discovery import profiles_to_serve  # run-time only (see cli/__init__)
     from supervisor.processes import logs  # run-time only (see cli/__init__)
 
     layout = layout_of(args)

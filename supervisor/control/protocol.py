@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import struct
 import time
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    import socket
 
 MAX_REQUEST = 64 * 1024
 READ_TIMEOUT = 5.0
@@ -48,9 +49,9 @@ class RequestError(ValueError):
 SO_PEERPIDFD = 77
 
 
-@dataclass(frozen=True, slots=True)
-class Peer:
-    """Who is on the other end of a connection, as far as the kernel can say.
+class Peer(NamedTuple):
+    """Who is on the other end of a connection, as far as the kernel can say (a named tuple, not a
+    frozen dataclass: the status client imports this module, and making that class cost it ~1 ms).
 
     ``pid`` (``SO_PEERCRED``) is the PID at ``connect()``: by the time it is checked that process
     may have exited and the PID been reused. ``pidfd`` (``SO_PEERPIDFD``) pins the process itself;
@@ -66,6 +67,8 @@ class Peer:
 
 def peer_pidfd(sock: socket.socket) -> int | None:
     """``SO_PEERPIDFD`` (the caller closes it), or ``None`` where the kernel has no such option."""
+    import socket  # the daemon's side: see the module docstring
+
     try:
         raw = sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD, 4)
     except OSError:
@@ -81,6 +84,8 @@ def boot_ticks() -> int:
 
 def peer_pid_uid(sock: socket.socket) -> tuple[int | None, int | None]:
     """The connecting process's PID (in our PID namespace) and uid, from ``SO_PEERCRED``."""
+    import socket  # the daemon's side: see the module docstring
+
     try:
         creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     except OSError:

@@ -27,7 +27,8 @@ for a in "${args[@]}"; do
 done
 if [ ! -x "$venv/bin/hermesd" ]; then
     python3 -m venv "$venv"
-    "$venv/bin/pip" install -q -e .
+    # as scripts/test.sh installs it, and why
+    "$venv/bin/pip" install -q -e . --config-settings editable_mode=compat 2>/dev/null || "$venv/bin/pip" install -q -e .
 fi
 if [ ! -x "$sv_venv/bin/supervisord" ]; then
     python3 -m venv "$sv_venv"

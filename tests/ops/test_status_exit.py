@@ -106,6 +106,20 @@ def test_the_text_status_shows_confinement_limits_and_kanban():
     assert "\x1b" not in text  # a task id is the board's: never a terminal escape
 
 
+def test_the_text_status_escapes_an_isolation_summary_and_reads_nothing_else_of_the_plan():
+    """render escapes only what it shows (the plan's detail, two thirds of a daemon's answer, is not
+    walked): the summary is escaped like every other field, and the rest of the plan changes nothing."""
+    from profiles.printable import printable
+    from supervisor.ops.status import render
+
+    hostile = "namespace\x1b[2K\nbravo running\u202e"
+    plan = {"summary": hostile, "gaps": ["\x1b]52;c;ZXZpbA==\x07"], "\x1b[31mkey": {"deep": ["\r"]}}
+    text = render(doc(row("a", isolation=plan), row("b", isolation={"no": "summary"})), now=0)
+    assert f"  isolation  a: {printable(hostile)}" in text.splitlines()
+    assert "\x1b" not in text and "\u202e" not in text and "\r" not in text
+    assert text == render(doc(row("a", isolation={"summary": hostile}), row("b", isolation={})), now=0)
+
+
 def test_a_platform_blocked_by_another_gateway_s_lock_is_a_lock_conflict(tmp_path):
     """What the gateway writes in ``gateway_state.json`` when a token's lock is taken elsewhere
     (upstream's ``*_lock`` error codes) becomes the row's lock conflict and a note in the text; the
