@@ -325,7 +325,7 @@ class Daemon:
 
     def _spawn(self, name: str) -> None:
         p = self.planner.profiles[name]
-        foreign = identity.gateway_of(p.home, name)
+        foreign = identity.occupant(p.home, name)
         if foreign is not None and not self.pinned.holds(foreign.pid):
             self.execute(self.planner.foreign(name, foreign.pid))
             return
@@ -450,7 +450,7 @@ class Daemon:
             return
         if p.child is None:
             if not p.spawning:
-                rec = identity.gateway_of(p.home, name)
+                rec = identity.occupant(p.home, name)
                 if rec is not None and not self.pinned.holds(rec.pid):
                     self.execute(self.planner.foreign(name, rec.pid))
             return

@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+from profiles import safeio
 from profiles.upstream import files as gf
 from profiles.upstream.multiplex import FORCE_FLAG
 from profiles.upstream.process import proc_start_time
 from profiles.upstream.releases import EXTERNAL_SUPERVISOR_FLAG, GATEWAY_RUN
 from supervisor.isolation.shim_argv import unwrap
 from supervisor.plan.model import Ident
+from supervisor.processes import lockholder
 from supervisor.processes.tags import TAG_PROFILE, TAG_ROOT
 
 CGROUP_PROFILE_PREFIX = "profile-"  # supervisor.limits.cgroup.PROFILE_PREFIX (a test keeps the two equal)
@@ -157,6 +160,44 @@ def gateway_of(home: Path, profile: str | None = None) -> Ident | None:
     if rec is None:
         return None
     return prove_gateway(rec.pid, rec.start_time, home=home, profile=profile or gf.home_profile(home))
+
+
+def occupant(home: Path, profile: str) -> Ident | None:
+    """The process serving ``home`` now, asked before hermesd starts a gateway there: the gateway its
+    ``gateway.pid`` names if proven, else the live process holding its ``gateway.lock``.
+
+    ``gateway.pid`` alone misses a gateway that runs: upstream takes the lock first and writes the file
+    after (a window of seconds on a loaded host), and the profile may delete or garble the file. The lock
+    is the kernel's word that a gateway runs there; a second gateway started beside its holder is at best
+    refused by upstream's guard and at worst, where that guard fails, polls the same tokens. So a live
+    holder occupies the profile even unproven: hermesd only waits for it to exit (a pidfd) and never
+    signals it, and one that held it for an instant only (upstream's CLI probes it so) costs a moment.
+    """
+    found = gateway_of(home, profile)
+    if found is not None:
+        return found
+    pid = gateway_lock_holder(home)
+    start = proc_start_time(pid) if pid is not None else None
+    return Ident(pid, start) if pid is not None and start is not None else None
+
+
+def gateway_lock_holder(home: Path) -> int | None:
+    """The live process holding ``<home>/gateway.lock``, from ``/proc/locks`` (never by taking the lock:
+    that could make a gateway starting at that instant fail), or ``None``.
+
+    The file is in the profile's home: reached through :mod:`profiles.safeio` (no link followed; a link,
+    or anything but a regular file, names no holder). A PID the kernel names that is gone (the lock
+    outlives its taker when a child inherited the descriptor) or not visible here (another PID
+    namespace: 0) is not returned: there is nothing to wait for.
+    """
+    try:
+        st = safeio.lstat(safeio.home_file(home, gf.LOCK_FILE))
+    except OSError:
+        return None
+    if st is None or not stat.S_ISREG(st.st_mode):
+        return None
+    pid = lockholder.flock_holder(st)
+    return pid if pid and pid != os.getpid() and proc_start_time(pid) is not None else None
 
 
 def find_gateway(root: Path, home: Path, profile: str) -> Ident | None:

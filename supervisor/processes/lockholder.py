@@ -1,11 +1,14 @@
-"""Who holds a root's lock: the daemon's PID, read without ever taking the lock.
+"""Who holds a lock: the daemon's PID (the root's lock) and a gateway's (its ``gateway.lock``), read
+without ever taking the lock.
 
 The daemon takes ``<root>/.hermesd/hermesd.lock`` for its whole life (:mod:`supervisor.daemon.pidlock`
 through :mod:`supervisor.processes.lockfile`); everything else (the control client, ``hermesd start``,
-messages that name the daemon) only asks who holds it. The kernel lock is the truth: it is
-released on any death, SIGKILL included, and ``/proc/locks`` names its holder even in the instant
-between a daemon taking it and writing its PID anywhere, so a daemon that is slow to answer is
-never mistaken for an absent one.
+messages that name the daemon) only asks who holds it. A gateway takes ``gateway.lock`` in its home
+for its whole life, *before* it writes ``gateway.pid`` (upstream's start_gateway). The kernel lock is
+the truth: it is released on any death, SIGKILL included, and ``/proc/locks`` names its holder even in
+the instant between a process taking it and writing its PID anywhere, so a daemon or a gateway that
+is slow to say so is never mistaken for an absent one. Probing by taking the lock instead could make
+the very process starting at that instant fail (the upstream contract warns of it).
 """
 
 from __future__ import annotations
@@ -26,14 +29,22 @@ def holder(layout: Layout, lock: Path | None = None) -> int | None:
     """
     try:
         st = safeio.lstat(layout.beneath(lock or layout.lock))
-        if st is None:
-            return None
+    except OSError:
+        return None
+    return flock_holder(st) if st is not None else None
+
+
+def flock_holder(st: os.stat_result) -> int | None:
+    """The PID ``/proc/locks`` names for an ``flock`` on the file ``st`` describes (device and inode): the
+    process that took it, which may since have exited if a child inherited the descriptor."""
+    try:
         table = Path("/proc/locks").read_text()
     except OSError:
         return None
     want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     for line in table.splitlines():
         parts = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; a waiter's line reads "1: -> FLOCK ..."
         if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == want and parts[4].isdigit():
             return int(parts[4])
     return None

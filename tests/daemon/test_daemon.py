@@ -213,28 +213,83 @@ def test_adopted_gateways_keep_the_isolation_they_were_started_under(fake_root, 
     assert row["isolation"]["mechanism"] == "off"
 
 
-def test_foreign_gateway_is_held_then_taken_over(fake_root, hermesd_factory):
+def _start_foreign(home: Path):
+    """A gateway hermesd did not start (``hermes -p coder gateway run`` by hand), once it serves: it holds
+    ``gateway.lock`` and its ``gateway.pid`` names it. Merely running is not serving: for seconds on a
+    loaded host the process is only importing, and a hermesd started then rightly wins the lock race."""
     import subprocess
-    import sys
 
-    coder = homes(fake_root)["coder"]
-    env = {**os.environ, "HERMES_HOME": str(coder)}
-    env.pop("HERMESD_ROOT", None)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERMESD_")}
+    env["HERMES_HOME"] = str(home)
     foreign = subprocess.Popen([*fake_gateway_command(), "-p", "coder", "gateway", "run"], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def serving_or_gone() -> bool:
+        rec = gf.live_gateway(home, search=False)
+        serving = identity.gateway_lock_holder(home) == foreign.pid and rec is not None and rec.pid == foreign.pid
+        return serving or foreign.poll() is not None
+
     try:
-        wait_for(lambda: gf.live_gateway(coder))
+        wait_for(serving_or_gone, 60, what="the foreign gateway serving")
+        assert foreign.poll() is None, f"the foreign gateway exited {foreign.returncode}"
+    except BaseException:
+        _end(foreign)
+        raise
+    return foreign
+
+
+def _end(proc) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def test_foreign_gateway_is_held_then_taken_over(fake_root, hermesd_factory):
+    coder = homes(fake_root)["coder"]
+    foreign = _start_foreign(coder)
+    try:
         d = hermesd_factory(fake_root)
-        row = d.wait_state("coder", "held")
+        row = d.wait_state("coder", "held", timeout=30)
         assert row["hold"]["kind"] == "foreign_gateway" and str(foreign.pid) in row["reason"]
         foreign.send_signal(signal.SIGINT)
         foreign.wait(10)
-        d.wait_running("coder")
+        d.wait_running("coder", timeout=30)
     finally:
-        if foreign.poll() is None:
-            foreign.kill()
-            foreign.wait()
-    assert sys.executable
+        _end(foreign)
+
+
+@pytest.mark.parametrize("pid_file", ["missing", "forged"])
+def test_a_foreign_gateway_holding_the_lock_is_held_without_its_pid_file(fake_root, hermesd_factory, pid_file):
+    """The gateway lock, not ``gateway.pid``, says a gateway runs: upstream takes the lock first and writes
+    the file after (seconds apart on a loaded host), and the profile can delete or forge the file. With
+    the lock held by a live foreign gateway and its file missing or naming another process, hermesd holds
+    the profile for the lock's holder and starts no gateway of its own on it (none ever: the fake counts
+    every start in the home), then takes the profile back when that gateway exits."""
+    import subprocess
+
+    coder = homes(fake_root)["coder"]
+    write_behaviour(coder, write_counter=True)
+    foreign = _start_foreign(coder)
+    bystander = subprocess.Popen(["sleep", "600"])
+    try:
+        if pid_file == "missing":
+            (coder / gf.PID_FILE).unlink()
+        else:
+            (coder / gf.PID_FILE).write_text(json.dumps({"pid": bystander.pid, "kind": "hermes-gateway",
+                                                         "start_time": proc_start_time(bystander.pid)}))
+        d = hermesd_factory(fake_root)
+        row = d.wait_state("coder", "held", timeout=30)
+        assert row["hold"]["kind"] == "foreign_gateway" and f"PID {foreign.pid}" in row["reason"], row
+        d.wait_running("default", "writer", timeout=30)  # the others started: coder's spawn was decided
+        assert d.row("coder")["state"] == "held" and d.row("coder")["pid"] is None
+        assert (coder / "fakegw.starts").read_text().split() == [str(foreign.pid)]  # hermesd started none
+        foreign.send_signal(signal.SIGINT)
+        foreign.wait(10)
+        ours = d.wait_running("coder", timeout=30)["coder"]
+        assert ours != foreign.pid and pid_alive(bystander.pid)  # the bystander was never touched
+    finally:
+        _end(foreign)
+        _end(bystander)
 
 
 # Upstream's ``gateway run --replace`` (gateway/run.py start_gateway) as far as the running gateway sees it:
