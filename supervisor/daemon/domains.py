@@ -29,7 +29,7 @@ from supervisor import limits as lim
 from supervisor.isolation import install, shared_board
 from supervisor.isolation.planning import Plan, PlanInputs, make_plan
 from supervisor.isolation.probing import Probe, probe
-from supervisor.isolation.shim_argv import wrap_argv
+from supervisor.isolation.shim_argv import shim_words, with_shim
 from supervisor.layout import Layout
 from supervisor.limits import cgroup, cgroup_io, procfs
 from supervisor.limits import hung as hung_mod
@@ -65,12 +65,13 @@ class Prepared:
 @dataclass(frozen=True, slots=True)
 class _Planned:
     """A profile's last plan, kept with what it was made from: a respawn with the same inputs (the
-    usual case) reuses it, its ``status`` form and its JSON for the shim, instead of planning again."""
+    usual case) reuses it, its ``status`` form and the shim's words (the plan encoded for the
+    shim's command line; ``()`` when unconfined or not runnable), instead of planning again."""
 
     inputs: PlanInputs
     plan: Plan
     status: dict[str, Any]
-    shim: dict[str, Any]
+    shim: tuple[str, ...]
 
 
 @dataclass(slots=True)
@@ -129,7 +130,8 @@ class Domains:
         planned = self._plans.get(name)
         if planned is None or planned.inputs != inputs:  # make_plan is pure: equal inputs, equal plan
             plan = make_plan(inputs)
-            planned = self._plans[name] = _Planned(inputs, plan, plan.status_json(), plan.to_json())
+            shim = shim_words(plan) if plan.runnable else ()
+            planned = self._plans[name] = _Planned(inputs, plan, plan.status_json(), shim)
         plan = planned.plan
         self.isolation[name] = planned.status
         if not plan.runnable:
@@ -138,7 +140,7 @@ class Domains:
             cgroup_io.apply(cgroup.profile_plan(det, name, limits))
         except cgroup_io.CgroupError as exc:
             log.warning("profile %s: cgroup not prepared (%s); its limits are watched", name, exc)
-        return Prepared(wrap_argv(planned.shim, argv), plan)
+        return Prepared(with_shim(planned.shim, argv), plan)
 
     def attach(self, name: str, ident: Ident, limits: Limits) -> None:
         """Right after the spawn, before the loop yields: the child joins its cgroup."""

@@ -52,7 +52,7 @@ from supervisor.daemon.domains import Domains
 from supervisor.daemon.guard import Guard
 from supervisor.daemon.later import Later
 from supervisor.daemon.launch import LOG_SPACE_MIN, Launcher, NotStarted
-from supervisor.daemon.pinned import Pinned
+from supervisor.daemon.pinned import Pinned, close_in
 from supervisor.daemon.reads import Reads
 from supervisor.daemon.report import Report, summary
 from supervisor.daemon.selfcheck import SelfCheck
@@ -96,7 +96,7 @@ class Daemon:
         self.notifier = Notifier.from_env(self.env)
         self.observer = Observer(self.root, env=self.env, version=__version__)
         self.pool = pool  # the one reader thread (see supervisor.cli.run), perhaps already asking the interpreter
-        self.pinned = Pinned()
+        self.pinned = Pinned(lambda fd: self.later.run(functools.partial(close_in, self.pool, fd)))
         self.timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self.domains = Domains(self.root, self.layout)
         self.own = SelfCheck()  # hermesd's own limits and scheduling, kept as they started
@@ -380,20 +380,20 @@ class Daemon:
             self._child_gone(name, ident, None, None)
 
     def _child_gone(self, name: str, ident: Ident, code: int | None, sig: int | None) -> None:
-        self.pinned.release(ident)
-        self.guard.stop(name)
-        p = self.planner.profiles.get(name)
-        cause = self.domains.exit_cause(name, ident)
-        self.domains.forget(name, ident)
-        asked = p is not None and p.child is not None and p.child.ident == ident and p.child.stop_requested
-        since = p.child.started_wall if p is not None and p.child is not None and p.child.ident == ident else 0.0
-        r = exit_report.read_exit(self.env, self.layout, name, p.home if p is not None else None, ident, code=code,
-                                  cause=cause, since=since, requested=asked)
-        actions = self.planner.child_exited(name, ident, code, sig, r.gateway_state, r.restart_requested,
-                                            killed_for=cause, detail=r.detail, unconfined=r.unconfined,
-                                            stated=r.stated, replaced_by=r.replaced_by,
-                                            startup_watchdog=r.startup_watchdog)
-        with self.later.batch():  # the exit's line in the log, then the respawn's "started" line
+        with self.later.batch():  # the respawn, then its namespace's teardown, the exit's line, the "started" line
+            self.pinned.release(ident)
+            self.guard.stop(name)
+            p = self.planner.profiles.get(name)
+            cause = self.domains.exit_cause(name, ident)
+            self.domains.forget(name, ident)
+            asked = p is not None and p.child is not None and p.child.ident == ident and p.child.stop_requested
+            since = p.child.started_wall if p is not None and p.child is not None and p.child.ident == ident else 0.0
+            r = exit_report.read_exit(self.env, self.layout, name, p.home if p is not None else None, ident, code=code,
+                                      cause=cause, since=since, requested=asked)
+            actions = self.planner.child_exited(name, ident, code, sig, r.gateway_state, r.restart_requested,
+                                                killed_for=cause, detail=r.detail, unconfined=r.unconfined,
+                                                stated=r.stated, replaced_by=r.replaced_by,
+                                                startup_watchdog=r.startup_watchdog)
             if p is not None:
                 kind = (p.last_exit or {}).get("kind") or "?"
                 self.later.run(lambda: exit_report.note(self.layout, name, ident.pid, code, sig, kind))
@@ -457,13 +457,12 @@ class Daemon:
         gstate = gf.read_gateway_state(p.home)
         pid = gstate.get("pid")
         if pid == p.child.ident.pid:
+            self.pinned.hold_namespace(p.child.ident)
             state = gstate.get("gateway_state")
             plats = gstate.get("platforms")
-            self.execute(self.planner.gateway_reported(
-                name, pid, state if isinstance(state, str) else None,
-                {k: v for k, v in plats.items() if isinstance(k, str) and isinstance(v, dict)}
-                if isinstance(plats, dict) else None,
-            ))
+            self.execute(self.planner.gateway_reported(name, pid, state if isinstance(state, str) else None, {
+                k: v for k, v in plats.items() if isinstance(k, str) and isinstance(v, dict)
+            } if isinstance(plats, dict) else None))
         self.serving.check(name, gstate, self.in_force.contract)
         self.apiwatch.follow(name)
 

@@ -232,8 +232,9 @@ def _fd_table_size() -> int | None:
     return int(parts[0]) if parts and parts[0].isdigit() else None
 
 
-def fd_budget_problem() -> str | None:
-    """Why a spawn must be refused for lack of descriptors (a pidfd for its life, a log while spawning).
+def fd_budget_problem(spare: int = 0) -> str | None:
+    """Why a spawn must be refused for lack of descriptors (a pidfd for its life, a log while spawning;
+    ``spare``: that many more, which the caller would keep open first).
 
     Asked before every spawn: the open descriptors are counted only when the table's size (an upper
     bound) does not already leave room under the limit, which after :func:`raise_fd_limit` is nearly never.
@@ -242,13 +243,13 @@ def fd_budget_problem() -> str | None:
     if soft == resource.RLIM_INFINITY:
         return None
     bound = _fd_table_size()
-    if bound is not None and bound + 2 + FD_RESERVE <= soft:
+    if bound is not None and bound + 2 + spare + FD_RESERVE <= soft:
         return None
     try:
         used = len(os.listdir("/proc/self/fd"))
     except OSError:
         return None
-    if used + 2 + FD_RESERVE > soft:
+    if used + 2 + spare + FD_RESERVE > soft:
         return (f"out of file descriptors: {used} open of a limit of {soft}, and hermesd keeps {FD_RESERVE} for "
                 "itself; raise the limit (LimitNOFILE= in the unit, or ulimit -n) or run fewer profiles")
     return None

@@ -40,15 +40,26 @@ def wrap_argv(plan: Plan | dict[str, Any], argv: Sequence[str], *, python: str |
     ``off`` returns ``argv`` unchanged (no shim, no cost); ``unavailable`` raises ``ValueError``
     (the daemon must hold the profile and show ``plan.reason`` instead of spawning).
     """
+    return with_shim(shim_words(plan, python=python), argv)
+
+
+def with_shim(words: Sequence[str], argv: Sequence[str]) -> list[str]:
+    """``argv`` behind the shim's ``words`` (from :func:`shim_words`)."""
+    if words and not argv:
+        raise ValueError("empty command")
+    return [*words, *argv]
+
+
+def shim_words(plan: Plan | dict[str, Any], *, python: str | None = None) -> tuple[str, ...]:
+    """What :func:`wrap_argv` puts before the command (nothing for ``off``), so that a caller
+    spawning under one plan again and again (the daemon's respawns) encodes the plan once."""
     data = plan if isinstance(plan, dict) else plan.to_json()
     mechanism = data.get("mechanism")
     if mechanism == "off":
-        return list(argv)
+        return ()
     if mechanism == "unavailable":
         raise ValueError(f"profile {data.get('profile')!r} cannot be started: {data.get('reason')}")
-    if not argv:
-        raise ValueError("empty command")
-    return [python or sys.executable, *_PY_FLAGS, ENTER_SCRIPT, encode_plan(data), "--", *argv]
+    return (python or sys.executable, *_PY_FLAGS, ENTER_SCRIPT, encode_plan(data), "--")
 
 
 def encode_plan(data: dict[str, Any]) -> str:
