@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import pwd
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +29,12 @@ from hypothesis import settings as hypothesis_settings
 from tests.harness import Hermesd, make_root, write_config
 
 pytest_plugins = ("tests.tiers",)
+
+# pytest rewrites the asserts of every test module it imports and keeps the result in __pycache__
+# (ignored by git) unless bytecode writing is off; with PYTHONDONTWRITEBYTECODE set it kept nothing,
+# and each worker rewrote every module again at every run (15 CPU-seconds of collection a worker
+# instead of 5, on 2 cores). Only this process: what the tests start keeps the variable.
+sys.dont_write_bytecode = False
 
 # Hypothesis' default 200 ms deadline per example is a timed assert: on a loaded machine (other work,
 # a run under `nice -n 10`) an example takes longer and fails for no bug. The property tests check

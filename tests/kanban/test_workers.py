@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -162,16 +164,31 @@ class Messenger:
                          str(self.b.command), *self.argv], log_name)
 
 
+@pytest.fixture(scope="module")
+def messenger_board() -> Iterator[Board]:
+    """One daemon and its gateways for every exit-code case: each case only runs the messenger (and the
+    worker command behind it) once more, which changes nothing the next case depends on. What a worker
+    does first is read from ``bin/chat.sh`` at each run, so every case sets its own."""
+    if not HERMES.exists():
+        pytest.skip(f"{HERMES} missing (hermes-agent not installed)")
+    b = Board(("p1", "p2"), dispatcher="p1", chat='. "$(dirname "$0")/chat.sh"')
+    try:
+        b.hermesd.start()
+        b.hermesd.wait_running("p2", timeout=90)
+        yield b
+    finally:
+        b.close()
+
+
 @pytest.mark.parametrize(("chat", "expected"), [("exit 42", 42), ("kill -TERM $$", 128 + 15), ("", None)])
-def test_messenger_passes_the_exit_code_back_unchanged(need_hermes: None, boards: list[Board], chat: str,
+def test_messenger_passes_the_exit_code_back_unchanged(messenger_board: Board, chat: str,
                                                        expected: int | None) -> None:
-    b = Board(("p1", "p2"), dispatcher="p1", chat=chat)
-    boards.append(b)
-    b.hermesd.start()
-    b.hermesd.wait_running("p2", timeout=90)
-    m = Messenger(b)
+    b = messenger_board
+    (b.bin / "chat.sh").write_text(chat + "\n")
+    # a task of its own per case: the logs are appended to, and the last case's must not count
+    m = Messenger(b, task=f"t_{zlib.crc32(chat.encode()):08x}")
     code, out = m.via_daemon(f"{m.task}.log")  # the task's own log: the only one a worker may write
-    direct, direct_out = m.direct("direct.log")
+    direct, direct_out = m.direct(f"direct-{m.task}.log")
     assert code == direct, (out[-2000:], direct_out[-2000:])
     if expected is not None:
         assert code == expected
