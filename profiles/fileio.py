@@ -303,8 +303,8 @@ def parse_yaml_tree(text: str, path: Path) -> tuple[object, yaml.Node | None]:
     except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
         # An impossible date or a tag PyYAML refuses is still the user's file: a config error.
         raise ProfileConfigError(path, f"invalid YAML value: {exc}") from None
-    except KeyError as exc:  # SafeConstructor's lookup of a ``!!bool`` value that is no boolean
-        raise ProfileConfigError(path, f"invalid YAML value: not a boolean: {exc}") from None
+    except (KeyError, IndexError):  # SafeConstructor reading a tagged value that is none (``!!bool x``, ``!!int ''``)
+        raise ProfileConfigError(path, "invalid YAML value: a value tagged !!bool or !!int that is not one") from None
     finally:
         ldr.dispose()
 
