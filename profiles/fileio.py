@@ -187,7 +187,107 @@ def compose_yaml(text: str, path: Path, loader: type[YamlLoader] = _Loader) -> t
 
 def parse_yaml(text: str, path: Path) -> object:
     """Parse YAML ``text`` read from ``path``, bounded; a syntax error names the file and line."""
-    return parse_yaml_tree(text, path)[0]
+    data = _plain_document(text, _Loader)
+    if data is _FULL:
+        return parse_yaml_tree(text, path)[0]
+    return data
+
+
+_FULL = object()  # what _plain_document answers for a document it leaves to the full path
+_YAML_STR = "tag:yaml.org,2002:str"
+# The scalar types a plain (untagged, unquoted) scalar can resolve to that are built as SafeLoader
+# builds them; the others a resolver can name (merge ``<<``, value ``=``, the ``!``/``&``/``*``
+# "yaml" tag) mean something only to the constructor's mapping rules or are errors.
+_YAML_BUILT = frozenset(f"tag:yaml.org,2002:{t}" for t in ("bool", "int", "float", "null", "timestamp"))
+
+
+def _plain_document(text: str, loader: type[YamlLoader]) -> object:
+    """The document of ``text`` built straight from the parser's events, in the one pass that checks
+    the bounds, or :data:`_FULL` when the full path must read it.
+
+    Nearly every real ``config.yaml`` is one document of untagged mappings, sequences and scalars
+    without anchors; for those, composing a node tree and then constructing it (two more passes, a
+    second parse of the text, a node object per value) is most of the cost of a 1,000-profile scan.
+    The result is the full path's: each scalar resolved by the loader's own implicit resolvers and
+    built by its own constructors, keys in document order, a repeated key's last value kept. Anything
+    else (an anchor, an alias, a tag, a merge or value key, a collection as a key, a second document,
+    a syntax error, a value its constructor refuses, a bound reached) answers :data:`_FULL`, so every
+    refusal and error is the full path's, worded as it words it. The bounds hold here too: at most
+    ``MAX_YAML_NODES`` values, ``MAX_YAML_DEPTH`` levels, and no alias to expand.
+    """
+    if loader.yaml_path_resolvers or None in loader.yaml_implicit_resolvers:
+        return _FULL  # a resolver this pass does not model
+    parser = loader(text)
+    try:
+        return _build_plain(parser)
+    except Exception:  # every error is the full path's to word
+        return _FULL
+    finally:
+        parser.dispose()
+
+
+def _build_plain(parser: YamlLoader) -> object:
+    get_event, resolvers, constructors = parser.get_event, parser.yaml_implicit_resolvers, parser.yaml_constructors
+    max_depth, max_nodes = MAX_YAML_DEPTH, MAX_YAML_NODES
+    open_: list[list[Any]] = []  # per open collection: [the dict or list, the key waiting for its value]
+    no_key = _FULL
+    root: object = None
+    count = 0
+    documents = 0
+    while True:
+        event: Any = get_event()
+        kind = type(event)
+        if kind is yaml.ScalarEvent:
+            if event.anchor is not None or event.tag is not None:
+                return _FULL
+            value: Any = event.value
+            if event.implicit[0]:  # plain: the resolvers decide (quoted and block scalars are strings)
+                for tag, regexp in resolvers.get(value[:1], ()):
+                    if regexp.match(value):
+                        if tag not in _YAML_BUILT:
+                            return _FULL
+                        value = constructors[tag](parser, yaml.ScalarNode(tag, value, event.start_mark,
+                                                                          event.end_mark, event.style))
+                        break
+            container = False
+        elif kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
+            if event.anchor is not None or event.tag is not None:
+                return _FULL
+            value = {} if kind is yaml.MappingStartEvent else []
+            container = True
+        elif kind is yaml.MappingEndEvent or kind is yaml.SequenceEndEvent:
+            open_.pop()
+            continue
+        elif kind is yaml.DocumentStartEvent:
+            documents += 1
+            if documents > 1:
+                return _FULL
+            continue
+        elif kind is yaml.StreamEndEvent:
+            return root
+        elif kind is yaml.AliasEvent:
+            return _FULL
+        else:  # the stream's start, a document's end
+            continue
+        count += 1
+        if count > max_nodes or len(open_) >= max_depth:
+            return _FULL
+        if not open_:
+            root = value
+        else:
+            top = open_[-1]
+            into = top[0]
+            if type(into) is list:
+                into.append(value)
+            elif top[1] is no_key:
+                if container:
+                    return _FULL  # a collection as a key: unhashable, the full path's error
+                top[1] = value
+            else:
+                into[top[1]] = value
+                top[1] = no_key
+        if container:
+            open_.append([value, no_key])
 
 
 def parse_yaml_tree(text: str, path: Path) -> tuple[object, yaml.Node | None]:
@@ -203,6 +303,8 @@ def parse_yaml_tree(text: str, path: Path) -> tuple[object, yaml.Node | None]:
     except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
         # An impossible date or a tag PyYAML refuses is still the user's file: a config error.
         raise ProfileConfigError(path, f"invalid YAML value: {exc}") from None
+    except (KeyError, IndexError):  # SafeConstructor reading a tagged value that is none (``!!bool x``, ``!!int ''``)
+        raise ProfileConfigError(path, "invalid YAML value: a value tagged !!bool or !!int that is not one") from None
     finally:
         ldr.dispose()
 

@@ -26,7 +26,15 @@ from profiles.discovery import upstream_active_profile, upstream_root
 from profiles.errors import ProfileError
 from profiles.numbers import PID, START_TIME
 from profiles.paths import PROFILES_DIRNAME
-from profiles.safeio import Beneath, beneath, home_file, open_beneath, read_regular_or_none, replace_bytes
+from profiles.safeio import (
+    Beneath,
+    beneath,
+    home_file,
+    open_beneath,
+    read_regular,
+    read_regular_or_none,
+    replace_bytes,
+)
 from profiles.upstream.process import DEFAULT_PROFILE, proc_start_time, profile_in_argv, runs_gateway
 
 PID_FILE = "gateway.pid"
@@ -86,6 +94,18 @@ def read_json(where: Beneath | Path) -> dict[str, Any] | None:
     link, not a regular file, oversized, or not an object."""
     data = read_regular_or_none(beneath(where), _MAX_JSON_BYTES)
     return None if data is None else _json_object(data)
+
+
+def read_json_or_absent(where: Beneath | Path) -> tuple[dict[str, Any] | None, bool]:
+    """:func:`read_json`'s answer, and whether the file is simply absent (``ENOENT`` on the way): a
+    caller that tells a missing file from an unreadable one needs no second look at it."""
+    try:
+        data = read_regular(beneath(where), _MAX_JSON_BYTES)
+    except FileNotFoundError:
+        return None, True
+    except OSError:
+        return None, False
+    return _json_object(data), False
 
 
 def _json_object(data: bytes) -> dict[str, Any] | None:

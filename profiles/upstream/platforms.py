@@ -67,7 +67,7 @@ from profiles.numbers import PORT
 from profiles.safeio import home_file, lstat
 from profiles.upstream.apiserver import API_SERVER
 from profiles.upstream.bools import TRUTHY, coerce_bool
-from profiles.upstream.files import read_json
+from profiles.upstream.files import read_json_or_absent
 from profiles.upstream.lines import BASELINE, RuleLine
 from profiles.upstream.nostr import public_key
 
@@ -204,6 +204,9 @@ class View:
         self._gateway = gateway if isinstance(gateway, dict) else {}
         # Where platform blocks are read from, in upstream's merge order: gateway.platforms, platforms.
         self._sources = [src for src in (self._gateway.get("platforms"), cfg.get("platforms")) if isinstance(src, dict)]
+        # Every name a platform's blocks are looked up under: one named nowhere has none (most of the
+        # ~30 platforms asked about for every profile of a scan).
+        self._named = {key for src in (*self._sources, self._gateway, cfg) for key in src}
         self.memo: dict[str, object] = {}  # what a rule read from the home once, for the rules after it
         plugins = cfg.get("plugins")
         disabled = plugins.get("disabled") if isinstance(plugins, dict) else None
@@ -244,6 +247,9 @@ class View:
     def _platform(self, name: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
         cached = self._platforms.get(name)
         if cached is not None:
+            return cached
+        if name not in self._named:
+            cached = self._platforms[name] = ({}, {}, False)
             return cached
         merged: dict[str, Any] = {}
         extra: dict[str, Any] = {}
@@ -1049,9 +1055,9 @@ def _photon_read(v: View) -> tuple[object, object]:
     if env_id and env_sec:
         return env_id, env_sec
     where = home_file(v.home, "auth.json")
-    auth = read_json(where)
+    auth, absent = read_json_or_absent(where)
     if auth is None:
-        if lstat(where) is not None:
+        if not absent and lstat(where) is not None:
             raise _Unreadable(where.text)  # upstream: json.load → {} only for empty values; a list raises
         auth = {}
     pool = auth.get("credential_pool", {})

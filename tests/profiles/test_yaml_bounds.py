@@ -248,3 +248,75 @@ def test_the_event_walk_refuses_exactly_what_the_expanded_tree_exceeds(node: yam
     else:
         assert refused is None, (text, size)
 
+
+
+# Plain scalars that each resolver of SafeLoader claims (and some it refuses to build), beside strings.
+TRICKY = ["yes", "No", "off", "TRUE", "0x1F", "0x_", "1_000", "0o17", "017", "0b101", "+12", "-0", "1e3",
+          "6.8523015e+5", ".inf", "-.Inf", ".NaN", "190:20:30", "2001-12-14", "2001-12-14t21:59:43.10-05:00",
+          "2002-13-45", "~", "null", "", "<<", "=", "!", "x", "hermes-cli", "127.0.0.1", "a b", "1.2.3", "0."]
+
+
+@st.composite
+def yaml_trees(draw: st.DrawFn, depth: int = 0) -> yaml.Node:
+    """A node tree as a composer builds one, with the scalars, styles, tags, anchors, merge keys and
+    collection keys that the plain path must either build exactly as the full path or hand to it."""
+    kind = draw(st.sampled_from(["scalar", "scalar", "seq", "map"] if depth < 4 else ["scalar"]))
+    flow = draw(st.sampled_from([None, True, False]))
+    if kind == "scalar":
+        value = draw(st.sampled_from(TRICKY) | st.text(max_size=6))
+        style = draw(st.sampled_from([None, None, "'", '"', "|"]))
+        implicit = yaml.SafeLoader("").resolve(yaml.ScalarNode, value, (True, False))
+        tag = draw(st.sampled_from([implicit, implicit, implicit, "tag:yaml.org,2002:str", "!custom"]))
+        return yaml.ScalarNode(tag, value, style=style)
+    if kind == "seq":
+        return yaml.SequenceNode("tag:yaml.org,2002:seq", draw(st.lists(yaml_trees(depth + 1), max_size=4)),
+                                 flow_style=flow)
+    pairs = draw(st.lists(st.tuples(yaml_trees(depth + 3), yaml_trees(depth + 1)), max_size=4))
+    return yaml.MappingNode("tag:yaml.org,2002:map", pairs, flow_style=flow)
+
+
+def _outcome(read: Callable[[str, Path], object], text: str) -> tuple[str, object]:
+    try:
+        return "read", read(text, F)
+    except ProfileConfigError as exc:
+        return "refused", str(exc)
+
+
+def _typed(value: object) -> object:
+    """``value`` with every type spelled out (``1 == True == 1.0`` in Python; NaN equal to itself)."""
+    if isinstance(value, dict):
+        return [("map", _typed(k), _typed(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return [("seq", *map(_typed, value))]
+    return type(value).__name__, value if value == value else "nan"
+
+
+@settings(max_examples=100)
+@given(yaml_trees(), st.sampled_from([None, "anchor", "cut", "second document"]), st.integers(0, 10_000))
+def test_the_plain_path_reads_every_document_as_the_full_path(node: yaml.Node, twist: str | None, at: int) -> None:
+    """:func:`fileio.parse_yaml` builds plain documents straight from the parser's events; for every
+    document (tagged, anchored, cut short, two of them, keys that are collections or merge keys,
+    values a constructor refuses) it answers what composing and constructing answers: the same
+    types, keys in the same order, the same error worded the same way."""
+    text = yaml.serialize(node, Dumper=yaml.SafeDumper)
+    if twist == "anchor":
+        text = yaml.serialize(yaml.SequenceNode("tag:yaml.org,2002:seq", [node, node]), Dumper=yaml.SafeDumper)
+    elif twist == "cut":
+        text = text[: at % (len(text) + 1)]
+    elif twist == "second document":
+        text += "---\nx: 1\n"
+    full = _outcome(lambda t, p: fileio.parse_yaml_tree(t, p)[0], text)
+    plain = _outcome(fileio.parse_yaml, text)
+    assert plain[0] == full[0], text
+    assert (_typed(plain[1]) if plain[0] == "read" else plain[1]) == (
+        _typed(full[1]) if full[0] == "read" else full[1]), text
+
+
+def test_the_plain_path_takes_a_profiles_config_and_hands_on_the_rest() -> None:
+    """What the scan's speed rests on: an ordinary config.yaml is built in the one pass (no second
+    parse, no node tree), and what that pass does not model goes to the full path."""
+    plain = "model: x\nagent: {max_turns: 60, gateway_timeout: 1.5e3}\ntoolsets: [hermes-cli]\nday: 2001-12-14\n"
+    assert fileio._plain_document(plain, yaml.CSafeLoader) == fileio.parse_yaml_tree(plain, F)[0]
+    for text in ("a: &x 1\nb: *x\n", "a: !!str 1\n", "<<: {a: 1}\n", "? [a]\n: 1\n", "a: 1\n---\nb: 2\n",
+                 "a: [1\n", "=: 1\n", "a: 0x_\n", "[" * fileio.MAX_YAML_DEPTH + "1" + "]" * fileio.MAX_YAML_DEPTH):
+        assert fileio._plain_document(text, yaml.CSafeLoader) is fileio._FULL, text
