@@ -426,6 +426,24 @@ def test_sigusr1_drains_then_exits_75(gw: Gateways) -> None:
     assert not (home / "gateway.pid").exists()
 
 
+def test_exit_tail_outlives_its_files_then_writes_into_home(gw: Gateways) -> None:
+    """``exit_tail``: after SIGINT the process is still alive with gateway.pid gone and gateway.lock
+    free (upstream's order), and only then writes logs/gateway-exit-diag.log and exits."""
+    home = gw.home()
+    write_behaviour(home, exit_tail=1.0)
+    proc = gw.start(home)
+    wait_running(proc)
+    diag = home / "logs" / "gateway-exit-diag.log"
+    assert not diag.exists()
+    proc.signal(signal.SIGINT)
+    wait_until("gateway.pid removed", lambda: not (home / "gateway.pid").exists())
+    assert proc.popen.poll() is None, "exited before its tail"
+    assert lock_is_free(home)
+    assert not diag.exists()
+    assert proc.wait() == 0
+    assert json.loads(diag.read_text().splitlines()[-1])["pid"] == proc.pid
+
+
 @pytest.mark.parametrize("code", [1, 78])
 def test_exit_at_start(gw: Gateways, code: int) -> None:
     home = gw.home()

@@ -7,7 +7,7 @@ Configure hermesd to run ``fake_gateway_command()`` as its "hermes" executable; 
 
 Knobs (defaults and one-line meanings in ``fakegw.DEFAULTS``): ``exit_at_start``, ``exit_after``,
 ``exit_code``, ``exit_after_clean``, ``startup_delay``, ``running_delay``, ``startup_tail``,
-``ignore_sigterm``, ``hang_on_exit``, ``grandchildren``, ``grandchildren_setsid``,
+``ignore_sigterm``, ``hang_on_exit``, ``exit_tail``, ``grandchildren``, ``grandchildren_setsid``,
 ``grandchildren_lifetime``, ``platforms``, ``active_agents``, ``heartbeat_interval``,
 ``poll_interval``, ``diagnostic_shell``, ``diagnostic_seconds``, ``print_env``, ``write_counter``,
 ``shell``, ``api_server``,
@@ -59,6 +59,7 @@ KNOBS: frozenset[str] = frozenset(
         "startup_tail",
         "ignore_sigterm",
         "hang_on_exit",
+        "exit_tail",
         "grandchildren",
         "grandchildren_setsid",
         "grandchildren_lifetime",

@@ -64,6 +64,11 @@ DEFAULTS: dict[str, Any] = {
     "startup_tail": 0.0,  # seconds still in start-up after writing "running" (upstream's runner.start())
     "ignore_sigterm": False,  # ignore SIGTERM, SIGINT, SIGUSR1 and the planned-stop marker
     "hang_on_exit": 0.0,  # seconds to hang in the shutdown path (state "draining")
+    # null, or seconds a clean exit lingers *after* removing gateway.pid and releasing gateway.lock
+    # before it appends logs/gateway-exit-diag.log (mkdir -p) and exits: upstream's own order
+    # (gateway/run.py removes both early in its shutdown, hermes_cli/gateway.py's atexit hook writes
+    # the log last). The window a stop that watched the files instead of the process fell into.
+    "exit_tail": None,
     "grandchildren": 0,  # long-lived `sleep` children spawned once running
     "grandchildren_setsid": False,  # True: all in a new session; int k: the first k of them
     "grandchildren_lifetime": 600.0,  # seconds each grandchild sleeps
@@ -205,6 +210,7 @@ PLANNED_STOP_PATH = HERMES_HOME / ".gateway-planned-stop.json"
 TAKEOVER_PATH = HERMES_HOME / ".gateway-takeover.json"
 DRAIN_PATH = HERMES_HOME / ".drain_request.json"
 DIAG_LOG_PATH = HERMES_HOME / "logs" / "gateway-shutdown-diag.log"
+EXIT_DIAG_PATH = HERMES_HOME / "logs" / "gateway-exit-diag.log"
 BEHAVIOUR_PATH = HERMES_HOME / "fakegw.json"
 STARTS_PATH = HERMES_HOME / "fakegw.starts"
 SPAWNED_PATH = HERMES_HOME / "fakegw.children"
@@ -346,6 +352,7 @@ _CHECKS: dict[str, tuple[Any, str]] = {
     "startup_tail": (lambda v: _is_num(v) and v >= 0, "seconds >= 0"),
     "ignore_sigterm": (lambda v: isinstance(v, bool), "a boolean"),
     "hang_on_exit": (lambda v: _is_num(v) and v >= 0, "seconds >= 0"),
+    "exit_tail": (lambda v: v is None or (_is_num(v) and v >= 0), "null or seconds >= 0"),
     "grandchildren": (lambda v: _is_int(v) and 0 <= v <= 64, "an integer 0-64"),
     "grandchildren_setsid": (lambda v: isinstance(v, bool) or (_is_int(v) and v >= 0), "a boolean or int"),
     "grandchildren_lifetime": (lambda v: _is_num(v) and v > 0, "seconds > 0"),
@@ -1148,11 +1155,24 @@ class FakeGateway:
                 warn(f"removing {PID_PATH.name}: {exc}")
             self.release_host()
             self.release_lock()
+            if self.k["exit_tail"] is not None:
+                self._exit_tail(code)
         warn(f"exit {code}{'' if clean else ' (crash: no clean-up)'}")
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(code)
+
+    def _exit_tail(self, code: int) -> None:
+        """Still alive with neither gateway.pid nor gateway.lock, then the late write into the home."""
+        time.sleep(self.k["exit_tail"])  # the process's own behaviour, not a test's wait
+        try:
+            EXIT_DIAG_PATH.parent.mkdir(parents=True, exist_ok=True)
+            with EXIT_DIAG_PATH.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"ts": datetime.now(UTC).isoformat(), "tag": "atexit.hook",
+                                     "pid": self.pid, "code": code}) + "\n")
+        except OSError as exc:
+            warn(f"exit diag: {exc}")
 
     def _set_stopping(self, **fields: Any) -> None:
         with self.state_lock:
