@@ -13,39 +13,42 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import wait_for, write_config
+from tests.harness import make_root, wait_for, write_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_gateway]
 
 HERMES = Path(sys.executable).parent / "hermes"
+# Upstream's ``gateway restart`` signals every gateway on the host whose command names this profile,
+# whatever its root (measured): a name no other test runs keeps it off their gateways.
+NAME = "outsider"
 
 
 @pytest.mark.parametrize("argv", [("gateway", "restart"), ("gateway", "run", "--replace")], ids=["restart", "replace"])
-def test_an_outside_gateway_is_held_for_then_taken_back(fake_root: Path, hermesd_factory, argv: tuple[str, ...]):
+def test_an_outside_gateway_is_held_for_then_taken_back(tmp_path: Path, hermesd_factory, argv: tuple[str, ...]):
     """Upstream's ``gateway restart`` stops the supervised gateway and runs its own; ``gateway run --replace``
     ends it with its takeover marker and SIGTERM. Either way the clean exit hermesd did not ask for holds
     the profile for the gateway that now runs it, named by its PID (never "stays down until started");
     hermesd does not fight it, and runs the profile again itself once it ends."""
-    write_config(fake_root, command=[str(HERMES)], stop_timeout=60,
-                 profiles={"default": {"enabled": False}, "writer": {"enabled": False}})
-    d = hermesd_factory(fake_root)
-    first = d.wait_running("coder", timeout=120)["coder"]
-    env = {**d.env, "HERMES_HOME": str(fake_root)}
-    outside = subprocess.Popen([str(HERMES), "-p", "coder", *argv], env=env,
+    root = make_root(tmp_path, names=(NAME,))
+    write_config(root, command=[str(HERMES)], stop_timeout=60, profiles={"default": {"enabled": False}})
+    d = hermesd_factory(root)
+    first = d.wait_running(NAME, timeout=120)[NAME]
+    env = {**d.env, "HERMES_HOME": str(root)}
+    outside = subprocess.Popen([str(HERMES), "-p", NAME, *argv], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        row = wait_for(lambda: (r := d.row("coder"))["state"] == "held" and f"PID {outside.pid}" in r["reason"] and r,
-                       120, what="coder held for the outside gateway, named")
+        row = wait_for(lambda: (r := d.row(NAME))["state"] == "held" and f"PID {outside.pid}" in r["reason"] and r,
+                       120, what=f"{NAME} held for the outside gateway, named")
         assert row["hold"]["kind"] == "foreign_gateway" and not _alive(first), row
         if "--replace" in argv:
             assert row["last_exit"]["reason"] == f"replaced by a gateway hermesd did not start (PID {outside.pid})", row
-        assert "stays down until started" not in d.cli("events", "coder").stdout
-        assert d.row("coder")["state"] == "held"  # hermesd does not fight the outside gateway
+        assert "stays down until started" not in d.cli("events", NAME).stdout
+        assert d.row(NAME)["state"] == "held"  # hermesd does not fight the outside gateway
         # The outside gateway ends (its user pressed Ctrl-C): hermesd runs the profile again itself.
         os.killpg(outside.pid, signal.SIGTERM)
         outside.wait(90)
-        back = wait_for(lambda: (r := d.row("coder"))["state"] == "running" and not r["adopted"] and r, 120,
-                        what="coder taken back by hermesd")
+        back = wait_for(lambda: (r := d.row(NAME))["state"] == "running" and not r["adopted"] and r, 120,
+                        what=f"{NAME} taken back by hermesd")
         assert back["pid"] not in (first, outside.pid)
     finally:
         if outside.poll() is None:
