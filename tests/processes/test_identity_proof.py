@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,16 +17,6 @@ from supervisor.processes import identity
 from tests.harness import wait_for
 
 SLEEP = "import sys; sys.stdin.read()"
-
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for p in started:
-        if p.stdin:
-            p.stdin.close()  # each exits on EOF: no signal needed
-        p.wait(10)
 
 
 def gateway(procs, argv: list[str], env: dict[str, str]) -> int:
