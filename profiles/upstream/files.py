@@ -92,8 +92,7 @@ class PidRecord:
 def read_json(where: Beneath | Path) -> dict[str, Any] | None:
     """A JSON object from ``where`` (a path: a file directly in a home), or ``None`` when missing, a
     link, not a regular file, oversized, or not an object."""
-    data = read_regular_or_none(beneath(where), _MAX_JSON_BYTES)
-    return None if data is None else _json_object(data)
+    return read_json_or_absent(where)[0]
 
 
 def read_json_or_absent(where: Beneath | Path) -> tuple[dict[str, Any] | None, bool]:
