@@ -67,7 +67,7 @@ class Peer(NamedTuple):
 
 def peer_pidfd(sock: socket.socket) -> int | None:
     """``SO_PEERPIDFD`` (the caller closes it), or ``None`` where the kernel has no such option."""
-    import socket  # the daemon's side: see the module docstring
+    import socket  # the daemon's side only: the status client talks through _socket (control.client)
 
     try:
         raw = sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD, 4)
@@ -84,7 +84,7 @@ def boot_ticks() -> int:
 
 def peer_pid_uid(sock: socket.socket) -> tuple[int | None, int | None]:
     """The connecting process's PID (in our PID namespace) and uid, from ``SO_PEERCRED``."""
-    import socket  # the daemon's side: see the module docstring
+    import socket  # the daemon's side only: the status client talks through _socket (control.client)
 
     try:
         creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
